@@ -1,0 +1,141 @@
+"""Frames, quaternions and rigid transforms: the only place their conventions are defined.
+
+Conventions (REP 103):
+    * World frame W: ENU (x east, y north, z up).
+    * Body frame B: FLU (x forward, y left, z up).
+    * Camera optical frame C: x right, y down, z forward.
+    * Quaternions are (w, x, y, z), Hamilton product, active rotation: ``v_W = R(q_WB) @ v_B``.
+    * ``T_WB`` is the (4, 4) homogeneous transform taking body coordinates to world coordinates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from goggles.errors import ConfigError
+
+#: Rotation taking camera-optical coordinates to body FLU coordinates (R_BC): optical z (forward) is
+#: body x, optical x (right) is body -y, optical y (down) is body -z.
+R_BODY_OPTICAL = np.array(
+    [
+        [0.0, 0.0, 1.0],
+        [-1.0, 0.0, 0.0],
+        [0.0, -1.0, 0.0],
+    ]
+)
+
+
+def quat_normalize(q: np.ndarray) -> np.ndarray:
+    """Unit quaternion(s) with non-negative w.
+
+    Args:
+        q: (..., 4) quaternion(s), (w, x, y, z).
+
+    Returns:
+        (..., 4) float64 unit quaternions.
+
+    Raises:
+        ConfigError: if a quaternion is not finite or has zero norm.
+    """
+    q = np.asarray(q, dtype=np.float64)
+    norm = np.linalg.norm(q, axis=-1, keepdims=True)
+    if not np.all(np.isfinite(q)) or np.any(norm < 1e-12):
+        raise ConfigError(f"quaternion {q.tolist()} is not a finite, non-zero (w, x, y, z) quaternion")
+    q = q / norm
+    return np.where(q[..., :1] < 0.0, -q, q)
+
+
+def quat_to_matrix(q: np.ndarray) -> np.ndarray:
+    """Rotation matrices of unit quaternions.
+
+    Args:
+        q: (..., 4) unit quaternion(s), (w, x, y, z).
+
+    Returns:
+        (..., 3, 3) float64 rotation matrices.
+    """
+    q = np.asarray(q, dtype=np.float64)
+    w, x, y, z = np.moveaxis(q, -1, 0)
+    return np.stack(
+        [
+            np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], axis=-1),
+            np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], axis=-1),
+            np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=-1),
+        ],
+        axis=-2,
+    )
+
+
+def matrix_to_quat(R: np.ndarray) -> np.ndarray:
+    """Unit quaternion (w, x, y, z), w >= 0, of a rotation matrix (Shepperd's method).
+
+    Args:
+        R: (3, 3) rotation matrix.
+
+    Returns:
+        (4,) float64 quaternion.
+    """
+    R = np.asarray(R, dtype=np.float64)
+    trace = np.trace(R)
+    if trace > 0.0:
+        s = 2.0 * np.sqrt(1.0 + trace)
+        q = [0.25 * s, (R[2, 1] - R[1, 2]) / s, (R[0, 2] - R[2, 0]) / s, (R[1, 0] - R[0, 1]) / s]
+    elif R[0, 0] > R[1, 1] and R[0, 0] > R[2, 2]:
+        s = 2.0 * np.sqrt(1.0 + R[0, 0] - R[1, 1] - R[2, 2])
+        q = [(R[2, 1] - R[1, 2]) / s, 0.25 * s, (R[0, 1] + R[1, 0]) / s, (R[0, 2] + R[2, 0]) / s]
+    elif R[1, 1] > R[2, 2]:
+        s = 2.0 * np.sqrt(1.0 + R[1, 1] - R[0, 0] - R[2, 2])
+        q = [(R[0, 2] - R[2, 0]) / s, (R[0, 1] + R[1, 0]) / s, 0.25 * s, (R[1, 2] + R[2, 1]) / s]
+    else:
+        s = 2.0 * np.sqrt(1.0 + R[2, 2] - R[0, 0] - R[1, 1])
+        q = [(R[1, 0] - R[0, 1]) / s, (R[0, 2] + R[2, 0]) / s, (R[1, 2] + R[2, 1]) / s, 0.25 * s]
+    return quat_normalize(np.array(q))
+
+
+def quat_from_axis_angle(axis: np.ndarray, angle: float) -> np.ndarray:
+    """Quaternion (w, x, y, z) rotating by ``angle`` radians about ``axis`` (need not be unit)."""
+    axis = np.asarray(axis, dtype=np.float64)
+    axis = axis / np.linalg.norm(axis)
+    return np.concatenate([[np.cos(angle / 2.0)], np.sin(angle / 2.0) * axis])
+
+
+def quat_from_euler(roll: float, pitch: float, yaw: float) -> np.ndarray:
+    """Quaternion (w, x, y, z) of intrinsic z-y'-x'' Euler angles (yaw, then pitch, then roll), radians."""
+    R = (
+        quat_to_matrix(quat_from_axis_angle([0, 0, 1], yaw))
+        @ quat_to_matrix(quat_from_axis_angle([0, 1, 0], pitch))
+        @ quat_to_matrix(quat_from_axis_angle([1, 0, 0], roll))
+    )
+    return matrix_to_quat(R)
+
+
+def transform(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Homogeneous (4, 4) transform from a position (3,) and a quaternion (w, x, y, z)."""
+    T = np.eye(4)
+    T[:3, :3] = quat_to_matrix(quat_normalize(q))
+    T[:3, 3] = np.asarray(p, dtype=np.float64)
+    return T
+
+
+def parse_pose(text: str) -> np.ndarray:
+    """Parse ``"x,y,z,qw,qx,qy,qz"`` (metres, unit quaternion) into a (4, 4) transform.
+
+    Raises:
+        ConfigError: if the text does not hold seven finite numbers or the quaternion is degenerate.
+    """
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 7 or not np.all(np.isfinite(values)):
+        raise ConfigError(f"pose {text!r} must be seven finite numbers 'x,y,z,qw,qx,qy,qz' (metres, unit quaternion)")
+    return transform(values[:3], values[3:])
+
+
+def camera_pose_from_body(T_WB: np.ndarray, p_BC: np.ndarray | None = None) -> np.ndarray:
+    """World pose of a camera optical frame (T_WC) mounted at ``p_BC`` in a body, looking along body +x."""
+    T_BC = np.eye(4)
+    T_BC[:3, :3] = R_BODY_OPTICAL
+    if p_BC is not None:
+        T_BC[:3, 3] = p_BC
+    return np.asarray(T_WB, dtype=np.float64) @ T_BC

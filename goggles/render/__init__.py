@@ -1,0 +1,18 @@
+"""The renderer: Warp ray casting of batches of cameras against the static scene.
+
+Contract:
+    * ``CameraModel`` holds intrinsics (pinhole + OpenCV distortion) and depth limits; it becomes a
+      per-pixel ray table, so every camera model costs the same to trace.
+    * ``DeviceScene(static_scene, device)`` uploads a ``goggles.scene.StaticScene`` once (BVH build).
+    * ``Renderer(device_scene, cameras, shadow_partner=...)`` owns every device buffer;
+      ``render(T_WC)`` only launches (one launch per CPU thread, one on CUDA); ``images()`` copies
+      depth, range, rgb, segmentation, normal, face and status to the host.
+    * Invalid depth follows REP 118: +inf nothing within max_depth, -inf closer than min_depth,
+      NaN a stereo occlusion shadow.
+"""
+
+from goggles.render.camera import CameraModel, stereo_right_offset
+from goggles.render.renderer import DeviceScene, Images, Renderer
+from goggles.render.shading import Shading
+
+__all__ = ["CameraModel", "DeviceScene", "Images", "Renderer", "Shading", "stereo_right_offset"]

@@ -1,0 +1,123 @@
+"""Camera models: pinhole intrinsics with OpenCV radial-tangential distortion, and stereo rigs.
+
+A camera is turned into a table of unit ray directions, one per pixel, in its optical frame
+(x right, y down, z forward). The renderer only reads that table, so every camera model costs the
+same to trace, and distortion is exact: each ray is the inverse of ``cv2.projectPoints`` at the
+pixel centre (OpenCV convention: pixel (u, v) = (column, row), centre of the top-left pixel at (0, 0)).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from goggles.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class CameraModel:
+    """Intrinsics and depth limits of one camera."""
+
+    width: int
+    """Image width, pixels."""
+    height: int
+    """Image height, pixels."""
+    fx: float
+    """Focal length along x, pixels."""
+    fy: float
+    """Focal length along y, pixels."""
+    cx: float
+    """Principal point x, pixels (OpenCV convention)."""
+    cy: float
+    """Principal point y, pixels (OpenCV convention)."""
+    distortion: tuple[float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0)
+    """OpenCV radial-tangential coefficients (k1, k2, p1, p2, k3)."""
+    min_depth: float = 0.0
+    """Closest valid z-depth, metres; closer hits read -inf (REP 118)."""
+    max_depth: float = 1000.0
+    """Farthest z-depth traced, metres; beyond it a pixel reads +inf (REP 118)."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.width, int) and isinstance(self.height, int) and self.width > 0 and self.height > 0):
+            raise ConfigError(f"camera size {self.width}x{self.height} must be positive integers")
+        for name in ("fx", "fy", "cx", "cy"):
+            if not math.isfinite(getattr(self, name)):
+                raise ConfigError(f"camera {name}={getattr(self, name)} must be finite")
+        if self.fx <= 0 or self.fy <= 0:
+            raise ConfigError(f"camera focal lengths fx={self.fx}, fy={self.fy} must be positive (pixels)")
+        if len(self.distortion) != 5 or not all(math.isfinite(c) for c in self.distortion):
+            raise ConfigError(f"camera distortion {self.distortion} must be five finite numbers (k1, k2, p1, p2, k3)")
+        if not (0.0 <= self.min_depth < self.max_depth and math.isfinite(self.max_depth)):
+            raise ConfigError(f"camera depth limits [{self.min_depth}, {self.max_depth}] m need 0 <= min < max < inf")
+
+    @classmethod
+    def from_fov(cls, width: int, height: int, vfov_deg: float, **kwargs) -> CameraModel:
+        """Square-pixel pinhole camera with the principal point at the image centre.
+
+        Args:
+            width: pixels.
+            height: pixels.
+            vfov_deg: vertical field of view, degrees, in (0, 180).
+            **kwargs: other fields (distortion, min_depth, max_depth).
+        """
+        if not 0.0 < vfov_deg < 180.0:
+            raise ConfigError(f"vertical field of view {vfov_deg} deg must be in (0, 180)")
+        f = (height / 2.0) / math.tan(math.radians(vfov_deg) / 2.0)
+        return cls(width, height, f, f, (width - 1) / 2.0, (height - 1) / 2.0, **kwargs)
+
+    @property
+    def K(self) -> np.ndarray:
+        """(3, 3) float64 OpenCV camera matrix."""
+        return np.array([[self.fx, 0.0, self.cx], [0.0, self.fy, self.cy], [0.0, 0.0, 1.0]])
+
+    @property
+    def has_distortion(self) -> bool:
+        return any(c != 0.0 for c in self.distortion)
+
+    def ray_directions(self) -> np.ndarray:
+        """Unit ray direction of every pixel centre in the optical frame.
+
+        Returns:
+            (height, width, 3) float32; every ray has z > 0.
+
+        Raises:
+            ConfigError: if the distortion cannot be inverted inside the image (rays would fold back).
+        """
+        u, v = np.meshgrid(np.arange(self.width, dtype=np.float64), np.arange(self.height, dtype=np.float64))
+        if self.has_distortion:
+            import cv2
+
+            pixels = np.stack([u.ravel(), v.ravel()], axis=-1).reshape(-1, 1, 2)
+            criteria = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 200, 1e-14)
+            undistorted = cv2.undistortPointsIter(
+                pixels, self.K, np.asarray(self.distortion), None, None, criteria
+            ).reshape(self.height, self.width, 2)
+            x, y = undistorted[..., 0], undistorted[..., 1]
+            reprojected, _ = cv2.projectPoints(
+                np.stack([x.ravel(), y.ravel(), np.ones(x.size)], axis=-1),
+                np.zeros(3), np.zeros(3), self.K, np.asarray(self.distortion),
+            )
+            error = np.abs(reprojected.reshape(self.height, self.width, 2) - np.stack([u, v], axis=-1)).max()
+            if not error < 1e-3:
+                raise ConfigError(
+                    f"distortion {self.distortion} cannot be inverted inside the {self.width}x{self.height} image "
+                    f"(round-trip error {error:.3g} px); check the coefficients' order (k1, k2, p1, p2, k3)"
+                )
+        else:
+            x, y = (u - self.cx) / self.fx, (v - self.cy) / self.fy
+        rays = np.stack([x, y, np.ones_like(x)], axis=-1)
+        return (rays / np.linalg.norm(rays, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def stereo_right_offset(baseline: float) -> np.ndarray:
+    """(4, 4) pose of a stereo rig's right optical frame in the left one: +baseline along optical x.
+
+    The right camera sits at -baseline along the body y axis (FLU), which is optical +x.
+    """
+    if not (math.isfinite(baseline) and baseline > 0.0):
+        raise ConfigError(f"stereo baseline {baseline} m must be a positive number")
+    T = np.eye(4)
+    T[0, 3] = baseline
+    return T

@@ -1,0 +1,28 @@
+"""REP 118 invalid values from the status mask, in a module compiled with IEEE semantics.
+
++inf: nothing within max range; -inf: closer than min range; NaN: invalid (stereo shadow).
+Kept apart from ``goggles.render.kernels``, which is compiled assuming no NaNs.
+"""
+
+import warp as wp
+
+from goggles.render.kernels import STATUS_HIT, STATUS_NO_HIT, STATUS_TOO_CLOSE
+
+
+@wp.kernel
+def write_invalid_kernel(
+    status: wp.array3d(dtype=wp.int8),
+    out_depth: wp.array3d(dtype=float),
+    out_range: wp.array3d(dtype=float),
+):
+    c, y, x = wp.tid()
+    code = int(status[c, y, x])
+    if code == STATUS_HIT:
+        return
+    value = wp.nan
+    if code == STATUS_NO_HIT:
+        value = wp.inf
+    elif code == STATUS_TOO_CLOSE:
+        value = -wp.inf
+    out_depth[c, y, x] = value
+    out_range[c, y, x] = value

@@ -1,0 +1,110 @@
+"""Surface appearance at a hit: barycentric attributes, bilinear texture lookup, simple lighting."""
+
+from enum import IntEnum
+
+import warp as wp
+
+
+class Shading(IntEnum):
+    """How the intensity image is lit."""
+
+    UNLIT = 0
+    """Albedo only: texture x base colour x vertex colour."""
+    SUN = 1
+    """Albedo x (ambient + (1 - ambient) x max(0, n . sun)), the sun a directional light."""
+
+
+SHADING_UNLIT = wp.constant(int(Shading.UNLIT))
+
+
+@wp.struct
+class SceneData:
+    """Static scene on a device: BVH mesh and per-face / per-corner appearance."""
+
+    mesh: wp.uint64
+    corner_uv: wp.array(dtype=wp.vec2)
+    """(3F,) texture coordinates per face corner."""
+    corner_rgb: wp.array(dtype=wp.vec3)
+    """(3F,) vertex colour per face corner, [0, 1]."""
+    face_material: wp.array(dtype=wp.int32)
+    face_segment: wp.array(dtype=wp.int32)
+    material_rgb: wp.array(dtype=wp.vec3)
+    material_texture: wp.array(dtype=wp.int32)
+    """Texture index per material, or -1."""
+    texels: wp.array(dtype=wp.uint8)
+    """All textures' RGB bytes, row-major, top row first."""
+    texture_offset: wp.array(dtype=wp.int32)
+    """First texel (pixel) index of each texture in ``texels``."""
+    texture_size: wp.array(dtype=wp.vec2i)
+    """(width, height) of each texture."""
+
+
+@wp.struct
+class Lighting:
+    shading: wp.int32
+    """A ``Shading`` value."""
+    sun_W: wp.vec3
+    """Unit vector towards the sun, world frame."""
+    ambient: float
+    background: wp.vec3
+    """Colour of pixels that hit nothing, [0, 1]."""
+
+
+@wp.func
+def corner_mix_vec3(values: wp.array(dtype=wp.vec3), face: int, u: float, v: float) -> wp.vec3:
+    """Barycentric mix of a per-corner attribute; Warp's hit point is u*p0 + v*p1 + (1-u-v)*p2."""
+    i = face * 3
+    return values[i] * u + values[i + 1] * v + values[i + 2] * (1.0 - u - v)
+
+
+@wp.func
+def corner_mix_vec2(values: wp.array(dtype=wp.vec2), face: int, u: float, v: float) -> wp.vec2:
+    i = face * 3
+    return values[i] * u + values[i + 1] * v + values[i + 2] * (1.0 - u - v)
+
+
+@wp.func
+def texel(scene: SceneData, texture: int, x: int, y: int) -> wp.vec3:
+    """RGB in [0, 1] of texel (x, y), wrapping (repeat addressing)."""
+    size = scene.texture_size[texture]
+    x = ((x % size[0]) + size[0]) % size[0]
+    y = ((y % size[1]) + size[1]) % size[1]
+    i = (scene.texture_offset[texture] + y * size[0] + x) * 3
+    return wp.vec3(float(scene.texels[i]), float(scene.texels[i + 1]), float(scene.texels[i + 2])) / 255.0
+
+
+@wp.func
+def sample_texture(scene: SceneData, texture: int, uv: wp.vec2) -> wp.vec3:
+    """Bilinear lookup; uv (0, 0) is the bottom-left corner of the image, texel centres at half-steps."""
+    size = scene.texture_size[texture]
+    x = uv[0] * float(size[0]) - 0.5
+    y = (1.0 - uv[1]) * float(size[1]) - 0.5
+    x0 = wp.floor(x)
+    y0 = wp.floor(y)
+    fx = x - x0
+    fy = y - y0
+    ix = int(x0)
+    iy = int(y0)
+    top = texel(scene, texture, ix, iy) * (1.0 - fx) + texel(scene, texture, ix + 1, iy) * fx
+    bottom = texel(scene, texture, ix, iy + 1) * (1.0 - fx) + texel(scene, texture, ix + 1, iy + 1) * fx
+    return top * (1.0 - fy) + bottom * fy
+
+
+@wp.func
+def albedo(scene: SceneData, face: int, u: float, v: float) -> wp.vec3:
+    """Base colour x texture x vertex colour at a hit, [0, 1]."""
+    material = scene.face_material[face]
+    colour = wp.cw_mul(scene.material_rgb[material], corner_mix_vec3(scene.corner_rgb, face, u, v))
+    texture = scene.material_texture[material]
+    if texture >= 0:
+        colour = wp.cw_mul(colour, sample_texture(scene, texture, corner_mix_vec2(scene.corner_uv, face, u, v)))
+    return colour
+
+
+@wp.func
+def shade(light: Lighting, colour: wp.vec3, normal_W: wp.vec3) -> wp.vec3:
+    """Lit colour of a surface with camera-facing unit normal ``normal_W``."""
+    if light.shading == SHADING_UNLIT:
+        return colour
+    lambert = wp.max(wp.dot(normal_W, light.sun_W), 0.0)
+    return colour * (light.ambient + (1.0 - light.ambient) * lambert)

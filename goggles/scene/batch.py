@@ -1,0 +1,126 @@
+"""Static batching: every static mesh of a scene merged into one triangle soup with a texture table.
+
+The renderer traces one BVH over all static triangles (as FlightGoggles batches its static meshes);
+per-face material and segmentation ids and per-corner UVs and colours keep each asset's appearance.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from goggles.scene.assets import MeshPart, load_asset
+from goggles.scene.scene_file import SceneSpec, load_scene_spec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StaticScene:
+    """All static geometry of a scene in world coordinates, ready to upload to a device.
+
+    Every array is host memory; ``goggles.render`` uploads them once.
+    """
+
+    name: str
+    vertices: np.ndarray
+    """(V, 3) float32 world positions, metres, ENU."""
+    faces: np.ndarray
+    """(F, 3) int32 vertex indices."""
+    corner_uv: np.ndarray
+    """(F, 3, 2) float32 texture coordinates per corner (zeros for untextured faces)."""
+    corner_rgb: np.ndarray
+    """(F, 3, 3) float32 vertex colour per corner in [0, 1] (ones where the asset has none)."""
+    face_material: np.ndarray
+    """(F,) int32 index into the material arrays."""
+    face_segment: np.ndarray
+    """(F,) int32 segmentation class id (>= 1)."""
+    material_rgb: np.ndarray
+    """(M, 3) float32 base colour per material in [0, 1]."""
+    material_texture: np.ndarray
+    """(M,) int32 index into ``textures``, or -1 for none."""
+    textures: list[np.ndarray]
+    """Texture table: (h, w, 3) uint8 RGB images, row 0 at the top."""
+
+    @property
+    def num_faces(self) -> int:
+        return len(self.faces)
+
+    def bounds(self) -> np.ndarray:
+        """(2, 3) float64 axis-aligned bounds of all vertices, metres."""
+        return np.stack([self.vertices.min(axis=0), self.vertices.max(axis=0)]).astype(np.float64)
+
+
+def load_static_scene(path: str | Path) -> StaticScene:
+    """Read a scene file (or a single mesh path), import its assets and batch them.
+
+    Raises:
+        SceneError: naming the file and the problem.
+    """
+    return batch_scene(load_scene_spec(path))
+
+
+def batch_scene(spec: SceneSpec) -> StaticScene:
+    """Import every asset of ``spec`` (logging progress) and merge them into one StaticScene."""
+    placed: list[tuple[MeshPart, np.ndarray, int]] = []
+    for i, asset in enumerate(spec.assets):
+        start = time.perf_counter()
+        parts = load_asset(asset.path, units=asset.units, up=asset.up)
+        T = asset.T_WA.copy()
+        T[:3, :3] *= asset.scale
+        placed.extend((part, T, asset.segmentation) for part in parts)
+        faces = sum(len(p.faces) for p in parts)
+        log.info(
+            "imported asset %d/%d %s: %d parts, %d triangles (%.2f s)",
+            i + 1, len(spec.assets), asset.name, len(parts), faces, time.perf_counter() - start,
+        )
+    return merge_parts(spec.name, placed)
+
+
+def merge_parts(name: str, placed: list[tuple[MeshPart, np.ndarray, int]]) -> StaticScene:
+    """Merge mesh parts, each with a (4, 4) world transform and a segmentation id, into one scene.
+
+    Identical texture images (the same array object) are stored once in the texture table.
+    """
+    vertices, faces, corner_uv, corner_rgb, face_material, face_segment = [], [], [], [], [], []
+    material_rgb, material_texture, textures = [], [], []
+    texture_index: dict[int, int] = {}
+    offset = 0
+    for material_id, (part, T, segment) in enumerate(placed):
+        n_faces = len(part.faces)
+        vertices.append(part.vertices @ T[:3, :3].T + T[:3, 3])
+        part_faces = part.faces if np.linalg.det(T[:3, :3]) > 0 else part.faces[:, ::-1]
+        faces.append(part_faces + offset)
+        offset += len(part.vertices)
+        uv = part.corner_uv if part.corner_uv is not None else np.zeros((n_faces, 3, 2), np.float32)
+        rgb = part.corner_rgb if part.corner_rgb is not None else np.ones((n_faces, 3, 3), np.float32)
+        corner_uv.append(uv)
+        corner_rgb.append(rgb)
+        face_material.append(np.full(n_faces, material_id, np.int32))
+        face_segment.append(np.full(n_faces, segment, np.int32))
+        material_rgb.append(part.material.base_rgb)
+        texture = part.material.texture
+        if texture is None:
+            material_texture.append(-1)
+        else:
+            key = id(texture)
+            if key not in texture_index:
+                texture_index[key] = len(textures)
+                textures.append(texture)
+            material_texture.append(texture_index[key])
+    return StaticScene(
+        name=name,
+        vertices=np.concatenate(vertices).astype(np.float32),
+        faces=np.concatenate(faces).astype(np.int32),
+        corner_uv=np.concatenate(corner_uv).astype(np.float32),
+        corner_rgb=np.concatenate(corner_rgb).astype(np.float32),
+        face_material=np.concatenate(face_material),
+        face_segment=np.concatenate(face_segment),
+        material_rgb=np.asarray(material_rgb, np.float32).reshape(-1, 3),
+        material_texture=np.asarray(material_texture, np.int32),
+        textures=textures,
+    )

@@ -1,0 +1,151 @@
+"""Scene files: a TOML list of mesh assets with poses, scale, units, up axis and segmentation class.
+
+Example::
+
+    [scene]
+    name = "arena"
+
+    [[asset]]
+    name = "terrain"
+    file = "mars/dingo_gap_leaves.glb"   # relative to this file
+    units = "m"                          # length unit of the file (m, cm, mm, dm, km, in, ft)
+    up = "+y"                            # the file's up axis (+z, -z, +y, -y, +x, -x)
+    position = [-200.0, 90.0, -12.0]     # metres, world ENU, applied after units and up
+    rpy_deg = [0.0, 0.0, 0.0]            # roll, pitch, yaw (z-y'-x''), degrees; or
+    # orientation = [1.0, 0.0, 0.0, 0.0] # quaternion (w, x, y, z)
+    scale = 1.0                          # extra uniform scale
+    segmentation = 1                     # class id in the segmentation image, >= 1
+
+A path to a single mesh file is also a scene: one asset at the origin with the format's own units.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from goggles.errors import SceneError
+from goggles.frames import quat_from_euler, transform
+from goggles.scene.assets import MESH_SUFFIXES, UNITS_M, UP_AXES, default_frame
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+_ASSET_KEYS = {"name", "file", "units", "up", "position", "orientation", "rpy_deg", "scale", "segmentation"}
+_SCENE_KEYS = {"name", "description"}
+_TOP_KEYS = {"scene", "asset"}
+
+
+@dataclass(frozen=True)
+class AssetSpec:
+    """One mesh file placed in the world."""
+
+    name: str
+    path: Path
+    """Absolute path of the mesh file."""
+    units: str
+    """Length unit of the file's coordinates (a key of ``UNITS_M``)."""
+    up: str
+    """Up axis of the file (a key of ``UP_AXES``)."""
+    T_WA: np.ndarray
+    """(4, 4) pose of the asset frame in the world (metres), applied after units, up axis and scale."""
+    scale: float
+    """Extra uniform scale (dimensionless)."""
+    segmentation: int
+    """Class id written to the segmentation image (>= 1; 0 means nothing was hit)."""
+
+
+@dataclass(frozen=True)
+class SceneSpec:
+    """What a scene file says: a name and its assets."""
+
+    name: str
+    source: Path
+    assets: tuple[AssetSpec, ...]
+
+
+def load_scene_spec(path: str | Path) -> SceneSpec:
+    """Read a scene TOML file, or wrap a single mesh path as a one-asset scene.
+
+    Raises:
+        SceneError: naming the file and the bad key or value.
+    """
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise SceneError(f"{path}: scene file not found")
+    if path.suffix.lower() in MESH_SUFFIXES:
+        units, up = default_frame(path)
+        asset = AssetSpec(path.stem, path, units, up, np.eye(4), 1.0, 1)
+        return SceneSpec(path.stem, path, (asset,))
+    if path.suffix.lower() != ".toml":
+        raise SceneError(f"{path}: a scene is a .toml file or a mesh file ({', '.join(MESH_SUFFIXES)})")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SceneError(f"{path}: not valid TOML: {exc}") from exc
+
+    _check_keys(path, "top level", data, _TOP_KEYS)
+    scene = data.get("scene", {})
+    _check_keys(path, "[scene]", scene, _SCENE_KEYS)
+    entries = data.get("asset", [])
+    if not isinstance(entries, list) or not entries:
+        raise SceneError(f"{path}: needs at least one [[asset]] table with a 'file' key")
+    assets = tuple(_asset(path, i, entry) for i, entry in enumerate(entries))
+    return SceneSpec(str(scene.get("name", path.stem)), path, assets)
+
+
+def _check_keys(path: Path, where: str, table: dict, allowed: set[str]) -> None:
+    if not isinstance(table, dict):
+        raise SceneError(f"{path}: {where} must be a table")
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise SceneError(f"{path}: {where}: unknown key {unknown[0]!r}; allowed keys are {sorted(allowed)}")
+
+
+def _asset(path: Path, index: int, entry: dict) -> AssetSpec:
+    where = f"[[asset]] #{index + 1}"
+    _check_keys(path, where, entry, _ASSET_KEYS)
+    for key in ("file", "units", "up"):
+        if key not in entry:
+            raise SceneError(f"{path}: {where}: missing key {key!r} (units and up axis are never guessed)")
+    file = path.parent / str(entry["file"])
+    where = f"{where} ({entry['file']})"
+    if entry["units"] not in UNITS_M:
+        raise SceneError(f"{path}: {where}: units {entry['units']!r} unknown; use one of {sorted(UNITS_M)}")
+    if entry["up"] not in UP_AXES:
+        raise SceneError(f"{path}: {where}: up {entry['up']!r} unknown; use one of {sorted(UP_AXES)}")
+    position = _vector(path, where, entry, "position", 3, default=[0.0, 0.0, 0.0])
+    if "orientation" in entry and "rpy_deg" in entry:
+        raise SceneError(f"{path}: {where}: give 'orientation' or 'rpy_deg', not both")
+    if "rpy_deg" in entry:
+        roll, pitch, yaw = np.radians(_vector(path, where, entry, "rpy_deg", 3, default=None))
+        orientation = quat_from_euler(roll, pitch, yaw)
+    else:
+        orientation = _vector(path, where, entry, "orientation", 4, default=[1.0, 0.0, 0.0, 0.0])
+        if np.linalg.norm(orientation) < 1e-9:
+            raise SceneError(f"{path}: {where}: 'orientation' must be a non-zero quaternion [w, x, y, z]")
+    scale = entry.get("scale", 1.0)
+    if not isinstance(scale, (int, float)) or not np.isfinite(scale) or scale <= 0:
+        raise SceneError(f"{path}: {where}: 'scale' must be a positive number, got {scale!r}")
+    segmentation = entry.get("segmentation", 1)
+    if not isinstance(segmentation, int) or isinstance(segmentation, bool) or not 1 <= segmentation < 2**31:
+        raise SceneError(f"{path}: {where}: 'segmentation' must be an integer class id >= 1, got {segmentation!r}")
+    name = str(entry.get("name", Path(str(entry["file"])).stem))
+    T_WA = transform(position, orientation)
+    return AssetSpec(name, file, entry["units"], entry["up"], T_WA, float(scale), segmentation)
+
+
+def _vector(path: Path, where: str, entry: dict, key: str, n: int, default) -> np.ndarray:
+    value = entry.get(key, default)
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        array = np.zeros(0)
+    if array.shape != (n,) or not np.all(np.isfinite(array)):
+        raise SceneError(f"{path}: {where}: {key!r} must be a list of {n} finite numbers, got {value!r}")
+    return array
