@@ -116,7 +116,7 @@ class Renderer:
         threads: int | None = None,
         shading: Shading = Shading.SUN,
         sun_W: Sequence[float] = (0.35, 0.25, 0.9),
-        ambient: float = 0.35,
+        ambient: float = 0.5,
         background_rgb: Sequence[float] = (0.62, 0.75, 0.90),
     ):
         if not cameras:

@@ -45,6 +45,8 @@ class StaticScene:
     """(M,) int32 index into ``textures``, or -1 for none."""
     textures: list[np.ndarray]
     """Texture table: (h, w, 3) uint8 RGB images, row 0 at the top."""
+    view: np.ndarray | None = None
+    """(4, 4) default body pose T_WB for a first look, from the scene file, or None."""
 
     @property
     def num_faces(self) -> int:
@@ -78,7 +80,9 @@ def batch_scene(spec: SceneSpec) -> StaticScene:
             "imported asset %d/%d %s: %d parts, %d triangles (%.2f s)",
             i + 1, len(spec.assets), asset.name, len(parts), faces, time.perf_counter() - start,
         )
-    return merge_parts(spec.name, placed)
+    scene = merge_parts(spec.name, placed)
+    scene.view = spec.view
+    return scene
 
 
 def merge_parts(name: str, placed: list[tuple[MeshPart, np.ndarray, int]]) -> StaticScene:

@@ -4,6 +4,7 @@ Example::
 
     [scene]
     name = "arena"
+    view = [-4.0, 0.0, 1.5, 1.0, 0.0, 0.0, 0.0]  # default body pose x, y, z, qw, qx, qy, qz (optional)
 
     [[asset]]
     name = "terrain"
@@ -37,7 +38,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 _ASSET_KEYS = {"name", "file", "units", "up", "position", "orientation", "rpy_deg", "scale", "segmentation"}
-_SCENE_KEYS = {"name", "description"}
+_SCENE_KEYS = {"name", "description", "view"}
 _TOP_KEYS = {"scene", "asset"}
 
 
@@ -67,6 +68,8 @@ class SceneSpec:
     name: str
     source: Path
     assets: tuple[AssetSpec, ...]
+    view: np.ndarray | None = None
+    """(4, 4) default body pose T_WB for a first look at the scene (FLU body, camera along +x), or None."""
 
 
 def load_scene_spec(path: str | Path) -> SceneSpec:
@@ -96,7 +99,13 @@ def load_scene_spec(path: str | Path) -> SceneSpec:
     if not isinstance(entries, list) or not entries:
         raise SceneError(f"{path}: needs at least one [[asset]] table with a 'file' key")
     assets = tuple(_asset(path, i, entry) for i, entry in enumerate(entries))
-    return SceneSpec(str(scene.get("name", path.stem)), path, assets)
+    view = None
+    if "view" in scene:
+        pose = _vector(path, "[scene]", scene, "view", 7, default=None)
+        if np.linalg.norm(pose[3:]) < 1e-9:
+            raise SceneError(f"{path}: [scene]: 'view' quaternion (last four numbers) must be non-zero")
+        view = transform(pose[:3], pose[3:])
+    return SceneSpec(str(scene.get("name", path.stem)), path, assets, view)
 
 
 def _check_keys(path: Path, where: str, table: dict, allowed: set[str]) -> None:

@@ -1,0 +1,114 @@
+"""Benchmarks: goggles against a peer measured in the same run, on the same work.
+
+Each benchmark warms up, synchronizes the device, then times repeated work for at least
+``seconds`` of wall time, and reports rates with the peer's rate and the ratio.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RenderBench:
+    """Result of ``bench_render``: primary rays per second of goggles and of Embree."""
+
+    rays_per_s: float
+    embree_rays_per_s: float
+    width: int
+    height: int
+    views: int
+    triangles: int
+    threads: int
+    device: str
+
+    @property
+    def ratio(self) -> float:
+        return self.rays_per_s / self.embree_rays_per_s
+
+
+def bench_views(T_WB: np.ndarray, count: int) -> np.ndarray:
+    """(count, 4, 4) body poses: ``T_WB`` turned about world z in equal steps (a look all around)."""
+    from goggles.frames import quat_from_axis_angle, quat_to_matrix
+
+    poses = np.repeat(T_WB[None], count, axis=0)
+    for i in range(count):
+        R = quat_to_matrix(quat_from_axis_angle([0.0, 0.0, 1.0], 2.0 * np.pi * i / count))
+        poses[i, :3, :3] = R @ T_WB[:3, :3]
+    return poses
+
+
+def _time(work, seconds: float) -> float:
+    """Seconds per call of ``work``, after one warm-up call, over at least ``seconds`` and 3 calls."""
+    work()
+    calls, start = 0, time.perf_counter()
+    while calls < 3 or time.perf_counter() - start < seconds:
+        work()
+        calls += 1
+    return (time.perf_counter() - start) / calls
+
+
+def bench_render(
+    scene_path: Path,
+    *,
+    width: int,
+    height: int,
+    vfov_deg: float = 60.0,
+    views: int = 8,
+    threads: int | None = None,
+    device: str | None = None,
+    seconds: float = 2.0,
+) -> RenderBench:
+    """Render the same views of a scene with goggles and trace the same rays with Embree.
+
+    goggles does the full render (closest hit, depth, range, normal, segmentation, shaded texture);
+    Embree only finds the closest hit, on the same number of threads.
+    """
+    import warp as wp
+
+    from goggles.frames import camera_pose_from_body
+    from goggles.render import CameraModel, DeviceScene, Renderer
+    from goggles.render.embree import EmbreeTracer
+    from goggles.scene import load_static_scene
+
+    scene = load_static_scene(scene_path)
+    T_WB = scene.view if scene.view is not None else np.eye(4)
+    T_WC = np.stack([camera_pose_from_body(T) for T in bench_views(T_WB, views)])
+    camera = CameraModel.from_fov(width, height, vfov_deg)
+
+    renderer = Renderer(DeviceScene(scene, device), [camera], threads=threads)
+
+    def render_views() -> None:
+        for T in T_WC:
+            renderer.render(T[None])
+        wp.synchronize_device(renderer.device)
+
+    goggles_s = _time(render_views, seconds)
+    renderer.close()
+
+    embree = EmbreeTracer(scene, threads=renderer.threads)
+    rays_C = camera.ray_directions().reshape(-1, 3)
+    origins = [np.broadcast_to(T[:3, 3], rays_C.shape).astype(np.float32) for T in T_WC]
+    directions = [(rays_C @ T[:3, :3].T).astype(np.float32) for T in T_WC]
+
+    def trace_views() -> None:
+        for o, d in zip(origins, directions):
+            embree.trace(o, d)
+
+    embree_s = _time(trace_views, seconds)
+    embree.close()
+    rays = views * width * height
+    return RenderBench(
+        rays_per_s=rays / goggles_s,
+        embree_rays_per_s=rays / embree_s,
+        width=width,
+        height=height,
+        views=views,
+        triangles=scene.num_faces,
+        threads=renderer.threads,
+        device=str(renderer.device),
+    )

@@ -1,0 +1,27 @@
+"""Where goggles finds its own data: the default scene and calibration files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from goggles.errors import ConfigError
+
+#: The repository root when goggles runs from a checkout (editable install).
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def assets_dir() -> Path:
+    """The assets folder: $GOGGLES_ASSETS, else ``assets/`` of the checkout goggles runs from."""
+    folder = Path(os.environ.get("GOGGLES_ASSETS", REPO_ROOT / "assets"))
+    if not folder.is_dir():
+        raise ConfigError(
+            f"assets folder {folder} not found; install goggles from its checkout (pip install -e .) "
+            "or set GOGGLES_ASSETS to the folder holding arena.toml"
+        )
+    return folder
+
+
+def default_scene() -> Path:
+    """The built-in default scene file (assets/arena.toml)."""
+    return assets_dir() / "arena.toml"
