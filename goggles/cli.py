@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--pose", default=None,
         help="body pose x,y,z,qw,qx,qy,qz in the world (FLU: identity looks along +x, z up); "
-        "default: the scene's view, else identity",
+        "default: the scene's view, else identity; write --pose=-1,... when x is negative",
     )
     render.add_argument("--intrinsics", type=_floats(4, "--intrinsics"), default=None,
                         help="fx,fy,cx,cy in pixels (overrides --vfov)")

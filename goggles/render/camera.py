@@ -91,9 +91,11 @@ class CameraModel:
 
             pixels = np.stack([u.ravel(), v.ravel()], axis=-1).reshape(-1, 1, 2)
             criteria = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 200, 1e-14)
-            undistorted = cv2.undistortPointsIter(
-                pixels, self.K, np.asarray(self.distortion), None, None, criteria
-            ).reshape(self.height, self.width, 2)
+            if hasattr(cv2, "undistortPointsIter"):  # OpenCV 4
+                undistorted = cv2.undistortPointsIter(pixels, self.K, np.asarray(self.distortion), None, None, criteria)
+            else:  # OpenCV 5 folded the iteration criteria into undistortPoints
+                undistorted = cv2.undistortPoints(pixels, self.K, np.asarray(self.distortion), criteria=criteria)
+            undistorted = undistorted.reshape(self.height, self.width, 2)
             x, y = undistorted[..., 0], undistorted[..., 1]
             reprojected, _ = cv2.projectPoints(
                 np.stack([x.ravel(), y.ravel(), np.ones(x.size)], axis=-1),

@@ -9,7 +9,7 @@ Contract:
       and a texture table. It never touches a device; ``goggles.render`` uploads it.
 """
 
-from goggles.scene.assets import Material, MeshPart, load_asset
+from goggles.scene.assets import Material, MeshPart, load_asset, part_from_trimesh
 from goggles.scene.batch import StaticScene, batch_scene, load_static_scene, merge_parts
 from goggles.scene.scene_file import AssetSpec, SceneSpec, load_scene_spec
 
@@ -24,4 +24,5 @@ __all__ = [
     "load_scene_spec",
     "load_static_scene",
     "merge_parts",
+    "part_from_trimesh",
 ]

@@ -116,6 +116,17 @@ def load_asset(path: str | Path, *, units: str, up: str) -> list[MeshPart]:
     return parts
 
 
+def part_from_trimesh(mesh, name: str = "mesh", T: np.ndarray | None = None) -> MeshPart:
+    """A MeshPart from an in-memory ``trimesh.Trimesh`` already in metres and +Z up.
+
+    Args:
+        mesh: the mesh, with texture, vertex-colour or no visuals.
+        name: names the part in error messages.
+        T: optional (4, 4) transform applied to the vertices.
+    """
+    return _mesh_part(Path(f"<{name}>"), name, mesh, np.eye(4) if T is None else T, {})
+
+
 def _check_obj_textures(path: Path) -> None:
     """Raise if an OBJ's material library or a texture it names is missing (trimesh only warns)."""
     text = path.read_text(errors="replace")
@@ -154,7 +165,9 @@ def _mesh_part(path: Path, name: str, mesh, T: np.ndarray, decoded: dict[int, np
         elif material.texture is not None:
             log.warning("%s: geometry %r has a texture but no UVs; rendering its base colour", path, name)
             material = Material(name=material.name, base_rgb=material.base_rgb, texture=None)
-    elif visual.kind == "vertex":
+    elif visual.kind in ("vertex", "face"):
+        material = Material(name=name, base_rgb=(1.0, 1.0, 1.0), texture=None)  # the colours are the albedo
+    if visual.kind == "vertex":
         corner_rgb = (np.asarray(visual.vertex_colors, dtype=np.float32)[:, :3] / 255.0)[faces]
     elif visual.kind == "face":
         rgb = np.asarray(visual.face_colors, dtype=np.float32)[:, :3] / 255.0

@@ -1,0 +1,56 @@
+"""Shared fixtures: Warp devices to run on, the shared real data, and tiny closed-form scenes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import warp as wp
+
+from goggles.scene import StaticScene, merge_parts, part_from_trimesh
+
+wp.config.log_level = wp.LOG_ERROR
+wp.init()
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _devices():
+    devices = [pytest.param("cpu", id="cpu")]
+    cuda = pytest.mark.skipif(not wp.is_cuda_available(), reason="no CUDA device on this machine")
+    devices.append(pytest.param("cuda:0", id="cuda", marks=cuda))
+    return devices
+
+
+@pytest.fixture(params=_devices())
+def device(request) -> str:
+    """Every Warp device test runs on: the CPU always, CUDA where there is a GPU (skipped otherwise)."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    """The ../shared folder of real scans and mocap packets; tests that need it skip without it."""
+    if not (SHARED / "assets-real").is_dir():
+        pytest.skip(f"shared data not found at {SHARED} (real scans and mocap vectors live there)")
+    return SHARED
+
+
+def scene_of(*meshes, name: str = "test") -> StaticScene:
+    """A StaticScene from (trimesh.Trimesh, segmentation id) pairs placed as they are."""
+    return merge_parts(name, [(part_from_trimesh(m, f"part{i}"), np.eye(4), seg) for i, (m, seg) in enumerate(meshes)])
+
+
+def quad(corners: np.ndarray, uv: np.ndarray | None = None, texture: np.ndarray | None = None):
+    """A two-triangle trimesh over four corners (counter-clockwise seen from the front)."""
+    import trimesh
+    from PIL import Image
+
+    faces = np.array([[0, 1, 2], [0, 2, 3]])
+    mesh = trimesh.Trimesh(np.asarray(corners, float), faces, process=False)
+    if texture is not None:
+        material = trimesh.visual.material.SimpleMaterial(image=Image.fromarray(texture))
+        mesh.visual = trimesh.visual.TextureVisuals(uv=uv, material=material)
+    return mesh

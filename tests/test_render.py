@@ -1,0 +1,223 @@
+"""Renders checked against closed forms: plane depth and range, sphere silhouette, stereo disparity,
+stereo occlusion shadow, distortion against cv2.projectPoints, texture lookup, REP 118 values."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+import trimesh
+
+from goggles.errors import ConfigError
+from goggles.frames import R_BODY_OPTICAL, camera_pose_from_body, quat_from_euler, transform
+from goggles.render import CameraModel, DeviceScene, Renderer, Shading, stereo_right_offset
+from tests.conftest import quad, scene_of
+
+
+def render(scene, cameras, T_WC, device, **kwargs):
+    renderer = Renderer(DeviceScene(scene, device), cameras, **kwargs)
+    renderer.render(np.asarray(T_WC))
+    images = renderer.images()
+    renderer.close()
+    return images
+
+
+def ground_plane(half: float = 500.0, z: float = 0.0):
+    return quad([[-half, -half, z], [half, -half, z], [half, half, z], [-half, half, z]])
+
+
+def test_plane_depth_and_range_at_many_poses(device):
+    """A camera above the plane z = 0: range = -h / d_z along each ray, depth = range * ray_z."""
+    scene = scene_of((ground_plane(), 7))
+    camera = CameraModel.from_fov(64, 48, 70.0)
+    rng = np.random.default_rng(1)
+    poses = []
+    for _ in range(12):
+        q = quat_from_euler(rng.uniform(-0.4, 0.4), rng.uniform(0.3, 1.2), rng.uniform(-np.pi, np.pi))
+        poses.append(camera_pose_from_body(transform([*rng.uniform(-20, 20, 2), rng.uniform(0.5, 30)], q)))
+    images = render(scene, [camera] * len(poses), poses, device)
+    rays_C = camera.ray_directions().astype(np.float64)
+    for i, T in enumerate(poses):
+        d_W = rays_C @ T[:3, :3].T
+        with np.errstate(divide="ignore"):
+            expected_range = np.where(d_W[..., 2] < 0, -T[2, 3] / d_W[..., 2], np.inf)
+        expected_range[expected_range > 1000.0 / rays_C[..., 2]] = np.inf  # beyond max_depth
+        hit = np.isfinite(expected_range)
+        assert hit.any()
+        # Rays that graze the plane's far edge (500 m) are excluded: the finite quad ends there.
+        inside = hit & (np.abs(T[:2, 3] + expected_range[..., None] * d_W[..., :2]) < 499).all(axis=-1)
+        np.testing.assert_allclose(images.range[i][inside], expected_range[inside], rtol=2e-5, atol=1e-4)
+        np.testing.assert_allclose(images.depth[i][inside], (expected_range * rays_C[..., 2])[inside], rtol=2e-5, atol=1e-4)
+        assert np.all(images.segmentation[i][inside] == 7)
+        np.testing.assert_allclose(images.normal_W[i][inside], np.broadcast_to([0, 0, 1], (inside.sum(), 3)), atol=1e-6)
+        assert np.all(np.isposinf(images.depth[i][~hit])) and np.all(images.segmentation[i][~hit] == 0)
+        assert np.all(images.face[i][~hit] == -1)
+
+
+def test_sphere_silhouette_and_nearest_depth(device):
+    radius, distance = 1.0, 5.0
+    sphere = trimesh.creation.icosphere(subdivisions=6, radius=radius)
+    sphere.apply_translation([distance, 0.0, 0.0])
+    scene = scene_of((sphere, 3))
+    camera = CameraModel.from_fov(121, 121, 40.0)
+    images = render(scene, [camera], [camera_pose_from_body(np.eye(4))], device)
+    rays_B = camera.ray_directions().astype(np.float64) @ R_BODY_OPTICAL.T
+    angle = np.arccos(np.clip(rays_B[..., 0], -1, 1))  # angle to the sphere centre direction (+x)
+    half_angle = np.arcsin(radius / distance)
+    hit = images.segmentation[0] == 3
+    pixel_angle = 1.0 / camera.fy  # one pixel, radians, near the centre
+    assert np.all(hit[angle < half_angle - 1.5 * pixel_angle])
+    assert not np.any(hit[angle > half_angle + 1.5 * pixel_angle])
+    # Nearest depth: the centre pixel ray hits the sphere's front at distance - radius.
+    centre = images.depth[0][60, 60]
+    assert centre == pytest.approx(distance - radius, abs=2e-3)  # icosphere faces sit inside the sphere
+    assert np.nanmin(images.depth[0]) == pytest.approx(distance - radius, abs=2e-3)
+
+
+def _textured_wall(distance: float, camera: CameraModel, texture: np.ndarray):
+    """A wall at x = distance whose texels land exactly on the pixel centres of a camera at the origin."""
+    x0 = (-0.5 - camera.cx) / camera.fx * distance
+    x1 = (camera.width - 0.5 - camera.cx) / camera.fx * distance
+    y0 = (-0.5 - camera.cy) / camera.fy * distance
+    y1 = (camera.height - 0.5 - camera.cy) / camera.fy * distance
+    # Optical (x right, y down) at depth `distance` to body/world: X = d, Y = -x, Z = -y.
+    corners = [[distance, -x0, -y1], [distance, -x1, -y1], [distance, -x1, -y0], [distance, -x0, -y0]]
+    uv = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])  # uv (0, 0) = bottom-left of image
+    return quad(corners, uv, texture)
+
+
+def test_textured_intensity_equals_texels(device):
+    camera = CameraModel.from_fov(48, 36, 50.0)
+    texture = np.random.default_rng(2).integers(0, 256, (36, 48, 3), dtype=np.uint8)
+    scene = scene_of((_textured_wall(3.0, camera, texture), 1))
+    images = render(scene, [camera], [camera_pose_from_body(np.eye(4))], device, shading=Shading.UNLIT)
+    np.testing.assert_allclose(images.rgb[0].astype(int), texture.astype(int), atol=1)
+
+
+def test_bilinear_texture_between_texels(device):
+    """A wall twice the texture's resolution samples halfway between texels: their mean."""
+    camera = CameraModel.from_fov(40, 30, 50.0)
+    texture = np.random.default_rng(3).integers(0, 256, (15, 20, 3), dtype=np.uint8)
+    scene = scene_of((_textured_wall(3.0, camera, texture), 1))
+    images = render(scene, [camera], [camera_pose_from_body(np.eye(4))], device, shading=Shading.UNLIT)
+    # Pixel column 2j+1 sits a quarter texel right of texel j's centre... use the OpenCV sampler as truth:
+    ys, xs = np.meshgrid(np.arange(30), np.arange(40), indexing="ij")
+    map_x = ((xs + 0.5) / 2.0 - 0.5).astype(np.float32)
+    map_y = ((ys + 0.5) / 2.0 - 0.5).astype(np.float32)
+    expected = cv2.remap(texture.astype(np.float32), map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_WRAP)
+    interior = (slice(1, -1), slice(1, -1))
+    np.testing.assert_allclose(images.rgb[0][interior].astype(float), expected[interior], atol=1.01)
+
+
+def test_stereo_disparity_is_f_b_over_z(device):
+    """Right image = left image shifted by f*B/Z pixels for a fronto-parallel textured wall."""
+    f, baseline, distance = 64.0, 0.25, 2.0  # disparity 8 px
+    camera = CameraModel(96, 32, f, f, 47.5, 15.5)
+    wide = CameraModel(160, 32, f, f, 79.5, 15.5)
+    texture = np.random.default_rng(4).integers(0, 256, (32, 160, 3), dtype=np.uint8)
+    scene = scene_of((_textured_wall(distance, wide, texture), 1))
+    T_left = camera_pose_from_body(np.eye(4))
+    images = render(
+        scene, [camera, camera], [T_left, T_left @ stereo_right_offset(baseline)], device,
+        shading=Shading.UNLIT, shadow_partner=[1, -1],
+    )
+    disparity = f * baseline / distance
+    assert disparity == 8.0
+    left, right = images.rgb[0].astype(int), images.rgb[1].astype(int)
+    np.testing.assert_allclose(right[:, : 96 - 8], left[:, 8:], atol=1)
+    assert not np.isnan(images.depth[0]).any()  # nothing occludes a bare wall
+    np.testing.assert_allclose(images.depth[0], distance, rtol=1e-5)
+
+
+def test_stereo_occlusion_shadow(device):
+    """A post in front of a wall: left pixels on the wall hidden from the right camera are NaN."""
+    baseline = 0.3
+    wall = quad([[6, 10, -10], [6, -10, -10], [6, -10, 10], [6, 10, 10]])
+    post = trimesh.creation.box(extents=[0.2, 0.4, 4.0])
+    post.apply_translation([3.0, 0.0, 0.0])
+    scene = scene_of((wall, 1), (post, 2))
+    camera = CameraModel.from_fov(160, 40, 30.0)
+    T_left = camera_pose_from_body(np.eye(4))
+    T_right = T_left @ stereo_right_offset(baseline)
+    images = render(scene, [camera, camera], [T_left, T_right], device, shadow_partner=[1, -1])
+    depth = images.depth[0]
+    # Analytic shadow: wall point P (from the left ray) is hidden from the right camera at
+    # (0, -B, 0) if the segment crosses the post's front face x = 2.9 within |y| <= 0.2.
+    rays_W = camera.ray_directions().astype(np.float64) @ T_left[:3, :3].T
+    P = rays_W * (6.0 / rays_W[..., :1])
+    s = (2.9 - 0.0) / (P[..., 0] - 0.0)
+    y_cross = -baseline + s * (P[..., 1] + baseline)
+    on_wall = images.segmentation[0] == 1
+    expected_shadow = on_wall & (np.abs(y_cross) < 0.2)
+    assert expected_shadow.sum() > 20
+    shadow = np.isnan(depth)
+    mismatch = shadow != expected_shadow
+    # Only pixels whose crossing lies within a pixel's footprint of the post's edge may differ.
+    edge = np.abs(np.abs(y_cross) - 0.2) < 0.02
+    assert not np.any(mismatch & ~edge), np.argwhere(mismatch & ~edge)[:5]
+    assert not np.isnan(images.depth[1]).any()  # the right camera has no partner
+    assert np.all(np.isfinite(images.rgb[0]))  # intensity is still rendered in the shadow
+
+
+def test_distortion_matches_cv2_project_points(device):
+    camera = CameraModel.from_fov(80, 60, 75.0, distortion=(-0.28, 0.07, 0.001, -0.0015, 0.0))
+    scene = scene_of((quad([[4, 20, -20], [4, -20, -20], [4, -20, 20], [4, 20, 20]]), 1))
+    T_WC = camera_pose_from_body(transform([0.0, 0.0, 0.0], quat_from_euler(0.1, -0.05, 0.08)))
+    images = render(scene, [camera], [T_WC], device)
+    rays_W = camera.ray_directions().astype(np.float64) @ T_WC[:3, :3].T
+    P_W = T_WC[:3, 3] + rays_W * images.range[0][..., None].astype(np.float64)
+    P_C = (P_W - T_WC[:3, 3]) @ T_WC[:3, :3]
+    projected, _ = cv2.projectPoints(P_C.reshape(-1, 3), np.zeros(3), np.zeros(3), camera.K, np.array(camera.distortion))
+    u, v = np.meshgrid(np.arange(80), np.arange(60))
+    error = np.abs(projected.reshape(60, 80, 2) - np.stack([u, v], axis=-1))
+    assert error.max() < 0.01
+    # and the image is really distorted: corner rays differ from the pinhole ones
+    pinhole = CameraModel.from_fov(80, 60, 75.0).ray_directions()
+    assert np.abs(camera.ray_directions()[0, 0] - pinhole[0, 0]).max() > 0.01
+
+
+def test_rep118_min_and_max_depth(device):
+    wall = quad([[2, 5, -5], [2, -5, -5], [2, -5, 5], [2, 5, 5]])
+    scene = scene_of((wall, 1), (ground_plane(z=-3.0), 2))  # the ground is met beyond the wall
+    camera = CameraModel.from_fov(16, 12, 60.0, min_depth=2.5, max_depth=50.0)
+    far = CameraModel.from_fov(16, 12, 60.0, min_depth=0.1, max_depth=1.5)
+    T = camera_pose_from_body(np.eye(4))
+    images = render(scene, [camera, far], [T, T], device)
+    assert np.all(np.isneginf(images.depth[0])) and np.all(np.isneginf(images.range[0]))  # wall at 2 m < 2.5
+    assert np.all(images.segmentation[0] == 1)  # too close is still seen
+    assert np.all(np.isposinf(images.depth[1])) and np.all(images.face[1] == -1)  # nothing within 1.5 m
+
+
+def test_bad_inputs_are_refused(device):
+    scene = DeviceScene(scene_of((ground_plane(), 1)), device)
+    camera = CameraModel.from_fov(8, 6, 60.0)
+    with pytest.raises(ConfigError, match="share width and height"):
+        Renderer(scene, [camera, CameraModel.from_fov(9, 6, 60.0)])
+    with pytest.raises(ConfigError, match="shadow_partner"):
+        Renderer(scene, [camera], shadow_partner=[0])
+    renderer = Renderer(scene, [camera])
+    with pytest.raises(ConfigError, match="finite"):
+        renderer.render(np.full((1, 4, 4), np.nan))
+    with pytest.raises(ConfigError, match="orthonormal"):
+        renderer.render(2.0 * np.eye(4)[None])
+    renderer.close()
+    with pytest.raises(ConfigError):
+        CameraModel.from_fov(8, 6, 200.0)
+    with pytest.raises(ConfigError):
+        CameraModel(8, 6, -1.0, 1.0, 3.0, 2.0)
+    with pytest.raises(ConfigError, match="cannot be inverted"):
+        CameraModel.from_fov(64, 48, 120.0, distortion=(-2.0, 0.0, 0.0, 0.0, 0.0)).ray_directions()
+
+
+def test_one_launch_renders_many_cameras_consistently(device):
+    """Rendering cameras together equals rendering each alone (batching changes nothing)."""
+    sphere = trimesh.creation.icosphere(subdivisions=3, radius=1.0)
+    sphere.apply_translation([4.0, 1.0, 0.5])
+    scene = scene_of((ground_plane(z=-1.0), 1), (sphere, 2))
+    camera = CameraModel.from_fov(32, 24, 60.0)
+    poses = [camera_pose_from_body(transform([0, y, 0], [1, 0, 0, 0])) for y in (0.0, 0.5, 1.0)]
+    together = render(scene, [camera] * 3, poses, device)
+    for i, T in enumerate(poses):
+        alone = render(scene, [camera], [T], device)
+        np.testing.assert_array_equal(together.depth[i], alone.depth[0])
+        np.testing.assert_array_equal(together.rgb[i], alone.rgb[0])
