@@ -64,30 +64,43 @@ def corner_mix_vec2(values: wp.array(dtype=wp.vec2), face: int, u: float, v: flo
 
 
 @wp.func
-def texel(scene: SceneData, texture: int, x: int, y: int) -> wp.vec3:
-    """RGB in [0, 1] of texel (x, y), wrapping (repeat addressing)."""
-    size = scene.texture_size[texture]
-    x = ((x % size[0]) + size[0]) % size[0]
-    y = ((y % size[1]) + size[1]) % size[1]
-    i = (scene.texture_offset[texture] + y * size[0] + x) * 3
+def texel(scene: SceneData, texture: int, width: int, x: int, y: int) -> wp.vec3:
+    """RGB in [0, 1] of texel (x, y), which must lie inside the texture."""
+    i = (scene.texture_offset[texture] + y * width + x) * 3
     return wp.vec3(float(scene.texels[i]), float(scene.texels[i + 1]), float(scene.texels[i + 2])) / 255.0
 
 
 @wp.func
+def wrap_pair(coordinate: float, size: int) -> wp.vec3:
+    """For a texel-space coordinate in [-0.5, size - 0.5): the two texel indices around it, wrapped
+    (repeat addressing), and the weight of the second."""
+    start = wp.floor(coordinate)
+    first = int(start)
+    second = first + 1
+    if first < 0:
+        first += size
+    if second >= size:
+        second -= size
+    return wp.vec3(float(first), float(second), coordinate - start)
+
+
+@wp.func
 def sample_texture(scene: SceneData, texture: int, uv: wp.vec2) -> wp.vec3:
-    """Bilinear lookup; uv (0, 0) is the bottom-left corner of the image, texel centres at half-steps."""
+    """Bilinear lookup with repeat addressing; uv (0, 0) is the image's bottom-left corner and texel
+    centres sit at half steps. The uv is wrapped once, so no texel index needs a division."""
     size = scene.texture_size[texture]
-    x = uv[0] * float(size[0]) - 0.5
-    y = (1.0 - uv[1]) * float(size[1]) - 0.5
-    x0 = wp.floor(x)
-    y0 = wp.floor(y)
-    fx = x - x0
-    fy = y - y0
-    ix = int(x0)
-    iy = int(y0)
-    top = texel(scene, texture, ix, iy) * (1.0 - fx) + texel(scene, texture, ix + 1, iy) * fx
-    bottom = texel(scene, texture, ix, iy + 1) * (1.0 - fx) + texel(scene, texture, ix + 1, iy + 1) * fx
-    return top * (1.0 - fy) + bottom * fy
+    u = uv[0] - wp.floor(uv[0])
+    v = uv[1] - wp.floor(uv[1])
+    xs = wrap_pair(u * float(size[0]) - 0.5, size[0])
+    ys = wrap_pair((1.0 - v) * float(size[1]) - 0.5, size[1])
+    x0 = int(xs[0])
+    x1 = int(xs[1])
+    y0 = int(ys[0])
+    y1 = int(ys[1])
+    w = size[0]
+    top = texel(scene, texture, w, x0, y0) * (1.0 - xs[2]) + texel(scene, texture, w, x1, y0) * xs[2]
+    bottom = texel(scene, texture, w, x0, y1) * (1.0 - xs[2]) + texel(scene, texture, w, x1, y1) * xs[2]
+    return top * (1.0 - ys[2]) + bottom * ys[2]
 
 
 @wp.func
