@@ -22,7 +22,8 @@ def test_render_writes_the_contract_files(tmp_path):
     for prefix in ("", "right_"):
         depth = np.load(tmp_path / f"{prefix}depth.npy")
         assert depth.shape == (48, 64) and depth.dtype == np.float32
-        assert Image.open(tmp_path / f"{prefix}intensity.png").size == (64, 48)
+        with Image.open(tmp_path / f"{prefix}intensity.png") as picture:
+            assert picture.size == (64, 48)
     for name in ("range", "segmentation", "normals"):
         assert np.load(tmp_path / f"{name}.npy").shape[:2] == (48, 64)
     assert np.load(tmp_path / "normals.npy").shape == (48, 64, 3)
