@@ -1,0 +1,28 @@
+"""The built-in multirotor simulator: rigid body, motors, aerodynamics, disturbances, IMU, controllers.
+
+Contract:
+    * ``load_airframe(name_or_path)`` reads a preset (``fg-quad``, ``hexa-550`` or a TOML path).
+    * ``MultirotorSim(airframe, n, device=..., dt=1/960, integrator=..., ...)`` owns a batch of
+      vehicles on one Warp device; ``set_command(mode, values)`` sets what each controller follows;
+      ``step(k)`` advances k physics steps in one launch (per CPU thread); ``states()`` copies out
+      positions, velocities, attitudes (w, x, y, z), rates, rotor speeds and the latest IMU sample.
+    * World ENU, body FLU, SI units throughout.
+"""
+
+from goggles.dynamics.airframe import Airframe, ImuNoise, load_airframe, load_imu_preset
+from goggles.dynamics.control import ControlMode
+from goggles.dynamics.model import GroundEffect, Integrator
+from goggles.dynamics.simulator import GRAVITY, MultirotorSim, VehicleStates
+
+__all__ = [
+    "GRAVITY",
+    "Airframe",
+    "ControlMode",
+    "GroundEffect",
+    "ImuNoise",
+    "Integrator",
+    "MultirotorSim",
+    "VehicleStates",
+    "load_airframe",
+    "load_imu_preset",
+]

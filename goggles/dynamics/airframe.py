@@ -1,0 +1,309 @@
+"""Airframes: rigid body, rotor layout, motors, aerodynamics, noise and controller gains, from presets.
+
+A preset is a small TOML file (``goggles/dynamics/presets/<name>.toml``, or any path) whose every
+number has a unit. Physical parameters have no silent defaults: a missing key is an error naming it.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from goggles.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+#: Most rotors an airframe may have (the kernels use fixed-size vectors).
+MAX_ROTORS = 8
+
+
+@dataclass(frozen=True)
+class ImuNoise:
+    """Continuous-time IMU noise densities per axis (discrete sigma = density / sqrt(dt))."""
+
+    accel_noise: tuple[float, float, float]
+    """m/s^2/sqrt(Hz)."""
+    gyro_noise: tuple[float, float, float]
+    """rad/s/sqrt(Hz)."""
+    accel_bias_walk: tuple[float, float, float]
+    """m/s^3/sqrt(Hz): the bias moves by N(0, (walk * sqrt(dt))^2) per sample."""
+    gyro_bias_walk: tuple[float, float, float]
+    """rad/s^2/sqrt(Hz)."""
+
+
+@dataclass(frozen=True)
+class Airframe:
+    """Everything the simulator needs about one vehicle type. Arrays are float64, SI units, body FLU."""
+
+    name: str
+    mass: float
+    """kg."""
+    inertia: np.ndarray
+    """(3, 3) kg m^2 about the centre of mass."""
+    rotor_positions: np.ndarray
+    """(N, 3) m, rotor hubs in the body frame."""
+    rotor_axes: np.ndarray
+    """(N, 3) unit thrust directions in the body frame."""
+    rotor_spins: np.ndarray
+    """(N,) +1 or -1: the direction (along the axis) of the rotor's drag torque on the body."""
+    thrust_coefficient: float
+    """N/(rad/s)^2: thrust = cf * w|w|."""
+    torque_coefficient: float
+    """N m/(rad/s)^2: drag torque = cm * w|w|."""
+    time_constant_up: float
+    """s, motor lag while speeding up."""
+    time_constant_down: float
+    """s, motor lag while slowing down."""
+    min_speed: float
+    """rad/s."""
+    max_speed: float
+    """rad/s."""
+    rotor_inertia: float
+    """kg m^2."""
+    rotor_radius: float
+    """m (ground effect)."""
+    drag_coefficient: float
+    """N/(m/s)^2, FlightGoggles world-frame quadratic drag."""
+    moment_coefficient: np.ndarray
+    """(3,) N m/(rad/s)^2, FlightGoggles aerodynamic moment."""
+    linear_drag_body: np.ndarray
+    quadratic_drag_body: np.ndarray
+    linear_moment_drag: np.ndarray
+    quadratic_moment_drag: np.ndarray
+    force_density: float
+    """N^2 s, stochastic force spectral density per axis."""
+    moment_density: float
+    """(N m)^2 s."""
+    imu: ImuNoise
+    rate_kp: np.ndarray
+    rate_ki: np.ndarray
+    rate_kd: np.ndarray
+    rate_integrator_limit: float
+    filter_p: float
+    filter_q: float
+    k_position: np.ndarray
+    k_velocity: np.ndarray
+    k_attitude: np.ndarray
+    k_rate: np.ndarray
+    max_horizontal_acceleration: float
+    max_vertical_acceleration: float
+    allocation: np.ndarray
+    """(6, N) rotor thrusts (N) -> body wrench [F; M] about the centre of mass."""
+
+    @property
+    def num_rotors(self) -> int:
+        return len(self.rotor_positions)
+
+    @property
+    def hover_speed(self) -> float:
+        """rad/s per rotor that holds the vehicle in level hover (planar, upward rotors)."""
+        lift = self.allocation[2].sum()
+        return float(np.sqrt(self.mass * 9.81 / (lift * self.thrust_coefficient)))
+
+    @property
+    def arm_length(self) -> float:
+        """m, mean distance of the rotor hubs from the centre (Conyers ground effect)."""
+        return float(np.linalg.norm(self.rotor_positions[:, :2], axis=1).mean())
+
+
+def allocation_matrix(positions: np.ndarray, axes: np.ndarray, spins: np.ndarray, cm_over_cf: float) -> np.ndarray:
+    """Wrench per unit rotor thrust: column i = [a_i; r_i x a_i + spin_i (cm/cf) a_i].
+
+    Args:
+        positions: (N, 3) rotor hubs, m, body frame.
+        axes: (N, 3) unit thrust directions.
+        spins: (N,) +1 or -1.
+        cm_over_cf: torque / thrust coefficient ratio, m.
+
+    Returns:
+        (6, N) float64.
+    """
+    moments = np.cross(positions, axes) + (spins * cm_over_cf)[:, None] * axes
+    return np.concatenate([axes.T, moments.T])
+
+
+def load_airframe(name_or_path: str | Path) -> Airframe:
+    """Load a preset by name (``fg-quad``, ``hexa-550``) or from a TOML path.
+
+    Raises:
+        ConfigError: naming the file and the missing or bad key.
+    """
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PRESETS_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in PRESETS_DIR.glob("*.toml") if p.stem != "imu")
+        raise ConfigError(f"airframe preset {name_or_path!r} not found; known presets: {known}, or give a .toml path")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return _airframe(path, data)
+
+
+def load_imu_preset(name: str) -> ImuNoise:
+    """IMU noise preset by name: ``flightgoggles``, ``vn-100``, ``bmi088``."""
+    data = tomllib.loads((PRESETS_DIR / "imu.toml").read_text())
+    if name not in data:
+        raise ConfigError(f"IMU preset {name!r} unknown; known: {sorted(data)}")
+    table = _Table(PRESETS_DIR / "imu.toml", f"[{name}]", data[name])
+    return ImuNoise(*(tuple(table.vector(k, 3, minimum=0.0)) for k in
+                      ("accel_noise", "gyro_noise", "accel_bias_walk", "gyro_bias_walk")))
+
+
+class _Table:
+    """Typed reads of one TOML table; every error names the file, the table and the key."""
+
+    def __init__(self, path: Path, where: str, data: dict):
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: {where} must be a table")
+        self.path, self.where, self.data = path, where, data
+
+    def _get(self, key: str):
+        if key not in self.data:
+            raise ConfigError(f"{self.path}: {self.where}: missing key {key!r}")
+        return self.data[key]
+
+    def number(self, key: str, *, minimum: float | None = None, positive: bool = False) -> float:
+        value = self._get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+            raise ConfigError(f"{self.path}: {self.where}: {key!r} must be a finite number, got {value!r}")
+        if positive and value <= 0 or minimum is not None and value < minimum:
+            bound = "> 0" if positive else f">= {minimum}"
+            raise ConfigError(f"{self.path}: {self.where}: {key!r} must be {bound}, got {value!r}")
+        return float(value)
+
+    def vector(self, key: str, n: int, *, minimum: float | None = None) -> np.ndarray:
+        value = self._get(key)
+        try:
+            array = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            array = np.zeros(0)
+        if array.shape != (n,) or not np.all(np.isfinite(array)) or minimum is not None and np.any(array < minimum):
+            bound = "" if minimum is None else f" >= {minimum}"
+            raise ConfigError(f"{self.path}: {self.where}: {key!r} must be {n} finite numbers{bound}, got {value!r}")
+        return array
+
+
+_KEYS = {
+    "body": {"mass", "inertia"},
+    "motors": {"thrust_coefficient", "torque_coefficient", "time_constant_up", "time_constant_down",
+               "min_speed", "max_speed", "rotor_inertia", "rotor_radius"},
+    "aerodynamics": {"drag_coefficient", "moment_coefficient", "linear_drag_body", "quadratic_drag_body",
+                     "linear_moment_drag", "quadratic_moment_drag"},
+    "disturbance": {"force_density", "moment_density"},
+    "imu": {"preset"},
+    "rate_controller": {"kp", "ki", "kd", "integrator_limit", "filter_p", "filter_q"},
+    "geometric_controller": {"k_position", "k_velocity", "k_attitude", "k_rate",
+                             "max_horizontal_acceleration", "max_vertical_acceleration"},
+    "rotor": {"position", "axis", "spin"},
+    "allocation": set(),
+}
+
+
+def _check_unknown_keys(path: Path, data: dict) -> None:
+    for table, value in data.items():
+        if table not in _KEYS:
+            raise ConfigError(f"{path}: unknown table {table!r}; known: {sorted(_KEYS)}")
+        entries = value if table == "rotor" and isinstance(value, list) else [value] if isinstance(value, dict) else []
+        for entry in entries:
+            unknown = sorted(set(entry) - _KEYS[table])
+            if unknown:
+                raise ConfigError(f"{path}: [{table}]: unknown key {unknown[0]!r}; allowed: {sorted(_KEYS[table])}")
+
+
+def _airframe(path: Path, data: dict) -> Airframe:
+    _check_unknown_keys(path, data)
+    body = _Table(path, "[body]", data.get("body", {}))
+    motors = _Table(path, "[motors]", data.get("motors", {}))
+    aero = _Table(path, "[aerodynamics]", data.get("aerodynamics", {}))
+    noise = _Table(path, "[disturbance]", data.get("disturbance", {}))
+    rate = _Table(path, "[rate_controller]", data.get("rate_controller", {}))
+    lee = _Table(path, "[geometric_controller]", data.get("geometric_controller", {}))
+    imu = _Table(path, "[imu]", data.get("imu", {}))
+
+    mass = body.number("mass", positive=True)
+    inertia_value = body._get("inertia")
+    inertia = np.asarray(inertia_value, dtype=np.float64)
+    if inertia.shape == (3,):
+        inertia = np.diag(inertia)
+    if inertia.shape != (3, 3) or not np.allclose(inertia, inertia.T) or np.any(np.linalg.eigvalsh(inertia) <= 0):
+        raise ConfigError(f"{path}: [body]: 'inertia' must be 3 positive principal moments or a symmetric positive "
+                          f"definite 3x3 matrix, kg m^2; got {inertia_value!r}")
+
+    rotors = data.get("rotor", [])
+    if not isinstance(rotors, list) or not 1 <= len(rotors) <= MAX_ROTORS:
+        raise ConfigError(f"{path}: needs 1 to {MAX_ROTORS} [[rotor]] tables, found {len(rotors) if isinstance(rotors, list) else 0}")
+    positions, axes, spins = [], [], []
+    for i, entry in enumerate(rotors):
+        rotor = _Table(path, f"[[rotor]] #{i + 1}", entry)
+        positions.append(rotor.vector("position", 3))
+        axis = rotor.vector("axis", 3) if "axis" in entry else np.array([0.0, 0.0, 1.0])
+        if np.linalg.norm(axis) < 1e-9:
+            raise ConfigError(f"{path}: [[rotor]] #{i + 1}: 'axis' must be a non-zero vector")
+        axes.append(axis / np.linalg.norm(axis))
+        spin = rotor._get("spin")
+        if spin not in (1, -1):
+            raise ConfigError(f"{path}: [[rotor]] #{i + 1}: 'spin' must be 1 or -1, got {spin!r}")
+        spins.append(float(spin))
+    positions, axes, spins = np.array(positions), np.array(axes), np.array(spins)
+
+    cf = motors.number("thrust_coefficient", positive=True)
+    cm = motors.number("torque_coefficient", minimum=0.0)
+    min_speed = motors.number("min_speed", minimum=0.0)
+    max_speed = motors.number("max_speed", positive=True)
+    if max_speed <= min_speed:
+        raise ConfigError(f"{path}: [motors]: 'max_speed' {max_speed} must exceed 'min_speed' {min_speed}")
+    allocation = allocation_matrix(positions, axes, spins, cm / cf)
+    if "allocation" in data:
+        allocation = np.asarray(data["allocation"], dtype=np.float64)
+        if allocation.shape != (6, len(rotors)) or not np.all(np.isfinite(allocation)):
+            raise ConfigError(f"{path}: 'allocation' must be a 6 x {len(rotors)} matrix (rows Fx Fy Fz Mx My Mz)")
+    if np.linalg.matrix_rank(allocation[2:]) < 4:
+        raise ConfigError(f"{path}: the rotors cannot produce independent thrust, roll, pitch and yaw (allocation rank < 4)")
+
+    return Airframe(
+        name=path.stem,
+        mass=mass,
+        inertia=inertia,
+        rotor_positions=positions,
+        rotor_axes=axes,
+        rotor_spins=spins,
+        thrust_coefficient=cf,
+        torque_coefficient=cm,
+        time_constant_up=motors.number("time_constant_up", positive=True),
+        time_constant_down=motors.number("time_constant_down", positive=True),
+        min_speed=min_speed,
+        max_speed=max_speed,
+        rotor_inertia=motors.number("rotor_inertia", minimum=0.0),
+        rotor_radius=motors.number("rotor_radius", positive=True),
+        drag_coefficient=aero.number("drag_coefficient", minimum=0.0),
+        moment_coefficient=aero.vector("moment_coefficient", 3, minimum=0.0),
+        linear_drag_body=aero.vector("linear_drag_body", 3, minimum=0.0),
+        quadratic_drag_body=aero.vector("quadratic_drag_body", 3, minimum=0.0),
+        linear_moment_drag=aero.vector("linear_moment_drag", 3, minimum=0.0),
+        quadratic_moment_drag=aero.vector("quadratic_moment_drag", 3, minimum=0.0),
+        force_density=noise.number("force_density", minimum=0.0),
+        moment_density=noise.number("moment_density", minimum=0.0),
+        imu=load_imu_preset(str(imu._get("preset"))),
+        rate_kp=rate.vector("kp", 3, minimum=0.0),
+        rate_ki=rate.vector("ki", 3, minimum=0.0),
+        rate_kd=rate.vector("kd", 3, minimum=0.0),
+        rate_integrator_limit=rate.number("integrator_limit", minimum=0.0),
+        filter_p=rate.number("filter_p", positive=True),
+        filter_q=rate.number("filter_q", positive=True),
+        k_position=lee.vector("k_position", 3, minimum=0.0),
+        k_velocity=lee.vector("k_velocity", 3, minimum=0.0),
+        k_attitude=lee.vector("k_attitude", 3, minimum=0.0),
+        k_rate=lee.vector("k_rate", 3, minimum=0.0),
+        max_horizontal_acceleration=lee.number("max_horizontal_acceleration", positive=True),
+        max_vertical_acceleration=lee.number("max_vertical_acceleration", positive=True),
+        allocation=allocation,
+    )

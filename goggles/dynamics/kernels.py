@@ -1,0 +1,141 @@
+"""Warp kernels of the simulator: one thread per vehicle advances many physics steps in one launch."""
+
+import warp as wp
+
+from goggles.dynamics.control import RATES, rotor_commands
+from goggles.dynamics.model import (
+    AirframeParams,
+    Rigid,
+    SimSettings,
+    ground_effect_ratio,
+    height_above_ground,
+    integrate,
+    rest_on_floor,
+    rotor_speeds_at,
+    vec8,
+)
+
+
+@wp.struct
+class VehicleState:
+    """Per-vehicle state arrays, each (n,)."""
+
+    position: wp.array(dtype=wp.vec3)
+    velocity: wp.array(dtype=wp.vec3)
+    attitude: wp.array(dtype=wp.quat)
+    rates: wp.array(dtype=wp.vec3)
+    rotor_speed: wp.array(dtype=vec8)
+    accel_bias: wp.array(dtype=wp.vec3)
+    gyro_bias: wp.array(dtype=wp.vec3)
+    imu_accel: wp.array(dtype=wp.vec3)
+    """Latest IMU sample, IMU frame, m/s^2 (held between samples)."""
+    imu_gyro: wp.array(dtype=wp.vec3)
+    filter_y: wp.array(dtype=wp.vec3)
+    """Rate-mode gyro low-pass filter state and its derivative."""
+    filter_dy: wp.array(dtype=wp.vec3)
+    integral: wp.array(dtype=wp.vec3)
+    rng: wp.array(dtype=wp.uint32)
+    mode: wp.array(dtype=wp.int32)
+    command: wp.array(dtype=vec8)
+
+
+@wp.func
+def randn3(rng: wp.uint32):
+    """Three standard normal draws, and the advanced random state (Warp passes the state by value)."""
+    a = wp.randn(rng)
+    b = wp.randn(rng)
+    c = wp.randn(rng)
+    return wp.vec3(a, b, c), rng
+
+
+@wp.kernel
+def step_vehicles_kernel(
+    af: AirframeParams,
+    settings: SimSettings,
+    first: int,
+    steps: int,
+    first_step: int,
+    state: VehicleState,
+):
+    """Advance vehicle ``first + tid`` by ``steps`` physics steps; ``first_step`` is the global step
+    index of the first one (it decides which steps sample the IMU)."""
+    i = first + wp.tid()
+    x = Rigid()
+    x.p = state.position[i]
+    x.v = state.velocity[i]
+    x.q = state.attitude[i]
+    x.w = state.rates[i]
+    rotors = state.rotor_speed[i]
+    y = state.filter_y[i]
+    dy = state.filter_dy[i]
+    integral = state.integral[i]
+    accel_bias = state.accel_bias[i]
+    gyro_bias = state.gyro_bias[i]
+    imu_accel = state.imu_accel[i]
+    imu_gyro = state.imu_gyro[i]
+    rng = state.rng[i]
+    mode = state.mode[i]
+    command = state.command[i]
+    dt = settings.dt
+    limit = wp.vec3(af.rate_integrator_limit)
+    for k in range(steps):
+        # Rate-mode gyro filter (semi-implicit Euler) and PID integrator, on the latest IMU sample.
+        dy = dy + ((af.R_BI * imu_gyro - y) * af.filter_p - dy * af.filter_q) * dt
+        y = y + dy * dt
+        if mode == RATES:
+            integral = wp.min(wp.max(integral + (wp.vec3(command[1], command[2], command[3]) - y) * dt, -limit), limit)
+        w_cmd = rotor_commands(af, settings, mode, command, x.p, x.v, x.q, x.w, y, dy, integral)
+        height = height_above_ground(settings, x.p)
+        ratio = ground_effect_ratio(settings.ground_effect, height, af.rotor_radius, af.arm_length)
+        force_noise = wp.vec3(0.0)
+        moment_noise = wp.vec3(0.0)
+        if settings.disturbances != 0:
+            force_noise, rng = randn3(rng)
+            moment_noise, rng = randn3(rng)
+        v_before = x.v
+        x = rest_on_floor(settings, integrate(af, settings, x, rotors, w_cmd, ratio, force_noise * af.force_sigma, moment_noise * af.moment_sigma))
+        rotors, unused = rotor_speeds_at(af, rotors, w_cmd, dt)
+        if (first_step + k + 1) % settings.imu_decimation == 0:
+            specific_force_B = wp.quat_rotate_inv(x.q, (x.v - v_before) / dt + wp.vec3(0.0, 0.0, settings.gravity))
+            if settings.imu_noise != 0:
+                walk_a, rng = randn3(rng)
+                walk_g, rng = randn3(rng)
+                white_a, rng = randn3(rng)
+                white_g, rng = randn3(rng)
+                accel_bias += wp.cw_mul(af.accel_walk, walk_a)
+                gyro_bias += wp.cw_mul(af.gyro_walk, walk_g)
+                imu_accel = wp.transpose(af.R_BI) * specific_force_B + accel_bias + wp.cw_mul(af.accel_sigma, white_a)
+                imu_gyro = wp.transpose(af.R_BI) * x.w + gyro_bias + wp.cw_mul(af.gyro_sigma, white_g)
+            else:
+                imu_accel = wp.transpose(af.R_BI) * specific_force_B + accel_bias
+                imu_gyro = wp.transpose(af.R_BI) * x.w + gyro_bias
+    state.position[i] = x.p
+    state.velocity[i] = x.v
+    state.attitude[i] = x.q
+    state.rates[i] = x.w
+    state.rotor_speed[i] = rotors
+    state.filter_y[i] = y
+    state.filter_dy[i] = dy
+    state.integral[i] = integral
+    state.accel_bias[i] = accel_bias
+    state.gyro_bias[i] = gyro_bias
+    state.imu_accel[i] = imu_accel
+    state.imu_gyro[i] = imu_gyro
+    state.rng[i] = rng
+
+
+@wp.kernel
+def seed_kernel(seed: int, out_rng: wp.array(dtype=wp.uint32)):
+    """Independent, reproducible random streams per vehicle."""
+    i = wp.tid()
+    out_rng[i] = wp.rand_init(seed, i)
+
+
+@wp.kernel
+def ground_effect_kernel(
+    model: int, rotor_radius: float, arm_length: float,
+    heights: wp.array(dtype=float), out_ratio: wp.array(dtype=float),
+):
+    """Evaluate the simulator's ground-effect ratio at given heights (for tests and plots)."""
+    i = wp.tid()
+    out_ratio[i] = ground_effect_ratio(model, heights[i], rotor_radius, arm_length)

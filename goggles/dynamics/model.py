@@ -1,0 +1,250 @@
+"""The multirotor model as Warp functions: motors, wrench, aerodynamics, ground effect, integrators.
+
+Equations (REFERENCE.md sections 1-2), world ENU, body FLU, Warp quaternions (x, y, z, w):
+    rotor speed    w(s) = w_cmd + (w0 - w_cmd) exp(-s / tau)    exact first-order lag over a step,
+                                                               tau_up or tau_down by direction
+    rotor thrust   u_i = cf w_i |w_i| x ground-effect ratio
+    body wrench    [F; M] = A u  +  [0; sum spin_i a_i Jm dw_i/dt]
+    p' = v
+    v' = g + (R F + F_drag + F_noise) / m
+    q' = 1/2 q (x) (0, W)
+    W' = J^-1 (M + M_aero + M_noise - W x (J W + sum spin_i a_i Jm w_i))
+"""
+
+from enum import IntEnum
+
+import warp as wp
+
+vec6 = wp.types.vector(length=6, dtype=wp.float32)
+vec8 = wp.types.vector(length=8, dtype=wp.float32)
+mat68 = wp.types.matrix(shape=(6, 8), dtype=wp.float32)
+mat86 = wp.types.matrix(shape=(8, 6), dtype=wp.float32)
+mat38 = wp.types.matrix(shape=(3, 8), dtype=wp.float32)
+
+
+class Integrator(IntEnum):
+    EULER = 0
+    RK4 = 1
+
+
+class GroundEffect(IntEnum):
+    NONE = 0
+    CHEESEMAN_BENNETT = 1
+    CONYERS = 2
+
+
+EULER = wp.constant(int(Integrator.EULER))
+CHEESEMAN_BENNETT = wp.constant(int(GroundEffect.CHEESEMAN_BENNETT))
+CONYERS = wp.constant(int(GroundEffect.CONYERS))
+#: Downward ray length for the ground-effect height when a ground mesh is given, m.
+GROUND_RAY_LENGTH = wp.constant(100.0)
+
+
+@wp.struct
+class AirframeParams:
+    """One airframe on the device (see ``goggles.dynamics.airframe.Airframe`` for units)."""
+
+    mass: float
+    inertia: wp.mat33
+    inertia_inv: wp.mat33
+    allocation: mat68
+    mixer: mat86
+    """Pseudo-inverse of the allocation: body wrench -> rotor thrusts."""
+    spin_axes: mat38
+    """Column i = spin_i * axis_i (direction of rotor i's reaction torque and angular momentum)."""
+    cf: float
+    tau_up: float
+    tau_down: float
+    min_speed: float
+    max_speed: float
+    rotor_inertia: float
+    rotor_radius: float
+    arm_length: float
+    drag: float
+    moment_coefficient: wp.vec3
+    linear_drag: wp.vec3
+    quadratic_drag: wp.vec3
+    linear_moment_drag: wp.vec3
+    quadratic_moment_drag: wp.vec3
+    force_sigma: float
+    """Per-step standard deviation of the stochastic force per axis, N (sqrt(density / dt))."""
+    moment_sigma: float
+    accel_sigma: wp.vec3
+    """Per-IMU-sample white-noise standard deviations and bias random-walk steps."""
+    gyro_sigma: wp.vec3
+    accel_walk: wp.vec3
+    gyro_walk: wp.vec3
+    R_BI: wp.mat33
+    """IMU mount: IMU frame -> body frame."""
+    rate_kp: wp.vec3
+    rate_ki: wp.vec3
+    rate_kd: wp.vec3
+    rate_integrator_limit: float
+    filter_p: float
+    filter_q: float
+    k_position: wp.vec3
+    k_velocity: wp.vec3
+    k_attitude: wp.vec3
+    k_rate: wp.vec3
+    max_horizontal_acceleration: float
+    max_vertical_acceleration: float
+
+
+@wp.struct
+class SimSettings:
+    dt: float
+    gravity: float
+    integrator: int
+    ground_effect: int
+    floor_z: float
+    floor_contact: int
+    """1: the vehicle rests on the plane z = floor_z instead of falling through it."""
+    ground_mesh: wp.uint64
+    """Mesh whose downward distance is the ground-effect height; 0 for the floor plane."""
+    imu_decimation: int
+    disturbances: int
+    imu_noise: int
+
+
+@wp.struct
+class Rigid:
+    """Rigid-body state (or its time derivative): p, v world; q body->world; w body rates."""
+
+    p: wp.vec3
+    v: wp.vec3
+    q: wp.quat
+    w: wp.vec3
+
+
+@wp.func
+def conyers_ratio(x: float, L: float, R: float) -> float:
+    """Conyers' T_IGE / T_OGE fit; x = Z/R, L rotor spacing in mm, R rotor radius in mm."""
+    p1 = -2.794e-7 * L * L + 3.761e-4 * L + 3.197e-5 * R * R - 7.5479e-3 * R + 0.3357119
+    p2 = 5.3178e-6 * L * L - 7.1388e-3 * L - 6.703e-4 * R * R + 0.1643906 * R - 7.0388236
+    p3 = -2.2529e-5 * L * L + 0.0219849 * L + 0.0104943 * R * R - 2.6402066 * R + 163.3198037
+    p4 = 3.2426e-5 * L * L - 0.0289233 * L - 0.0156903 * R * R + 3.9426111 * R - 248.2897537
+    p5 = -1.8056e-4 * L * L + 0.2518899 * L + 0.0458834 * R * R - 11.4527617 * R + 636.8788317
+    q1 = 1.0736e-5 * L * L - 0.0231523 * L + 0.0053983 * R * R - 1.3630188 * R + 96.3637597
+    q2 = -4.4379e-5 * L * L + 0.0780762 * L - 0.0024483 * R * R + 0.6141837 * R - 71.9829075
+    q3 = -1.3482e-4 * L * L + 0.1883013 * L + 0.0359764 * R * R - 8.9660684 * R + 500.2544495
+    numerator = (((p1 * x + p2) * x + p3) * x + p4) * x + p5
+    return numerator / (((x + q1) * x + q2) * x + q3)
+
+
+@wp.func
+def ground_effect_ratio(model: int, height: float, rotor_radius: float, arm_length: float) -> float:
+    """Thrust in ground effect over thrust out of it at ``height`` metres above the ground."""
+    x = height / rotor_radius
+    if model == CHEESEMAN_BENNETT:
+        if x <= 0.25:
+            return 1.0
+        k = rotor_radius / (4.0 * height)
+        return 1.0 / (1.0 - k * k)
+    if model == CONYERS:
+        if x < 0.25 or x > 10.0:
+            return 1.0
+        return conyers_ratio(x, 2.0 * arm_length * 1000.0, rotor_radius * 1000.0)
+    return 1.0
+
+
+@wp.func
+def height_above_ground(settings: SimSettings, p: wp.vec3) -> float:
+    """Distance below the vehicle to the ground mesh (downward ray), or to the floor plane."""
+    if settings.ground_mesh != wp.uint64(0):
+        query = wp.mesh_query_ray(settings.ground_mesh, p, wp.vec3(0.0, 0.0, -1.0), GROUND_RAY_LENGTH)
+        if query.result:
+            return query.t
+        return GROUND_RAY_LENGTH
+    return p[2] - settings.floor_z
+
+
+@wp.func
+def rotor_speeds_at(af: AirframeParams, w0: vec8, w_cmd: vec8, s: float):
+    """Rotor speeds and accelerations ``s`` seconds into a step with a held command (exact lag)."""
+    w = vec8()
+    dw = vec8()
+    for r in range(8):
+        tau = af.tau_up
+        if w_cmd[r] < w0[r]:
+            tau = af.tau_down
+        w[r] = w_cmd[r] + (w0[r] - w_cmd[r]) * wp.exp(-s / tau)
+        dw[r] = (w_cmd[r] - w[r]) / tau
+    return w, dw
+
+
+@wp.func
+def thrusts(af: AirframeParams, w: vec8, ratio: float) -> vec8:
+    u = vec8()
+    for r in range(8):
+        u[r] = af.cf * w[r] * wp.abs(w[r]) * ratio
+    return u
+
+
+@wp.func
+def derivative(
+    af: AirframeParams, settings: SimSettings, x: Rigid, w: vec8, dw: vec8, ratio: float,
+    force_noise_W: wp.vec3, moment_noise_B: wp.vec3,
+) -> Rigid:
+    """Time derivative of the rigid-body state given the rotor speeds and accelerations."""
+    wrench = af.allocation * thrusts(af, w, ratio)
+    F_B = wp.vec3(wrench[0], wrench[1], wrench[2])
+    M_B = wp.vec3(wrench[3], wrench[4], wrench[5]) + af.spin_axes * (dw * af.rotor_inertia)
+    R = wp.quat_to_matrix(x.q)
+    v_B = wp.transpose(R) * x.v
+    drag_B = -wp.cw_mul(af.linear_drag, v_B) - wp.cw_mul(af.quadratic_drag, wp.cw_mul(v_B, wp.abs(v_B)))
+    F_W = R * (F_B + drag_B) - af.drag * wp.length(x.v) * x.v + force_noise_W
+    M_aero = -wp.length(x.w) * wp.cw_mul(af.moment_coefficient, x.w)
+    M_aero -= wp.cw_mul(af.linear_moment_drag, x.w) + wp.cw_mul(af.quadratic_moment_drag, wp.cw_mul(x.w, wp.abs(x.w)))
+    h_rotors = af.spin_axes * (w * af.rotor_inertia)
+    M = M_B + M_aero + moment_noise_B - wp.cross(x.w, af.inertia * x.w + h_rotors)
+    d = Rigid()
+    d.p = x.v
+    d.v = wp.vec3(0.0, 0.0, -settings.gravity) + F_W / af.mass
+    d.q = wp.mul(x.q, wp.quat(x.w[0], x.w[1], x.w[2], 0.0)) * 0.5
+    d.w = af.inertia_inv * M
+    return d
+
+
+@wp.func
+def advance(x: Rigid, d: Rigid, h: float) -> Rigid:
+    y = Rigid()
+    y.p = x.p + d.p * h
+    y.v = x.v + d.v * h
+    y.q = x.q + d.q * h
+    y.w = x.w + d.w * h
+    return y
+
+
+@wp.func
+def integrate(
+    af: AirframeParams, settings: SimSettings, x: Rigid, w0: vec8, w_cmd: vec8, ratio: float,
+    force_noise_W: wp.vec3, moment_noise_B: wp.vec3,
+) -> Rigid:
+    """One physics step (explicit Euler or classic RK4); the quaternion is renormalised."""
+    h = settings.dt
+    w, dw = rotor_speeds_at(af, w0, w_cmd, 0.0)
+    k1 = derivative(af, settings, x, w, dw, ratio, force_noise_W, moment_noise_B)
+    y = advance(x, k1, h)
+    if settings.integrator != EULER:
+        w, dw = rotor_speeds_at(af, w0, w_cmd, 0.5 * h)
+        k2 = derivative(af, settings, advance(x, k1, 0.5 * h), w, dw, ratio, force_noise_W, moment_noise_B)
+        k3 = derivative(af, settings, advance(x, k2, 0.5 * h), w, dw, ratio, force_noise_W, moment_noise_B)
+        w, dw = rotor_speeds_at(af, w0, w_cmd, h)
+        k4 = derivative(af, settings, advance(x, k3, h), w, dw, ratio, force_noise_W, moment_noise_B)
+        y.p = x.p + (k1.p + 2.0 * k2.p + 2.0 * k3.p + k4.p) * (h / 6.0)
+        y.v = x.v + (k1.v + 2.0 * k2.v + 2.0 * k3.v + k4.v) * (h / 6.0)
+        y.q = x.q + (k1.q + 2.0 * k2.q + 2.0 * k3.q + k4.q) * (h / 6.0)
+        y.w = x.w + (k1.w + 2.0 * k2.w + 2.0 * k3.w + k4.w) * (h / 6.0)
+    y.q = wp.normalize(y.q)
+    return y
+
+
+@wp.func
+def rest_on_floor(settings: SimSettings, x: Rigid) -> Rigid:
+    """Keep a vehicle that reaches the floor plane on it: no sinking, no bouncing."""
+    if settings.floor_contact != 0 and x.p[2] < settings.floor_z:
+        x.p = wp.vec3(x.p[0], x.p[1], settings.floor_z)
+        if x.v[2] < 0.0:
+            x.v = wp.vec3(0.0)
+            x.w = wp.vec3(0.0)
+    return x

@@ -1,0 +1,292 @@
+"""MultirotorSim: a batch of vehicles of one airframe, advanced many physics steps per launch.
+
+On CUDA one thread per vehicle; on the CPU the vehicles are split across a thread pool (a Warp CPU
+launch runs on one thread and releases the GIL). Every array lives on the device; ``state()`` copies.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import warp as wp
+
+from goggles.dynamics import kernels
+from goggles.dynamics.airframe import MAX_ROTORS, Airframe
+from goggles.dynamics.control import COMMAND_SIZE, ControlMode
+from goggles.dynamics.model import AirframeParams, GroundEffect, Integrator, SimSettings, mat38, mat68, mat86
+from goggles.errors import ConfigError
+
+GRAVITY = 9.81  # m/s^2, as FlightGoggles
+
+
+@dataclass
+class VehicleStates:
+    """Host copy of the batch state at ``time``; arrays are indexed by vehicle first."""
+
+    time: float
+    """Simulated time, s."""
+    position: np.ndarray
+    """(n, 3) m, world ENU."""
+    velocity: np.ndarray
+    """(n, 3) m/s, world."""
+    attitude: np.ndarray
+    """(n, 4) quaternion (w, x, y, z), body FLU -> world."""
+    rates: np.ndarray
+    """(n, 3) rad/s, body."""
+    rotor_speed: np.ndarray
+    """(n, N) rad/s."""
+    imu_accel: np.ndarray
+    """(n, 3) m/s^2, latest IMU sample in the IMU frame (specific force + bias + noise)."""
+    imu_gyro: np.ndarray
+    """(n, 3) rad/s, latest IMU sample in the IMU frame."""
+
+
+class MultirotorSim:
+    """A batch of simulated multirotors of one airframe.
+
+    Args:
+        airframe: the vehicle type.
+        num_vehicles: batch size.
+        device: Warp device; None picks Warp's default.
+        dt: physics step, s (FlightGoggles: 1/960).
+        integrator: explicit Euler or RK4.
+        ground_effect: none, Cheeseman-Bennett or Conyers.
+        floor_z: height of the floor plane, m; the vehicles rest on it (None: no floor, free fall).
+        ground_mesh: a ``wp.Mesh`` on the same device whose downward distance is the ground-effect
+            height (the scene); None uses the floor plane.
+        imu_rate: IMU samples per second; must divide the physics rate. None: every physics step.
+        imu_mount: (3, 3) rotation of the IMU frame in the body frame (R_BI); None: aligned.
+        disturbances: stochastic force and moment on (the airframe's spectral densities).
+        imu_noise: IMU white noise and bias random walk on.
+        seed: seed of every random stream (per vehicle, reproducible on one device).
+        threads: CPU threads sharing a step call; default all cores. Ignored on CUDA.
+    """
+
+    def __init__(
+        self,
+        airframe: Airframe,
+        num_vehicles: int = 1,
+        *,
+        device: wp.context.Devicelike = None,
+        dt: float = 1.0 / 960.0,
+        integrator: Integrator = Integrator.RK4,
+        ground_effect: GroundEffect = GroundEffect.NONE,
+        floor_z: float | None = 0.0,
+        ground_mesh: wp.Mesh | None = None,
+        imu_rate: float | None = None,
+        imu_mount: np.ndarray | None = None,
+        disturbances: bool = True,
+        imu_noise: bool = True,
+        seed: int = 0,
+        threads: int | None = None,
+    ):
+        if num_vehicles < 1:
+            raise ConfigError(f"num_vehicles must be >= 1, got {num_vehicles}")
+        if not (np.isfinite(dt) and 0.0 < dt <= 0.1):
+            raise ConfigError(f"physics step dt={dt} s must be in (0, 0.1]")
+        decimation = 1 if imu_rate is None else (1.0 / dt) / imu_rate
+        if imu_rate is not None and (imu_rate <= 0 or abs(decimation - round(decimation)) > 1e-6):
+            raise ConfigError(f"IMU rate {imu_rate} Hz must divide the physics rate {1.0 / dt:g} Hz")
+        self.airframe = airframe
+        self.num_vehicles = n = num_vehicles
+        self.device = d = wp.get_device(device)
+        self.dt = dt
+        self.imu_decimation = int(round(decimation))
+        self.step_count = 0
+        self.threads = 1 if d.is_cuda else max(1, min(threads or os.cpu_count() or 1, n))
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="goggles-dynamics") if self.threads > 1 else None
+        self._ground_mesh = ground_mesh  # keep the mesh alive while its id is used
+
+        settings = SimSettings()
+        settings.dt = dt
+        settings.gravity = GRAVITY
+        settings.integrator = int(integrator)
+        settings.ground_effect = int(ground_effect)
+        settings.floor_z = 0.0 if floor_z is None else float(floor_z)
+        settings.floor_contact = 0 if floor_z is None else 1
+        settings.ground_mesh = wp.uint64(0) if ground_mesh is None else ground_mesh.id
+        settings.imu_decimation = self.imu_decimation
+        settings.disturbances = int(disturbances)
+        settings.imu_noise = int(imu_noise)
+        self.settings = settings
+        self.params = _params(airframe, dt, dt * self.imu_decimation, imu_mount)
+
+        state = kernels.VehicleState()
+        for name in ("position", "velocity", "rates", "accel_bias", "gyro_bias", "imu_accel", "imu_gyro",
+                     "filter_y", "filter_dy", "integral"):
+            setattr(state, name, wp.zeros(n, dtype=wp.vec3, device=d))
+        state.attitude = wp.zeros(n, dtype=wp.quat, device=d)
+        state.rotor_speed = wp.zeros(n, dtype=kernels.vec8, device=d)
+        state.rng = wp.zeros(n, dtype=wp.uint32, device=d)
+        state.mode = wp.zeros(n, dtype=wp.int32, device=d)
+        state.command = wp.zeros(n, dtype=kernels.vec8, device=d)
+        self.state_arrays = state
+        wp.load_module(kernels, device=d)
+        self.seed = seed
+        self.reset()
+
+    # ------------------------------------------------------------------ set-up
+
+    def reset(
+        self,
+        position: np.ndarray | None = None,
+        attitude: np.ndarray | None = None,
+        velocity: np.ndarray | None = None,
+        rates: np.ndarray | None = None,
+        rotor_speed: np.ndarray | float | None = None,
+    ) -> None:
+        """Put every vehicle at rest (or in the given state), clear biases, filters and time, re-seed.
+
+        Args:
+            position: (n, 3) or (3,) m; default the origin.
+            attitude: (n, 4) or (4,) quaternion (w, x, y, z); default level, facing +x.
+            velocity: (n, 3) or (3,) m/s; default zero.
+            rates: (n, 3) or (3,) rad/s; default zero.
+            rotor_speed: (n, N), (N,) or a scalar, rad/s; default zero.
+        """
+        n, N = self.num_vehicles, self.airframe.num_rotors
+        s = self.state_arrays
+        s.position.assign(self._rows(position, 3, "position", 0.0))
+        s.velocity.assign(self._rows(velocity, 3, "velocity", 0.0))
+        s.rates.assign(self._rows(rates, 3, "rates", 0.0))
+        q = self._rows(attitude, 4, "attitude", 0.0) if attitude is not None else np.tile([1.0, 0, 0, 0], (n, 1))
+        norm = np.linalg.norm(q, axis=1, keepdims=True)
+        if np.any(norm < 1e-9):
+            raise ConfigError("attitude quaternions must be non-zero (w, x, y, z)")
+        s.attitude.assign((q / norm)[:, [1, 2, 3, 0]].astype(np.float32))  # Warp stores (x, y, z, w)
+        rotors = np.zeros((n, MAX_ROTORS), np.float32)
+        rotors[:, :N] = self._rows(rotor_speed, N, "rotor_speed", 0.0)
+        s.rotor_speed.assign(rotors)
+        gravity_up = np.tile([0.0, 0.0, GRAVITY], (n, 1)).astype(np.float32)
+        s.imu_accel.assign(gravity_up)  # a sensible first sample before the first IMU step
+        for name in ("accel_bias", "gyro_bias", "imu_gyro", "filter_y", "filter_dy", "integral"):
+            getattr(s, name).zero_()
+        wp.launch(kernels.seed_kernel, dim=n, inputs=[self.seed], outputs=[s.rng], device=self.device)
+        self.step_count = 0
+
+    def _rows(self, value, width: int, what: str, default: float) -> np.ndarray:
+        n = self.num_vehicles
+        if value is None:
+            return np.full((n, width), default, np.float32)
+        array = np.asarray(value, dtype=np.float64)
+        if array.ndim == 0:
+            array = np.full((width,), float(array))
+        if array.shape == (width,):
+            array = np.tile(array, (n, 1))
+        if array.shape != (n, width) or not np.all(np.isfinite(array)):
+            raise ConfigError(f"{what} must be finite with shape ({width},) or ({n}, {width}), got {np.shape(value)}")
+        return array.astype(np.float32)
+
+    def set_command(self, mode: ControlMode, values: Sequence[float] | np.ndarray) -> None:
+        """Command every vehicle (``values`` (k,)) or each vehicle (``values`` (n, k)).
+
+        See ``goggles.dynamics.control`` for each mode's values and units. Non-finite values are
+        refused and the previous command stays.
+        """
+        mode = ControlMode(mode)
+        width = COMMAND_SIZE[mode] or self.airframe.num_rotors
+        rows = self._rows(values, width, f"{mode.name} command", 0.0)
+        if mode == ControlMode.ATTITUDE and np.any(np.linalg.norm(rows[:, 1:5], axis=1) < 1e-6):
+            raise ConfigError("ATTITUDE command quaternion (values 2-5, w x y z) must be non-zero")
+        commands = np.zeros((self.num_vehicles, MAX_ROTORS), np.float32)
+        commands[:, :width] = rows
+        self.state_arrays.command.assign(commands)
+        self.state_arrays.mode.fill_(int(mode))
+
+    # ------------------------------------------------------------------ running
+
+    @property
+    def time(self) -> float:
+        """Simulated time since the last reset, s."""
+        return self.step_count * self.dt
+
+    def step(self, steps: int = 1) -> None:
+        """Advance every vehicle by ``steps`` physics steps (one launch per CPU thread)."""
+        if steps < 1:
+            return
+        if self._pool is None:
+            self._launch(0, self.num_vehicles, steps)
+        else:
+            bounds = np.linspace(0, self.num_vehicles, self.threads + 1).astype(int)
+            list(self._pool.map(lambda ab: self._launch(ab[0], ab[1] - ab[0], steps), zip(bounds[:-1], bounds[1:])))
+        self.step_count += steps
+
+    def _launch(self, first: int, count: int, steps: int) -> None:
+        wp.launch(
+            kernels.step_vehicles_kernel,
+            dim=count,
+            inputs=[self.params, self.settings, int(first), int(steps), int(self.step_count)],
+            outputs=[self.state_arrays],
+            device=self.device,
+        )
+
+    def states(self) -> VehicleStates:
+        """Copy the batch state to the host."""
+        s = self.state_arrays
+        N = self.airframe.num_rotors
+        return VehicleStates(
+            time=self.time,
+            position=s.position.numpy().astype(np.float64),
+            velocity=s.velocity.numpy().astype(np.float64),
+            attitude=s.attitude.numpy()[:, [3, 0, 1, 2]].astype(np.float64),
+            rates=s.rates.numpy().astype(np.float64),
+            rotor_speed=s.rotor_speed.numpy()[:, :N].astype(np.float64),
+            imu_accel=s.imu_accel.numpy().astype(np.float64),
+            imu_gyro=s.imu_gyro.numpy().astype(np.float64),
+        )
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+
+def _params(af: Airframe, dt: float, imu_dt: float, imu_mount: np.ndarray | None) -> AirframeParams:
+    """Device parameters of an airframe: matrices padded to 8 rotors, noise scaled to the step."""
+    N = af.num_rotors
+    allocation = np.zeros((6, MAX_ROTORS))
+    allocation[:, :N] = af.allocation
+    spin_axes = np.zeros((3, MAX_ROTORS))
+    spin_axes[:, :N] = (af.rotor_axes * af.rotor_spins[:, None]).T
+    R_BI = np.eye(3) if imu_mount is None else np.asarray(imu_mount, dtype=np.float64)
+    if R_BI.shape != (3, 3) or not np.allclose(R_BI @ R_BI.T, np.eye(3), atol=1e-6) or np.linalg.det(R_BI) < 0:
+        raise ConfigError("imu_mount must be a 3x3 rotation matrix (IMU frame -> body frame)")
+
+    p = AirframeParams()
+    p.mass = af.mass
+    p.inertia = wp.mat33(*af.inertia.ravel())
+    p.inertia_inv = wp.mat33(*np.linalg.inv(af.inertia).ravel())
+    p.allocation = mat68(*allocation.ravel())
+    p.mixer = mat86(*np.linalg.pinv(allocation).ravel())
+    p.spin_axes = mat38(*spin_axes.ravel())
+    p.cf = af.thrust_coefficient
+    p.tau_up, p.tau_down = af.time_constant_up, af.time_constant_down
+    p.min_speed, p.max_speed = af.min_speed, af.max_speed
+    p.rotor_inertia = af.rotor_inertia
+    p.rotor_radius = af.rotor_radius
+    p.arm_length = af.arm_length
+    p.drag = af.drag_coefficient
+    p.moment_coefficient = wp.vec3(*af.moment_coefficient)
+    p.linear_drag = wp.vec3(*af.linear_drag_body)
+    p.quadratic_drag = wp.vec3(*af.quadratic_drag_body)
+    p.linear_moment_drag = wp.vec3(*af.linear_moment_drag)
+    p.quadratic_moment_drag = wp.vec3(*af.quadratic_moment_drag)
+    p.force_sigma = float(np.sqrt(af.force_density / dt))
+    p.moment_sigma = float(np.sqrt(af.moment_density / dt))
+    p.accel_sigma = wp.vec3(*(np.asarray(af.imu.accel_noise) / np.sqrt(imu_dt)))
+    p.gyro_sigma = wp.vec3(*(np.asarray(af.imu.gyro_noise) / np.sqrt(imu_dt)))
+    p.accel_walk = wp.vec3(*(np.asarray(af.imu.accel_bias_walk) * np.sqrt(imu_dt)))
+    p.gyro_walk = wp.vec3(*(np.asarray(af.imu.gyro_bias_walk) * np.sqrt(imu_dt)))
+    p.R_BI = wp.mat33(*R_BI.ravel())
+    p.rate_kp, p.rate_ki, p.rate_kd = (wp.vec3(*k) for k in (af.rate_kp, af.rate_ki, af.rate_kd))
+    p.rate_integrator_limit = af.rate_integrator_limit
+    p.filter_p, p.filter_q = af.filter_p, af.filter_q
+    p.k_position, p.k_velocity = wp.vec3(*af.k_position), wp.vec3(*af.k_velocity)
+    p.k_attitude, p.k_rate = wp.vec3(*af.k_attitude), wp.vec3(*af.k_rate)
+    p.max_horizontal_acceleration = af.max_horizontal_acceleration
+    p.max_vertical_acceleration = af.max_vertical_acceleration
+    return p
