@@ -112,3 +112,49 @@ def bench_render(
         threads=renderer.threads,
         device=str(renderer.device),
     )
+
+
+@dataclass(frozen=True)
+class DynamicsBench:
+    """Result of ``bench_dynamics``: physics steps per second of each vehicle."""
+
+    airframe: str
+    integrator: str
+    vehicles: int
+    steps_per_s: float
+    device: str
+    threads: int
+
+    @property
+    def vehicle_steps_per_s(self) -> float:
+        return self.steps_per_s * self.vehicles
+
+    @property
+    def realtime_factor(self) -> float:
+        """Simulated seconds per wall second at the 960 Hz physics rate."""
+        return self.steps_per_s / 960.0
+
+
+def bench_dynamics(
+    preset: str, *, vehicles: int, device: str | None = None, seconds: float = 1.0, threads: int | None = None
+) -> DynamicsBench:
+    """Time full physics steps (RK4, position controller, disturbances, IMU) of a batch in flight."""
+    import warp as wp
+
+    from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
+
+    sim = MultirotorSim(load_airframe(preset), vehicles, device=device, threads=threads)
+    sim.reset(position=[0.0, 0.0, 1.0], rotor_speed=sim.airframe.hover_speed)
+    sim.set_command(ControlMode.POSITION, [1.0, -1.0, 2.0, 0.5])
+    chunk = 960 if vehicles == 1 else max(1, 96_000 // vehicles)
+
+    def run() -> None:
+        sim.step(chunk)
+        wp.synchronize_device(sim.device)
+
+    seconds_per_call = _time(run, seconds)
+    sim.close()
+    return DynamicsBench(
+        airframe=sim.airframe.name, integrator="rk4", vehicles=vehicles, steps_per_s=chunk / seconds_per_call,
+        device=str(sim.device), threads=sim.threads,
+    )

@@ -66,3 +66,53 @@ def test_bench_render_last_line():
     fields = dict(item.split("=") for item in last.split())
     assert set(fields) == {"rays_per_s", "embree_rays_per_s", "ratio"}
     assert float(fields["ratio"]) == pytest.approx(float(fields["rays_per_s"]) / float(fields["embree_rays_per_s"]), rel=1e-2)
+
+
+def test_fly_writes_the_trajectory_csv(tmp_path):
+    out = tmp_path / "traj.csv"
+    goggles("fly", "--preset", "fg-quad", "--duration", "3", "--controller", "position", "--setpoint", "1,0,2",
+            "--seed", "4", "--decimate", "8", "--out", str(out))
+    header = out.read_text().splitlines()[0].split(",")
+    for column in ["t", "px", "py", "pz", "vx", "vy", "vz", "qw", "qx", "qy", "qz", "wx", "wy", "wz",
+                   "acc_x", "acc_y", "acc_z", "gyro_x", "gyro_y", "gyro_z", "rotor_0", "rotor_3"]:
+        assert column in header
+    table = np.loadtxt(out, delimiter=",", skiprows=1)
+    assert table.shape == (3 * 960 // 8 + 1, 24)
+    np.testing.assert_allclose(table[0, 1:4], 0.0)  # starts at rest on the origin
+    np.testing.assert_allclose(table[1:, 0][:3], [8 / 960, 16 / 960, 24 / 960])
+    final = dict(zip(header, table[-1]))
+    assert abs(final["px"] - 1.0) < 0.1 and abs(final["pz"] - 2.0) < 0.1
+
+
+def test_fly_hexarotor_euler_ground_effect_start(tmp_path):
+    out = tmp_path / "hexa.csv"
+    goggles("fly", "--preset", "hexa-550", "--duration", "1", "--integrator", "euler", "--ground-effect", "conyers",
+            "--start", "0,0,3", "--controller", "rotors", "--no-disturbances", "--no-imu-noise", "--out", str(out))
+    header = out.read_text().splitlines()[0].split(",")
+    assert [c for c in header if c.startswith("rotor_")] == [f"rotor_{i}" for i in range(6)]
+    table = np.loadtxt(out, delimiter=",", skiprows=1)
+    assert table[0, 3] == 3.0 and abs(table[-1, 3] - 3.0) < 0.2  # hover speed holds it near 3 m
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--controller", "position", "--setpoint", "1,2"], "--setpoint '1,2' for --controller position"),
+        (["--controller", "rates", "--setpoint", "10,0,nan,0"], "--setpoint"),
+        (["--preset", "no-such"], "not found"),
+        (["--imu-rate", "333"], "IMU rate"),
+    ],
+)
+def test_fly_bad_input_is_a_clear_error(tmp_path, args, message):
+    result = goggles("fly", "--duration", "0.1", *args, "--out", str(tmp_path / "x.csv"), check=False)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bench_dynamics_last_lines():
+    result = goggles("bench", "dynamics", "--batch", "16", "--seconds", "0.05")
+    lines = result.stdout.strip().splitlines()
+    last = dict(item.split("=") for item in lines[-1].split())
+    assert last["vehicles"] == "1"
+    assert float(last["realtime_factor"]) == pytest.approx(float(last["steps_per_s"]) / 960, rel=1e-2)
+    assert lines[-2].startswith("vehicles=16 ")
