@@ -155,6 +155,10 @@ def bench_dynamics(
     seconds_per_call = _time(run, seconds)
     sim.close()
     return DynamicsBench(
-        airframe=sim.airframe.name, integrator="rk4", vehicles=vehicles, steps_per_s=chunk / seconds_per_call,
-        device=str(sim.device), threads=sim.threads,
+        airframe=sim.airframe.name,
+        integrator="rk4",
+        vehicles=vehicles,
+        steps_per_s=chunk / seconds_per_call,
+        device=str(sim.device),
+        threads=sim.threads,
     )

@@ -44,10 +44,14 @@ def _floats_between(low: int, high: int, what: str):
 
 
 def _add_camera_args(parser: argparse.ArgumentParser, width: int, height: int) -> None:
-    parser.add_argument("--scene", type=Path, default=None, help="scene TOML or mesh file (default: the built-in arena)")
+    parser.add_argument(
+        "--scene", type=Path, default=None, help="scene TOML or mesh file (default: the built-in arena)"
+    )
     parser.add_argument("--width", type=int, default=width, help="image width, pixels (default %(default)s)")
     parser.add_argument("--height", type=int, default=height, help="image height, pixels (default %(default)s)")
-    parser.add_argument("--vfov", type=float, default=60.0, help="vertical field of view, degrees (default %(default)s)")
+    parser.add_argument(
+        "--vfov", type=float, default=60.0, help="vertical field of view, degrees (default %(default)s)"
+    )
     parser.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N (default: Warp's default)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads per render (default: all cores)")
 
@@ -83,8 +87,11 @@ def cmd_render(args) -> int:
         T_WC.append(T_WC[0] @ stereo_right_offset(args.baseline))
         partner = [1, -1]
     renderer = Renderer(
-        DeviceScene(scene, args.device), [camera] * len(T_WC), shadow_partner=partner,
-        threads=args.threads, shading=Shading[args.shading.upper()],
+        DeviceScene(scene, args.device),
+        [camera] * len(T_WC),
+        shadow_partner=partner,
+        threads=args.threads,
+        shading=Shading[args.shading.upper()],
     )
     renderer.render(np.stack(T_WC))
     images = renderer.images()
@@ -106,8 +113,14 @@ def cmd_bench_render(args) -> int:
     from goggles.paths import default_scene
 
     result = bench_render(
-        args.scene or default_scene(), width=args.width, height=args.height, vfov_deg=args.vfov,
-        views=args.views, threads=args.threads, device=args.device, seconds=args.seconds,
+        args.scene or default_scene(),
+        width=args.width,
+        height=args.height,
+        vfov_deg=args.vfov,
+        views=args.views,
+        threads=args.threads,
+        device=args.device,
+        seconds=args.seconds,
     )
     print(
         f"scene: {result.triangles} triangles, {result.views} views of {result.width}x{result.height}, "
@@ -115,13 +128,19 @@ def cmd_bench_render(args) -> int:
     )
     print(f"goggles (Warp, full render): {result.rays_per_s / 1e6:.2f} Mrays/s")
     print(f"Embree (closest hit only):   {result.embree_rays_per_s / 1e6:.2f} Mrays/s")
-    print(f"rays_per_s={result.rays_per_s:.0f} embree_rays_per_s={result.embree_rays_per_s:.0f} ratio={result.ratio:.3f}")
+    print(
+        f"rays_per_s={result.rays_per_s:.0f} embree_rays_per_s={result.embree_rays_per_s:.0f} ratio={result.ratio:.3f}"
+    )
     return 0
 
 
 _CONTROLLERS = {
-    "position": "POSITION", "velocity": "VELOCITY", "attitude": "ATTITUDE",
-    "rates": "RATES", "rotors": "ROTOR_SPEEDS", "thrusts": "ROTOR_THRUSTS",
+    "position": "POSITION",
+    "velocity": "VELOCITY",
+    "attitude": "ATTITUDE",
+    "rates": "RATES",
+    "rotors": "ROTOR_SPEEDS",
+    "thrusts": "ROTOR_THRUSTS",
 }
 
 
@@ -132,14 +151,20 @@ def _setpoint(args, airframe) -> list[float]:
     n = airframe.num_rotors
     hover_thrust = airframe.mass * 9.81
     defaults = {
-        "position": "0,0,1,0", "velocity": "0,0,0,0", "attitude": f"{hover_thrust},1,0,0,0",
-        "rates": f"{hover_thrust},0,0,0", "rotors": f"{airframe.hover_speed}",
+        "position": "0,0,1,0",
+        "velocity": "0,0,0,0",
+        "attitude": f"{hover_thrust},1,0,0,0",
+        "rates": f"{hover_thrust},0,0,0",
+        "rotors": f"{airframe.hover_speed}",
         "thrusts": f"{hover_thrust / n}",
     }
     forms = {
-        "position": "x,y,z[,yaw] (m, rad)", "velocity": "vx,vy,vz[,yaw] (m/s, rad)",
-        "attitude": "thrust,qw,qx,qy,qz (N)", "rates": "thrust,p,q,r (N, rad/s)",
-        "rotors": f"one speed or {n} speeds (rad/s)", "thrusts": f"one thrust or {n} thrusts (N)",
+        "position": "x,y,z[,yaw] (m, rad)",
+        "velocity": "vx,vy,vz[,yaw] (m/s, rad)",
+        "attitude": "thrust,qw,qx,qy,qz (N)",
+        "rates": "thrust,p,q,r (N, rad/s)",
+        "rotors": f"one speed or {n} speeds (rad/s)",
+        "thrusts": f"one thrust or {n} thrusts (N)",
     }
     text = args.setpoint or defaults[args.controller]
     try:
@@ -168,15 +193,23 @@ def cmd_fly(args) -> int:
     setpoint = _setpoint(args, airframe)
     start = [0.0, 0.0, 0.0, 0.0] if args.start is None else list(args.start) + [0.0] * (4 - len(args.start))
     sim = MultirotorSim(
-        airframe, 1, device=args.device, dt=1.0 / args.rate,
+        airframe,
+        1,
+        device=args.device,
+        dt=1.0 / args.rate,
         integrator=Integrator[args.integrator.upper()],
         ground_effect=GroundEffect[args.ground_effect.upper().replace("-", "_")],
-        imu_rate=args.imu_rate, disturbances=not args.no_disturbances, imu_noise=not args.no_imu_noise,
+        imu_rate=args.imu_rate,
+        disturbances=not args.no_disturbances,
+        imu_noise=not args.no_imu_noise,
         seed=args.seed,
     )
     airborne = start[2] > 0.0  # above the floor: start hovering, rotors at hover speed
-    sim.reset(position=start[:3], attitude=quat_from_euler(0.0, 0.0, start[3]),
-              rotor_speed=airframe.hover_speed if airborne else 0.0)
+    sim.reset(
+        position=start[:3],
+        attitude=quat_from_euler(0.0, 0.0, start[3]),
+        rotor_speed=airframe.hover_speed if airborne else 0.0,
+    )
     sim.set_command(ControlMode[_CONTROLLERS[args.controller]], setpoint)
     rows_total = int(round(args.duration * args.rate / args.decimate))
     n = airframe.num_rotors
@@ -184,8 +217,18 @@ def cmd_fly(args) -> int:
 
     def record(row: int) -> None:
         s = sim.states()
-        table[row] = np.concatenate([[s.time], s.position[0], s.velocity[0], s.attitude[0], s.rates[0],
-                                     s.imu_accel[0], s.imu_gyro[0], s.rotor_speed[0]])
+        table[row] = np.concatenate(
+            [
+                [s.time],
+                s.position[0],
+                s.velocity[0],
+                s.attitude[0],
+                s.rates[0],
+                s.imu_accel[0],
+                s.imu_gyro[0],
+                s.rotor_speed[0],
+            ]
+        )
 
     record(0)
     for row in range(1, rows_total + 1):
@@ -194,14 +237,36 @@ def cmd_fly(args) -> int:
         if row % max(1, rows_total // 10) == 0:
             log.info("flown %.1f / %.1f s", sim.time, args.duration)
     sim.close()
-    header = ["t", "px", "py", "pz", "vx", "vy", "vz", "qw", "qx", "qy", "qz", "wx", "wy", "wz",
-              "acc_x", "acc_y", "acc_z", "gyro_x", "gyro_y", "gyro_z"] + [f"rotor_{i}" for i in range(n)]
+    header = [
+        "t",
+        "px",
+        "py",
+        "pz",
+        "vx",
+        "vy",
+        "vz",
+        "qw",
+        "qx",
+        "qy",
+        "qz",
+        "wx",
+        "wy",
+        "wz",
+        "acc_x",
+        "acc_y",
+        "acc_z",
+        "gyro_x",
+        "gyro_y",
+        "gyro_z",
+    ] + [f"rotor_{i}" for i in range(n)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     np.savetxt(args.out, table, delimiter=",", header=",".join(header), comments="", fmt="%.9g")
     final = table[-1]
-    print(f"{airframe.name}: {args.duration:g} s, {args.controller} control, {args.integrator} at {args.rate:g} Hz; "
-          f"final position {final[1]:.3f},{final[2]:.3f},{final[3]:.3f} m, speed {np.linalg.norm(final[4:7]):.3f} m/s "
-          f"-> {args.out} ({len(table)} rows)")
+    print(
+        f"{airframe.name}: {args.duration:g} s, {args.controller} control, {args.integrator} at {args.rate:g} Hz; "
+        f"final position {final[1]:.3f},{final[2]:.3f},{final[3]:.3f} m, speed {np.linalg.norm(final[4:7]):.3f} m/s "
+        f"-> {args.out} ({len(table)} rows)"
+    )
     return 0
 
 
@@ -211,8 +276,10 @@ def cmd_bench_dynamics(args) -> int:
     batch = bench_dynamics(args.preset, vehicles=args.batch, device=args.device, seconds=args.seconds)
     single = bench_dynamics(args.preset, vehicles=1, device=args.device, seconds=args.seconds, threads=1)
     for result in (batch, single):
-        print(f"{result.airframe} {result.integrator} on {result.device} ({result.threads} threads): {result.vehicles} "
-              f"vehicles x {result.steps_per_s:.0f} steps/s = {result.vehicle_steps_per_s:.3g} vehicle-steps/s")
+        print(
+            f"{result.airframe} {result.integrator} on {result.device} ({result.threads} threads): {result.vehicles} "
+            f"vehicles x {result.steps_per_s:.0f} steps/s = {result.vehicle_steps_per_s:.3g} vehicle-steps/s"
+        )
     print(f"vehicles={batch.vehicles} steps_per_s={batch.steps_per_s:.0f} realtime_factor={batch.realtime_factor:.2f}")
     print(f"vehicles=1 steps_per_s={single.steps_per_s:.0f} realtime_factor={single.realtime_factor:.1f}")
     return 0
@@ -236,18 +303,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_camera_args(render, 640, 480)
     render.add_argument(
-        "--pose", default=None,
+        "--pose",
+        default=None,
         help="body pose x,y,z,qw,qx,qy,qz in the world (FLU: identity looks along +x, z up); "
         "default: the scene's view, else identity; write --pose=-1,... when x is negative",
     )
-    render.add_argument("--intrinsics", type=_floats(4, "--intrinsics"), default=None,
-                        help="fx,fy,cx,cy in pixels (overrides --vfov)")
-    render.add_argument("--distortion", type=_floats(5, "--distortion"), default=(0.0,) * 5,
-                        help="OpenCV k1,k2,p1,p2,k3 (default none)")
+    render.add_argument(
+        "--intrinsics", type=_floats(4, "--intrinsics"), default=None, help="fx,fy,cx,cy in pixels (overrides --vfov)"
+    )
+    render.add_argument(
+        "--distortion", type=_floats(5, "--distortion"), default=(0.0,) * 5, help="OpenCV k1,k2,p1,p2,k3 (default none)"
+    )
     render.add_argument("--min-depth", type=float, default=0.0, help="closest valid depth, m (default %(default)s)")
-    render.add_argument("--max-depth", type=float, default=1000.0, help="farthest depth traced, m (default %(default)s)")
-    render.add_argument("--baseline", type=float, default=None,
-                        help="stereo baseline, m: adds a right camera at -B along body y")
+    render.add_argument(
+        "--max-depth", type=float, default=1000.0, help="farthest depth traced, m (default %(default)s)"
+    )
+    render.add_argument(
+        "--baseline", type=float, default=None, help="stereo baseline, m: adds a right camera at -B along body y"
+    )
     render.add_argument("--shading", choices=["sun", "unlit"], default="sun", help="intensity lighting")
     render.add_argument("--out", type=Path, required=True, help="folder to write the images to")
     render.set_defaults(run=cmd_render)
@@ -288,15 +361,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fly.add_argument("--preset", default="fg-quad", help="airframe preset name or TOML path (default %(default)s)")
     fly.add_argument("--duration", type=float, required=True, help="simulated seconds")
-    fly.add_argument("--controller", choices=sorted(_CONTROLLERS), default="position",
-                     help="what --setpoint commands (default %(default)s)")
-    fly.add_argument("--setpoint", default=None,
-                     help="position x,y,z[,yaw]; velocity vx,vy,vz[,yaw]; attitude thrust,qw,qx,qy,qz; rates "
-                     "thrust,p,q,r; rotors/thrusts one value or one per rotor (default: hover in place, 1 m up "
-                     "for position); write --setpoint=-1,... when the first value is negative")
-    fly.add_argument("--start", type=_floats_between(3, 4, "--start"), default=None,
-                     help="start x,y,z[,yaw] at rest, m and rad; above z = 0 the rotors start at hover speed "
-                     "(default: on the ground at the origin, rotors stopped)")
+    fly.add_argument(
+        "--controller",
+        choices=sorted(_CONTROLLERS),
+        default="position",
+        help="what --setpoint commands (default %(default)s)",
+    )
+    fly.add_argument(
+        "--setpoint",
+        default=None,
+        help="position x,y,z[,yaw]; velocity vx,vy,vz[,yaw]; attitude thrust,qw,qx,qy,qz; rates "
+        "thrust,p,q,r; rotors/thrusts one value or one per rotor (default: hover in place, 1 m up "
+        "for position); write --setpoint=-1,... when the first value is negative",
+    )
+    fly.add_argument(
+        "--start",
+        type=_floats_between(3, 4, "--start"),
+        default=None,
+        help="start x,y,z[,yaw] at rest, m and rad; above z = 0 the rotors start at hover speed "
+        "(default: on the ground at the origin, rotors stopped)",
+    )
     fly.add_argument("--seed", type=int, default=0, help="seed of the disturbance and IMU noise")
     fly.add_argument("--integrator", choices=["euler", "rk4"], default="rk4")
     fly.add_argument("--rate", type=float, default=960.0, help="physics rate, Hz (default %(default)s)")

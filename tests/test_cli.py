@@ -37,8 +37,18 @@ def test_render_pose_and_scene_mesh_path(tmp_path):
 
     trimesh.creation.box(extents=[1, 10, 10]).export(tmp_path / "wall.stl")
     goggles(
-        "render", "--scene", str(tmp_path / "wall.stl"), "--pose=-4,0,0,1,0,0,0",
-        "--width", "8", "--height", "6", "--vfov", "20", "--out", str(tmp_path / "out"),
+        "render",
+        "--scene",
+        str(tmp_path / "wall.stl"),
+        "--pose=-4,0,0,1,0,0,0",
+        "--width",
+        "8",
+        "--height",
+        "6",
+        "--vfov",
+        "20",
+        "--out",
+        str(tmp_path / "out"),
     )
     np.testing.assert_allclose(np.load(tmp_path / "out" / "depth.npy"), 3.5, rtol=1e-5)
 
@@ -65,16 +75,55 @@ def test_bench_render_last_line():
     last = result.stdout.strip().splitlines()[-1]
     fields = dict(item.split("=") for item in last.split())
     assert set(fields) == {"rays_per_s", "embree_rays_per_s", "ratio"}
-    assert float(fields["ratio"]) == pytest.approx(float(fields["rays_per_s"]) / float(fields["embree_rays_per_s"]), rel=1e-2)
+    assert float(fields["ratio"]) == pytest.approx(
+        float(fields["rays_per_s"]) / float(fields["embree_rays_per_s"]), rel=1e-2
+    )
 
 
 def test_fly_writes_the_trajectory_csv(tmp_path):
     out = tmp_path / "traj.csv"
-    goggles("fly", "--preset", "fg-quad", "--duration", "3", "--controller", "position", "--setpoint", "1,0,2",
-            "--seed", "4", "--decimate", "8", "--out", str(out))
+    goggles(
+        "fly",
+        "--preset",
+        "fg-quad",
+        "--duration",
+        "3",
+        "--controller",
+        "position",
+        "--setpoint",
+        "1,0,2",
+        "--seed",
+        "4",
+        "--decimate",
+        "8",
+        "--out",
+        str(out),
+    )
     header = out.read_text().splitlines()[0].split(",")
-    for column in ["t", "px", "py", "pz", "vx", "vy", "vz", "qw", "qx", "qy", "qz", "wx", "wy", "wz",
-                   "acc_x", "acc_y", "acc_z", "gyro_x", "gyro_y", "gyro_z", "rotor_0", "rotor_3"]:
+    for column in [
+        "t",
+        "px",
+        "py",
+        "pz",
+        "vx",
+        "vy",
+        "vz",
+        "qw",
+        "qx",
+        "qy",
+        "qz",
+        "wx",
+        "wy",
+        "wz",
+        "acc_x",
+        "acc_y",
+        "acc_z",
+        "gyro_x",
+        "gyro_y",
+        "gyro_z",
+        "rotor_0",
+        "rotor_3",
+    ]:
         assert column in header
     table = np.loadtxt(out, delimiter=",", skiprows=1)
     assert table.shape == (3 * 960 // 8 + 1, 24)
@@ -86,8 +135,25 @@ def test_fly_writes_the_trajectory_csv(tmp_path):
 
 def test_fly_hexarotor_euler_ground_effect_start(tmp_path):
     out = tmp_path / "hexa.csv"
-    goggles("fly", "--preset", "hexa-550", "--duration", "1", "--integrator", "euler", "--ground-effect", "conyers",
-            "--start", "0,0,3", "--controller", "rotors", "--no-disturbances", "--no-imu-noise", "--out", str(out))
+    goggles(
+        "fly",
+        "--preset",
+        "hexa-550",
+        "--duration",
+        "1",
+        "--integrator",
+        "euler",
+        "--ground-effect",
+        "conyers",
+        "--start",
+        "0,0,3",
+        "--controller",
+        "rotors",
+        "--no-disturbances",
+        "--no-imu-noise",
+        "--out",
+        str(out),
+    )
     header = out.read_text().splitlines()[0].split(",")
     assert [c for c in header if c.startswith("rotor_")] == [f"rotor_{i}" for i in range(6)]
     table = np.loadtxt(out, delimiter=",", skiprows=1)

@@ -60,7 +60,9 @@ def test_motor_step_rise_and_fall_time_constants(device, airframe):
     sim.set_command(ControlMode.ROTOR_SPEEDS, [0.0] * airframe.num_rotors)
     for k in range(1, 49):
         sim.step(1)
-        np.testing.assert_allclose(sim.states().rotor_speed[0], start * np.exp(-k * sim.dt / airframe.time_constant_down), rtol=1e-4)
+        np.testing.assert_allclose(
+            sim.states().rotor_speed[0], start * np.exp(-k * sim.dt / airframe.time_constant_down), rtol=1e-4
+        )
 
 
 def test_free_fall(device):
@@ -145,8 +147,13 @@ def test_ground_effect_ratios_equal_the_formulas(device):
     assert 1.05 < expected[GroundEffect.CONYERS][2] < 1.6  # the fit is a sensible ratio near the ground
     for model, ratio in expected.items():
         out = wp.zeros(len(heights), dtype=float, device=device)
-        wp.launch(ground_effect_kernel, dim=len(heights), inputs=[int(model), R, arm, wp.array(heights, dtype=float, device=device)],
-                  outputs=[out], device=device)
+        wp.launch(
+            ground_effect_kernel,
+            dim=len(heights),
+            inputs=[int(model), R, arm, wp.array(heights, dtype=float, device=device)],
+            outputs=[out],
+            device=device,
+        )
         np.testing.assert_allclose(out.numpy(), ratio, rtol=2e-5)
 
 
@@ -176,7 +183,7 @@ def _allan_deviation(samples: np.ndarray, rate: float, tau: float) -> float:
     """Overlapping Allan deviation of (k, n) rate samples at averaging time tau, pooled over columns."""
     m = int(round(tau * rate))
     theta = np.cumsum(samples, axis=0) / rate
-    d = theta[2 * m:] - 2 * theta[m:-m] + theta[: -2 * m]
+    d = theta[2 * m :] - 2 * theta[m:-m] + theta[: -2 * m]
     return float(np.sqrt(np.mean(d**2) / (2 * tau**2)))
 
 
@@ -194,7 +201,10 @@ def test_imu_allan_deviation_matches_preset(device, preset):
         accel.append(s.imu_accel[:, 0])
         gyro.append(s.imu_gyro[:, 2])
     noise = load_imu_preset(preset)
-    for samples, N, K in ((accel, noise.accel_noise[0], noise.accel_bias_walk[0]), (gyro, noise.gyro_noise[2], noise.gyro_bias_walk[2])):
+    for samples, N, K in (
+        (accel, noise.accel_noise[0], noise.accel_bias_walk[0]),
+        (gyro, noise.gyro_noise[2], noise.gyro_bias_walk[2]),
+    ):
         expected = np.sqrt(N**2 + K**2 / 3)
         assert _allan_deviation(np.array(samples), 160.0, 1.0) == pytest.approx(expected, rel=0.10)
 
@@ -238,8 +248,10 @@ def test_position_controller_flies_to_and_holds_a_setpoint(device, airframe):
         worst = max(worst, np.linalg.norm(sim.states().position[0] - [2.0, 0.0, 2.0]))
     assert worst < 0.05
     s = sim.states()
-    yaw = np.arctan2(2 * (s.attitude[0, 0] * s.attitude[0, 3] + s.attitude[0, 1] * s.attitude[0, 2]),
-                     1 - 2 * (s.attitude[0, 2] ** 2 + s.attitude[0, 3] ** 2))
+    yaw = np.arctan2(
+        2 * (s.attitude[0, 0] * s.attitude[0, 3] + s.attitude[0, 1] * s.attitude[0, 2]),
+        1 - 2 * (s.attitude[0, 2] ** 2 + s.attitude[0, 3] ** 2),
+    )
     assert yaw == pytest.approx(0.3, abs=0.02)
 
 

@@ -47,7 +47,9 @@ def test_plane_depth_and_range_at_many_poses(device):
         # Rays that graze the plane's far edge (500 m) are excluded: the finite quad ends there.
         inside = hit & (np.abs(T[:2, 3] + expected_range[..., None] * d_W[..., :2]) < 499).all(axis=-1)
         np.testing.assert_allclose(images.range[i][inside], expected_range[inside], rtol=2e-5, atol=1e-4)
-        np.testing.assert_allclose(images.depth[i][inside], (expected_range * rays_C[..., 2])[inside], rtol=2e-5, atol=1e-4)
+        np.testing.assert_allclose(
+            images.depth[i][inside], (expected_range * rays_C[..., 2])[inside], rtol=2e-5, atol=1e-4
+        )
         assert np.all(images.segmentation[i][inside] == 7)
         np.testing.assert_allclose(images.normal_W[i][inside], np.broadcast_to([0, 0, 1], (inside.sum(), 3)), atol=1e-6)
         assert np.all(np.isposinf(images.depth[i][~hit])) and np.all(images.segmentation[i][~hit] == 0)
@@ -118,8 +120,12 @@ def test_stereo_disparity_is_f_b_over_z(device):
     scene = scene_of((_textured_wall(distance, wide, texture), 1))
     T_left = camera_pose_from_body(np.eye(4))
     images = render(
-        scene, [camera, camera], [T_left, T_left @ stereo_right_offset(baseline)], device,
-        shading=Shading.UNLIT, shadow_partner=[1, -1],
+        scene,
+        [camera, camera],
+        [T_left, T_left @ stereo_right_offset(baseline)],
+        device,
+        shading=Shading.UNLIT,
+        shadow_partner=[1, -1],
     )
     disparity = f * baseline / distance
     assert disparity == 8.0
@@ -167,7 +173,9 @@ def test_distortion_matches_cv2_project_points(device):
     rays_W = camera.ray_directions().astype(np.float64) @ T_WC[:3, :3].T
     P_W = T_WC[:3, 3] + rays_W * images.range[0][..., None].astype(np.float64)
     P_C = (P_W - T_WC[:3, 3]) @ T_WC[:3, :3]
-    projected, _ = cv2.projectPoints(P_C.reshape(-1, 3), np.zeros(3), np.zeros(3), camera.K, np.array(camera.distortion))
+    projected, _ = cv2.projectPoints(
+        P_C.reshape(-1, 3), np.zeros(3), np.zeros(3), camera.K, np.array(camera.distortion)
+    )
     u, v = np.meshgrid(np.arange(80), np.arange(60))
     error = np.abs(projected.reshape(60, 80, 2) - np.stack([u, v], axis=-1))
     assert error.max() < 0.01

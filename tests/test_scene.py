@@ -49,7 +49,10 @@ def test_ply_vertex_colours_render(tmp_path, device):
     box = trimesh.creation.box(extents=[1.0, 1.0, 1.0])
     box.visual.vertex_colors = np.tile([10, 200, 30, 255], (len(box.vertices), 1))
     box.export(tmp_path / "box.ply")
-    scene_file = write(tmp_path / "s.toml", '[[asset]]\nfile = "box.ply"\nunits = "m"\nup = "+z"\nposition = [3, 0, 0]\nsegmentation = 9\n')
+    scene_file = write(
+        tmp_path / "s.toml",
+        '[[asset]]\nfile = "box.ply"\nunits = "m"\nup = "+z"\nposition = [3, 0, 0]\nsegmentation = 9\n',
+    )
     scene = load_static_scene(scene_file)
     camera = CameraModel.from_fov(9, 9, 10.0)
     renderer = Renderer(DeviceScene(scene, device), [camera], shading=Shading.UNLIT)

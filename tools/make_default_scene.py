@@ -35,8 +35,12 @@ def copy_real_scans(shared: Path) -> None:
     for name, files in {
         "mars-dingo-gap-terrain": ["dingo_gap_leaves.glb", "ATTRIBUTION.md", "LICENSE"],
         "ycb-025-mug": [
-            "textured.obj", "textured.mtl", "MI_025_mug_MI_025_mug_D.png",
-            "ATTRIBUTION.md", "LICENSE", "YCB-LICENSE-NOTICE.txt",
+            "textured.obj",
+            "textured.mtl",
+            "MI_025_mug_MI_025_mug_D.png",
+            "ATTRIBUTION.md",
+            "LICENSE",
+            "YCB-LICENSE-NOTICE.txt",
         ],
     }.items():
         target = ASSETS / name

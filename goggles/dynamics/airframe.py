@@ -154,8 +154,12 @@ def load_imu_preset(name: str) -> ImuNoise:
     if name not in data:
         raise ConfigError(f"IMU preset {name!r} unknown; known: {sorted(data)}")
     table = _Table(PRESETS_DIR / "imu.toml", f"[{name}]", data[name])
-    return ImuNoise(*(tuple(table.vector(k, 3, minimum=0.0)) for k in
-                      ("accel_noise", "gyro_noise", "accel_bias_walk", "gyro_bias_walk")))
+    return ImuNoise(
+        *(
+            tuple(table.vector(k, 3, minimum=0.0))
+            for k in ("accel_noise", "gyro_noise", "accel_bias_walk", "gyro_bias_walk")
+        )
+    )
 
 
 class _Table:
@@ -194,15 +198,35 @@ class _Table:
 
 _KEYS = {
     "body": {"mass", "inertia"},
-    "motors": {"thrust_coefficient", "torque_coefficient", "time_constant_up", "time_constant_down",
-               "min_speed", "max_speed", "rotor_inertia", "rotor_radius"},
-    "aerodynamics": {"drag_coefficient", "moment_coefficient", "linear_drag_body", "quadratic_drag_body",
-                     "linear_moment_drag", "quadratic_moment_drag"},
+    "motors": {
+        "thrust_coefficient",
+        "torque_coefficient",
+        "time_constant_up",
+        "time_constant_down",
+        "min_speed",
+        "max_speed",
+        "rotor_inertia",
+        "rotor_radius",
+    },
+    "aerodynamics": {
+        "drag_coefficient",
+        "moment_coefficient",
+        "linear_drag_body",
+        "quadratic_drag_body",
+        "linear_moment_drag",
+        "quadratic_moment_drag",
+    },
     "disturbance": {"force_density", "moment_density"},
     "imu": {"preset"},
     "rate_controller": {"kp", "ki", "kd", "integrator_limit", "filter_p", "filter_q"},
-    "geometric_controller": {"k_position", "k_velocity", "k_attitude", "k_rate",
-                             "max_horizontal_acceleration", "max_vertical_acceleration"},
+    "geometric_controller": {
+        "k_position",
+        "k_velocity",
+        "k_attitude",
+        "k_rate",
+        "max_horizontal_acceleration",
+        "max_vertical_acceleration",
+    },
     "rotor": {"position", "axis", "spin"},
     "allocation": set(),
 }
@@ -235,12 +259,16 @@ def _airframe(path: Path, data: dict) -> Airframe:
     if inertia.shape == (3,):
         inertia = np.diag(inertia)
     if inertia.shape != (3, 3) or not np.allclose(inertia, inertia.T) or np.any(np.linalg.eigvalsh(inertia) <= 0):
-        raise ConfigError(f"{path}: [body]: 'inertia' must be 3 positive principal moments or a symmetric positive "
-                          f"definite 3x3 matrix, kg m^2; got {inertia_value!r}")
+        raise ConfigError(
+            f"{path}: [body]: 'inertia' must be 3 positive principal moments or a symmetric positive "
+            f"definite 3x3 matrix, kg m^2; got {inertia_value!r}"
+        )
 
     rotors = data.get("rotor", [])
     if not isinstance(rotors, list) or not 1 <= len(rotors) <= MAX_ROTORS:
-        raise ConfigError(f"{path}: needs 1 to {MAX_ROTORS} [[rotor]] tables, found {len(rotors) if isinstance(rotors, list) else 0}")
+        raise ConfigError(
+            f"{path}: needs 1 to {MAX_ROTORS} [[rotor]] tables, found {len(rotors) if isinstance(rotors, list) else 0}"
+        )
     positions, axes, spins = [], [], []
     for i, entry in enumerate(rotors):
         rotor = _Table(path, f"[[rotor]] #{i + 1}", entry)
@@ -267,7 +295,9 @@ def _airframe(path: Path, data: dict) -> Airframe:
         if allocation.shape != (6, len(rotors)) or not np.all(np.isfinite(allocation)):
             raise ConfigError(f"{path}: 'allocation' must be a 6 x {len(rotors)} matrix (rows Fx Fy Fz Mx My Mz)")
     if np.linalg.matrix_rank(allocation[2:]) < 4:
-        raise ConfigError(f"{path}: the rotors cannot produce independent thrust, roll, pitch and yaw (allocation rank < 4)")
+        raise ConfigError(
+            f"{path}: the rotors cannot produce independent thrust, roll, pitch and yaw (allocation rank < 4)"
+        )
 
     return Airframe(
         name=path.stem,

@@ -88,15 +88,24 @@ def attitude_for_acceleration(a_W: wp.vec3, yaw: float) -> wp.mat33:
 
 @wp.func
 def translation_control(
-    af: AirframeParams, settings: SimSettings, x_p: wp.vec3, x_v: wp.vec3, q: wp.quat, w: wp.vec3,
-    e_p: wp.vec3, v_d: wp.vec3, yaw: float,
+    af: AirframeParams,
+    settings: SimSettings,
+    x_p: wp.vec3,
+    x_v: wp.vec3,
+    q: wp.quat,
+    w: wp.vec3,
+    e_p: wp.vec3,
+    v_d: wp.vec3,
+    yaw: float,
 ) -> vec8:
     """Lee's position/velocity law with bounded acceleration: rotor speeds for position error ``e_p``
     (zero in velocity mode) and desired velocity ``v_d``."""
     a = -wp.cw_mul(af.k_position, e_p) - wp.cw_mul(af.k_velocity, x_v - v_d)
     horizontal = wp.sqrt(a[0] * a[0] + a[1] * a[1])
     if horizontal > af.max_horizontal_acceleration:
-        a = wp.vec3(a[0] * af.max_horizontal_acceleration / horizontal, a[1] * af.max_horizontal_acceleration / horizontal, a[2])
+        a = wp.vec3(
+            a[0] * af.max_horizontal_acceleration / horizontal, a[1] * af.max_horizontal_acceleration / horizontal, a[2]
+        )
     a_z = wp.clamp(a[2], -0.8 * settings.gravity, af.max_vertical_acceleration)
     f_W = wp.vec3(a[0], a[1], a_z + settings.gravity) * af.mass
     thrust = wp.max(wp.dot(f_W, wp.quat_rotate(q, wp.vec3(0.0, 0.0, 1.0))), 0.0)
@@ -104,7 +113,9 @@ def translation_control(
 
 
 @wp.func
-def rate_control(af: AirframeParams, thrust: float, rates_d: wp.vec3, y: wp.vec3, dy: wp.vec3, integral: wp.vec3) -> vec8:
+def rate_control(
+    af: AirframeParams, thrust: float, rates_d: wp.vec3, y: wp.vec3, dy: wp.vec3, integral: wp.vec3
+) -> vec8:
     """FlightGoggles rate mode: PID on the filtered gyro ``y`` (derivative on measurement)."""
     alpha = wp.cw_mul(af.rate_kp, rates_d - y) + wp.cw_mul(af.rate_ki, integral) - wp.cw_mul(af.rate_kd, dy)
     return mix(af, thrust, af.inertia * alpha)
@@ -112,8 +123,17 @@ def rate_control(af: AirframeParams, thrust: float, rates_d: wp.vec3, y: wp.vec3
 
 @wp.func
 def rotor_commands(
-    af: AirframeParams, settings: SimSettings, mode: int, command: vec8,
-    p: wp.vec3, v: wp.vec3, q: wp.quat, w: wp.vec3, y: wp.vec3, dy: wp.vec3, integral: wp.vec3,
+    af: AirframeParams,
+    settings: SimSettings,
+    mode: int,
+    command: vec8,
+    p: wp.vec3,
+    v: wp.vec3,
+    q: wp.quat,
+    w: wp.vec3,
+    y: wp.vec3,
+    dy: wp.vec3,
+    integral: wp.vec3,
 ) -> vec8:
     """Rotor speed commands of the vehicle's controller for this physics step."""
     if mode == ROTOR_SPEEDS:

@@ -93,7 +93,12 @@ def step_vehicles_kernel(
             force_noise, rng = randn3(rng)
             moment_noise, rng = randn3(rng)
         v_before = x.v
-        x = rest_on_floor(settings, integrate(af, settings, x, rotors, w_cmd, ratio, force_noise * af.force_sigma, moment_noise * af.moment_sigma))
+        x = rest_on_floor(
+            settings,
+            integrate(
+                af, settings, x, rotors, w_cmd, ratio, force_noise * af.force_sigma, moment_noise * af.moment_sigma
+            ),
+        )
         rotors, unused = rotor_speeds_at(af, rotors, w_cmd, dt)
         if (first_step + k + 1) % settings.imu_decimation == 0:
             specific_force_B = wp.quat_rotate_inv(x.q, (x.v - v_before) / dt + wp.vec3(0.0, 0.0, settings.gravity))
@@ -133,8 +138,11 @@ def seed_kernel(seed: int, out_rng: wp.array(dtype=wp.uint32)):
 
 @wp.kernel
 def ground_effect_kernel(
-    model: int, rotor_radius: float, arm_length: float,
-    heights: wp.array(dtype=float), out_ratio: wp.array(dtype=float),
+    model: int,
+    rotor_radius: float,
+    arm_length: float,
+    heights: wp.array(dtype=float),
+    out_ratio: wp.array(dtype=float),
 ):
     """Evaluate the simulator's ground-effect ratio at given heights (for tests and plots)."""
     i = wp.tid()

@@ -182,8 +182,14 @@ def thrusts(af: AirframeParams, w: vec8, ratio: float) -> vec8:
 
 @wp.func
 def derivative(
-    af: AirframeParams, settings: SimSettings, x: Rigid, w: vec8, dw: vec8, ratio: float,
-    force_noise_W: wp.vec3, moment_noise_B: wp.vec3,
+    af: AirframeParams,
+    settings: SimSettings,
+    x: Rigid,
+    w: vec8,
+    dw: vec8,
+    ratio: float,
+    force_noise_W: wp.vec3,
+    moment_noise_B: wp.vec3,
 ) -> Rigid:
     """Time derivative of the rigid-body state given the rotor speeds and accelerations."""
     wrench = af.allocation * thrusts(af, w, ratio)
@@ -217,8 +223,14 @@ def advance(x: Rigid, d: Rigid, h: float) -> Rigid:
 
 @wp.func
 def integrate(
-    af: AirframeParams, settings: SimSettings, x: Rigid, w0: vec8, w_cmd: vec8, ratio: float,
-    force_noise_W: wp.vec3, moment_noise_B: wp.vec3,
+    af: AirframeParams,
+    settings: SimSettings,
+    x: Rigid,
+    w0: vec8,
+    w_cmd: vec8,
+    ratio: float,
+    force_noise_W: wp.vec3,
+    moment_noise_B: wp.vec3,
 ) -> Rigid:
     """One physics step (explicit Euler or classic RK4); the quaternion is renormalised."""
     h = settings.dt

@@ -98,7 +98,9 @@ class MultirotorSim:
         self.imu_decimation = int(round(decimation))
         self.step_count = 0
         self.threads = 1 if d.is_cuda else max(1, min(threads or os.cpu_count() or 1, n))
-        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="goggles-dynamics") if self.threads > 1 else None
+        self._pool = (
+            ThreadPoolExecutor(self.threads, thread_name_prefix="goggles-dynamics") if self.threads > 1 else None
+        )
         self._ground_mesh = ground_mesh  # keep the mesh alive while its id is used
 
         settings = SimSettings()
@@ -116,8 +118,18 @@ class MultirotorSim:
         self.params = _params(airframe, dt, dt * self.imu_decimation, imu_mount)
 
         state = kernels.VehicleState()
-        for name in ("position", "velocity", "rates", "accel_bias", "gyro_bias", "imu_accel", "imu_gyro",
-                     "filter_y", "filter_dy", "integral"):
+        for name in (
+            "position",
+            "velocity",
+            "rates",
+            "accel_bias",
+            "gyro_bias",
+            "imu_accel",
+            "imu_gyro",
+            "filter_y",
+            "filter_dy",
+            "integral",
+        ):
             setattr(state, name, wp.zeros(n, dtype=wp.vec3, device=d))
         state.attitude = wp.zeros(n, dtype=wp.quat, device=d)
         state.rotor_speed = wp.zeros(n, dtype=kernels.vec8, device=d)

@@ -99,7 +99,10 @@ class CameraModel:
             x, y = undistorted[..., 0], undistorted[..., 1]
             reprojected, _ = cv2.projectPoints(
                 np.stack([x.ravel(), y.ravel(), np.ones(x.size)], axis=-1),
-                np.zeros(3), np.zeros(3), self.K, np.asarray(self.distortion),
+                np.zeros(3),
+                np.zeros(3),
+                self.K,
+                np.asarray(self.distortion),
             )
             error = np.abs(reprojected.reshape(self.height, self.width, 2) - np.stack([u, v], axis=-1)).max()
             if not error < 1e-3:

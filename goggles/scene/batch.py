@@ -78,7 +78,12 @@ def batch_scene(spec: SceneSpec) -> StaticScene:
         faces = sum(len(p.faces) for p in parts)
         log.info(
             "imported asset %d/%d %s: %d parts, %d triangles (%.2f s)",
-            i + 1, len(spec.assets), asset.name, len(parts), faces, time.perf_counter() - start,
+            i + 1,
+            len(spec.assets),
+            asset.name,
+            len(parts),
+            faces,
+            time.perf_counter() - start,
         )
     scene = merge_parts(spec.name, placed)
     scene.view = spec.view
