@@ -307,3 +307,38 @@ def test_bad_commands_and_presets_are_refused(tmp_path):
     (tmp_path / "neg.toml").write_text(text.replace("max_speed = 2200.0", "max_speed = -5.0"))
     with pytest.raises(ConfigError, match="'max_speed' must be > 0"):
         load_airframe(tmp_path / "neg.toml")
+
+
+def test_ground_effect_height_from_a_scene_mesh(device):
+    """A downward ray into a mesh gives the same height as the floor plane at the same place."""
+    plane = wp.Mesh(
+        points=wp.array([[-50, -50, 0.0], [50, -50, 0], [50, 50, 0], [-50, 50, 0]], dtype=wp.vec3, device=device),
+        indices=wp.array([0, 1, 2, 0, 2, 3], dtype=wp.int32, device=device),
+    )
+    height = 2 * FG.rotor_radius
+    sim = quiet(device=device, floor_z=None, ground_mesh=plane, ground_effect=GroundEffect.CHEESEMAN_BENNETT)
+    sim.reset(position=[0, 0, height], rotor_speed=FG.hover_speed)
+    sim.set_command(ControlMode.ROTOR_SPEEDS, [FG.hover_speed] * 4)
+    sim.step(1)
+    assert sim.states().imu_accel[0, 2] == pytest.approx(GRAVITY / (1 - (1 / 8) ** 2), rel=1e-4)
+
+
+def test_disturbance_spectral_densities(device):
+    """White force density S_F makes velocity a random walk: Var(v) = S_F T / m^2 (no drag, level);
+    white moment density S_M makes body rates one: Var(w) = S_M T / J^2 (rotors off, no aero moment)."""
+    force_only = dataclasses.replace(FG, drag_coefficient=0.0, moment_density=0.0)
+    sim = MultirotorSim(force_only, 512, device=device, floor_z=None, imu_noise=False, seed=11)
+    sim.reset(position=[0, 0, 100], rotor_speed=FG.hover_speed)
+    sim.set_command(ControlMode.ROTOR_SPEEDS, [FG.hover_speed] * 4)
+    sim.step(960)
+    variance = sim.states().velocity[:, :2].var()
+    assert variance == pytest.approx(FG.force_density * 1.0 / FG.mass**2, rel=0.1)
+
+    moment_only = dataclasses.replace(FG, force_density=0.0, moment_coefficient=np.zeros(3))
+    sim = MultirotorSim(moment_only, 512, device=device, floor_z=None, imu_noise=False, seed=12)
+    sim.reset(position=[0, 0, 100])
+    sim.step(480)
+    rates = sim.states().rates
+    J = np.diag(FG.inertia)
+    for axis in range(3):
+        assert rates[:, axis].var() == pytest.approx(FG.moment_density * 0.5 / J[axis] ** 2, rel=0.15)
