@@ -25,3 +25,8 @@ def assets_dir() -> Path:
 def default_scene() -> Path:
     """The built-in default scene file (assets/arena.toml)."""
     return assets_dir() / "arena.toml"
+
+
+def default_run() -> Path:
+    """The built-in demo run file (assets/run-demo.toml)."""
+    return assets_dir() / "run-demo.toml"

@@ -1,0 +1,309 @@
+"""Run files: TOML naming the scene, vehicles, cameras, clock and buses, loaded into frozen dataclasses.
+
+Every error names the file and the key. Camera intrinsics come inline (width, height, vfov_deg) or
+from a calibration file in OpenCV/ROS camera YAML (``calib/*.yaml``). See ``assets/run-demo.toml``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from goggles.clock import ClockMode
+from goggles.errors import ConfigError
+from goggles.frames import quat_from_euler, quat_to_matrix
+from goggles.render.camera import CameraModel
+from goggles.transport.buses import DEFAULT_LCM_URL, ZmqEndpoints
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CAMERA_OUTPUTS = ("depth", "range", "rgb", "segmentation")
+
+
+@dataclass(frozen=True)
+class VehicleConfig:
+    name: str
+    preset: str
+    """Airframe preset name or TOML path."""
+    start: tuple[float, float, float, float]
+    """x, y, z (m) and yaw (rad) at rest."""
+    route: tuple[tuple[float, float, float, float], ...]
+    """Waypoints x, y, z, yaw flown in a loop by the position controller (empty: wait for commands)."""
+    route_tolerance: float
+    """m: distance at which the next waypoint is taken."""
+    imu_rate: float
+    """Hz; must divide the physics rate."""
+    state_rate: float
+    """Hz of ground-truth state messages."""
+
+
+@dataclass(frozen=True)
+class CameraConfig:
+    vehicle: str
+    name: str
+    model: CameraModel
+    T_BC: np.ndarray
+    """(4, 4) pose of the (left) camera's optical frame in the body frame."""
+    baseline: float | None
+    """m: a stereo rig's right camera sits at -baseline along body y; None for a mono camera."""
+    rate: float
+    """Hz of sim time."""
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    source: Path | None
+    mode: ClockMode
+    scene: Path | None
+    """Scene file; None for the built-in arena."""
+    physics_rate: float
+    scale: float | None
+    """Fixed clock scale, or None for automatic."""
+    max_scale: float
+    seed: int
+    vehicles: tuple[VehicleConfig, ...]
+    cameras: tuple[CameraConfig, ...]
+    lcm_url: str | None
+    """None: LCM off."""
+    zmq: ZmqEndpoints | None
+    """None: ZeroMQ off."""
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Read a run file.
+
+    Raises:
+        ConfigError: naming the file and the bad key.
+    """
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ConfigError(f"{path}: run file not found")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return parse_run_config(data, path)
+
+
+class _Reader:
+    def __init__(self, path: Path | None, where: str, table, allowed: set[str]):
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: {where} must be a table")
+        unknown = sorted(set(table) - allowed)
+        if unknown:
+            raise ConfigError(f"{path}: {where}: unknown key {unknown[0]!r}; allowed keys are {sorted(allowed)}")
+        self.path, self.where, self.table = path, where, table
+
+    def error(self, key: str, expected: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {self.where}: {key!r} must be {expected}, got {self.table.get(key)!r}")
+
+    def get(self, key: str, default=None, *, required: bool = False):
+        if required and key not in self.table:
+            raise ConfigError(f"{self.path}: {self.where}: missing key {key!r}")
+        return self.table.get(key, default)
+
+    def number(self, key: str, default=None, *, positive: bool = False, required: bool = False) -> float:
+        value = self.get(key, default, required=required)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+            raise self.error(key, "a number")
+        if positive and value <= 0:
+            raise self.error(key, "a positive number")
+        return float(value)
+
+    def vector(self, key: str, n: int, default=None) -> tuple[float, ...]:
+        value = self.get(key, default)
+        try:
+            array = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            array = np.zeros(0)
+        if array.shape != (n,) or not np.all(np.isfinite(array)):
+            raise self.error(key, f"a list of {n} finite numbers")
+        return tuple(float(v) for v in array)
+
+    def text(self, key: str, default=None, *, required: bool = False) -> str:
+        value = self.get(key, default, required=required)
+        if not isinstance(value, str) or not value:
+            raise self.error(key, "a non-empty string")
+        return value
+
+
+def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
+    """Build a RunConfig from parsed TOML (``path`` only names the file in errors and anchors paths)."""
+    top = _Reader(path, "top level", data, {"run", "clock", "lcm", "zmq", "vehicle", "camera"})
+    base = path.parent if path is not None else Path.cwd()
+    run = _Reader(path, "[run]", data.get("run", {}), {"mode", "scene", "seed"})
+    modes = {"sim": ClockMode.SIM, "lockstep": ClockMode.LOCKSTEP, "live": ClockMode.LIVE}
+    mode_name = run.text("mode", "sim")
+    if mode_name not in modes:
+        raise run.error("mode", f"one of {sorted(modes)}")
+    scene = run.get("scene")
+    if scene is not None and not isinstance(scene, str):
+        raise run.error("scene", "a path")
+
+    clock = _Reader(path, "[clock]", data.get("clock", {}), {"scale", "max_scale", "physics_rate"})
+    scale_value = clock.get("scale", "auto")
+    scale = None if scale_value == "auto" else clock.number("scale", positive=True)
+    physics_rate = clock.number("physics_rate", 960.0, positive=True)
+
+    lcm = _Reader(path, "[lcm]", data.get("lcm", {}), {"enabled", "url"})
+    zmq = _Reader(path, "[zmq]", data.get("zmq", {}), {"enabled", "publish", "inputs", "control"})
+    endpoints = ZmqEndpoints(
+        publish=zmq.text("publish", ZmqEndpoints.publish),
+        inputs=zmq.text("inputs", ZmqEndpoints.inputs),
+        control=zmq.text("control", ZmqEndpoints.control),
+    )
+
+    vehicle_tables = top.get("vehicle", [])
+    if not isinstance(vehicle_tables, list) or not vehicle_tables:
+        raise ConfigError(f"{path}: needs at least one [[vehicle]] table")
+    vehicles = tuple(_vehicle(path, i, v, physics_rate) for i, v in enumerate(vehicle_tables))
+    names = [v.name for v in vehicles]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{path}: vehicle names must be unique, got {names}")
+    cameras = tuple(_camera(path, base, i, c, set(names), physics_rate) for i, c in enumerate(top.get("camera", [])))
+    return RunConfig(
+        source=path,
+        mode=modes[mode_name],
+        scene=None if scene is None else (base / scene).resolve(),
+        physics_rate=physics_rate,
+        scale=scale,
+        max_scale=clock.number("max_scale", 1.0, positive=True),
+        seed=int(run.number("seed", 0)),
+        vehicles=vehicles,
+        cameras=cameras,
+        lcm_url=lcm.text("url", DEFAULT_LCM_URL) if lcm.get("enabled", True) else None,
+        zmq=endpoints if zmq.get("enabled", True) else None,
+    )
+
+
+def _divides(reader: _Reader, key: str, rate: float, physics_rate: float) -> float:
+    ratio = physics_rate / rate
+    if abs(ratio - round(ratio)) > 1e-9:
+        raise reader.error(key, f"a rate in Hz that divides the physics rate {physics_rate:g} Hz")
+    return rate
+
+
+def _vehicle(path, index: int, table, physics_rate: float) -> VehicleConfig:
+    r = _Reader(
+        path,
+        f"[[vehicle]] #{index + 1}",
+        table,
+        {"name", "preset", "start", "route", "route_tolerance", "imu_rate", "state_rate"},
+    )
+    start = r.get("start", [0.0, 0.0, 0.0, 0.0])
+    if isinstance(start, list) and len(start) == 3:
+        start = [*start, 0.0]
+    route = []
+    for point in r.get("route", []):
+        if isinstance(point, list) and len(point) == 3:
+            point = [*point, 0.0]
+        array = np.asarray(point, dtype=np.float64) if isinstance(point, list) else np.zeros(0)
+        if array.shape != (4,) or not np.all(np.isfinite(array)):
+            raise r.error("route", "a list of waypoints [x, y, z] or [x, y, z, yaw]")
+        route.append(tuple(float(v) for v in array))
+    r.table = {**r.table, "start": start}
+    return VehicleConfig(
+        name=r.text("name", required=True),
+        preset=r.text("preset", "fg-quad"),
+        start=r.vector("start", 4),
+        route=tuple(route),
+        route_tolerance=r.number("route_tolerance", 0.4, positive=True),
+        imu_rate=_divides(r, "imu_rate", r.number("imu_rate", 240.0, positive=True), physics_rate),
+        state_rate=_divides(r, "state_rate", r.number("state_rate", 60.0, positive=True), physics_rate),
+    )
+
+
+def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rate: float) -> CameraConfig:
+    r = _Reader(
+        path,
+        f"[[camera]] #{index + 1}",
+        table,
+        {
+            "vehicle",
+            "name",
+            "calibration",
+            "width",
+            "height",
+            "vfov_deg",
+            "position",
+            "rpy_deg",
+            "baseline",
+            "rate",
+            "outputs",
+            "min_depth",
+            "max_depth",
+        },
+    )
+    vehicle = r.text("vehicle", required=True)
+    if vehicle not in vehicles:
+        raise r.error("vehicle", f"one of the vehicles {sorted(vehicles)}")
+    limits = {"min_depth": r.number("min_depth", 0.05), "max_depth": r.number("max_depth", 100.0, positive=True)}
+    if "calibration" in r.table:
+        if any(k in r.table for k in ("width", "height", "vfov_deg")):
+            raise ConfigError(f"{path}: {r.where}: give 'calibration' or width/height/vfov_deg, not both")
+        model = load_camera_yaml(base / r.text("calibration"), **limits)
+    else:
+        width, height = r.get("width", 320), r.get("height", 240)
+        if not (isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0):
+            raise r.error("width", "positive integers width and height")
+        model = CameraModel.from_fov(width, height, r.number("vfov_deg", 60.0, positive=True), **limits)
+    outputs = r.get("outputs", ["depth"])
+    if not isinstance(outputs, list) or not outputs or any(o not in CAMERA_OUTPUTS for o in outputs):
+        raise r.error("outputs", f"a list drawn from {list(CAMERA_OUTPUTS)}")
+    from goggles.frames import R_BODY_OPTICAL
+
+    T_BC = np.eye(4)
+    roll, pitch, yaw = np.radians(r.vector("rpy_deg", 3, [0.0, 0.0, 0.0]))
+    T_BC[:3, :3] = quat_to_matrix(quat_from_euler(roll, pitch, yaw)) @ R_BODY_OPTICAL
+    T_BC[:3, 3] = r.vector("position", 3, [0.0, 0.0, 0.0])
+    baseline = r.get("baseline")
+    return CameraConfig(
+        vehicle=vehicle,
+        name=r.text("name", required=True),
+        model=model,
+        T_BC=T_BC,
+        baseline=None if baseline is None else r.number("baseline", positive=True),
+        rate=_divides(r, "rate", r.number("rate", 30.0, positive=True), physics_rate),
+        outputs=tuple(outputs),
+    )
+
+
+def load_camera_yaml(path: Path, **limits) -> CameraModel:
+    """A CameraModel from an OpenCV/ROS camera YAML (image_width, image_height, camera_matrix,
+    distortion_coefficients with the plumb_bob model).
+
+    Raises:
+        ConfigError: naming the file and the missing or bad key.
+    """
+    import yaml
+
+    if not path.is_file():
+        raise ConfigError(f"{path}: camera calibration file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    try:
+        width, height = int(data["image_width"]), int(data["image_height"])
+        K = np.asarray(data["camera_matrix"]["data"], dtype=np.float64).reshape(3, 3)
+        model_name = data.get("distortion_model", "plumb_bob")
+        distortion = np.asarray(data.get("distortion_coefficients", {"data": [0.0] * 5})["data"], dtype=np.float64)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{path}: needs image_width, image_height, camera_matrix.data (9 numbers) and "
+            f"distortion_coefficients.data: {exc!r}"
+        ) from exc
+    if model_name not in ("plumb_bob", "rational_polynomial") or distortion.size not in (4, 5):
+        raise ConfigError(
+            f"{path}: distortion_model {model_name!r} with {distortion.size} coefficients is not "
+            "supported; use plumb_bob with k1, k2, p1, p2[, k3]"
+        )
+    distortion = np.concatenate([distortion, np.zeros(5 - distortion.size)])
+    return CameraModel(width, height, K[0, 0], K[1, 1], K[0, 2], K[1, 2], tuple(distortion), **limits)

@@ -1,0 +1,522 @@
+"""The engine: read sources, update the world, render the sensors that are due, publish.
+
+One loop serves every mode. Work is scheduled as events at integer physics steps (a camera at 30 Hz
+with 960 Hz physics fires every 32 steps), so sensor rates are exact in sim time:
+
+* sim: the clock paces sim time at a fixed or automatic scale; built-in vehicles fly routes or
+  follow commands from the bus.
+* lockstep: sim time advances only by client step requests; the reply is sent once the outputs of
+  those steps are published.
+* live: vehicle poses come from the bus (motion capture); a camera renders as soon as a new pose
+  arrives (at most twice its rate) and at least at its rate with the last pose.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import goggles_lcm
+from goggles.clock import ClockMode, PacedClock
+from goggles.config import CameraConfig, RunConfig
+from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
+from goggles.frames import matrix_to_quat, transform
+from goggles.render import DeviceScene, Renderer, stereo_right_offset
+from goggles.scene import load_static_scene
+from goggles.transport.buses import LcmBus, ZmqBus
+from goggles.transport.schema import Encoding, MalformedMessage, decode_input, header
+
+log = logging.getLogger(__name__)
+
+_ENCODINGS = {
+    "depth": Encoding.DEPTH_F32,
+    "range": Encoding.RANGE_F32,
+    "rgb": Encoding.RGB8,
+    "segmentation": Encoding.SEGMENTATION_I32,
+}
+
+
+@dataclass
+class Counters:
+    """What the engine did with its inputs and outputs."""
+
+    received: int = 0
+    malformed: int = 0
+    """Undecodable, oversized, wrong-type or non-finite inputs, dropped."""
+    ignored: int = 0
+    """Valid inputs for nothing in this run (an unknown vehicle, a pose in sim mode...)."""
+    published: int = 0
+    malformed_by_channel: dict[str, int] = field(default_factory=dict)
+
+
+class StageTimes:
+    """Recent wall durations of each stage of the loop, for the status line and benchmarks."""
+
+    def __init__(self, keep: int = 2000):
+        self._samples: dict[str, deque[float]] = {}
+        self._keep = keep
+
+    def add(self, stage: str, seconds: float) -> None:
+        self._samples.setdefault(stage, deque(maxlen=self._keep)).append(seconds)
+
+    def percentile_ms(self, stage: str, q: float) -> float:
+        samples = self._samples.get(stage)
+        return float(np.percentile(samples, q) * 1e3) if samples else float("nan")
+
+
+@dataclass
+class _Camera:
+    vehicle: str
+    name: str
+    config: CameraConfig
+    T_BC: np.ndarray
+
+
+@dataclass
+class _CameraGroup:
+    """Cameras of one size and rate, rendered together in one launch."""
+
+    cameras: list[_Camera]
+    renderer: Renderer
+    period_steps: int
+    seq: int = 0
+    last_render_wall: float = 0.0
+
+
+@dataclass
+class _Vehicle:
+    name: str
+    sim: MultirotorSim | None
+    route: tuple
+    route_index: int = 0
+    external_control: bool = False
+    T_WB: np.ndarray = field(default_factory=lambda: np.eye(4))
+    pose_utime: int = 0
+    new_pose: bool = False
+
+
+class Engine:
+    """Everything a run needs, built from a RunConfig.
+
+    Args:
+        config: the run file's contents.
+        device: Warp device for rendering and physics.
+        status: called about once per wall second with a one-line status (the CLI prints it).
+    """
+
+    def __init__(self, config: RunConfig, *, device=None, status: Callable[[str], None] | None = None):
+        self.config = config
+        self.mode = config.mode
+        self.dt = 1.0 / config.physics_rate
+        self.counters = Counters()
+        self.times = StageTimes()
+        self._status = status
+        self._seq: dict[str, int] = {}
+        self._rate_log: dict[str, deque[float]] = {}
+        from goggles.paths import default_scene
+
+        scene = DeviceScene(load_static_scene(config.scene or default_scene()), device)
+        self.device = scene.device
+        self.vehicles: dict[str, _Vehicle] = {}
+        for v in config.vehicles:
+            sim = None
+            if self.mode != ClockMode.LIVE:
+                sim = MultirotorSim(
+                    load_airframe(v.preset), 1, device=self.device, dt=self.dt, seed=config.seed, imu_rate=v.imu_rate
+                )
+                airborne = v.start[2] > 0.0
+                sim.reset(
+                    position=v.start[:3],
+                    attitude=_yaw_quat(v.start[3]),
+                    rotor_speed=sim.airframe.hover_speed if airborne else 0.0,
+                )
+                if v.route:
+                    sim.set_command(ControlMode.POSITION, v.route[0])
+                else:
+                    sim.set_command(ControlMode.POSITION, v.start)
+            vehicle = _Vehicle(v.name, sim, v.route)
+            vehicle.T_WB = transform(v.start[:3], _yaw_quat(v.start[3]))
+            self.vehicles[v.name] = vehicle
+        self.groups = self._camera_groups(scene, config.cameras)
+        self.buses = []
+        if config.zmq is not None:
+            self.buses.append(ZmqBus(config.zmq))
+        if config.lcm_url is not None:
+            self.buses.append(LcmBus(config.lcm_url))
+        self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)
+        self.step = 0
+        self.clock = PacedClock(config.scale, max_scale=config.max_scale)
+        self._events = self._schedule()
+
+    # ------------------------------------------------------------------ building
+
+    def _camera_groups(self, scene: DeviceScene, configs) -> list[_CameraGroup]:
+        by_key: dict[tuple, list[tuple[_Camera, int]]] = {}
+        for c in configs:
+            key = (c.model.width, c.model.height, c.rate)
+            cameras = by_key.setdefault(key, [])
+            if c.baseline is None:
+                cameras.append((_Camera(c.vehicle, c.name, c, c.T_BC), -1))
+            else:
+                left = len(cameras)
+                cameras.append((_Camera(c.vehicle, f"{c.name}_left", c, c.T_BC), left + 1))
+                cameras.append((_Camera(c.vehicle, f"{c.name}_right", c, c.T_BC @ stereo_right_offset(c.baseline)), -1))
+        groups = []
+        for (_, _, rate), members in by_key.items():
+            renderer = Renderer(scene, [m.config.model for m, _ in members], shadow_partner=[p for _, p in members])
+            period = int(round(self.config.physics_rate / rate))
+            groups.append(_CameraGroup([m for m, _ in members], renderer, period))
+        return groups
+
+    def _schedule(self) -> list[list]:
+        """[next_step, period_steps, action] events, in the order they run when due together."""
+        events = []
+        for vehicle, config in zip(self.vehicles.values(), self.config.vehicles):
+            if vehicle.sim is not None:
+                events.append(
+                    [
+                        0,
+                        int(round(self.config.physics_rate / config.state_rate)),
+                        lambda v=vehicle: self._publish_state(v),
+                    ]
+                )
+                events.append(
+                    [0, int(round(self.config.physics_rate / config.imu_rate)), lambda v=vehicle: self._publish_imu(v)]
+                )
+        for group in self.groups:
+            events.append([0, group.period_steps, lambda g=group: self._render(g)])
+        events.append([0, int(round(self.config.physics_rate / 10.0)) or 1, self._publish_clock])
+        return events
+
+    # ------------------------------------------------------------------ running
+
+    def run(self, *, duration: float | None = None, stop: threading.Event | None = None) -> None:
+        """Run until ``duration`` sim seconds (wall seconds in live mode) have passed or ``stop`` is set."""
+        stop = stop or threading.Event()
+        if self.mode == ClockMode.LIVE:
+            self._run_live(duration, stop)
+            return
+        end_step = None if duration is None else int(round(duration / self.dt))
+        self.clock.start(0.0, self._measure_cost())
+        last_status = time.perf_counter()
+        target = end_step if self.mode == ClockMode.SIM else 0
+        request = None
+        while not stop.is_set() and (end_step is None or self.step < end_step):
+            if self.mode == ClockMode.LOCKSTEP and self.step >= target:
+                if request is not None:
+                    self._reply_step(request)
+                    request = None
+                request, target = self._wait_for_step_request(stop, end_step)
+                continue
+            self._advance(target if self.mode == ClockMode.LOCKSTEP else end_step)
+            if time.perf_counter() - last_status > 1.0:
+                last_status = time.perf_counter()
+                if self._status:
+                    self._status(self.status_line())
+        if request is not None:
+            self._reply_step(request)
+
+    def _advance(self, limit_step: int | None) -> None:
+        """Handle inputs, step physics to the next event, run every event due, pace the clock."""
+        start = time.perf_counter()
+        self._handle_inputs()
+        next_step = min(e[0] for e in self._events)
+        if limit_step is not None:
+            next_step = min(next_step, limit_step)
+        interval = (next_step - self.step) * self.dt
+        if next_step > self.step:
+            t = time.perf_counter()
+            for vehicle in self.vehicles.values():
+                vehicle.sim.step(next_step - self.step)
+            self.step = next_step
+            self.times.add("physics", time.perf_counter() - t)
+        for event in self._events:
+            if event[0] == self.step:
+                event[2]()
+                event[0] += event[1]
+        if self.mode == ClockMode.SIM:
+            self.clock.record_work(interval, time.perf_counter() - start, self.step * self.dt)
+            self.clock.pace(self.step * self.dt)
+
+    def _measure_cost(self) -> float:
+        """Wall seconds per sim second from one warm-up render of every group: a sane first scale."""
+        cost = 0.0
+        for group in self.groups:
+            t = time.perf_counter()
+            group.renderer.render(np.stack([self._camera_pose(c) for c in group.cameras]))
+            group.renderer.buffers.depth.numpy()
+            cost += (time.perf_counter() - t) * self.config.physics_rate / group.period_steps
+        return cost or None
+
+    def _wait_for_step_request(self, stop: threading.Event, end_step: int | None):
+        while not stop.is_set():
+            self._handle_inputs()
+            for frames in self.zmq.receive_control() if self.zmq else []:
+                envelope, payload = frames[:-1], frames[-1]
+                try:
+                    message = decode_input(payload, goggles_lcm.step_t)
+                except MalformedMessage as exc:
+                    self._count_malformed("control", exc)
+                    self.zmq.reply(envelope, _step_reply(-1, 0, self.step, self.dt))
+                    continue
+                target = self.step + message.steps
+                if end_step is not None:
+                    target = min(target, end_step)
+                return (envelope, message.request_id, message.steps), target
+            if self.zmq is None:
+                raise MalformedMessage("lockstep mode needs the ZeroMQ control socket ([zmq] enabled)")
+            self.zmq.wait(0.05)
+        return None, self.step
+
+    def _reply_step(self, request) -> None:
+        envelope, request_id, steps = request
+        self.zmq.reply(envelope, _step_reply(request_id, steps, self.step, self.dt))
+
+    def _run_live(self, duration: float | None, stop: threading.Event) -> None:
+        start = time.perf_counter()
+        last_status = start
+        while not stop.is_set() and (duration is None or time.perf_counter() - start < duration):
+            now = time.perf_counter()
+            periods = [g.period_steps * self.dt for g in self.groups] or [0.1]
+            waits = [g.last_render_wall + p - now for g, p in zip(self.groups, periods)]
+            self._wait_any(max(0.0, min(waits + [0.01])))
+            self._handle_inputs()
+            now = time.perf_counter()
+            self.step = int((time.time_ns() // 1000) * 1e-6 / self.dt)  # wall time, in physics steps
+            for group, period in zip(self.groups, periods):
+                fresh = any(self.vehicles[c.vehicle].new_pose for c in group.cameras)
+                elapsed = now - group.last_render_wall
+                if (fresh and elapsed >= 0.5 * period) or elapsed >= period:
+                    group.last_render_wall = now
+                    self._render(group)
+            for vehicle in self.vehicles.values():
+                vehicle.new_pose = False
+            if now - last_status > 1.0 and self._status:
+                last_status = now
+                self._status(self.status_line())
+
+    def _wait_any(self, timeout: float) -> None:
+        if self.zmq is not None:
+            self.zmq.wait(timeout)
+        else:
+            time.sleep(timeout)
+
+    # ------------------------------------------------------------------ inputs
+
+    def _handle_inputs(self) -> None:
+        t = time.perf_counter()
+        for bus in self.buses:
+            for item in bus.receive_inputs():
+                if isinstance(bus, ZmqBus):
+                    if len(item) != 2:
+                        self._count_malformed("zmq", MalformedMessage(f"{len(item)} frames, expected [channel, data]"))
+                        continue
+                    try:
+                        channel = item[0].decode()
+                    except UnicodeDecodeError:
+                        self._count_malformed("zmq", MalformedMessage("channel is not UTF-8"))
+                        continue
+                    data = item[1]
+                else:
+                    channel, data = item
+                self.counters.received += 1
+                try:
+                    self._apply_input(channel, data)
+                except MalformedMessage as exc:
+                    self._count_malformed(channel, exc)
+        self.times.add("inputs", time.perf_counter() - t)
+
+    def _count_malformed(self, channel: str, exc: Exception) -> None:
+        self.counters.malformed += 1
+        self.counters.malformed_by_channel[channel] = self.counters.malformed_by_channel.get(channel, 0) + 1
+        if self.counters.malformed <= 10 or self.counters.malformed % 1000 == 0:
+            log.warning("dropped input on %s (%d so far): %s", channel, self.counters.malformed, exc)
+
+    def _apply_input(self, channel: str, data: bytes) -> None:
+        if channel.endswith("/command"):
+            message = decode_input(data, goggles_lcm.command_t)
+            vehicle = self.vehicles.get(channel[: -len("/command")])
+            if vehicle is None or vehicle.sim is None:
+                self.counters.ignored += 1
+                return
+            try:
+                vehicle.sim.set_command(ControlMode(message.mode), message.values)
+            except Exception as exc:  # wrong value count for the mode, zero quaternion...
+                raise MalformedMessage(str(exc)) from exc
+            vehicle.external_control = True
+        elif channel.startswith("pose/"):
+            message = decode_input(data, goggles_lcm.pose_t)
+            vehicle = self.vehicles.get(channel[len("pose/") :])
+            if vehicle is None or vehicle.sim is not None or not message.valid:
+                self.counters.ignored += 1
+                return
+            vehicle.T_WB = transform(message.position, message.orientation)
+            vehicle.pose_utime = message.header.utime
+            vehicle.new_pose = True
+        elif channel.startswith("skeleton/"):
+            decode_input(data, goggles_lcm.skeleton_t)
+            self.counters.ignored += 1  # avatars arrive with the mocap issue
+        elif channel == "scene/edit":
+            decode_input(data, goggles_lcm.scene_edit_t)
+            self.counters.ignored += 1  # moving actors arrive with the mocap and sensors issues
+        else:
+            raise MalformedMessage(f"no input channel {channel!r}")
+
+    # ------------------------------------------------------------------ outputs
+
+    def _publish(self, channel: str, message) -> None:
+        t = time.perf_counter()
+        data = message.encode()
+        for bus in self.buses:
+            bus.publish(channel, data)
+        self.counters.published += 1
+        self.times.add("publish", time.perf_counter() - t)
+
+    def _next_seq(self, channel: str) -> int:
+        seq = self._seq.get(channel, 0)
+        self._seq[channel] = seq + 1
+        return seq
+
+    def _note_rate(self, name: str) -> None:
+        self._rate_log.setdefault(name, deque(maxlen=64)).append(self.step * self.dt)
+
+    def _utime(self) -> int:
+        return int(round(self.step * self.dt * 1e6))
+
+    def _vehicle_pose(self, vehicle: _Vehicle) -> np.ndarray:
+        if vehicle.sim is None:
+            return vehicle.T_WB
+        s = vehicle.sim.states()
+        return transform(s.position[0], s.attitude[0])
+
+    def _camera_pose(self, camera: _Camera) -> np.ndarray:
+        return self._vehicle_pose(self.vehicles[camera.vehicle]) @ camera.T_BC
+
+    def _render(self, group: _CameraGroup) -> None:
+        t = time.perf_counter()
+        poses = np.stack([self._camera_pose(c) for c in group.cameras])
+        group.renderer.render(poses)
+        buffers = {
+            "depth": group.renderer.buffers.depth.numpy(),
+            "range": group.renderer.buffers.range.numpy(),
+            "rgb": group.renderer.buffers.rgb.numpy(),
+            "segmentation": group.renderer.buffers.segmentation.numpy(),
+        }
+        self.times.add("render", time.perf_counter() - t)
+        utime = self._utime() if self.mode != ClockMode.LIVE else time.time_ns() // 1000
+        for i, camera in enumerate(group.cameras):
+            vehicle = self.vehicles[camera.vehicle]
+            for output in camera.config.outputs:
+                channel = f"{camera.vehicle}/{camera.name}/{output}"
+                image = goggles_lcm.image_t()
+                image.header = header(utime, self._next_seq(channel))
+                image.pose_utime = vehicle.pose_utime if vehicle.sim is None else utime
+                image.camera = f"{camera.vehicle}/{camera.name}"
+                model = camera.config.model
+                image.width, image.height = model.width, model.height
+                image.encoding = int(_ENCODINGS[output])
+                image.fx, image.fy, image.cx, image.cy = model.fx, model.fy, model.cx, model.cy
+                image.distortion = list(model.distortion)
+                image.position = poses[i, :3, 3].tolist()
+                image.orientation = matrix_to_quat(poses[i, :3, :3]).tolist()
+                pixels = np.ascontiguousarray(buffers[output][i])
+                image.data = pixels.tobytes()
+                image.data_size = len(image.data)
+                self._publish(channel, image)
+        group.seq += 1
+        self._note_rate(f"{group.cameras[0].vehicle}/{group.cameras[0].config.name}")
+        self.times.add("frame", time.perf_counter() - t)
+
+    def _publish_imu(self, vehicle: _Vehicle) -> None:
+        s = vehicle.sim.states()
+        channel = f"{vehicle.name}/imu"
+        message = goggles_lcm.imu_t()
+        message.header = header(self._utime(), self._next_seq(channel))
+        message.vehicle = vehicle.name
+        message.linear_acceleration = s.imu_accel[0].tolist()
+        message.angular_velocity = s.imu_gyro[0].tolist()
+        self._publish(channel, message)
+        self._note_rate("imu")
+
+    def _publish_state(self, vehicle: _Vehicle) -> None:
+        s = vehicle.sim.states()
+        channel = f"{vehicle.name}/state"
+        message = goggles_lcm.vehicle_state_t()
+        message.header = header(self._utime(), self._next_seq(channel))
+        message.vehicle = vehicle.name
+        message.position = s.position[0].tolist()
+        message.velocity = s.velocity[0].tolist()
+        message.orientation = s.attitude[0].tolist()
+        message.angular_velocity = s.rates[0].tolist()
+        message.num_rotors = s.rotor_speed.shape[1]
+        message.rotor_speeds = s.rotor_speed[0].tolist()
+        self._publish(channel, message)
+        self._follow_route(vehicle, s.position[0])
+
+    def _follow_route(self, vehicle: _Vehicle, position: np.ndarray) -> None:
+        """Built-in demo pilot: take the next waypoint once within tolerance (until a client commands)."""
+        if not vehicle.route or vehicle.external_control:
+            return
+        config = next(v for v in self.config.vehicles if v.name == vehicle.name)
+        if np.linalg.norm(position - vehicle.route[vehicle.route_index][:3]) < config.route_tolerance:
+            vehicle.route_index = (vehicle.route_index + 1) % len(vehicle.route)
+            vehicle.sim.set_command(ControlMode.POSITION, vehicle.route[vehicle.route_index])
+
+    def achieved_rates(self) -> dict[str, float]:
+        """Event rates over their recent history, Hz of sim time."""
+        rates = {}
+        for name, times in self._rate_log.items():
+            if len(times) >= 2 and times[-1] > times[0]:
+                rates[name] = (len(times) - 1) / (times[-1] - times[0])
+        return rates
+
+    def _publish_clock(self) -> None:
+        message = goggles_lcm.clock_t()
+        message.header = header(self._utime(), self._next_seq("clock"))
+        message.mode = int(self.mode)
+        message.scale = float(self.clock.scale)
+        rates = self.achieved_rates()
+        message.num_rates = len(rates)
+        message.rate_names = list(rates)
+        message.rates = list(rates.values())
+        self._publish("clock", message)
+
+    def status_line(self) -> str:
+        rates = " ".join(f"{name} {rate:.1f} Hz" for name, rate in self.achieved_rates().items())
+        scale = (
+            "live"
+            if self.mode == ClockMode.LIVE
+            else f"{self.clock.scale:.2f}" + (" auto" if self.clock.automatic else "")
+        )
+        return (
+            f"t={self.step * self.dt:8.2f} s  scale={scale}  {rates}  render p50 "
+            f"{self.times.percentile_ms('render', 50):.1f} ms  frame p99 {self.times.percentile_ms('frame', 99):.1f} ms"
+            f"  inputs {self.counters.received} (dropped {self.counters.malformed})"
+        )
+
+    def close(self) -> None:
+        for group in self.groups:
+            group.renderer.close()
+        for vehicle in self.vehicles.values():
+            if vehicle.sim is not None:
+                vehicle.sim.close()
+        for bus in self.buses:
+            bus.close()
+
+
+def _yaw_quat(yaw: float) -> np.ndarray:
+    return np.array([np.cos(yaw / 2.0), 0.0, 0.0, np.sin(yaw / 2.0)])
+
+
+def _step_reply(request_id: int, steps: int, step: int, dt: float) -> bytes:
+    reply = goggles_lcm.step_t()
+    reply.header = header(int(round(step * dt * 1e6)), step)
+    reply.request_id = request_id
+    reply.steps = steps
+    return reply.encode()

@@ -1,0 +1,144 @@
+"""The engine's side of the two buses, LCM and ZeroMQ, carrying the same encoded bytes.
+
+ZeroMQ: the engine binds a PUB socket (outputs, multipart [channel, bytes]), a SUB socket (inputs
+that clients publish to it) and a ROUTER socket (lockstep requests and replies). LCM: one ``lcm.LCM``
+for both directions; inputs are the channels matching ``INPUT_CHANNELS``.
+
+Everything binds to 127.0.0.1 unless an endpoint names another address: exposing a port is explicit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+
+from goggles.errors import ConfigError
+
+#: LCM channels the engine reads (regular expression).
+INPUT_CHANNELS = r"(pose/.*|skeleton/.*|.*/command|scene/edit)"
+#: Default LCM URL: multicast that never leaves the machine, with room for images in the receive buffer.
+DEFAULT_LCM_URL = "udpm://239.255.76.67:7667?ttl=0&recv_buf_size=8388608"
+#: Frames a slow ZeroMQ subscriber may have queued before the PUB socket drops new ones for it.
+PUBLISH_HWM = 8
+
+
+@dataclass(frozen=True)
+class ZmqEndpoints:
+    """Where the engine's ZeroMQ sockets bind."""
+
+    publish: str = "tcp://127.0.0.1:5555"
+    """Outputs (PUB): clients SUB-connect here."""
+    inputs: str = "tcp://127.0.0.1:5556"
+    """Inputs (SUB): clients PUB-connect here to send poses and commands."""
+    control: str = "tcp://127.0.0.1:5557"
+    """Lockstep (ROUTER): clients REQ/DEALER-connect here."""
+
+
+class ZmqBus:
+    """Engine-side ZeroMQ sockets.
+
+    Args:
+        endpoints: bind addresses.
+        context: a ``zmq.Context`` (default: the process's shared instance).
+    """
+
+    def __init__(self, endpoints: ZmqEndpoints = ZmqEndpoints(), context=None):
+        import zmq
+
+        self._zmq = zmq
+        self.endpoints = endpoints
+        context = context or zmq.Context.instance()
+        self._publisher = context.socket(zmq.PUB)
+        self._publisher.setsockopt(zmq.SNDHWM, PUBLISH_HWM)
+        self._publisher.setsockopt(zmq.LINGER, 0)
+        self._inputs = context.socket(zmq.SUB)
+        self._inputs.setsockopt(zmq.SUBSCRIBE, b"")
+        self._inputs.setsockopt(zmq.LINGER, 0)
+        self._control = context.socket(zmq.ROUTER)
+        self._control.setsockopt(zmq.LINGER, 0)
+        for socket, endpoint in (
+            (self._publisher, endpoints.publish),
+            (self._inputs, endpoints.inputs),
+            (self._control, endpoints.control),
+        ):
+            try:
+                socket.bind(endpoint)
+            except zmq.ZMQError as exc:
+                self.close()
+                raise ConfigError(
+                    f"cannot bind ZeroMQ endpoint {endpoint}: {exc}; is another goggles running?"
+                ) from exc
+        self.poller = zmq.Poller()
+        self.poller.register(self._inputs, zmq.POLLIN)
+        self.poller.register(self._control, zmq.POLLIN)
+
+    def publish(self, channel: str, data: bytes) -> None:
+        self._publisher.send_multipart([channel.encode(), data], copy=False)
+
+    def receive_inputs(self) -> list[list[bytes]]:
+        """Every input message waiting, as its raw frames (the engine validates them)."""
+        messages = []
+        while self._inputs.poll(0):
+            messages.append(self._inputs.recv_multipart())
+        return messages
+
+    def receive_control(self) -> list[list[bytes]]:
+        """Every control message waiting: [identity, empty delimiter (REQ), payload] frames."""
+        messages = []
+        while self._control.poll(0):
+            messages.append(self._control.recv_multipart())
+        return messages
+
+    def reply(self, envelope: list[bytes], data: bytes) -> None:
+        """Answer a control message, keeping its routing envelope."""
+        self._control.send_multipart([*envelope, data])
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` for an input or control message; True if one is waiting."""
+        return bool(self.poller.poll(max(0, int(timeout_s * 1000))))
+
+    def close(self) -> None:
+        for socket in (self._publisher, self._inputs, self._control):
+            socket.close(0)
+
+
+class LcmBus:
+    """Engine-side LCM: publishes outputs, queues inputs of the ``INPUT_CHANNELS`` channels.
+
+    Args:
+        url: LCM provider URL (``udpm://...?ttl=0`` by default; ``memq://`` in one process).
+    """
+
+    def __init__(self, url: str = DEFAULT_LCM_URL):
+        import lcm
+
+        try:
+            self.lcm = lcm.LCM(url)
+        except Exception as exc:
+            raise ConfigError(f"cannot open LCM at {url!r}: {exc}") from exc
+        self.url = url
+        self._queue: deque[tuple[str, bytes]] = deque()
+        self._pattern = re.compile(INPUT_CHANNELS)
+        self._subscription = self.lcm.subscribe(INPUT_CHANNELS, self._on_message)
+
+    def _on_message(self, channel: str, data: bytes) -> None:
+        if self._pattern.fullmatch(channel):
+            self._queue.append((channel, data))
+
+    def publish(self, channel: str, data: bytes) -> None:
+        self.lcm.publish(channel, data)
+
+    def receive_inputs(self) -> list[tuple[str, bytes]]:
+        """Every input message waiting, as (channel, bytes)."""
+        while self.lcm.handle_timeout(0) > 0:
+            pass
+        messages = list(self._queue)
+        self._queue.clear()
+        return messages
+
+    def fileno(self) -> int:
+        return self.lcm.fileno()
+
+    def close(self) -> None:
+        self.lcm.unsubscribe(self._subscription)

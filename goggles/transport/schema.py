@@ -1,0 +1,122 @@
+"""The message schema: LCM types (``goggles_lcm``, generated from ``transport/lcm/*.lcm``), channel
+names, decoding by fingerprint, and validation of inputs.
+
+Channels (the same names on LCM and ZeroMQ):
+    outputs  ``clock``, ``<vehicle>/state``, ``<vehicle>/imu``, ``<vehicle>/<camera>/depth``,
+             ``<vehicle>/<camera>/rgb``, ``<vehicle>/<camera>/range``, ``<vehicle>/<camera>/segmentation``,
+             ``<vehicle>/collision``
+    inputs   ``<vehicle>/command`` (command_t), ``pose/<body>`` (pose_t), ``skeleton/<name>`` (skeleton_t),
+             ``scene/edit`` (scene_edit_t); lockstep requests (step_t) on the ZeroMQ control socket
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from enum import IntEnum
+
+import goggles_lcm
+
+#: Every goggles message type, by its 8-byte LCM fingerprint.
+TYPES = {
+    t._get_packed_fingerprint(): t
+    for t in (
+        goggles_lcm.beacons_t,
+        goggles_lcm.clock_t,
+        goggles_lcm.collision_t,
+        goggles_lcm.command_t,
+        goggles_lcm.header_t,
+        goggles_lcm.image_t,
+        goggles_lcm.imu_t,
+        goggles_lcm.pose_t,
+        goggles_lcm.ranges_t,
+        goggles_lcm.scene_edit_t,
+        goggles_lcm.skeleton_t,
+        goggles_lcm.step_t,
+        goggles_lcm.vehicle_state_t,
+    )
+}
+
+#: Inputs larger than this are dropped unread (poses and commands are a few hundred bytes).
+MAX_INPUT_BYTES = 1 << 20
+
+
+class Encoding(IntEnum):
+    """``image_t.encoding``: what the bytes of an image are."""
+
+    DEPTH_F32 = 0
+    RANGE_F32 = 1
+    RGB8 = 2
+    SEGMENTATION_I32 = 3
+
+
+class MalformedMessage(ValueError):
+    """An input that cannot be decoded or fails validation; the engine counts and drops it."""
+
+
+def header(utime: int, seq: int) -> goggles_lcm.header_t:
+    h = goggles_lcm.header_t()
+    h.utime = int(utime)
+    h.wall_utime = time.time_ns() // 1000
+    h.seq = int(seq)
+    return h
+
+
+def decode_any(data: bytes):
+    """Decode any goggles message by its fingerprint.
+
+    Raises:
+        MalformedMessage: unknown fingerprint or truncated/garbled bytes.
+    """
+    message_type = TYPES.get(bytes(data[:8]))
+    if message_type is None:
+        raise MalformedMessage(f"unknown message type (fingerprint {bytes(data[:8]).hex()})")
+    try:
+        return message_type.decode(bytes(data))
+    except Exception as exc:  # lcm-gen decoders raise struct.error, ValueError, UnicodeDecodeError...
+        raise MalformedMessage(f"cannot decode {message_type.__name__}: {exc}") from exc
+
+
+def decode_input(data: bytes, expected: type):
+    """Decode an input of a known type and validate it (finite numbers, unit-able quaternions).
+
+    Raises:
+        MalformedMessage: the reason it was dropped.
+    """
+    if len(data) > MAX_INPUT_BYTES:
+        raise MalformedMessage(f"{len(data)} bytes is over the {MAX_INPUT_BYTES}-byte input limit")
+    message = decode_any(data)
+    if not isinstance(message, expected):
+        raise MalformedMessage(f"expected {expected.__name__}, got {type(message).__name__}")
+    _validate(message)
+    return message
+
+
+def _finite(values, what: str) -> None:
+    if not all(math.isfinite(v) for v in values):
+        raise MalformedMessage(f"{what} has non-finite values")
+
+
+def _quaternion(values, what: str) -> None:
+    _finite(values, what)
+    if math.sqrt(sum(v * v for v in values)) < 1e-6:
+        raise MalformedMessage(f"{what} is a zero quaternion")
+
+
+def _validate(message) -> None:
+    if isinstance(message, goggles_lcm.pose_t):
+        _finite(message.position, "pose position")
+        _quaternion(message.orientation, "pose orientation")
+    elif isinstance(message, goggles_lcm.command_t):
+        _finite(message.values, "command values")
+        if not 0 <= message.mode <= 5:
+            raise MalformedMessage(f"command mode {message.mode} is not 0..5")
+    elif isinstance(message, goggles_lcm.skeleton_t):
+        for i in range(message.num_bones):
+            _finite(message.positions[i], f"bone {i} position")
+            _quaternion(message.orientations[i], f"bone {i} orientation")
+    elif isinstance(message, goggles_lcm.scene_edit_t):
+        _finite(message.position, "scene edit position")
+        _quaternion(message.orientation, "scene edit orientation")
+    elif isinstance(message, goggles_lcm.step_t) and not 0 < message.steps <= 10_000_000:
+        raise MalformedMessage(f"step request for {message.steps} steps; ask for 1 to 10,000,000")
