@@ -29,7 +29,7 @@ from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
 from goggles.frames import matrix_to_quat, transform
 from goggles.render import DeviceScene, Renderer, stereo_right_offset
 from goggles.scene import load_static_scene
-from goggles.transport.buses import LcmBus, ZmqBus
+from goggles.transport.buses import LcmBus, ZmqBus, split_frame
 from goggles.transport.schema import Encoding, MalformedMessage, decode_input, header
 
 log = logging.getLogger(__name__)
@@ -314,15 +314,11 @@ class Engine:
         for bus in self.buses:
             for item in bus.receive_inputs():
                 if isinstance(bus, ZmqBus):
-                    if len(item) != 2:
-                        self._count_malformed("zmq", MalformedMessage(f"{len(item)} frames, expected [channel, data]"))
-                        continue
                     try:
-                        channel = item[0].decode()
-                    except UnicodeDecodeError:
-                        self._count_malformed("zmq", MalformedMessage("channel is not UTF-8"))
+                        channel, data = split_frame(item)
+                    except ValueError as exc:  # includes UnicodeDecodeError
+                        self._count_malformed("zmq", MalformedMessage(str(exc)))
                         continue
-                    data = item[1]
                 else:
                     channel, data = item
                 self.counters.received += 1

@@ -1,7 +1,9 @@
 """The engine's side of the two buses, LCM and ZeroMQ, carrying the same encoded bytes.
 
-ZeroMQ: the engine binds a PUB socket (outputs, multipart [channel, bytes]), a SUB socket (inputs
-that clients publish to it) and a ROUTER socket (lockstep requests and replies). LCM: one ``lcm.LCM``
+ZeroMQ: the engine binds a PUB socket (outputs), a SUB socket (inputs that clients publish to it) and
+a ROUTER socket (lockstep requests and replies). Every stream message is one frame,
+``channel + b"\0" + LCM bytes``: single-part, so a subscriber can keep only the newest frame of a
+channel with ZMQ_CONFLATE, and the topic prefix filters by channel. LCM: one ``lcm.LCM``
 for both directions; inputs are the channels matching ``INPUT_CHANNELS``.
 
 Everything binds to 127.0.0.1 unless an endpoint names another address: exposing a port is explicit.
@@ -21,6 +23,27 @@ INPUT_CHANNELS = r"(pose/.*|skeleton/.*|.*/command|scene/edit)"
 DEFAULT_LCM_URL = "udpm://239.255.76.67:7667?ttl=0&recv_buf_size=8388608"
 #: Frames a slow ZeroMQ subscriber may have queued before the PUB socket drops new ones for it.
 PUBLISH_HWM = 8
+#: LCM input messages queued between two engine polls (LCM's default of 30 drops bursts of commands).
+LCM_INPUT_QUEUE = 4096
+
+
+def frame(channel: str, data: bytes) -> bytes:
+    """One ZeroMQ stream frame: the channel name, a NUL, the LCM-encoded message."""
+    return channel.encode() + b"\0" + data
+
+
+def split_frame(frames: list[bytes]) -> tuple[str, bytes]:
+    """(channel, LCM bytes) of a received stream message.
+
+    Raises:
+        ValueError: not exactly one frame, no NUL separator, or a channel that is not UTF-8.
+    """
+    if len(frames) != 1:
+        raise ValueError(f"{len(frames)} frames; a goggles message is one frame 'channel\\0data'")
+    channel, separator, data = bytes(frames[0]).partition(b"\0")
+    if not separator:
+        raise ValueError("no NUL between channel and data")
+    return channel.decode(), data
 
 
 @dataclass(frozen=True)
@@ -74,7 +97,7 @@ class ZmqBus:
         self.poller.register(self._control, zmq.POLLIN)
 
     def publish(self, channel: str, data: bytes) -> None:
-        self._publisher.send_multipart([channel.encode(), data], copy=False)
+        self._publisher.send(frame(channel, data), copy=False)
 
     def receive_inputs(self) -> list[list[bytes]]:
         """Every input message waiting, as its raw frames (the engine validates them)."""
@@ -121,6 +144,7 @@ class LcmBus:
         self._queue: deque[tuple[str, bytes]] = deque()
         self._pattern = re.compile(INPUT_CHANNELS)
         self._subscription = self.lcm.subscribe(INPUT_CHANNELS, self._on_message)
+        self._subscription.set_queue_capacity(LCM_INPUT_QUEUE)
 
     def _on_message(self, channel: str, data: bytes) -> None:
         if self._pattern.fullmatch(channel):

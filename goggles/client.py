@@ -1,0 +1,155 @@
+"""A small client for the engine over ZeroMQ: subscribe to outputs, send commands and poses, step.
+
+    with Client() as client:
+        client.subscribe("quad0/imu")                  # an in-order stream: client.receive()
+        depth = client.latest("quad0/stereo_left/depth")  # the newest frame of one channel
+        client.send_command("quad0", ControlMode.POSITION, [1, 0, 2, 0])
+        client.step(32)                                # lockstep mode: advance 32 physics steps
+
+``latest(channel)`` reads a socket of its own with ZMQ_CONFLATE, which keeps only the newest frame:
+a slow client gets the latest frame, never an ever-growing queue or a stale one. ``receive()`` gives
+every message of the subscribed channels in order (bounded by RECEIVE_HWM).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+
+import goggles_lcm
+from goggles.dynamics.control import ControlMode
+from goggles.transport.buses import ZmqEndpoints, frame, split_frame
+from goggles.transport.schema import Encoding, decode_any, header
+
+#: Receive queue bound per subscription socket: newer frames replace nothing, older ones are dropped.
+RECEIVE_HWM = 16
+
+_DTYPES = {Encoding.DEPTH_F32: np.float32, Encoding.RANGE_F32: np.float32, Encoding.SEGMENTATION_I32: np.int32}
+
+
+def image_array(image: goggles_lcm.image_t) -> np.ndarray:
+    """Pixels of an image_t: (H, W) float32 depth/range, int32 segmentation, or (H, W, 3) uint8 RGB."""
+    encoding = Encoding(image.encoding)
+    if encoding == Encoding.RGB8:
+        return np.frombuffer(image.data, np.uint8).reshape(image.height, image.width, 3)
+    return np.frombuffer(image.data, _DTYPES[encoding]).reshape(image.height, image.width)
+
+
+class Client:
+    """ZeroMQ client of one engine.
+
+    Args:
+        endpoints: the engine's endpoints (defaults match ``goggles run``).
+        context: a ``zmq.Context`` (default: the process's shared instance).
+    """
+
+    def __init__(self, endpoints: ZmqEndpoints = ZmqEndpoints(), *, context=None):
+        import zmq
+
+        self._zmq = zmq
+        self._context = context or zmq.Context.instance()
+        self.endpoints = endpoints
+        self._sub = self._context.socket(zmq.SUB)
+        self._sub.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
+        self._sub.setsockopt(zmq.LINGER, 0)
+        self._sub.connect(endpoints.publish)
+        self._pub = self._context.socket(zmq.PUB)
+        self._pub.setsockopt(zmq.LINGER, 0)
+        self._pub.connect(endpoints.inputs)
+        self._req = None
+        self._latest: dict[str, object] = {}
+        self._request_ids = itertools.count(1)
+        self._seq = itertools.count()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def subscribe(self, *channels: str) -> None:
+        """Receive these channels (prefix match, as ZeroMQ topics); none given: everything."""
+        for channel in channels or ("",):
+            self._sub.setsockopt(self._zmq.SUBSCRIBE, channel.encode())
+
+    def receive(self, timeout: float = 1.0):
+        """The next message in arrival order as (channel, decoded message), or None after ``timeout`` s."""
+        if not self._sub.poll(int(timeout * 1000)):
+            return None
+        channel, data = split_frame(self._sub.recv_multipart())
+        return channel, decode_any(data)
+
+    def latest(self, channel: str, timeout: float = 1.0):
+        """The newest message of exactly ``channel`` (decoded), or None if none came within ``timeout`` s.
+
+        The first call opens a conflating socket for the channel (allow for the PUB/SUB join); later
+        calls return at once if a newer frame has arrived, else wait for the next one.
+        """
+        socket = self._latest.get(channel)
+        if socket is None:
+            socket = self._latest[channel] = self._context.socket(self._zmq.SUB)
+            socket.setsockopt(self._zmq.CONFLATE, 1)
+            socket.setsockopt(self._zmq.LINGER, 0)
+            socket.setsockopt(self._zmq.SUBSCRIBE, channel.encode() + b"\0")
+            socket.connect(self.endpoints.publish)
+        if not socket.poll(int(timeout * 1000)):
+            return None
+        return decode_any(split_frame([socket.recv()])[1])
+
+    def send_command(self, vehicle: str, mode: ControlMode, values) -> None:
+        """Command a simulated vehicle's controller (see ``goggles.dynamics.control`` for the values)."""
+        message = goggles_lcm.command_t()
+        message.header = header(0, next(self._seq))
+        message.vehicle = vehicle
+        message.mode = int(mode)
+        message.values = [float(v) for v in values]
+        message.num_values = len(message.values)
+        self._pub.send(frame(f"{vehicle}/command", message.encode()))
+
+    def send_pose(self, name: str, position, orientation, utime: int | None = None, valid: bool = True) -> int:
+        """Publish a body pose (live mode); returns the utime it carries (wall µs by default)."""
+        message = goggles_lcm.pose_t()
+        utime = time.time_ns() // 1000 if utime is None else int(utime)
+        message.header = header(utime, next(self._seq))
+        message.name = name
+        message.position = [float(v) for v in position]
+        message.orientation = [float(v) for v in orientation]
+        message.valid = valid
+        self._pub.send(frame(f"pose/{name}", message.encode()))
+        return utime
+
+    def send_raw(self, frames: list[bytes]) -> None:
+        """Send arbitrary frames to the engine's input socket (for tests of malformed input)."""
+        self._pub.send_multipart(frames)
+
+    def send(self, channel: str, data: bytes) -> None:
+        """Send already-encoded bytes on an input channel."""
+        self._pub.send(frame(channel, data))
+
+    def step(self, steps: int, timeout: float = 30.0) -> goggles_lcm.step_t:
+        """Lockstep: advance ``steps`` physics steps; returns once their outputs are published.
+
+        Raises:
+            TimeoutError: no reply within ``timeout`` s (the request socket is reset).
+        """
+        if self._req is None:
+            self._req = self._context.socket(self._zmq.REQ)
+            self._req.setsockopt(self._zmq.LINGER, 0)
+            self._req.connect(self.endpoints.control)
+        request = goggles_lcm.step_t()
+        request.header = header(0, 0)
+        request.request_id = next(self._request_ids)
+        request.steps = int(steps)
+        self._req.send(request.encode())
+        if not self._req.poll(int(timeout * 1000)):
+            self._req.close(0)
+            self._req = None
+            raise TimeoutError(f"no lockstep reply from {self.endpoints.control} within {timeout} s")
+        return goggles_lcm.step_t.decode(self._req.recv())
+
+    def close(self) -> None:
+        for socket in (self._sub, self._pub, self._req, *self._latest.values()):
+            if socket is not None:
+                socket.close(0)

@@ -1,0 +1,319 @@
+"""The engine end to end with real sockets: both buses, lockstep determinism, auto scaling under a
+slowed renderer, malformed input floods, live mode from bus poses."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import lcm
+import numpy as np
+import pytest
+
+import goggles_lcm
+from goggles.client import Client, image_array
+from goggles.config import parse_run_config
+from goggles.dynamics import ControlMode
+from goggles.engine import Engine
+from goggles.render import Renderer
+from goggles.transport.buses import ZmqEndpoints
+from goggles.transport.schema import decode_any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_config(mode="sim", scale=20.0, lcm_port=None, cameras=None, route=True, **vehicle):
+    ports = [free_port() for _ in range(3)]
+    data = {
+        "run": {"mode": mode, "seed": 3},
+        "clock": {"scale": scale},
+        "lcm": {
+            "enabled": lcm_port is not None,
+            "url": f"udpm://239.255.76.67:{lcm_port or 7667}?ttl=0&recv_buf_size=8388608",
+        },
+        "zmq": {
+            "publish": f"tcp://127.0.0.1:{ports[0]}",
+            "inputs": f"tcp://127.0.0.1:{ports[1]}",
+            "control": f"tcp://127.0.0.1:{ports[2]}",
+        },
+        "vehicle": [
+            {
+                "name": "quad0",
+                "start": [0, 0, 0, 0],
+                "imu_rate": 240.0,
+                "state_rate": 60.0,
+                "route": [[0, 0, 1.5], [3, 0, 2]] if route else [],
+                **vehicle,
+            }
+        ],
+        "camera": cameras
+        if cameras is not None
+        else [
+            {
+                "vehicle": "quad0",
+                "name": "stereo",
+                "width": 48,
+                "height": 32,
+                "vfov_deg": 60.0,
+                "baseline": 0.32,
+                "rate": 30.0,
+                "outputs": ["depth", "rgb"],
+                "max_depth": 60.0,
+            }
+        ],
+    }
+    return parse_run_config(data)
+
+
+def endpoints(config) -> ZmqEndpoints:
+    return config.zmq
+
+
+class Running:
+    """An engine running in a thread of this process."""
+
+    def __init__(self, config, duration=None):
+        self.engine = Engine(config, device="cpu")
+        self.stop = threading.Event()
+        self.error = None
+        self.thread = threading.Thread(target=self._run, args=(duration,), daemon=True)
+        self.thread.start()
+
+    def _run(self, duration):
+        try:
+            self.engine.run(duration=duration, stop=self.stop)
+        except Exception as exc:  # surfaced by the test
+            self.error = exc
+
+    def finish(self, timeout=60.0):
+        self.thread.join(timeout)
+        self.stop.set()
+        self.thread.join(10)
+        self.engine.close()
+        if self.error:
+            raise self.error
+
+
+def test_every_output_reaches_both_buses():
+    lcm_port = free_port()
+    config = run_config(lcm_port=lcm_port, scale=4.0)
+    lcm_messages = {}
+    bus = lcm.LCM(config.lcm_url)
+    bus.subscribe("(clock|quad0/.*)", lambda channel, data: lcm_messages.setdefault(channel, decode_any(data)))
+    client = Client(endpoints(config))
+    client.subscribe()
+    running = Running(config, duration=1.5)
+    zmq_messages = {}
+    deadline = time.monotonic() + 60
+    while running.thread.is_alive() and time.monotonic() < deadline:
+        received = client.receive(timeout=0.05)
+        if received:
+            zmq_messages.setdefault(received[0], received[1])
+        bus.handle_timeout(1)
+    running.finish()
+    for _ in range(50):
+        bus.handle_timeout(10)
+    client.close()
+    expected = {
+        "clock": goggles_lcm.clock_t,
+        "quad0/imu": goggles_lcm.imu_t,
+        "quad0/state": goggles_lcm.vehicle_state_t,
+        "quad0/stereo_left/depth": goggles_lcm.image_t,
+        "quad0/stereo_left/rgb": goggles_lcm.image_t,
+        "quad0/stereo_right/depth": goggles_lcm.image_t,
+        "quad0/stereo_right/rgb": goggles_lcm.image_t,
+    }
+    for received in (zmq_messages, lcm_messages):
+        for channel, message_type in expected.items():
+            assert isinstance(received.get(channel), message_type), (channel, sorted(received))
+    depth = image_array(zmq_messages["quad0/stereo_left/depth"])
+    assert depth.shape == (32, 48) and np.isfinite(depth).any()
+    assert image_array(lcm_messages["quad0/stereo_right/rgb"]).shape == (32, 48, 3)
+    imu = zmq_messages["quad0/imu"]
+    assert 5.0 < imu.linear_acceleration[2] < 25.0  # at rest or taking off: roughly +g up
+
+
+def _lockstep_flight():
+    config = run_config(mode="lockstep", route=False)
+    running = Running(config)
+    client = Client(endpoints(config))
+    client.subscribe("quad0/stereo_left/depth", "quad0/state")
+    time.sleep(0.3)  # PUB/SUB join
+    depths, states = [], []
+    for k in range(12):
+        client.send_command("quad0", ControlMode.POSITION, [0.5 * k, 0.2, 1.0 + 0.1 * k, 0.0])
+        time.sleep(0.02)  # let the command land before the step request
+        reply = client.step(32)
+        assert reply.steps == 32 and reply.header.utime == round((k + 1) * 32 / 960 * 1e6)
+        while (item := client.receive(timeout=0.2)) is not None:
+            (depths if item[0].endswith("depth") else states).append(item[1])
+    running.stop.set()
+    running.finish()
+    client.close()
+    return depths, states
+
+
+def test_lockstep_is_deterministic():
+    first_depths, first_states = _lockstep_flight()
+    second_depths, second_states = _lockstep_flight()
+    # One frame per 32 steps, none lost: at step 0 and at the end of each of the 12 requests.
+    assert len(first_depths) == 13 and len(second_depths) == 13
+    assert [d.header.utime for d in first_depths] == [round(k * 32 / 960 * 1e6) for k in range(13)]
+    assert [d.data for d in first_depths] == [d.data for d in second_depths]
+    assert [s.position for s in first_states] == [s.position for s in second_states]
+    assert first_states[-1].position[2] > 0.3  # it took off on the commands
+
+
+def test_auto_scale_holds_the_camera_interval_under_a_slow_renderer(monkeypatch):
+    original = Renderer.render
+
+    def slow(self, T_WC):
+        time.sleep(0.03)  # a renderer that needs 30 ms per frame: 0.9 s per sim second at 30 Hz
+        original(self, T_WC)
+
+    monkeypatch.setattr(Renderer, "render", slow)
+    config = run_config(scale="auto")
+    client = Client(endpoints(config))
+    client.subscribe("quad0/stereo_left/depth")
+    time.sleep(0.2)
+    start = time.monotonic()
+    running = Running(config, duration=3.0)
+    frames = []
+    while running.thread.is_alive():
+        item = client.receive(timeout=0.1)
+        if item:
+            frames.append(item[1])
+    wall = time.monotonic() - start
+    running.finish()
+    client.close()
+    utimes = np.array([f.header.utime for f in frames])
+    assert len(frames) >= 80  # the first frames may go out before the subscription joined
+    np.testing.assert_allclose(np.diff(utimes), 1e6 / 30, atol=1.0)  # nominal interval, no frame skipped
+    assert np.all(np.diff([f.header.seq for f in frames]) == 1)
+    scale = running.engine.clock.scale
+    assert 0.5 < scale < 1.0, scale  # slowed below real time, but not absurdly
+    assert wall > 3.0  # 3 sim seconds could not be done in 3 wall seconds
+
+
+def test_malformed_inputs_are_counted_and_dropped():
+    """10 000 malformed messages on every input channel of both buses: counted, dropped, engine alive."""
+    lcm_port = free_port()
+    config = run_config(lcm_port=lcm_port, scale=2.0, route=False)
+    running = Running(config, duration=None)
+    client = Client(endpoints(config))
+    client.latest("quad0/state", timeout=2.0)  # join; then read nothing during the flood
+    bus = lcm.LCM(config.lcm_url)
+    time.sleep(0.5)
+    nan_pose = goggles_lcm.pose_t()
+    nan_pose.orientation = [1.0, 0.0, 0.0, 0.0]
+    nan_pose.position = [0.0, float("nan"), 0.0]
+    rng = np.random.default_rng(0)
+    zmq_sent = lcm_sent = 0
+    channels = ["quad0/command", "pose/quad0", "skeleton/alice", "scene/edit", "unknown/channel"]
+    for _ in range(100):
+        for channel in channels:
+            for _ in range(100):
+                junk = rng.integers(0, 256, rng.integers(0, 64), dtype=np.uint8).tobytes()
+                client.send(channel, junk)
+                zmq_sent += 1
+                if channel != "unknown/channel":  # the engine's LCM reads only its input channels
+                    bus.publish(channel, junk)
+                    lcm_sent += 1
+        client.send("quad0/command", nan_pose.encode())  # the wrong type for the channel
+        client.send("pose/quad0", nan_pose.encode())  # a NaN pose
+        client.send_raw([b"no separator"])
+        client.send_raw([b"two\0frames", b"in one message"])
+        client.send_raw([b"\xff\xfe\0a channel that is not UTF-8"])
+        zmq_sent += 5
+        time.sleep(0.02)  # stay under the sockets' queue bounds
+    deadline = time.monotonic() + 30
+    while running.engine.counters.malformed < zmq_sent + lcm_sent and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert running.thread.is_alive()
+    counted = running.engine.counters
+    assert counted.malformed_by_channel["unknown/channel"] == 10_000  # ZeroMQ only, and lossless
+    assert zmq_sent + 0.95 * lcm_sent <= counted.malformed <= zmq_sent + lcm_sent  # UDP may lose a few
+    # Still alive and obeying: a valid command moves the vehicle.
+    client.send_command("quad0", ControlMode.POSITION, [0.0, 0.0, 1.0, 0.0])
+    time.sleep(3.0)
+    state = client.latest("quad0/state", timeout=2.0)  # the newest, although this client read nothing
+    assert state.position[2] > 0.5
+    running.stop.set()
+    running.finish()
+    client.close()
+
+
+def test_live_mode_renders_from_poses_on_the_bus():
+    config = run_config(
+        mode="live",
+        cameras=[
+            {
+                "vehicle": "quad0",
+                "name": "front",
+                "width": 32,
+                "height": 24,
+                "vfov_deg": 60.0,
+                "rate": 30.0,
+                "outputs": ["depth"],
+                "position": [0.1, 0.0, 0.0],
+            }
+        ],
+    )
+    running = Running(config, duration=4.0)
+    client = Client(endpoints(config))
+    client.subscribe("quad0/front/depth")
+    time.sleep(0.5)
+    sent = {}
+    matched = []
+    for k in range(40):
+        position = [-4.0 + 0.05 * k, 0.2, 1.5]
+        utime = client.send_pose("quad0", position, [1.0, 0.0, 0.0, 0.0])
+        sent[utime] = position
+        time.sleep(1 / 30)
+        for item in iter(lambda: client.receive(timeout=0.0), None):
+            if item[1].pose_utime in sent:
+                matched.append(item[1])
+    running.finish()
+    client.close()
+    assert len(matched) > 20
+    for image in matched:
+        expected = np.array(sent[image.pose_utime]) + [0.1, 0.0, 0.0]
+        np.testing.assert_allclose(image.position, expected, atol=1e-6)
+
+
+def test_run_file_errors_name_the_key(tmp_path):
+    from goggles.config import load_run_config
+    from goggles.errors import ConfigError
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[vehicle]]\nname = "q"\nimu_rate = 200.0\n')
+    with pytest.raises(
+        ConfigError, match=r"bad.toml: \[\[vehicle\]\] #1: 'imu_rate' must be a rate in Hz that divides"
+    ):
+        load_run_config(bad)
+    bad.write_text('[[vehicle]]\nname = "q"\n[[camera]]\nvehicle = "x"\nname = "c"\n')
+    with pytest.raises(ConfigError, match="'vehicle' must be one of the vehicles"):
+        load_run_config(bad)
+    bad.write_text('[clock]\nscael = 1.0\n[[vehicle]]\nname = "q"\n')
+    with pytest.raises(ConfigError, match=r"\[clock\]: unknown key 'scael'"):
+        load_run_config(bad)
+    with pytest.raises(ConfigError, match="run file not found"):
+        load_run_config(tmp_path / "missing.toml")
+
+
+def test_camera_calibration_yaml(tmp_path):
+    from goggles.config import load_camera_yaml
+
+    path = tmp_path / "cam.yaml"
+    path.write_text(
+        "image_width: 640\nimage_height: 480\ncamera_name: front\n"
+        "camera_matrix: {rows: 3, cols: 3, data: [500.0, 0, 319.5, 0, 501.0, 239.5, 0, 0, 1]}\n"
+        "distortion_model: plumb_bob\ndistortion_coefficients: {rows: 1, cols: 5, data: [-0.1, 0.01, 0, 0, 0]}\n"
+    )
+    model = load_camera_yaml(path, min_depth=0.1, max_depth=20.0)
+    assert (model.width, model.fx, model.fy, model.cy, model.distortion[0]) == (640, 500.0, 501.0, 239.5, -0.1)
