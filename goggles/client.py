@@ -41,12 +41,14 @@ class Client:
     """ZeroMQ client of one engine.
 
     Args:
-        endpoints: the engine's endpoints (defaults match ``goggles run``).
+        endpoints: the engine's endpoints (default: those of ``goggles run``).
         context: a ``zmq.Context`` (default: the process's shared instance).
     """
 
-    def __init__(self, endpoints: ZmqEndpoints = ZmqEndpoints(), *, context=None):
+    def __init__(self, endpoints: ZmqEndpoints | None = None, *, context=None):
         import zmq
+
+        endpoints = endpoints or ZmqEndpoints()
 
         self._zmq = zmq
         self._context = context or zmq.Context.instance()
