@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -182,3 +183,30 @@ def test_bench_dynamics_last_lines():
     assert last["vehicles"] == "1"
     assert float(last["realtime_factor"]) == pytest.approx(float(last["steps_per_s"]) / 960, rel=1e-2)
     assert lines[-2].startswith("vehicles=16 ")
+
+
+def test_run_with_defaults_stops_cleanly_on_ctrl_c():
+    import signal
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "goggles.cli", "run", "--no-lcm"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        lines = []
+        while time.monotonic() < deadline:
+            line = process.stderr.readline()
+            lines.append(line)
+            if line.startswith("t="):  # the first status line: it is running
+                break
+        assert any(line.startswith("t=") for line in lines), "".join(lines)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert stdout.strip().startswith("t=")
