@@ -162,3 +162,123 @@ def bench_dynamics(
         device=str(sim.device),
         threads=sim.threads,
     )
+
+
+@dataclass(frozen=True)
+class LatencyBench:
+    """Result of ``bench_latency``: pose sent -> both stereo depth images received, milliseconds."""
+
+    p50_ms: float
+    p99_ms: float
+    frames: int
+    sent: int
+    width: int
+    height: int
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_latency(
+    *, width: int, height: int, rate: float = 30.0, seconds: float = 10.0, device: str | None = None
+) -> LatencyBench:
+    """Run ``goggles run`` in live mode in its own process, send poses over ZeroMQ on loopback at the
+    camera rate, and time each pose until both depth images rendered from it have arrived."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from goggles.client import Client
+    from goggles.transport.buses import ZmqEndpoints
+
+    ports = [_free_port() for _ in range(3)]
+    endpoints = ZmqEndpoints(*(f"tcp://127.0.0.1:{p}" for p in ports))
+    run_file = f"""
+[run]
+mode = "live"
+[lcm]
+enabled = false
+[zmq]
+publish = "{endpoints.publish}"
+inputs = "{endpoints.inputs}"
+control = "{endpoints.control}"
+[[vehicle]]
+name = "quad0"
+start = [-4.0, 0.0, 1.5, 0.0]
+[[camera]]
+vehicle = "quad0"
+name = "stereo"
+width = {width}
+height = {height}
+vfov_deg = 60.0
+baseline = 0.32
+rate = {rate}
+outputs = ["depth"]
+max_depth = 50.0
+"""
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/latency.toml"
+        with open(path, "w") as f:
+            f.write(run_file)
+        command = [sys.executable, "-m", "goggles.cli", "run", path]
+        if device:
+            command += ["--device", device]
+        engine = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        client = Client(endpoints)
+        client.subscribe("quad0/stereo_left/depth", "quad0/stereo_right/depth")
+        try:
+            sent, arrived = _drive(client, engine, rate, seconds)
+        finally:
+            client.close()
+            engine.terminate()
+            engine.wait(30)
+    latencies = [max(both.values()) - sent[utime] for utime, both in arrived.items() if len(both) == 2]
+    if not latencies:
+        raise RuntimeError("no stereo frame came back from the engine")
+    return LatencyBench(
+        p50_ms=float(np.percentile(latencies, 50) * 1e3),
+        p99_ms=float(np.percentile(latencies, 99) * 1e3),
+        frames=len(latencies),
+        sent=len(sent),
+        width=width,
+        height=height,
+    )
+
+
+def _drive(client, engine, rate: float, seconds: float):
+    """Send poses at ``rate`` (after the engine answers) and collect arrival times by pose utime."""
+    sent: dict[int, float] = {}
+    arrived: dict[int, dict[str, float]] = {}
+
+    def collect(timeout: float) -> None:
+        item = client.receive(timeout=timeout)
+        while item is not None:
+            now = time.perf_counter()
+            channel, image = item
+            if image.pose_utime in sent:
+                arrived.setdefault(image.pose_utime, {})[channel] = now
+            item = client.receive(timeout=0.0)
+
+    # Wait for the engine to start (it renders from its start pose until poses arrive).
+    deadline = time.perf_counter() + 120
+    while client.receive(timeout=0.5) is None:
+        if engine.poll() is not None or time.perf_counter() > deadline:
+            raise RuntimeError(f"the engine did not start: {engine.stderr.read()[-2000:]}")
+    period = 1.0 / rate
+    start = time.perf_counter()
+    k = 0
+    while time.perf_counter() - start < seconds:
+        position = [-4.0 + 0.5 * np.sin(0.5 * k * period), 0.3 * np.cos(0.7 * k * period), 1.5]
+        utime = client.send_pose("quad0", position, [1.0, 0.0, 0.0, 0.0])
+        sent[utime] = time.perf_counter()
+        k += 1
+        next_send = start + k * period
+        while (remaining := next_send - time.perf_counter()) > 0:
+            collect(remaining)
+    collect(0.5)
+    return sent, arrived

@@ -412,6 +412,20 @@ def _positive_float(text: str, what: str) -> float:
     return value
 
 
+def cmd_bench_latency(args) -> int:
+    from goggles.bench import bench_latency
+
+    result = bench_latency(
+        width=args.width, height=args.height, rate=args.rate, seconds=args.seconds, device=args.device
+    )
+    print(
+        f"live mode, stereo depth {result.width}x{result.height} at {args.rate:g} Hz over ZeroMQ on loopback: "
+        f"{result.frames} of {result.sent} poses came back as both images (FlightGoggles: ~23 ms)"
+    )
+    print(f"p50_ms={result.p50_ms:.2f} p99_ms={result.p99_ms:.2f} width={result.width} height={result.height}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="goggles",
@@ -516,6 +530,20 @@ def build_parser() -> argparse.ArgumentParser:
     echo.add_argument("--count", type=int, default=None, help="stop after this many messages")
     echo.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     echo.set_defaults(run=cmd_echo)
+
+    bench_latency = benches.add_parser(
+        "latency",
+        help="pose sent -> stereo depth received, over ZeroMQ on loopback",
+        description="Start 'goggles run' in live mode in its own process with a stereo depth camera, send poses "
+        "over ZeroMQ at the camera rate, and time each pose until both depth images rendered from it arrive. "
+        "The last line is 'p50_ms=<x> p99_ms=<y> width=<W> height=<H>'.",
+    )
+    bench_latency.add_argument("--width", type=int, default=320)
+    bench_latency.add_argument("--height", type=int, default=240)
+    bench_latency.add_argument("--rate", type=float, default=30.0, help="camera and pose rate, Hz")
+    bench_latency.add_argument("--seconds", type=float, default=10.0, help="how long to send poses")
+    bench_latency.add_argument("--device", default=None, help="Warp device of the engine")
+    bench_latency.set_defaults(run=cmd_bench_latency)
 
     fly = commands.add_parser(
         "fly",

@@ -8,7 +8,9 @@ with 960 Hz physics fires every 32 steps), so sensor rates are exact in sim time
 * lockstep: sim time advances only by client step requests; the reply is sent once the outputs of
   those steps are published.
 * live: vehicle poses come from the bus (motion capture); a camera renders as soon as a new pose
-  arrives (at most twice its rate) and at least at its rate with the last pose.
+  arrives (at most twice its rate); if poses stop, it keeps rendering the last pose at half its rate
+  (the images' pose_utime shows they are stale). A fallback at the full rate would race the pose
+  stream and make fresh poses wait a whole period behind renders of old ones.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from goggles.clock import ClockMode, PacedClock
 from goggles.config import CameraConfig, RunConfig
 from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
 from goggles.frames import matrix_to_quat, transform
-from goggles.render import DeviceScene, Renderer, stereo_right_offset
+from goggles.render import DeviceScene, Renderer, Shading, stereo_right_offset
 from goggles.scene import load_static_scene
 from goggles.transport.buses import LcmBus, ZmqBus, split_frame
 from goggles.transport.schema import Encoding, MalformedMessage, decode_input, header
@@ -169,7 +171,13 @@ class Engine:
                 cameras.append((_Camera(c.vehicle, f"{c.name}_right", c, c.T_BC @ stereo_right_offset(c.baseline)), -1))
         groups = []
         for (_, _, rate), members in by_key.items():
-            renderer = Renderer(scene, [m.config.model for m, _ in members], shadow_partner=[p for _, p in members])
+            wants_rgb = any("rgb" in m.config.outputs for m, _ in members)
+            renderer = Renderer(
+                scene,
+                [m.config.model for m, _ in members],
+                shadow_partner=[p for _, p in members],
+                shading=Shading.SUN if wants_rgb else Shading.NONE,
+            )
             period = int(round(self.config.physics_rate / rate))
             groups.append(_CameraGroup([m for m, _ in members], renderer, period))
         return groups
@@ -284,7 +292,7 @@ class Engine:
         while not stop.is_set() and (duration is None or time.perf_counter() - start < duration):
             now = time.perf_counter()
             periods = [g.period_steps * self.dt for g in self.groups] or [0.1]
-            waits = [g.last_render_wall + p - now for g, p in zip(self.groups, periods)]
+            waits = [g.last_render_wall + 2.0 * p - now for g, p in zip(self.groups, periods)]
             self._wait_any(max(0.0, min(waits + [0.01])))
             self._handle_inputs()
             now = time.perf_counter()
@@ -292,7 +300,7 @@ class Engine:
             for group, period in zip(self.groups, periods):
                 fresh = any(self.vehicles[c.vehicle].new_pose for c in group.cameras)
                 elapsed = now - group.last_render_wall
-                if (fresh and elapsed >= 0.5 * period) or elapsed >= period:
+                if (fresh and elapsed >= 0.5 * period) or elapsed >= 2.0 * period:
                     group.last_render_wall = now
                     self._render(group)
             for vehicle in self.vehicles.values():

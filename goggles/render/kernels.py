@@ -1,4 +1,5 @@
-"""The camera render kernel: one launch traces every pixel of a batch of same-size cameras.
+"""The camera kernels: one launch traces every pixel of a batch of same-size cameras; a second marks
+the stereo occlusion shadow from the partner camera's depth.
 
 This module is compiled for the CPU with ``-menable-no-nans`` (REFERENCE.md section 8: about 1.8x
 faster BVH traversal): nothing here may create, test for or rely on NaN. Invalid pixels are written
@@ -7,8 +8,7 @@ as a status code; ``goggles.render.invalid`` turns codes into REP 118 values in 
 
 import warp as wp
 
-from goggles.render.raycast import secondary_offset, segment_blocked
-from goggles.render.shading import Lighting, SceneData, albedo, shade
+from goggles.render.shading import SHADING_NONE, Lighting, SceneData, albedo, shade
 
 _DEFAULT_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
 wp.set_module_options({"cpu_compiler_flags": _DEFAULT_CPU_FLAGS + " -menable-no-nans -Wno-nan-infinity-disabled"})
@@ -20,7 +20,15 @@ STATUS_NO_HIT = wp.constant(1)
 STATUS_TOO_CLOSE = wp.constant(2)
 """A surface closer than min_depth: depth and range read -inf."""
 STATUS_SHADOW = wp.constant(3)
-"""Stereo occlusion shadow (hidden from the partner camera): depth and range read NaN."""
+"""Stereo occlusion shadow (the partner camera cannot see the point): depth and range read NaN."""
+
+#: A point is hidden from the partner camera when the partner sees a surface closer than the point
+#: by more than this fraction of the point's depth, plus SHADOW_TOLERANCE_M, at every one of the
+#: 2x2 pixels around the point's projection (so sampling at pixel resolution never invents a shadow).
+SHADOW_TOLERANCE = wp.constant(0.01)
+SHADOW_TOLERANCE_M = wp.constant(0.01)
+
+distortion5 = wp.types.vector(length=5, dtype=wp.float32)
 
 #: Segmentation id of pixels that hit nothing.
 SEGMENT_NONE = wp.constant(0)
@@ -37,7 +45,11 @@ class CameraBatch:
     R_WC: wp.array(dtype=wp.mat33)
     p_WC: wp.array(dtype=wp.vec3)
     partner: wp.array(dtype=wp.int32)
-    """Camera whose line of sight invalidates this camera's depth (stereo shadow), or -1."""
+    """Camera that must also see a point for this camera's depth of it to be valid (stereo), or -1."""
+    intrinsics: wp.array(dtype=wp.vec4)
+    """fx, fy, cx, cy (pixels)."""
+    distortion: wp.array(dtype=distortion5)
+    """OpenCV k1, k2, p1, p2, k3."""
     min_depth: wp.array(dtype=float)
     max_depth: wp.array(dtype=float)
 
@@ -96,18 +108,66 @@ def render_cameras_kernel(
         normal = -normal
     depth = query.t * ray_C[2]
     status = STATUS_HIT
-    partner = cameras.partner[c]
     if depth < cameras.min_depth[c]:
         status = STATUS_TOO_CLOSE
-    elif partner >= 0:
-        offset = secondary_offset(query.t)
-        start = origin + direction * query.t + normal * offset
-        if segment_blocked(scene.mesh, start, cameras.p_WC[partner], offset):
-            status = STATUS_SHADOW
     out.status[c, y, x] = wp.int8(status)
     out.depth[c, y, x] = depth
     out.range[c, y, x] = query.t
     out.segmentation[c, y, x] = scene.face_segment[query.face]
     out.face[c, y, x] = query.face
     out.normal_W[c, y, x] = normal
-    write_rgb(out, c, y, x, shade(light, albedo(scene, query.face, query.u, query.v), normal))
+    if light.shading != SHADING_NONE:
+        write_rgb(out, c, y, x, shade(light, albedo(scene, query.face, query.u, query.v), normal))
+
+
+@wp.func
+def project(cameras: CameraBatch, c: int, p_C: wp.vec3) -> wp.vec2:
+    """Pixel (u, v) of a point in camera c's optical frame (z > 0): OpenCV radial-tangential model."""
+    x = p_C[0] / p_C[2]
+    y = p_C[1] / p_C[2]
+    k = cameras.distortion[c]
+    r2 = x * x + y * y
+    radial = 1.0 + r2 * (k[0] + r2 * (k[1] + r2 * k[4]))
+    xd = x * radial + 2.0 * k[2] * x * y + k[3] * (r2 + 2.0 * x * x)
+    yd = y * radial + k[2] * (r2 + 2.0 * y * y) + 2.0 * k[3] * x * y
+    f = cameras.intrinsics[c]
+    return wp.vec2(f[0] * xd + f[2], f[1] * yd + f[3])
+
+
+@wp.func
+def partner_depth(out: ImageBuffers, partner: int, x: int, y: int) -> float:
+    """The partner's depth at a pixel; a pixel that hit nothing sees infinitely far."""
+    if int(out.status[partner, y, x]) == STATUS_NO_HIT:
+        return 1.0e30
+    return out.depth[partner, y, x]
+
+
+@wp.kernel
+def mark_stereo_shadow_kernel(cameras: CameraBatch, row_stride: int, row_offset: int, out: ImageBuffers):
+    """Invalidate a camera's pixel when its partner cannot see the point: it projects outside the
+    partner's image or behind it, or the partner sees something closer there (occlusion shadow)."""
+    c, k, x = wp.tid()
+    y = row_offset + k * row_stride
+    partner = cameras.partner[c]
+    if partner < 0 or int(out.status[c, y, x]) != STATUS_HIT:
+        return
+    p_W = cameras.p_WC[c] + (cameras.R_WC[c] * cameras.rays_C[c, y, x]) * out.range[c, y, x]
+    p_P = wp.transpose(cameras.R_WC[partner]) * (p_W - cameras.p_WC[partner])
+    width = out.status.shape[2]
+    height = out.status.shape[1]
+    visible = False
+    if p_P[2] > 0.0:
+        uv = project(cameras, partner, p_P)
+        # Inside the partner's image: within the footprint of its pixels, [-0.5, size - 0.5).
+        if uv[0] >= -0.5 and uv[1] >= -0.5 and uv[0] < float(width) - 0.5 and uv[1] < float(height) - 0.5:
+            u0 = wp.max(int(wp.floor(uv[0])), 0)
+            v0 = wp.max(int(wp.floor(uv[1])), 0)
+            u1 = wp.min(u0 + 1, width - 1)
+            v1 = wp.min(v0 + 1, height - 1)
+            farthest = wp.max(
+                wp.max(partner_depth(out, partner, u0, v0), partner_depth(out, partner, u1, v0)),
+                wp.max(partner_depth(out, partner, u0, v1), partner_depth(out, partner, u1, v1)),
+            )
+            visible = farthest >= p_P[2] * (1.0 - SHADOW_TOLERANCE) - SHADOW_TOLERANCE_M
+    if not visible:
+        out.status[c, y, x] = wp.int8(STATUS_SHADOW)

@@ -98,8 +98,8 @@ class Renderer:
     Args:
         scene: the uploaded static scene; the renderer uses its device.
         cameras: intrinsics of each camera (same width and height; distortion may differ).
-        shadow_partner: for each camera, the index of the camera whose line of sight must reach a
-            surface for its depth to be valid (a stereo rig's left camera names the right one), or -1.
+        shadow_partner: for each camera, the index of the camera that must also see a point for this
+            camera's depth of it to be valid (a stereo rig's left camera names the right one), or -1.
         threads: CPU threads sharing a render; default all cores. Ignored on CUDA.
         shading: lighting of the intensity image.
         sun_W: direction towards the sun, world frame (normalised here).
@@ -130,6 +130,7 @@ class Renderer:
             raise ConfigError(f"shadow_partner {partner.tolist()} must give, per camera, another camera index or -1")
         self.scene = scene
         self.cameras = tuple(cameras)
+        self._has_partners = bool(np.any(partner >= 0))
         self.width, self.height = width, height
         self.device = d = scene.device
         self.threads = 1 if d.is_cuda else max(1, min(threads or os.cpu_count() or 1, height))
@@ -140,6 +141,8 @@ class Renderer:
         batch.R_WC = wp.zeros(n, dtype=wp.mat33, device=d)
         batch.p_WC = wp.zeros(n, dtype=wp.vec3, device=d)
         batch.partner = wp.array(partner, dtype=wp.int32, device=d)
+        batch.intrinsics = wp.array([(c.fx, c.fy, c.cx, c.cy) for c in cameras], dtype=wp.vec4, device=d)
+        batch.distortion = wp.array([c.distortion for c in cameras], dtype=kernels.distortion5, device=d)
         batch.min_depth = wp.array([c.min_depth for c in cameras], dtype=float, device=d)
         batch.max_depth = wp.array([c.max_depth for c in cameras], dtype=float, device=d)
         self._cameras = batch
@@ -188,10 +191,9 @@ class Renderer:
         self._cameras.R_WC.assign(R.astype(np.float32))
         self._cameras.p_WC.assign(T_WC[:, :3, 3].astype(np.float32))
 
-        if self._pool is None:
-            self._launch(1, 0)
-        else:
-            list(self._pool.map(lambda k: self._launch(self.threads, k), range(self.threads)))
+        self._launch_all(kernels.render_cameras_kernel, [self.scene.data, self._cameras, self._light])
+        if self._has_partners:
+            self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras])
         wp.launch(
             invalid.write_invalid_kernel,
             dim=(self.num_cameras, self.height, self.width),
@@ -200,12 +202,19 @@ class Renderer:
             device=self.device,
         )
 
-    def _launch(self, stride: int, offset: int) -> None:
+    def _launch_all(self, kernel, inputs: list) -> None:
+        """Launch ``kernel`` over every pixel: once on CUDA, once per thread on interleaved rows on the CPU."""
+        if self._pool is None:
+            self._launch(kernel, inputs, 1, 0)
+        else:
+            list(self._pool.map(lambda k: self._launch(kernel, inputs, self.threads, k), range(self.threads)))
+
+    def _launch(self, kernel, inputs: list, stride: int, offset: int) -> None:
         rows = (self.height - offset + stride - 1) // stride
         wp.launch(
-            kernels.render_cameras_kernel,
+            kernel,
             dim=(self.num_cameras, rows, self.width),
-            inputs=[self.scene.data, self._cameras, self._light, stride, offset],
+            inputs=[*inputs, stride, offset],
             outputs=[self.buffers],
             device=self.device,
         )

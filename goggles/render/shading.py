@@ -12,9 +12,12 @@ class Shading(IntEnum):
     """Albedo only: texture x base colour x vertex colour."""
     SUN = 1
     """Albedo x (ambient + (1 - ambient) x max(0, n . sun)), the sun a directional light."""
+    NONE = 2
+    """No intensity image (depth-only cameras): the colour buffer is left untouched, and faster."""
 
 
 SHADING_UNLIT = wp.constant(int(Shading.UNLIT))
+SHADING_NONE = wp.constant(int(Shading.NONE))
 
 
 @wp.struct
