@@ -1,0 +1,55 @@
+"""The tools/ examples run as separate processes against a real engine process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.test_engine import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_fly_waypoints_client_flies_the_quad_over_the_bus(tmp_path):
+    ports = [free_port() for _ in range(3)]
+    run_file = tmp_path / "run.toml"
+    run_file.write_text(
+        f"""
+[run]
+mode = "lockstep"
+[lcm]
+enabled = false
+[zmq]
+publish = "tcp://127.0.0.1:{ports[0]}"
+inputs = "tcp://127.0.0.1:{ports[1]}"
+control = "tcp://127.0.0.1:{ports[2]}"
+[[vehicle]]
+name = "quad0"
+start = [0.0, 0.0, 0.0, 0.0]
+[[camera]]
+vehicle = "quad0"
+name = "stereo"
+width = 64
+height = 48
+baseline = 0.32
+rate = 30.0
+outputs = ["depth"]
+"""
+    )
+    engine = subprocess.Popen([sys.executable, "-m", "goggles.cli", "run", str(run_file)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        pilot = subprocess.run(
+            [sys.executable, str(REPO / "tools/fly_waypoints.py"), "--lockstep", "--timeout", "60",
+             "--waypoints", "0,0,1.5;3,0,2;3,2,2;0,0,1",
+             "--publish", f"tcp://127.0.0.1:{ports[0]}", "--inputs", f"tcp://127.0.0.1:{ports[1]}",
+             "--control", f"tcp://127.0.0.1:{ports[2]}"],
+            capture_output=True, text=True, timeout=300,
+        )
+    finally:
+        engine.terminate()
+        engine.wait(30)
+    assert pilot.returncode == 0, pilot.stdout + pilot.stderr + engine.stderr.read()[-2000:]
+    assert "all 4 waypoints reached" in pilot.stdout
+    assert pilot.stdout.count("reached waypoint") == 4
