@@ -37,15 +37,32 @@ rate = 30.0
 outputs = ["depth"]
 """
     )
-    engine = subprocess.Popen([sys.executable, "-m", "goggles.cli", "run", str(run_file)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "goggles.cli", "run", str(run_file)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         pilot = subprocess.run(
-            [sys.executable, str(REPO / "tools/fly_waypoints.py"), "--lockstep", "--timeout", "60",
-             "--waypoints", "0,0,1.5;3,0,2;3,2,2;0,0,1",
-             "--publish", f"tcp://127.0.0.1:{ports[0]}", "--inputs", f"tcp://127.0.0.1:{ports[1]}",
-             "--control", f"tcp://127.0.0.1:{ports[2]}"],
-            capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                str(REPO / "tools/fly_waypoints.py"),
+                "--lockstep",
+                "--timeout",
+                "60",
+                "--waypoints",
+                "0,0,1.5;3,0,2;3,2,2;0,0,1",
+                "--publish",
+                f"tcp://127.0.0.1:{ports[0]}",
+                "--inputs",
+                f"tcp://127.0.0.1:{ports[1]}",
+                "--control",
+                f"tcp://127.0.0.1:{ports[2]}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
     finally:
         engine.terminate()

@@ -70,11 +70,14 @@ def main() -> int:
         state_channel = f"{args.vehicle}/state"
         depth_channel = f"{args.vehicle}/{args.camera}/depth"
         for channel in (state_channel, depth_channel):
-            client.latest(channel, timeout=0.0)  # open the subscriptions...
-        time.sleep(0.3)  # ...and let them join before anything we need is published
-        if args.lockstep:
-            client.step(1)
-        state = client.latest(state_channel, timeout=10.0)
+            client.latest(channel, timeout=0.0)  # open the subscriptions
+        state = None
+        for _ in range(40):  # until the subscriptions have joined and a state has come through
+            if args.lockstep:
+                client.step(16)  # in lockstep nothing is published unless the clock moves
+            state = client.latest(state_channel, timeout=0.5)
+            if state is not None:
+                break
         if state is None:
             print(f"no {state_channel} from the engine at {args.publish}", file=sys.stderr)
             return 1
@@ -89,8 +92,11 @@ def main() -> int:
             if state.header.utime / 1e6 > args.timeout:
                 print(f"timeout at waypoint {index}", file=sys.stderr)
                 return 1
-            client.send_command(args.vehicle, ControlMode.VELOCITY,
-                                velocity_command(position, args.waypoints[index], args.max_speed, clearance))
+            client.send_command(
+                args.vehicle,
+                ControlMode.VELOCITY,
+                velocity_command(position, args.waypoints[index], args.max_speed, clearance),
+            )
             if args.lockstep:
                 time.sleep(0.002)  # let the command reach the engine before the step request
                 client.step(16)
