@@ -317,3 +317,29 @@ def test_camera_calibration_yaml(tmp_path):
     )
     model = load_camera_yaml(path, min_depth=0.1, max_depth=20.0)
     assert (model.width, model.fx, model.fy, model.cy, model.distortion[0]) == (640, 500.0, 501.0, 239.5, -0.1)
+
+
+def test_shipped_calibration_is_flightgoggles_camera():
+    from pathlib import Path
+
+    from goggles.config import load_camera_yaml
+    from goggles.render import CameraModel
+
+    model = load_camera_yaml(Path(__file__).resolve().parents[1] / "calib/flightgoggles_1024x768.yaml")
+    expected = CameraModel.from_fov(1024, 768, 70.0)
+    assert (model.width, model.height) == (1024, 768)
+    assert model.fx == pytest.approx(expected.fx, abs=1e-3) and model.cx == expected.cx and model.cy == expected.cy
+
+
+def test_run_file_camera_from_calibration(tmp_path):
+    from pathlib import Path
+
+    calib = Path(__file__).resolve().parents[1] / "calib/flightgoggles_1024x768.yaml"
+    config = parse_run_config(
+        {
+            "vehicle": [{"name": "q"}],
+            "camera": [{"vehicle": "q", "name": "fg", "calibration": str(calib), "rate": 60.0}],
+        },
+        tmp_path / "run.toml",
+    )
+    assert config.cameras[0].model.width == 1024 and config.cameras[0].rate == 60.0
