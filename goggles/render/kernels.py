@@ -9,6 +9,7 @@ as a status code; ``goggles.render.invalid`` turns codes into REP 118 values in 
 import warp as wp
 
 from goggles.render.shading import SHADING_NONE, Lighting, SceneData, albedo, shade
+from goggles.render.trace import ActorData, closest_hit
 
 _DEFAULT_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
 wp.set_module_options({"cpu_compiler_flags": _DEFAULT_CPU_FLAGS + " -menable-no-nans -Wno-nan-infinity-disabled"})
@@ -82,6 +83,7 @@ def write_rgb(out: ImageBuffers, c: int, y: int, x: int, colour: wp.vec3):
 @wp.kernel
 def render_cameras_kernel(
     scene: SceneData,
+    actors: ActorData,
     cameras: CameraBatch,
     light: Lighting,
     row_stride: int,
@@ -94,7 +96,7 @@ def render_cameras_kernel(
     ray_C = cameras.rays_C[c, y, x]
     origin = cameras.p_WC[c]
     direction = cameras.R_WC[c] * ray_C
-    query = wp.mesh_query_ray(scene.mesh, origin, direction, cameras.max_depth[c] / ray_C[2])
+    query = closest_hit(scene.mesh, actors, origin, direction, cameras.max_depth[c] / ray_C[2])
     if not query.result:
         out.status[c, y, x] = wp.int8(STATUS_NO_HIT)
         out.segmentation[c, y, x] = SEGMENT_NONE
@@ -103,7 +105,7 @@ def render_cameras_kernel(
         write_rgb(out, c, y, x, light.background)
         return
 
-    normal = wp.normalize(query.normal)
+    normal = wp.normalize(query.normal_W)
     if wp.dot(normal, direction) > 0.0:
         normal = -normal
     depth = query.t * ray_C[2]

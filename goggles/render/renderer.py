@@ -21,33 +21,56 @@ from goggles.errors import ConfigError
 from goggles.render import invalid, kernels
 from goggles.render.camera import CameraModel
 from goggles.render.shading import Lighting, SceneData, Shading
-from goggles.scene.batch import StaticScene
+from goggles.render.trace import ActorData
+from goggles.scene.actors import ActorShape
+from goggles.scene.batch import StaticScene, merge_parts, stack_appearance
 
 log = logging.getLogger(__name__)
 
 
 class DeviceScene:
-    """A StaticScene on one Warp device: the BVH mesh and the appearance tables.
+    """The world on one Warp device: the static BVH, actor shapes (one BVH each, in their own frames),
+    placed actor instances, and one appearance table over all of their faces.
 
     Args:
         scene: the batched static scene (host arrays).
         device: Warp device ("cpu", "cuda", "cuda:0", ...); None picks Warp's default.
+        shapes: actor shapes that instances can be made of (``set_actors``).
+        max_actors: most actor instances placed at once.
     """
 
-    def __init__(self, scene: StaticScene, device: wp.context.Devicelike = None):
-        self.device = wp.get_device(device)
+    def __init__(
+        self,
+        scene: StaticScene,
+        device: wp.context.Devicelike = None,
+        *,
+        shapes: Sequence[ActorShape] = (),
+        max_actors: int = 64,
+    ):
+        self.device = d = wp.get_device(device)
         self.name = scene.name
         self.num_faces = scene.num_faces
+        self.shapes = tuple(shapes)
+        self.max_actors = max_actors
         start = time.perf_counter()
-        d = self.device
         self.points = wp.array(scene.vertices, dtype=wp.vec3, device=d)
         self.indices = wp.array(scene.faces.ravel(), dtype=wp.int32, device=d)
         log.info("building BVH over %d triangles on %s ...", scene.num_faces, d)
         self.mesh = wp.Mesh(points=self.points, indices=self.indices)
+        shape_scenes = [merge_parts(sh.name, [(p, np.eye(4), sh.segmentation) for p in sh.parts]) for sh in shapes]
+        self._shape_meshes = [
+            wp.Mesh(
+                points=wp.array(s.vertices, dtype=wp.vec3, device=d),
+                indices=wp.array(s.faces.ravel(), dtype=wp.int32, device=d),
+            )
+            for s in shape_scenes
+        ]
+        self._shape_bounds = np.array([sh.bounds() for sh in shapes]).reshape(-1, 2, 3)
         wp.synchronize_device(d)
-        log.info("BVH built in %.2f s", time.perf_counter() - start)
+        log.info("BVH built in %.2f s (%d actor shapes)", time.perf_counter() - start, len(shapes))
+        table, first_face = stack_appearance([scene, *shape_scenes])
 
-        textures = scene.textures or [np.zeros((1, 1, 3), np.uint8)]
+        textures = table.textures or [np.zeros((1, 1, 3), np.uint8)]
         sizes = np.array([[t.shape[1], t.shape[0]] for t in textures], np.int32)
         offsets = np.concatenate([[0], np.cumsum(sizes[:, 0] * sizes[:, 1])[:-1]]).astype(np.int32)
         texels = np.concatenate([t.reshape(-1) for t in textures])
@@ -56,16 +79,61 @@ class DeviceScene:
 
         data = SceneData()
         data.mesh = self.mesh.id
-        data.corner_uv = wp.array(scene.corner_uv.reshape(-1, 2), dtype=wp.vec2, device=d)
-        data.corner_rgb = wp.array(scene.corner_rgb.reshape(-1, 3), dtype=wp.vec3, device=d)
-        data.face_material = wp.array(scene.face_material, dtype=wp.int32, device=d)
-        data.face_segment = wp.array(scene.face_segment, dtype=wp.int32, device=d)
-        data.material_rgb = wp.array(scene.material_rgb, dtype=wp.vec3, device=d)
-        data.material_texture = wp.array(scene.material_texture, dtype=wp.int32, device=d)
+        data.corner_uv = wp.array(table.corner_uv.reshape(-1, 2), dtype=wp.vec2, device=d)
+        data.corner_rgb = wp.array(table.corner_rgb.reshape(-1, 3), dtype=wp.vec3, device=d)
+        data.face_material = wp.array(table.face_material, dtype=wp.int32, device=d)
+        data.face_segment = wp.array(table.face_segment, dtype=wp.int32, device=d)
+        data.material_rgb = wp.array(table.material_rgb, dtype=wp.vec3, device=d)
+        data.material_texture = wp.array(table.material_texture, dtype=wp.int32, device=d)
         data.texels = wp.array(texels, dtype=wp.uint8, device=d)
         data.texture_offset = wp.array(offsets, dtype=wp.int32, device=d)
         data.texture_size = wp.array(sizes, dtype=wp.vec2i, device=d)
         self.data = data
+
+        actors = ActorData()
+        actors.shape_mesh = wp.array([m.id for m in self._shape_meshes] or [0], dtype=wp.uint64, device=d)
+        actors.shape_first_face = wp.array(list(first_face[1:]) or [0], dtype=wp.int32, device=d)
+        actors.count = 0
+        capacity = max(1, max_actors)
+        actors.shape = wp.zeros(capacity, dtype=wp.int32, device=d)
+        actors.R_WA = wp.zeros(capacity, dtype=wp.mat33, device=d)
+        actors.p_WA = wp.zeros(capacity, dtype=wp.vec3, device=d)
+        actors.lower = wp.zeros(capacity, dtype=wp.vec3, device=d)
+        actors.upper = wp.zeros(capacity, dtype=wp.vec3, device=d)
+        self.actors = actors
+
+    def set_actors(self, shapes: Sequence[int], T_WA: np.ndarray) -> None:
+        """Place actor instances for the next queries (replacing the previous placement).
+
+        Args:
+            shapes: (k,) index into ``self.shapes`` of each instance.
+            T_WA: (k, 4, 4) rigid pose of each instance in the world, metres.
+
+        Raises:
+            ConfigError: too many instances, unknown shape, non-finite or non-rigid pose.
+        """
+        shapes = np.asarray(shapes, dtype=np.int64).reshape(-1)
+        T_WA = np.asarray(T_WA, dtype=np.float64).reshape(-1, 4, 4)
+        k = len(shapes)
+        if k > self.max_actors or len(T_WA) != k:
+            raise ConfigError(f"{k} actors with {len(T_WA)} poses; give one pose each, at most {self.max_actors}")
+        if k and (shapes.min() < 0 or shapes.max() >= len(self.shapes)):
+            raise ConfigError(f"actor shape indices {shapes.tolist()} must be in [0, {len(self.shapes)})")
+        R = T_WA[:, :3, :3]
+        if not np.all(np.isfinite(T_WA)) or not np.allclose(R @ R.transpose(0, 2, 1), np.eye(3), atol=1e-5):
+            raise ConfigError("actor poses must be finite rigid transforms")
+        if k:
+            corners = self._shape_bounds[shapes]  # (k, 2, 3): box corners in the shape frame -> world box
+            signs = np.array([[i, j, k_] for i in (0, 1) for j in (0, 1) for k_ in (0, 1)])
+            local = np.stack([corners[:, signs[:, a], a] for a in range(3)], axis=-1)  # (k, 8, 3)
+            world = np.einsum("kij,kcj->kci", R, local) + T_WA[:, None, :3, 3]
+            pad = max(1, self.max_actors) - k
+            self.actors.shape.assign(np.concatenate([shapes, np.zeros(pad, np.int64)]).astype(np.int32))
+            self.actors.R_WA.assign(np.concatenate([R, np.zeros((pad, 3, 3))]).astype(np.float32))
+            self.actors.p_WA.assign(np.concatenate([T_WA[:, :3, 3], np.zeros((pad, 3))]).astype(np.float32))
+            self.actors.lower.assign(np.concatenate([world.min(axis=1), np.zeros((pad, 3))]).astype(np.float32))
+            self.actors.upper.assign(np.concatenate([world.max(axis=1), np.zeros((pad, 3))]).astype(np.float32))
+        self.actors.count = k
 
 
 @dataclass
@@ -191,7 +259,9 @@ class Renderer:
         self._cameras.R_WC.assign(R.astype(np.float32))
         self._cameras.p_WC.assign(T_WC[:, :3, 3].astype(np.float32))
 
-        self._launch_all(kernels.render_cameras_kernel, [self.scene.data, self._cameras, self._light])
+        self._launch_all(
+            kernels.render_cameras_kernel, [self.scene.data, self.scene.actors, self._cameras, self._light]
+        )
         if self._has_partners:
             self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras])
         wp.launch(

@@ -133,3 +133,34 @@ def merge_parts(name: str, placed: list[tuple[MeshPart, np.ndarray, int]]) -> St
         material_texture=np.asarray(material_texture, np.int32),
         textures=textures,
     )
+
+
+def stack_appearance(scenes: list[StaticScene]) -> tuple[StaticScene, np.ndarray]:
+    """One appearance table over the faces of several scenes, in order (static scene, then shapes).
+
+    Material and texture indices are shifted so each face keeps its appearance.
+
+    Returns:
+        The stacked scene (its vertices and faces are concatenated too, for completeness) and the
+        (len(scenes),) int64 index of each scene's first face in the stack.
+    """
+    first_face = np.cumsum([0] + [s.num_faces for s in scenes[:-1]])
+    material_offset = np.cumsum([0] + [len(s.material_rgb) for s in scenes[:-1]])
+    texture_offset = np.cumsum([0] + [len(s.textures) for s in scenes[:-1]])
+    vertex_offset = np.cumsum([0] + [len(s.vertices) for s in scenes[:-1]])
+    stacked = StaticScene(
+        name="+".join(s.name for s in scenes),
+        vertices=np.concatenate([s.vertices for s in scenes]),
+        faces=np.concatenate([s.faces + o for s, o in zip(scenes, vertex_offset)]).astype(np.int32),
+        corner_uv=np.concatenate([s.corner_uv for s in scenes]),
+        corner_rgb=np.concatenate([s.corner_rgb for s in scenes]),
+        face_material=np.concatenate([s.face_material + o for s, o in zip(scenes, material_offset)]).astype(np.int32),
+        face_segment=np.concatenate([s.face_segment for s in scenes]),
+        material_rgb=np.concatenate([s.material_rgb for s in scenes]),
+        material_texture=np.concatenate(
+            [np.where(s.material_texture >= 0, s.material_texture + o, -1) for s, o in zip(scenes, texture_offset)]
+        ).astype(np.int32),
+        textures=[t for s in scenes for t in s.textures],
+        view=scenes[0].view,
+    )
+    return stacked, first_face

@@ -1,0 +1,113 @@
+"""Ray queries over the whole world, shared by every sensor: the static BVH plus moving actors.
+
+Each actor instance is a shape's BVH (in the shape's frame) placed by a rigid pose. A ray is tested
+against an instance's world box first, then transformed into its frame; nothing is rebuilt or refit
+when actors move. A linear pass over instances suits tens of actors (a BVH over their boxes is the
+step for hundreds).
+"""
+
+import warp as wp
+
+
+@wp.struct
+class ActorData:
+    """Actor shapes and placed instances on the device."""
+
+    shape_mesh: wp.array(dtype=wp.uint64)
+    """BVH mesh of each shape, in the shape frame."""
+    shape_first_face: wp.array(dtype=wp.int32)
+    """Index of each shape's first face in the appearance table."""
+    count: int
+    """Instances placed now (the arrays below may be longer)."""
+    shape: wp.array(dtype=wp.int32)
+    R_WA: wp.array(dtype=wp.mat33)
+    p_WA: wp.array(dtype=wp.vec3)
+    lower: wp.array(dtype=wp.vec3)
+    """World-frame bounding box of each instance."""
+    upper: wp.array(dtype=wp.vec3)
+
+
+@wp.struct
+class Hit:
+    result: bool
+    t: float
+    """Distance along the (unit) ray, metres."""
+    face: int
+    """Index in the appearance table (static faces first, then each shape's)."""
+    u: float
+    v: float
+    normal_W: wp.vec3
+    """Face normal, world frame (not yet turned towards the ray)."""
+
+
+@wp.func
+def safe_inverse(d: float) -> float:
+    """1/d, finite for d = 0 (kernels compiled without NaN support must never form 0 * inf)."""
+    if wp.abs(d) < 1.0e-12:
+        return 1.0e12
+    return 1.0 / d
+
+
+@wp.func
+def ray_hits_box(origin: wp.vec3, direction: wp.vec3, lower: wp.vec3, upper: wp.vec3, max_t: float) -> bool:
+    """Slab test: does the ray enter the box before ``max_t``?"""
+    t_near = float(0.0)  # noqa: UP018 (Warp: a variable, not a constant, so the loop can update it)
+    t_far = max_t
+    for i in range(3):
+        inverse = safe_inverse(direction[i])
+        t0 = (lower[i] - origin[i]) * inverse
+        t1 = (upper[i] - origin[i]) * inverse
+        t_near = wp.max(t_near, wp.min(t0, t1))
+        t_far = wp.min(t_far, wp.max(t0, t1))
+    return t_near <= t_far
+
+
+@wp.func
+def closest_hit(static_mesh: wp.uint64, actors: ActorData, origin: wp.vec3, direction: wp.vec3, max_t: float) -> Hit:
+    """The nearest surface along a unit ray within ``max_t`` metres, static or actor."""
+    hit = Hit()
+    hit.result = False
+    hit.t = max_t
+    hit.face = -1
+    query = wp.mesh_query_ray(static_mesh, origin, direction, max_t)
+    if query.result:
+        hit.result = True
+        hit.t = query.t
+        hit.face = query.face
+        hit.u = query.u
+        hit.v = query.v
+        hit.normal_W = query.normal
+    for a in range(actors.count):
+        if ray_hits_box(origin, direction, actors.lower[a], actors.upper[a], hit.t):
+            R = actors.R_WA[a]
+            shape = actors.shape[a]
+            local = wp.mesh_query_ray(
+                actors.shape_mesh[shape],
+                wp.transpose(R) * (origin - actors.p_WA[a]),
+                wp.transpose(R) * direction,
+                hit.t,
+            )
+            if local.result and local.t < hit.t:
+                hit.result = True
+                hit.t = local.t
+                hit.face = actors.shape_first_face[shape] + local.face
+                hit.u = local.u
+                hit.v = local.v
+                hit.normal_W = R * local.normal
+    return hit
+
+
+@wp.func
+def any_hit(static_mesh: wp.uint64, actors: ActorData, origin: wp.vec3, direction: wp.vec3, max_t: float) -> bool:
+    """Is there any surface along a unit ray within ``max_t`` metres (occlusion)?"""
+    if wp.mesh_query_ray_anyhit(static_mesh, origin, direction, max_t):
+        return True
+    for a in range(actors.count):
+        if ray_hits_box(origin, direction, actors.lower[a], actors.upper[a], max_t):
+            R = actors.R_WA[a]
+            local_origin = wp.transpose(R) * (origin - actors.p_WA[a])
+            if wp.mesh_query_ray_anyhit(
+                actors.shape_mesh[actors.shape[a]], local_origin, wp.transpose(R) * direction, max_t
+            ):
+                return True
+    return False

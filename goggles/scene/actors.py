@@ -1,0 +1,55 @@
+"""Actor shapes: rigid meshes that move (vehicles, gates, obstacles), each in its own frame.
+
+A shape is loaded or built once; the renderer keeps one BVH per shape in the shape's frame and
+places instances of it with a pose per frame, so moving an actor never rebuilds or refits a BVH.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from goggles.errors import SceneError
+from goggles.scene.assets import MeshPart, load_asset, part_from_trimesh
+
+
+@dataclass
+class ActorShape:
+    """Mesh parts in the shape's own frame (metres, +Z up) and the class id they render with."""
+
+    name: str
+    parts: list[MeshPart]
+    segmentation: int
+    """Class id in the segmentation image (>= 1)."""
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise SceneError(f"actor shape {self.name!r} has no mesh parts")
+        if not 1 <= self.segmentation < 2**31:
+            raise SceneError(f"actor shape {self.name!r}: segmentation {self.segmentation} must be >= 1")
+
+    def bounds(self) -> np.ndarray:
+        """(2, 3) axis-aligned bounds in the shape frame, metres."""
+        vertices = np.concatenate([p.vertices for p in self.parts])
+        return np.stack([vertices.min(axis=0), vertices.max(axis=0)])
+
+
+def load_actor_shape(
+    name: str, path: str | Path, *, units: str, up: str, segmentation: int, scale: float = 1.0
+) -> ActorShape:
+    """An actor shape from a mesh file (see ``load_asset``), scaled about its origin."""
+    parts = load_asset(path, units=units, up=up)
+    for part in parts:
+        part.vertices = part.vertices * scale
+    return ActorShape(name, parts, segmentation)
+
+
+def box_shape(name: str, extents, rgb=(0.8, 0.8, 0.8), segmentation: int = 1) -> ActorShape:
+    """A box centred on its origin, of ``extents`` (x, y, z) metres and one colour."""
+    import trimesh
+
+    box = trimesh.creation.box(extents=extents)
+    box.visual.vertex_colors = np.tile([*(np.asarray(rgb) * 255).astype(int), 255], (len(box.vertices), 1))
+    return ActorShape(name, [part_from_trimesh(box, name)], segmentation)

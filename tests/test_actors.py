@@ -1,0 +1,84 @@
+"""Moving actors in the renderer: placed by a pose, hidden behind static geometry, moved without rebuilds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from goggles.errors import ConfigError
+from goggles.frames import camera_pose_from_body, quat_from_axis_angle, transform
+from goggles.render import CameraModel, DeviceScene, Renderer, Shading
+from goggles.scene import box_shape
+from tests.conftest import quad, scene_of
+
+
+def wall(x: float):
+    return quad([[x, 10, -10], [x, -10, -10], [x, -10, 10], [x, 10, 10]])
+
+
+@pytest.fixture
+def world(device):
+    scene = DeviceScene(
+        scene_of((wall(10.0), 1)),
+        device,
+        shapes=[
+            box_shape("crate", [1.0, 1.0, 1.0], rgb=(1.0, 0.0, 0.0), segmentation=7),
+            box_shape("post", [0.2, 0.2, 3.0], rgb=(0.0, 0.0, 1.0), segmentation=8),
+        ],
+        max_actors=4,
+    )
+    camera = CameraModel.from_fov(33, 33, 40.0)
+    renderer = Renderer(scene, [camera], shading=Shading.UNLIT)
+    yield scene, renderer
+    renderer.close()
+
+
+def look(renderer):
+    renderer.render(camera_pose_from_body(np.eye(4))[None])
+    return renderer.images()
+
+
+def test_actor_appears_where_it_is_placed_and_moves(world):
+    scene, renderer = world
+    images = look(renderer)
+    assert images.depth[0][16, 16] == pytest.approx(10.0, rel=1e-5) and images.segmentation[0][16, 16] == 1
+    scene.set_actors([0], [transform([4.0, 0.0, 0.0], [1, 0, 0, 0])])
+    images = look(renderer)
+    assert images.depth[0][16, 16] == pytest.approx(3.5, rel=1e-5)  # front face of the 1 m crate at 4 m
+    assert images.segmentation[0][16, 16] == 7
+    assert tuple(images.rgb[0][16, 16]) == (255, 0, 0)
+    assert images.face[0][16, 16] >= scene.num_faces  # actor faces follow the static ones
+    np.testing.assert_allclose(images.normal_W[0][16, 16], [-1, 0, 0], atol=1e-6)
+    scene.set_actors([0], [transform([4.0, 5.0, 0.0], [1, 0, 0, 0])])  # moved out of view
+    assert look(renderer).depth[0][16, 16] == pytest.approx(10.0, rel=1e-5)
+
+
+def test_rotated_actor_and_several_instances(world):
+    scene, renderer = world
+    turned = quat_from_axis_angle([0, 0, 1], np.pi / 4)  # the crate's edge faces the camera
+    scene.set_actors([0, 1], [transform([4.0, 0.0, 0.0], turned), transform([2.0, 0.0, 0.0], [1, 0, 0, 0])])
+    images = look(renderer)
+    assert images.segmentation[0][16, 16] == 8  # the post at 2 m is in front of the crate
+    assert images.depth[0][16, 16] == pytest.approx(1.9, rel=1e-5)
+    column = images.segmentation[0][:, 13]  # left of the post: the turned crate's edge
+    assert 7 in column
+    depth_edge = images.depth[0][16, 12]
+    assert 4.0 - np.sqrt(0.5) - 0.01 < depth_edge < 4.0  # nearest part of a crate turned 45 deg
+
+
+def test_actor_behind_static_geometry_is_hidden(world):
+    scene, renderer = world
+    scene.set_actors([0], [transform([12.0, 0.0, 0.0], [1, 0, 0, 0])])
+    images = look(renderer)
+    assert 7 not in images.segmentation[0]
+    assert images.depth[0][16, 16] == pytest.approx(10.0, rel=1e-5)
+
+
+def test_bad_actor_placements_are_refused(world):
+    scene, _ = world
+    with pytest.raises(ConfigError, match="shape indices"):
+        scene.set_actors([5], [np.eye(4)])
+    with pytest.raises(ConfigError, match="one pose each"):
+        scene.set_actors([0] * 5, [np.eye(4)] * 5)
+    with pytest.raises(ConfigError, match="rigid"):
+        scene.set_actors([0], [np.full((4, 4), np.nan)])
