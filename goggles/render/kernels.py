@@ -8,6 +8,7 @@ as a status code; ``goggles.render.invalid`` turns codes into REP 118 values in 
 
 import warp as wp
 
+from goggles.render.projection import distortion5, inside_image, project_point
 from goggles.render.shading import SHADING_NONE, Lighting, SceneData, albedo, shade
 from goggles.render.trace import ActorData, closest_hit
 
@@ -29,7 +30,6 @@ STATUS_SHADOW = wp.constant(3)
 SHADOW_TOLERANCE = wp.constant(0.01)
 SHADOW_TOLERANCE_M = wp.constant(0.01)
 
-distortion5 = wp.types.vector(length=5, dtype=wp.float32)
 
 #: Segmentation id of pixels that hit nothing.
 SEGMENT_NONE = wp.constant(0)
@@ -123,20 +123,6 @@ def render_cameras_kernel(
 
 
 @wp.func
-def project(cameras: CameraBatch, c: int, p_C: wp.vec3) -> wp.vec2:
-    """Pixel (u, v) of a point in camera c's optical frame (z > 0): OpenCV radial-tangential model."""
-    x = p_C[0] / p_C[2]
-    y = p_C[1] / p_C[2]
-    k = cameras.distortion[c]
-    r2 = x * x + y * y
-    radial = 1.0 + r2 * (k[0] + r2 * (k[1] + r2 * k[4]))
-    xd = x * radial + 2.0 * k[2] * x * y + k[3] * (r2 + 2.0 * x * x)
-    yd = y * radial + k[2] * (r2 + 2.0 * y * y) + 2.0 * k[3] * x * y
-    f = cameras.intrinsics[c]
-    return wp.vec2(f[0] * xd + f[2], f[1] * yd + f[3])
-
-
-@wp.func
 def partner_depth(out: ImageBuffers, partner: int, x: int, y: int) -> float:
     """The partner's depth at a pixel; a pixel that hit nothing sees infinitely far."""
     if int(out.status[partner, y, x]) == STATUS_NO_HIT:
@@ -159,9 +145,8 @@ def mark_stereo_shadow_kernel(cameras: CameraBatch, row_stride: int, row_offset:
     height = out.status.shape[1]
     visible = False
     if p_P[2] > 0.0:
-        uv = project(cameras, partner, p_P)
-        # Inside the partner's image: within the footprint of its pixels, [-0.5, size - 0.5).
-        if uv[0] >= -0.5 and uv[1] >= -0.5 and uv[0] < float(width) - 0.5 and uv[1] < float(height) - 0.5:
+        uv = project_point(p_P, cameras.intrinsics[partner], cameras.distortion[partner])
+        if inside_image(uv, width, height):
             u0 = wp.max(int(wp.floor(uv[0])), 0)
             v0 = wp.max(int(wp.floor(uv[1])), 0)
             u1 = wp.min(u0 + 1, width - 1)

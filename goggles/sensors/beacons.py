@@ -1,0 +1,204 @@
+"""Infrared beacons seen by cameras: projected with the camera model, occlusion-tested by ray casting.
+
+A beacon is a point with an id ``<landmark>/<marker>``, fixed in the world or attached to an actor
+instance. For each camera a beacon is detected when it is in front of the camera, inside the image,
+and nothing lies between it and the camera centre (a ray from the beacon, started a little off it so
+that a beacon on a surface does not occlude itself). Detections are ordered by id, always.
+Optional noise: Gaussian pixel error, dropouts, and false positives (Poisson count, uniform pixels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import warp as wp
+
+from goggles.errors import ConfigError
+from goggles.render.camera import CameraModel
+from goggles.render.projection import distortion5, inside_image, project_point
+from goggles.render.renderer import DeviceScene
+from goggles.render.trace import ActorData, any_hit
+
+#: Start offset of the occlusion ray off the beacon, metres, plus a part growing with distance.
+OCCLUSION_OFFSET_M = 1.0e-3
+OCCLUSION_OFFSET_PER_M = 1.0e-5
+
+
+@dataclass(frozen=True)
+class Beacon:
+    id: str
+    """``<landmark>/<marker>``, e.g. ``gate3/2``."""
+    position: tuple[float, float, float]
+    """Metres: in the world, or in the actor's frame when ``actor`` is set."""
+    actor: int | None = None
+    """Index of the actor instance (``DeviceScene.set_actors`` order) it is attached to."""
+
+
+@dataclass(frozen=True)
+class BeaconNoise:
+    """Detector imperfections (FlightGoggles had none; its users asked for them)."""
+
+    pixel_sigma: float = 0.0
+    """Standard deviation of the pixel error per axis, pixels."""
+    dropout: float = 0.0
+    """Probability that a visible beacon is not reported."""
+    false_positives: float = 0.0
+    """Mean number of spurious detections per image (id ``false/<n>``, range NaN)."""
+
+
+@dataclass(frozen=True)
+class Detection:
+    id: str
+    camera: int
+    u: float
+    """Pixels, OpenCV convention (centre of the top-left pixel at 0, 0)."""
+    v: float
+    range: float
+    """Metres from the camera centre (NaN for a false positive)."""
+
+
+@wp.kernel
+def detect_beacons_kernel(
+    static_mesh: wp.uint64,
+    actors: ActorData,
+    R_WC: wp.array(dtype=wp.mat33),
+    p_WC: wp.array(dtype=wp.vec3),
+    intrinsics: wp.array(dtype=wp.vec4),
+    distortion: wp.array(dtype=distortion5),
+    sizes: wp.array(dtype=wp.vec2i),
+    beacons_W: wp.array(dtype=wp.vec3),
+    out_uv: wp.array2d(dtype=wp.vec2),
+    out_range: wp.array2d(dtype=float),
+    out_visible: wp.array2d(dtype=wp.int32),
+):
+    """One (camera, beacon) pair: in front, inside the image, not occluded."""
+    c, b = wp.tid()
+    p_C = wp.transpose(R_WC[c]) * (beacons_W[b] - p_WC[c])
+    out_visible[c, b] = 0
+    if p_C[2] <= 0.0:
+        return
+    uv = project_point(p_C, intrinsics[c], distortion[c])
+    if not inside_image(uv, sizes[c][0], sizes[c][1]):
+        return
+    to_camera = p_WC[c] - beacons_W[b]
+    distance = wp.length(to_camera)
+    direction = to_camera / distance
+    offset = OCCLUSION_OFFSET_M + OCCLUSION_OFFSET_PER_M * distance
+    if distance > 2.0 * offset and any_hit(
+        static_mesh, actors, beacons_W[b] + direction * offset, direction, distance - 2.0 * offset
+    ):
+        return
+    out_uv[c, b] = uv
+    out_range[c, b] = distance
+    out_visible[c, b] = 1
+
+
+class BeaconSensor:
+    """Beacon detections of a set of cameras against a DeviceScene (static scene + placed actors).
+
+    Args:
+        scene: the world; actors must be placed (``set_actors``) before ``detect``.
+        beacons: the beacons; ids must be unique.
+        cameras: the cameras (any sizes and distortions).
+        noise: optional detector noise.
+        seed: seed of the noise (reproducible).
+    """
+
+    def __init__(
+        self,
+        scene: DeviceScene,
+        beacons: Sequence[Beacon],
+        cameras: Sequence[CameraModel],
+        *,
+        noise: BeaconNoise | None = None,
+        seed: int = 0,
+    ):
+        ids = [b.id for b in beacons]
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"beacon ids must be unique, got duplicates in {sorted(ids)}")
+        if not cameras:
+            raise ConfigError("a beacon sensor needs at least one camera")
+        self.scene = scene
+        self.beacons = tuple(sorted(beacons, key=lambda b: b.id))  # stable order by id (FlightGoggles #91)
+        self.cameras = tuple(cameras)
+        self.noise = noise or BeaconNoise()
+        if not (self.noise.pixel_sigma >= 0 and 0 <= self.noise.dropout <= 1 and self.noise.false_positives >= 0):
+            raise ConfigError(f"beacon noise {self.noise} needs sigma >= 0, 0 <= dropout <= 1, false positives >= 0")
+        self._rng = np.random.default_rng(seed)
+        d = scene.device
+        n, m = len(cameras), max(1, len(self.beacons))
+        self._intrinsics = wp.array([(c.fx, c.fy, c.cx, c.cy) for c in cameras], dtype=wp.vec4, device=d)
+        self._distortion = wp.array([c.distortion for c in cameras], dtype=distortion5, device=d)
+        self._sizes = wp.array([(c.width, c.height) for c in cameras], dtype=wp.vec2i, device=d)
+        self._R = wp.zeros(n, dtype=wp.mat33, device=d)
+        self._p = wp.zeros(n, dtype=wp.vec3, device=d)
+        self._beacons_W = wp.zeros(m, dtype=wp.vec3, device=d)
+        self._uv = wp.zeros((n, m), dtype=wp.vec2, device=d)
+        self._range = wp.zeros((n, m), dtype=float, device=d)
+        self._visible = wp.zeros((n, m), dtype=wp.int32, device=d)
+        self._local = np.array([b.position for b in self.beacons], dtype=np.float64).reshape(-1, 3)
+        self._actor = np.array([-1 if b.actor is None else b.actor for b in self.beacons], dtype=np.int64)
+
+    def world_positions(self, T_WA: np.ndarray | None = None) -> np.ndarray:
+        """(m, 3) beacon positions in the world, given the (k, 4, 4) poses of the actor instances."""
+        positions = self._local.copy()
+        attached = self._actor >= 0
+        if attached.any():
+            if T_WA is None or len(T_WA) <= self._actor.max():
+                raise ConfigError(f"beacons are attached to actor {self._actor.max()}; give the poses of the actors")
+            T = np.asarray(T_WA, dtype=np.float64)[self._actor[attached]]
+            positions[attached] = np.einsum("kij,kj->ki", T[:, :3, :3], self._local[attached]) + T[:, :3, 3]
+        return positions
+
+    def detect(self, T_WC: np.ndarray, T_WA: np.ndarray | None = None) -> list[Detection]:
+        """Detections of every camera, ordered by camera then beacon id.
+
+        Args:
+            T_WC: (n, 4, 4) camera optical-frame poses in the world.
+            T_WA: (k, 4, 4) actor instance poses (as placed in the scene), for attached beacons.
+        """
+        T_WC = np.asarray(T_WC, dtype=np.float64).reshape(-1, 4, 4)
+        if len(T_WC) != len(self.cameras) or not np.all(np.isfinite(T_WC)):
+            raise ConfigError(f"beacon detection needs {len(self.cameras)} finite camera poses")
+        if not self.beacons:
+            return self._false_positives([])
+        self._R.assign(T_WC[:, :3, :3].astype(np.float32))
+        self._p.assign(T_WC[:, :3, 3].astype(np.float32))
+        self._beacons_W.assign(self.world_positions(T_WA).astype(np.float32))
+        wp.launch(
+            detect_beacons_kernel,
+            dim=(len(self.cameras), len(self.beacons)),
+            inputs=[
+                self.scene.mesh.id,
+                self.scene.actors,
+                self._R,
+                self._p,
+                self._intrinsics,
+                self._distortion,
+                self._sizes,
+                self._beacons_W,
+            ],
+            outputs=[self._uv, self._range, self._visible],
+            device=self.scene.device,
+        )
+        uv, distance, visible = self._uv.numpy(), self._range.numpy(), self._visible.numpy()
+        detections = []
+        noise = self.noise
+        for c in range(len(self.cameras)):
+            for b, beacon in enumerate(self.beacons):
+                if not visible[c, b] or (noise.dropout and self._rng.random() < noise.dropout):
+                    continue
+                u, v = (uv[c, b] + self._rng.normal(0.0, noise.pixel_sigma, 2)) if noise.pixel_sigma else uv[c, b]
+                detections.append(Detection(beacon.id, c, float(u), float(v), float(distance[c, b])))
+        return self._false_positives(detections)
+
+    def _false_positives(self, detections: list[Detection]) -> list[Detection]:
+        if not self.noise.false_positives:
+            return detections
+        for c, camera in enumerate(self.cameras):
+            for k in range(self._rng.poisson(self.noise.false_positives)):
+                u, v = self._rng.uniform([-0.5, -0.5], [camera.width - 0.5, camera.height - 0.5])
+                detections.append(Detection(f"false/{k}", c, float(u), float(v), float("nan")))
+        return sorted(detections, key=lambda d: (d.camera, d.id))
