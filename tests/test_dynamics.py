@@ -311,12 +311,12 @@ def test_bad_commands_and_presets_are_refused(tmp_path):
 
 def test_ground_effect_height_from_a_scene_mesh(device):
     """A downward ray into a mesh gives the same height as the floor plane at the same place."""
-    plane = wp.Mesh(
-        points=wp.array([[-50, -50, 0.0], [50, -50, 0], [50, 50, 0], [-50, 50, 0]], dtype=wp.vec3, device=device),
-        indices=wp.array([0, 1, 2, 0, 2, 3], dtype=wp.int32, device=device),
-    )
+    from goggles.render import DeviceScene
+    from tests.conftest import quad, scene_of
+
+    plane = DeviceScene(scene_of((quad([[-50, -50, 0.0], [50, -50, 0], [50, 50, 0], [-50, 50, 0]]), 1)), device)
     height = 2 * FG.rotor_radius
-    sim = quiet(device=device, floor_z=None, ground_mesh=plane, ground_effect=GroundEffect.CHEESEMAN_BENNETT)
+    sim = quiet(device=device, floor_z=None, world=plane, ground_effect=GroundEffect.CHEESEMAN_BENNETT)
     sim.reset(position=[0, 0, height], rotor_speed=FG.hover_speed)
     sim.set_command(ControlMode.ROTOR_SPEEDS, [FG.hover_speed] * 4)
     sim.step(1)

@@ -11,10 +11,12 @@ Contract:
 
 from goggles.dynamics.airframe import Airframe, ImuNoise, load_airframe, load_imu_preset
 from goggles.dynamics.control import ControlMode
-from goggles.dynamics.model import GroundEffect, Integrator
-from goggles.dynamics.simulator import GRAVITY, MultirotorSim, VehicleStates
+from goggles.dynamics.model import CollisionResponse, GroundEffect, Integrator
+from goggles.dynamics.simulator import GRAVITY, ContactReport, MultirotorSim, VehicleStates
 
 __all__ = [
+    "CollisionResponse",
+    "ContactReport",
     "GRAVITY",
     "Airframe",
     "ControlMode",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,11 @@ else:  # pragma: no cover
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 #: Most rotors an airframe may have (the kernels use fixed-size vectors).
 MAX_ROTORS = 8
+
+
+class CollisionShape(IntEnum):
+    SPHERE = 0
+    BOX = 1
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,11 @@ class Airframe:
     max_vertical_acceleration: float
     allocation: np.ndarray
     """(6, N) rotor thrusts (N) -> body wrench [F; M] about the centre of mass."""
+    collision_shape: CollisionShape
+    collision_size: np.ndarray
+    """(3,) m: the sphere's radius (repeated) or the box's half extents, body frame."""
+    crash_speed: float
+    """m/s: contacts approached faster than this are crashes; slower ones are only reported."""
 
     @property
     def num_rotors(self) -> int:
@@ -228,6 +239,7 @@ _KEYS = {
         "max_vertical_acceleration",
     },
     "rotor": {"position", "axis", "spin"},
+    "collision": {"shape", "radius", "half_extents", "crash_speed"},
     "allocation": set(),
 }
 
@@ -252,6 +264,14 @@ def _airframe(path: Path, data: dict) -> Airframe:
     rate = _Table(path, "[rate_controller]", data.get("rate_controller", {}))
     lee = _Table(path, "[geometric_controller]", data.get("geometric_controller", {}))
     imu = _Table(path, "[imu]", data.get("imu", {}))
+    collision = _Table(path, "[collision]", data.get("collision", {}))
+    shape_name = collision._get("shape")
+    if shape_name not in ("sphere", "box"):
+        raise ConfigError(f"{path}: [collision]: 'shape' must be 'sphere' or 'box', got {shape_name!r}")
+    if shape_name == "sphere":
+        collision_size = np.full(3, collision.number("radius", positive=True))
+    else:
+        collision_size = collision.vector("half_extents", 3, minimum=1e-6)
 
     mass = body.number("mass", positive=True)
     inertia_value = body._get("inertia")
@@ -336,4 +356,7 @@ def _airframe(path: Path, data: dict) -> Airframe:
         max_horizontal_acceleration=lee.number("max_horizontal_acceleration", positive=True),
         max_vertical_acceleration=lee.number("max_vertical_acceleration", positive=True),
         allocation=allocation,
+        collision_shape=CollisionShape.SPHERE if shape_name == "sphere" else CollisionShape.BOX,
+        collision_size=collision_size,
+        crash_speed=collision.number("crash_speed", minimum=0.0),
     )

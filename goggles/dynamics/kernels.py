@@ -5,6 +5,7 @@ import warp as wp
 from goggles.dynamics.control import RATES, rotor_commands
 from goggles.dynamics.model import (
     AirframeParams,
+    CollisionResponse,
     Rigid,
     SimSettings,
     ground_effect_ratio,
@@ -13,7 +14,12 @@ from goggles.dynamics.model import (
     rest_on_floor,
     rotor_speeds_at,
     vec8,
+    vehicle_contact,
 )
+from goggles.render.trace import ActorData
+
+CRASH = wp.constant(int(CollisionResponse.CRASH))
+RESET = wp.constant(int(CollisionResponse.RESET))
 
 
 @wp.struct
@@ -37,6 +43,15 @@ class VehicleState:
     rng: wp.array(dtype=wp.uint32)
     mode: wp.array(dtype=wp.int32)
     command: wp.array(dtype=vec8)
+    start_position: wp.array(dtype=wp.vec3)
+    start_attitude: wp.array(dtype=wp.quat)
+    crashed: wp.array(dtype=wp.int32)
+    """1 after a crash with the CRASH response, until reset."""
+    contact_step: wp.array(dtype=wp.int32)
+    """Global step index of the first contact during the last launch, or -1."""
+    contact_point: wp.array(dtype=wp.vec3)
+    contact_normal: wp.array(dtype=wp.vec3)
+    contact_depth: wp.array(dtype=float)
 
 
 @wp.func
@@ -48,10 +63,30 @@ def randn3(rng: wp.uint32):
     return wp.vec3(a, b, c), rng
 
 
+@wp.func
+def record_contact(
+    state: VehicleState, i: int, step: int, af: AirframeParams, settings: SimSettings, actors: ActorData, x: Rigid
+) -> int:
+    """Check the vehicle's shape against the world; record the launch's first contact. Returns the
+    response to apply: 0 none, else the settings' response (a contact faster than the crash speed)."""
+    contact = vehicle_contact(af, settings, actors, x)
+    if not contact.found:
+        return 0
+    if state.contact_step[i] < 0:
+        state.contact_step[i] = step
+        state.contact_point[i] = contact.point
+        state.contact_normal[i] = contact.normal
+        state.contact_depth[i] = contact.depth
+    if -wp.dot(x.v, contact.normal) > af.crash_speed:
+        return settings.collision_response
+    return 0
+
+
 @wp.kernel
 def step_vehicles_kernel(
     af: AirframeParams,
     settings: SimSettings,
+    actors: ActorData,
     first: int,
     steps: int,
     first_step: int,
@@ -78,14 +113,18 @@ def step_vehicles_kernel(
     command = state.command[i]
     dt = settings.dt
     limit = wp.vec3(af.rate_integrator_limit)
+    crashed = state.crashed[i]
+    state.contact_step[i] = -1
     for k in range(steps):
+        if crashed != 0:
+            break  # a crashed vehicle stays where it stopped until reset
         # Rate-mode gyro filter (semi-implicit Euler) and PID integrator, on the latest IMU sample.
         dy = dy + ((af.R_BI * imu_gyro - y) * af.filter_p - dy * af.filter_q) * dt
         y = y + dy * dt
         if mode == RATES:
             integral = wp.min(wp.max(integral + (wp.vec3(command[1], command[2], command[3]) - y) * dt, -limit), limit)
         w_cmd = rotor_commands(af, settings, mode, command, x.p, x.v, x.q, x.w, y, dy, integral)
-        height = height_above_ground(settings, x.p)
+        height = height_above_ground(settings, actors, x.p)
         ratio = ground_effect_ratio(settings.ground_effect, height, af.rotor_radius, af.arm_length)
         force_noise = wp.vec3(0.0)
         moment_noise = wp.vec3(0.0)
@@ -100,6 +139,20 @@ def step_vehicles_kernel(
             ),
         )
         rotors, unused = rotor_speeds_at(af, rotors, w_cmd, dt)
+        if settings.world_mesh != wp.uint64(0):
+            response = record_contact(state, i, first_step + k + 1, af, settings, actors, x)
+            if response == CRASH:
+                crashed = 1
+                x.v = wp.vec3(0.0)
+                x.w = wp.vec3(0.0)
+                rotors = vec8()
+            elif response == RESET:
+                x.p = state.start_position[i]
+                x.q = state.start_attitude[i]
+                x.v = wp.vec3(0.0)
+                x.w = wp.vec3(0.0)
+                rotors = vec8()
+                integral = wp.vec3(0.0)
         if (first_step + k + 1) % settings.imu_decimation == 0:
             specific_force_B = wp.quat_rotate_inv(x.q, (x.v - v_before) / dt + wp.vec3(0.0, 0.0, settings.gravity))
             if settings.imu_noise != 0:
@@ -127,6 +180,7 @@ def step_vehicles_kernel(
     state.imu_accel[i] = imu_accel
     state.imu_gyro[i] = imu_gyro
     state.rng[i] = rng
+    state.crashed[i] = crashed
 
 
 @wp.kernel

@@ -15,6 +15,8 @@ from enum import IntEnum
 
 import warp as wp
 
+from goggles.render.trace import ActorData, closest_hit, nearest_surface
+
 vec6 = wp.types.vector(length=6, dtype=wp.float32)
 vec8 = wp.types.vector(length=8, dtype=wp.float32)
 mat68 = wp.types.matrix(shape=(6, 8), dtype=wp.float32)
@@ -33,11 +35,23 @@ class GroundEffect(IntEnum):
     CONYERS = 2
 
 
+class CollisionResponse(IntEnum):
+    """What a crash (a contact approached faster than the airframe's crash speed) does."""
+
+    IGNORE = 0
+    """Report it, fly on through."""
+    CRASH = 1
+    """Report it, and the vehicle stops where it is (rotors off) until reset."""
+    RESET = 2
+    """Report it, and the vehicle is put back at rest at its start pose."""
+
+
 EULER = wp.constant(int(Integrator.EULER))
 CHEESEMAN_BENNETT = wp.constant(int(GroundEffect.CHEESEMAN_BENNETT))
 CONYERS = wp.constant(int(GroundEffect.CONYERS))
-#: Downward ray length for the ground-effect height when a ground mesh is given, m.
+#: Downward ray length for the ground-effect height when a world is given, m.
 GROUND_RAY_LENGTH = wp.constant(100.0)
+BOX = wp.constant(1)
 
 
 @wp.struct
@@ -88,6 +102,11 @@ class AirframeParams:
     k_rate: wp.vec3
     max_horizontal_acceleration: float
     max_vertical_acceleration: float
+    collision_shape: int
+    """0 sphere, 1 box."""
+    collision_size: wp.vec3
+    """Sphere radius (repeated) or box half extents, m."""
+    crash_speed: float
 
 
 @wp.struct
@@ -99,8 +118,10 @@ class SimSettings:
     floor_z: float
     floor_contact: int
     """1: the vehicle rests on the plane z = floor_z instead of falling through it."""
-    ground_mesh: wp.uint64
-    """Mesh whose downward distance is the ground-effect height; 0 for the floor plane."""
+    world_mesh: wp.uint64
+    """Static scene mesh (with the actors passed beside it) for ground-effect height and collisions;
+    0: no world, the floor plane only."""
+    collision_response: int
     imu_decimation: int
     disturbances: int
     imu_noise: int
@@ -148,14 +169,53 @@ def ground_effect_ratio(model: int, height: float, rotor_radius: float, arm_leng
 
 
 @wp.func
-def height_above_ground(settings: SimSettings, p: wp.vec3) -> float:
-    """Distance below the vehicle to the ground mesh (downward ray), or to the floor plane."""
-    if settings.ground_mesh != wp.uint64(0):
-        query = wp.mesh_query_ray(settings.ground_mesh, p, wp.vec3(0.0, 0.0, -1.0), GROUND_RAY_LENGTH)
-        if query.result:
-            return query.t
-        return GROUND_RAY_LENGTH
+def height_above_ground(settings: SimSettings, actors: ActorData, p: wp.vec3) -> float:
+    """Distance below the vehicle to the world (a downward ray), or to the floor plane."""
+    if settings.world_mesh != wp.uint64(0):
+        hit = closest_hit(settings.world_mesh, actors, p, wp.vec3(0.0, 0.0, -1.0), GROUND_RAY_LENGTH)
+        return hit.t
     return p[2] - settings.floor_z
+
+
+@wp.struct
+class Contact:
+    found: bool
+    point: wp.vec3
+    """Nearest obstacle point touching the collision shape, world frame."""
+    normal: wp.vec3
+    """Unit, world frame, from the obstacle towards the vehicle."""
+    depth: float
+    """Penetration, m."""
+
+
+@wp.func
+def vehicle_contact(af: AirframeParams, settings: SimSettings, actors: ActorData, x: Rigid) -> Contact:
+    """Contact of the vehicle's collision shape with the world (nearest-point query).
+
+    A box is tested at the surface point nearest its centre (exact for convex obstacles near the box)."""
+    contact = Contact()
+    contact.found = False
+    reach = af.collision_size[0]
+    if af.collision_shape == BOX:
+        reach = wp.length(af.collision_size)
+    near = nearest_surface(settings.world_mesh, actors, x.p, reach)
+    if not near.found:
+        return contact
+    offset = x.p - near.point_W
+    normal = wp.vec3(0.0, 0.0, 1.0)
+    if near.distance > 1.0e-9:
+        normal = offset / near.distance
+    depth = af.collision_size[0] - near.distance
+    if af.collision_shape == BOX:
+        q_B = wp.quat_rotate_inv(x.q, near.point_W - x.p)
+        inside = af.collision_size - wp.vec3(wp.abs(q_B[0]), wp.abs(q_B[1]), wp.abs(q_B[2]))
+        depth = wp.min(inside)
+    if depth > 0.0:
+        contact.found = True
+        contact.point = near.point_W
+        contact.normal = normal
+        contact.depth = depth
+    return contact
 
 
 @wp.func

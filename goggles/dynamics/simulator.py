@@ -17,8 +17,18 @@ import warp as wp
 from goggles.dynamics import kernels
 from goggles.dynamics.airframe import MAX_ROTORS, Airframe
 from goggles.dynamics.control import COMMAND_SIZE, ControlMode
-from goggles.dynamics.model import AirframeParams, GroundEffect, Integrator, SimSettings, mat38, mat68, mat86
+from goggles.dynamics.model import (
+    AirframeParams,
+    CollisionResponse,
+    GroundEffect,
+    Integrator,
+    SimSettings,
+    mat38,
+    mat68,
+    mat86,
+)
 from goggles.errors import ConfigError
+from goggles.render.trace import ActorData
 
 GRAVITY = 9.81  # m/s^2, as FlightGoggles
 
@@ -43,6 +53,23 @@ class VehicleStates:
     """(n, 3) m/s^2, latest IMU sample in the IMU frame (specific force + bias + noise)."""
     imu_gyro: np.ndarray
     """(n, 3) rad/s, latest IMU sample in the IMU frame."""
+    crashed: np.ndarray
+    """(n,) bool: stopped by a crash (CRASH response) until reset."""
+
+
+@dataclass(frozen=True)
+class ContactReport:
+    """The first contact of a vehicle's collision shape with the world during the last ``step`` call."""
+
+    vehicle: int
+    step: int
+    """Global physics step index at which it was detected."""
+    point: np.ndarray
+    """(3,) m, world: the obstacle point."""
+    normal: np.ndarray
+    """(3,) unit, world, from the obstacle towards the vehicle."""
+    depth: float
+    """m of penetration."""
 
 
 class MultirotorSim:
@@ -56,8 +83,10 @@ class MultirotorSim:
         integrator: explicit Euler or RK4.
         ground_effect: none, Cheeseman-Bennett or Conyers.
         floor_z: height of the floor plane, m; the vehicles rest on it (None: no floor, free fall).
-        ground_mesh: a ``wp.Mesh`` on the same device whose downward distance is the ground-effect
-            height (the scene); None uses the floor plane.
+        world: the scene (a ``goggles.render.DeviceScene`` on the same device, with its placed actors):
+            the ground-effect height is a downward ray into it, and the vehicles' collision shapes are
+            tested against it every physics step. None: the floor plane only, no collisions.
+        collisions: what a crash does (a contact approached faster than the airframe's crash speed).
         imu_rate: IMU samples per second; must divide the physics rate. None: every physics step.
         imu_mount: (3, 3) rotation of the IMU frame in the body frame (R_BI); None: aligned.
         disturbances: stochastic force and moment on (the airframe's spectral densities).
@@ -76,7 +105,8 @@ class MultirotorSim:
         integrator: Integrator = Integrator.RK4,
         ground_effect: GroundEffect = GroundEffect.NONE,
         floor_z: float | None = 0.0,
-        ground_mesh: wp.Mesh | None = None,
+        world=None,
+        collisions: CollisionResponse = CollisionResponse.CRASH,
         imu_rate: float | None = None,
         imu_mount: np.ndarray | None = None,
         disturbances: bool = True,
@@ -101,7 +131,9 @@ class MultirotorSim:
         self._pool = (
             ThreadPoolExecutor(self.threads, thread_name_prefix="goggles-dynamics") if self.threads > 1 else None
         )
-        self._ground_mesh = ground_mesh  # keep the mesh alive while its id is used
+        if world is not None and world.device != d:
+            raise ConfigError(f"the world is on {world.device}, the simulator on {d}: use one device")
+        self.world = world  # keeps the meshes alive while their ids are used
 
         settings = SimSettings()
         settings.dt = dt
@@ -110,7 +142,8 @@ class MultirotorSim:
         settings.ground_effect = int(ground_effect)
         settings.floor_z = 0.0 if floor_z is None else float(floor_z)
         settings.floor_contact = 0 if floor_z is None else 1
-        settings.ground_mesh = wp.uint64(0) if ground_mesh is None else ground_mesh.id
+        settings.world_mesh = wp.uint64(0) if world is None else world.mesh.id
+        settings.collision_response = int(collisions)
         settings.imu_decimation = self.imu_decimation
         settings.disturbances = int(disturbances)
         settings.imu_noise = int(imu_noise)
@@ -136,7 +169,15 @@ class MultirotorSim:
         state.rng = wp.zeros(n, dtype=wp.uint32, device=d)
         state.mode = wp.zeros(n, dtype=wp.int32, device=d)
         state.command = wp.zeros(n, dtype=kernels.vec8, device=d)
+        state.start_position = wp.zeros(n, dtype=wp.vec3, device=d)
+        state.start_attitude = wp.zeros(n, dtype=wp.quat, device=d)
+        state.crashed = wp.zeros(n, dtype=wp.int32, device=d)
+        state.contact_step = wp.full(n, -1, dtype=wp.int32, device=d)
+        state.contact_point = wp.zeros(n, dtype=wp.vec3, device=d)
+        state.contact_normal = wp.zeros(n, dtype=wp.vec3, device=d)
+        state.contact_depth = wp.zeros(n, dtype=float, device=d)
         self.state_arrays = state
+        self._no_actors = _empty_actors(d)
         wp.load_module(kernels, device=d)
         self.seed = seed
         self.reset()
@@ -163,6 +204,7 @@ class MultirotorSim:
         n, N = self.num_vehicles, self.airframe.num_rotors
         s = self.state_arrays
         s.position.assign(self._rows(position, 3, "position", 0.0))
+        s.start_position.assign(s.position)
         s.velocity.assign(self._rows(velocity, 3, "velocity", 0.0))
         s.rates.assign(self._rows(rates, 3, "rates", 0.0))
         q = self._rows(attitude, 4, "attitude", 0.0) if attitude is not None else np.tile([1.0, 0, 0, 0], (n, 1))
@@ -170,6 +212,9 @@ class MultirotorSim:
         if np.any(norm < 1e-9):
             raise ConfigError("attitude quaternions must be non-zero (w, x, y, z)")
         s.attitude.assign((q / norm)[:, [1, 2, 3, 0]].astype(np.float32))  # Warp stores (x, y, z, w)
+        s.start_attitude.assign(s.attitude)
+        s.crashed.zero_()
+        s.contact_step.fill_(-1)
         rotors = np.zeros((n, MAX_ROTORS), np.float32)
         rotors[:, :N] = self._rows(rotor_speed, N, "rotor_speed", 0.0)
         s.rotor_speed.assign(rotors)
@@ -231,7 +276,14 @@ class MultirotorSim:
         wp.launch(
             kernels.step_vehicles_kernel,
             dim=count,
-            inputs=[self.params, self.settings, int(first), int(steps), int(self.step_count)],
+            inputs=[
+                self.params,
+                self.settings,
+                self.world.actors if self.world is not None else self._no_actors,
+                int(first),
+                int(steps),
+                int(self.step_count),
+            ],
             outputs=[self.state_arrays],
             device=self.device,
         )
@@ -249,7 +301,22 @@ class MultirotorSim:
             rotor_speed=s.rotor_speed.numpy()[:, :N].astype(np.float64),
             imu_accel=s.imu_accel.numpy().astype(np.float64),
             imu_gyro=s.imu_gyro.numpy().astype(np.float64),
+            crashed=s.crashed.numpy() != 0,
         )
+
+    def contacts(self) -> list[ContactReport]:
+        """First contact of each vehicle that touched the world during the last ``step`` call."""
+        s = self.state_arrays
+        steps = s.contact_step.numpy()
+        if not np.any(steps >= 0):
+            return []
+        point, normal, depth = s.contact_point.numpy(), s.contact_normal.numpy(), s.contact_depth.numpy()
+        return [
+            ContactReport(
+                int(i), int(steps[i]), point[i].astype(np.float64), normal[i].astype(np.float64), float(depth[i])
+            )
+            for i in np.flatnonzero(steps >= 0)
+        ]
 
     def close(self) -> None:
         if self._pool is not None:
@@ -301,4 +368,24 @@ def _params(af: Airframe, dt: float, imu_dt: float, imu_mount: np.ndarray | None
     p.k_attitude, p.k_rate = wp.vec3(*af.k_attitude), wp.vec3(*af.k_rate)
     p.max_horizontal_acceleration = af.max_horizontal_acceleration
     p.max_vertical_acceleration = af.max_vertical_acceleration
+    p.collision_shape = int(af.collision_shape)
+    p.collision_size = wp.vec3(*af.collision_size)
+    p.crash_speed = af.crash_speed
     return p
+
+
+def _empty_actors(device) -> ActorData:
+    """Actor data with no instances, for a simulator without a world."""
+    actors = ActorData()
+    actors.count = 0
+    actors.shape_mesh = wp.zeros(1, dtype=wp.uint64, device=device)
+    actors.shape_first_face = wp.zeros(1, dtype=wp.int32, device=device)
+    for name, dtype in (
+        ("shape", wp.int32),
+        ("R_WA", wp.mat33),
+        ("p_WA", wp.vec3),
+        ("lower", wp.vec3),
+        ("upper", wp.vec3),
+    ):
+        setattr(actors, name, wp.zeros(1, dtype=dtype, device=device))
+    return actors

@@ -111,3 +111,39 @@ def any_hit(static_mesh: wp.uint64, actors: ActorData, origin: wp.vec3, directio
             ):
                 return True
     return False
+
+
+@wp.struct
+class Proximity:
+    found: bool
+    point_W: wp.vec3
+    """Nearest surface point, world frame."""
+    distance: float
+
+
+@wp.func
+def nearest_surface(static_mesh: wp.uint64, actors: ActorData, p: wp.vec3, max_distance: float) -> Proximity:
+    """The surface point nearest to ``p`` within ``max_distance`` metres, static or actor."""
+    near = Proximity()
+    near.found = False
+    near.distance = max_distance
+    query = wp.mesh_query_point_no_sign(static_mesh, p, max_distance)
+    if query.result:
+        point = wp.mesh_eval_position(static_mesh, query.face, query.u, query.v)
+        near.found = True
+        near.point_W = point
+        near.distance = wp.length(p - point)
+    reach = wp.vec3(max_distance)
+    for a in range(actors.count):
+        if wp.min(p - (actors.lower[a] - reach)) >= 0.0 and wp.max(p - (actors.upper[a] + reach)) <= 0.0:
+            R = actors.R_WA[a]
+            mesh = actors.shape_mesh[actors.shape[a]]
+            local = wp.mesh_query_point_no_sign(mesh, wp.transpose(R) * (p - actors.p_WA[a]), near.distance)
+            if local.result:
+                point = R * wp.mesh_eval_position(mesh, local.face, local.u, local.v) + actors.p_WA[a]
+                distance = wp.length(p - point)
+                if distance < near.distance:
+                    near.found = True
+                    near.point_W = point
+                    near.distance = distance
+    return near

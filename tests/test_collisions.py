@@ -1,0 +1,100 @@
+"""Collisions: a vehicle flown into a wall or an actor is reported within one physics step of contact,
+with the right normal, and the configured response happens."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from goggles.dynamics import CollisionResponse, ControlMode, MultirotorSim, load_airframe
+from goggles.dynamics.airframe import CollisionShape
+from goggles.frames import transform
+from goggles.render import DeviceScene
+from goggles.scene import box_shape
+from tests.conftest import quad, scene_of
+
+FG = load_airframe("fg-quad")
+WALL_X = 3.0
+
+
+def walled_world(device, **kwargs):
+    wall = quad([[WALL_X, 10, -1], [WALL_X, -10, -1], [WALL_X, -10, 10], [WALL_X, 10, 10]])
+    floor = quad([[-10, -10, 0], [10, -10, 0], [10, 10, 0], [-10, 10, 0]])
+    return DeviceScene(scene_of((wall, 1), (floor, 2)), device, **kwargs)
+
+
+SPEED = 2.0  # m/s towards the wall
+
+
+def fly_at_wall(sim):
+    """Fly towards +x one physics step at a time until the first contact report.
+
+    Returns the vehicle's x one step before the report, and the report."""
+    sim.reset(position=[0.0, 0.0, 1.5], rotor_speed=sim.airframe.hover_speed)
+    sim.set_command(ControlMode.VELOCITY, [SPEED, 0.0, 0.0, 0.0])
+    previous_x = sim.states().position[0, 0]
+    for _ in range(4 * 960):
+        sim.step(1)
+        reports = sim.contacts()
+        if reports:
+            return previous_x, reports[0]
+        previous_x = sim.states().position[0, 0]
+    raise AssertionError("no contact reported")
+
+
+def assert_within_one_step(sim, previous_x, report, reach):
+    """The step before the report did not touch, and the shape entered by at most one step's travel."""
+    assert previous_x + reach < report.point[0]
+    assert 0.0 < report.depth <= 1.5 * SPEED * sim.dt
+    assert report.step == sim.step_count
+
+
+@pytest.mark.parametrize("response", list(CollisionResponse))
+def test_flying_into_a_wall(device, response):
+    sim = MultirotorSim(FG, 1, device=device, world=walled_world(device), collisions=response, disturbances=False)
+    previous_x, report = fly_at_wall(sim)
+    assert_within_one_step(sim, previous_x, report, FG.collision_size[0])
+    np.testing.assert_allclose(report.normal, [-1.0, 0.0, 0.0], atol=1e-3)
+    assert report.point[0] == pytest.approx(WALL_X, abs=1e-4)
+    sim.step(96)
+    state = sim.states()
+    if response == CollisionResponse.CRASH:
+        assert state.crashed[0] and np.allclose(state.velocity[0], 0.0)
+        assert state.position[0, 0] < WALL_X  # stopped at the wall
+    elif response == CollisionResponse.RESET:
+        assert not state.crashed[0]
+        assert np.linalg.norm(state.position[0] - [0.0, 0.0, 1.5]) < 0.2  # back near the start
+    else:
+        assert not state.crashed[0] and state.position[0, 0] > WALL_X - 0.1  # flying on into the wall
+
+
+def test_box_collision_shape(device):
+    boxy = dataclasses.replace(FG, collision_shape=CollisionShape.BOX, collision_size=np.array([0.3, 0.2, 0.05]))
+    sim = MultirotorSim(boxy, 1, device=device, world=walled_world(device), disturbances=False)
+    previous_x, report = fly_at_wall(sim)
+    assert_within_one_step(sim, previous_x, report, 0.3)
+    np.testing.assert_allclose(report.normal, [-1.0, 0.0, 0.0], atol=1e-3)
+
+
+def test_flying_into_an_actor(device):
+    world = walled_world(device, shapes=[box_shape("crate", [0.5, 2.0, 3.0])])
+    world.set_actors([0], [transform([1.5, 0.0, 1.5], [1, 0, 0, 0])])
+    sim = MultirotorSim(FG, 1, device=device, world=world, disturbances=False)
+    previous_x, report = fly_at_wall(sim)
+    assert_within_one_step(sim, previous_x, report, FG.collision_size[0])
+    assert report.point[0] == pytest.approx(1.25, abs=1e-4)  # the crate's face, not the wall
+    np.testing.assert_allclose(report.normal, [-1.0, 0.0, 0.0], atol=1e-3)
+    assert sim.states().crashed[0]
+
+
+def test_resting_on_the_ground_is_reported_but_not_a_crash(device):
+    sim = MultirotorSim(FG, 1, device=device, world=walled_world(device), floor_z=0.1, disturbances=False)
+    sim.reset(position=[0.0, 0.0, 0.1])
+    sim.step(96)
+    assert sim.contacts() and not sim.states().crashed[0]  # the floor mesh is 0.1 m under the centre
+    sim.set_command(ControlMode.POSITION, [0.0, 0.0, 1.0, 0.0])
+    sim.step(2 * 960)  # took off: that call's report is the contact with the floor at its start
+    sim.step(10)
+    assert sim.states().position[0, 2] == pytest.approx(1.0, abs=0.05) and sim.contacts() == []
