@@ -30,3 +30,8 @@ def default_scene() -> Path:
 def default_run() -> Path:
     """The built-in demo run file (assets/run-demo.toml)."""
     return assets_dir() / "run-demo.toml"
+
+
+def default_course() -> Path:
+    """The built-in racing course (assets/course.toml)."""
+    return assets_dir() / "course.toml"
