@@ -70,13 +70,26 @@ def cmd_render(args) -> int:
     import numpy as np
 
     from goggles.frames import camera_pose_from_body, parse_pose
-    from goggles.paths import default_scene
+    from goggles.paths import default_course, default_scene
     from goggles.render import DeviceScene, Renderer, Shading, stereo_right_offset
     from goggles.render.files import write_camera
     from goggles.scene import load_static_scene
+    from goggles.scene.gates import gate_shape, load_course
 
+    outputs = {o for o in args.outputs.split(",") if o}
+    unknown = sorted(outputs - {"images", "beacons", "tof"})
+    if unknown:
+        raise ConfigError(f"--outputs {args.outputs!r}: unknown {unknown}; use images, beacons, tof")
     camera = _camera(args)
     scene = load_static_scene(args.scene or default_scene())
+    course_path = args.course or (default_course() if args.scene is None else None)
+    course = load_course(course_path) if course_path is not None else None
+    gates = course.gates if course is not None else ()
+    world = DeviceScene(
+        scene, args.device, shapes=[gate_shape(g.opening, g.name) for g in gates], max_actors=max(1, len(gates))
+    )
+    T_WA = np.array([g.T_WG for g in gates]).reshape(-1, 4, 4)
+    world.set_actors(range(len(gates)), T_WA)
     if args.pose is not None:
         T_WB = parse_pose(args.pose)
     else:
@@ -86,25 +99,60 @@ def cmd_render(args) -> int:
     if args.baseline is not None:
         T_WC.append(T_WC[0] @ stereo_right_offset(args.baseline))
         partner = [1, -1]
-    renderer = Renderer(
-        DeviceScene(scene, args.device),
-        [camera] * len(T_WC),
-        shadow_partner=partner,
-        threads=args.threads,
-        shading=Shading[args.shading.upper()],
-    )
-    renderer.render(np.stack(T_WC))
-    images = renderer.images()
-    renderer.close()
-    for i, prefix in enumerate(["", "right_"][: len(T_WC)]):
-        write_camera(args.out, images, i, prefix)
-        depth = images.depth[i]
-        valid = np.isfinite(depth)
-        near_far = f"{depth[valid].min():.2f}..{depth[valid].max():.2f} m" if valid.any() else "none"
-        print(
-            f"{prefix or 'left_'}camera: {args.width}x{args.height}, {valid.mean() * 100:.1f}% valid depth "
-            f"({near_far}), {np.isnan(depth).mean() * 100:.1f}% stereo shadow -> {args.out}/{prefix}*"
+    names = ["left", "right"][: len(T_WC)]
+    if "images" in outputs:
+        renderer = Renderer(
+            world,
+            [camera] * len(T_WC),
+            shadow_partner=partner,
+            threads=args.threads,
+            shading=Shading[args.shading.upper()],
         )
+        renderer.render(np.stack(T_WC))
+        images = renderer.images()
+        renderer.close()
+        for i, prefix in enumerate(["", "right_"][: len(T_WC)]):
+            write_camera(args.out, images, i, prefix)
+            depth = images.depth[i]
+            valid = np.isfinite(depth)
+            near_far = f"{depth[valid].min():.2f}..{depth[valid].max():.2f} m" if valid.any() else "none"
+            print(
+                f"{names[i]} camera: {args.width}x{args.height}, {valid.mean() * 100:.1f}% valid depth "
+                f"({near_far}), {np.isnan(depth).mean() * 100:.1f}% stereo-invalid -> {args.out}/{prefix}*"
+            )
+    args.out.mkdir(parents=True, exist_ok=True)
+    if "beacons" in outputs:
+        import json
+
+        from goggles.sensors.beacons import Beacon, BeaconSensor
+
+        beacons = [
+            Beacon(f"{g.name}/{k}", tuple(p), actor=i)
+            for i, g in enumerate(gates)
+            for k, p in enumerate(g.beacon_positions_G())
+        ]
+        detections = BeaconSensor(world, beacons, [camera] * len(T_WC)).detect(np.stack(T_WC), T_WA)
+        rows = [{"id": d.id, "u": d.u, "v": d.v, "range": d.range, "camera": names[d.camera]} for d in detections]
+        (args.out / "beacons.json").write_text(json.dumps(rows, indent=1))
+        print(
+            f"beacons: {len(rows)} detections of {len(beacons)} beacons by {len(T_WC)} camera(s) "
+            f"-> {args.out}/beacons.json"
+        )
+    if "tof" in outputs:
+        import json
+
+        from goggles.sensors.ranges import FLIGHTGOGGLES_ALTIMETER, RangeSensor, downward_pose
+
+        model = FLIGHTGOGGLES_ALTIMETER
+        reading = RangeSensor(world, model, noise=False).measure(downward_pose(T_WB))[0]
+        ranges = [float(r) if np.isfinite(r) else ("+inf" if r > 0 else "-inf") for r in reading.ravel()]
+        (args.out / "tof.json").write_text(
+            json.dumps(
+                {"sensor": model.name, "min_range": model.min_range, "max_range": model.max_range, "ranges": ranges},
+                indent=1,
+            )
+        )
+        print(f"tof: downward {model.name} reads {ranges} m -> {args.out}/tof.json")
     return 0
 
 
@@ -505,6 +553,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline", type=float, default=None, help="stereo baseline, m: adds a right camera at -B along body y"
     )
     render.add_argument("--shading", choices=["sun", "unlit"], default="sun", help="intensity lighting")
+    render.add_argument(
+        "--outputs",
+        default="images",
+        help="comma-separated: images (the .npy/.png files), beacons (beacons.json: id, u, v, range, "
+        "camera of every IR beacon seen), tof (tof.json: the downward altimeter, REP 117 '+inf'/'-inf' "
+        "as strings); default images",
+    )
+    render.add_argument(
+        "--course",
+        type=Path,
+        default=None,
+        help="racing course whose gates and beacons join the scene (default: assets/course.toml "
+        "with the default scene, none with --scene)",
+    )
     render.add_argument("--out", type=Path, required=True, help="folder to write the images to")
     render.set_defaults(run=cmd_render)
 

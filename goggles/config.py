@@ -13,9 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from goggles.clock import ClockMode
+from goggles.dynamics.model import CollisionResponse
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, quat_to_matrix
 from goggles.render.camera import CameraModel
+from goggles.sensors.ranges import PRESETS as RANGE_PRESETS
+from goggles.sensors.ranges import RangeSensorModel
 from goggles.transport.buses import DEFAULT_LCM_URL, ZmqEndpoints
 
 if sys.version_info >= (3, 11):
@@ -23,7 +26,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-CAMERA_OUTPUTS = ("depth", "range", "rgb", "segmentation")
+CAMERA_OUTPUTS = ("depth", "range", "rgb", "segmentation", "beacons")
+IMAGE_OUTPUTS = ("depth", "range", "rgb", "segmentation")
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,8 @@ class VehicleConfig:
     """Hz; must divide the physics rate."""
     state_rate: float
     """Hz of ground-truth state messages."""
+    floor_z: float
+    """m: height of the floor plane the vehicle rests on."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,17 @@ class CameraConfig:
     rate: float
     """Hz of sim time."""
     outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RangeSensorConfig:
+    vehicle: str
+    name: str
+    model: RangeSensorModel
+    T_BS: np.ndarray
+    """(4, 4) sensor pose in the body frame; the beam is the sensor's +z."""
+    rate: float
+    """Hz of sim time."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,12 @@ class RunConfig:
     """None: LCM off."""
     zmq: ZmqEndpoints | None
     """None: ZeroMQ off."""
+    course: Path | None = None
+    """Racing course whose gates (with their beacons) join the world as actors."""
+    perturb: int | None = None
+    """Seed of a random shift of the course's gates within their bounds, or None."""
+    collisions: CollisionResponse = CollisionResponse.CRASH
+    range_sensors: tuple[RangeSensorConfig, ...] = ()
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -136,9 +159,9 @@ class _Reader:
 
 def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     """Build a RunConfig from parsed TOML (``path`` only names the file in errors and anchors paths)."""
-    top = _Reader(path, "top level", data, {"run", "clock", "lcm", "zmq", "vehicle", "camera"})
+    top = _Reader(path, "top level", data, {"run", "clock", "lcm", "zmq", "vehicle", "camera", "range_sensor"})
     base = path.parent if path is not None else Path.cwd()
-    run = _Reader(path, "[run]", data.get("run", {}), {"mode", "scene", "seed"})
+    run = _Reader(path, "[run]", data.get("run", {}), {"mode", "scene", "seed", "course", "perturb", "collisions"})
     modes = {"sim": ClockMode.SIM, "lockstep": ClockMode.LOCKSTEP, "live": ClockMode.LIVE}
     mode_name = run.text("mode", "sim")
     if mode_name not in modes:
@@ -168,6 +191,19 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: vehicle names must be unique, got {names}")
     cameras = tuple(_camera(path, base, i, c, set(names), physics_rate) for i, c in enumerate(top.get("camera", [])))
+    ranges = tuple(
+        _range_sensor(path, i, c, set(names), physics_rate) for i, c in enumerate(top.get("range_sensor", []))
+    )
+    responses = {r.name.lower(): r for r in CollisionResponse}
+    collisions = run.text("collisions", "crash")
+    if collisions not in responses:
+        raise run.error("collisions", f"one of {sorted(responses)}")
+    course = run.get("course")
+    if course is not None and not isinstance(course, str):
+        raise run.error("course", "a path")
+    perturb = run.get("perturb")
+    if perturb is not None and (isinstance(perturb, bool) or not isinstance(perturb, int)):
+        raise run.error("perturb", "an integer seed")
     return RunConfig(
         source=path,
         mode=modes[mode_name],
@@ -180,6 +216,10 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         cameras=cameras,
         lcm_url=lcm.text("url", DEFAULT_LCM_URL) if lcm.get("enabled", True) else None,
         zmq=endpoints if zmq.get("enabled", True) else None,
+        course=None if course is None else (base / course).resolve(),
+        perturb=perturb,
+        collisions=responses[collisions],
+        range_sensors=ranges,
     )
 
 
@@ -195,7 +235,7 @@ def _vehicle(path, index: int, table, physics_rate: float) -> VehicleConfig:
         path,
         f"[[vehicle]] #{index + 1}",
         table,
-        {"name", "preset", "start", "route", "route_tolerance", "imu_rate", "state_rate"},
+        {"name", "preset", "start", "route", "route_tolerance", "imu_rate", "state_rate", "floor_z"},
     )
     start = r.get("start", [0.0, 0.0, 0.0, 0.0])
     if isinstance(start, list) and len(start) == 3:
@@ -217,6 +257,7 @@ def _vehicle(path, index: int, table, physics_rate: float) -> VehicleConfig:
         route_tolerance=r.number("route_tolerance", 0.4, positive=True),
         imu_rate=_divides(r, "imu_rate", r.number("imu_rate", 240.0, positive=True), physics_rate),
         state_rate=_divides(r, "state_rate", r.number("state_rate", 60.0, positive=True), physics_rate),
+        floor_z=r.number("floor_z", 0.0),
     )
 
 
@@ -272,6 +313,30 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
         baseline=None if baseline is None else r.number("baseline", positive=True),
         rate=_divides(r, "rate", r.number("rate", 30.0, positive=True), physics_rate),
         outputs=tuple(outputs),
+    )
+
+
+def _range_sensor(path, index: int, table, vehicles: set[str], physics_rate: float) -> RangeSensorConfig:
+    r = _Reader(
+        path, f"[[range_sensor]] #{index + 1}", table, {"vehicle", "name", "preset", "position", "rpy_deg", "rate"}
+    )
+    vehicle = r.text("vehicle", required=True)
+    if vehicle not in vehicles:
+        raise r.error("vehicle", f"one of the vehicles {sorted(vehicles)}")
+    preset = r.text("preset", "flightgoggles-altimeter")
+    if preset not in RANGE_PRESETS:
+        raise r.error("preset", f"one of {sorted(RANGE_PRESETS)}")
+    # Default mount: at the body origin, beam pointing down (sensor x forward, y right, z down).
+    roll, pitch, yaw = np.radians(r.vector("rpy_deg", 3, [180.0, 0.0, 0.0]))
+    T_BS = np.eye(4)
+    T_BS[:3, :3] = quat_to_matrix(quat_from_euler(roll, pitch, yaw))
+    T_BS[:3, 3] = r.vector("position", 3, [0.0, 0.0, 0.0])
+    return RangeSensorConfig(
+        vehicle=vehicle,
+        name=r.text("name", required=True),
+        model=RANGE_PRESETS[preset],
+        T_BS=T_BS,
+        rate=_divides(r, "rate", r.number("rate", 60.0, positive=True), physics_rate),
     )
 
 

@@ -26,11 +26,14 @@ import numpy as np
 
 import goggles_lcm
 from goggles.clock import ClockMode, PacedClock
-from goggles.config import CameraConfig, RunConfig
+from goggles.config import IMAGE_OUTPUTS, CameraConfig, RangeSensorConfig, RunConfig
 from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
 from goggles.frames import matrix_to_quat, transform
 from goggles.render import DeviceScene, Renderer, Shading, stereo_right_offset
 from goggles.scene import load_static_scene
+from goggles.scene.gates import gate_shape, load_course
+from goggles.sensors.beacons import Beacon, BeaconSensor
+from goggles.sensors.ranges import RangeSensor
 from goggles.transport.buses import LcmBus, ZmqBus, split_frame
 from goggles.transport.schema import Encoding, MalformedMessage, decode_input, header
 
@@ -87,6 +90,8 @@ class _CameraGroup:
     cameras: list[_Camera]
     renderer: Renderer
     period_steps: int
+    beacons: BeaconSensor | None = None
+    """Beacon detections of the group's cameras, when any of them outputs beacons."""
     seq: int = 0
     last_render_wall: float = 0.0
 
@@ -101,6 +106,8 @@ class _Vehicle:
     T_WB: np.ndarray = field(default_factory=lambda: np.eye(4))
     pose_utime: int = 0
     new_pose: bool = False
+    in_contact: bool = False
+    """Touching the world during the last physics advance (a collision is published when this begins)."""
 
 
 class Engine:
@@ -123,14 +130,39 @@ class Engine:
         self._rate_log: dict[str, deque[float]] = {}
         from goggles.paths import default_scene
 
-        scene = DeviceScene(load_static_scene(config.scene or default_scene()), device)
+        self.course = None
+        shapes, actor_poses, self.beacon_list = [], [], []
+        if config.course is not None:
+            self.course = load_course(config.course)
+            if config.perturb is not None:
+                self.course = self.course.perturbed(config.perturb)
+            for i, gate in enumerate(self.course.gates):
+                shapes.append(gate_shape(gate.opening, gate.name))
+                actor_poses.append(gate.T_WG)
+                self.beacon_list += [
+                    Beacon(f"{gate.name}/{k}", tuple(p), actor=i) for k, p in enumerate(gate.beacon_positions_G())
+                ]
+        scene = DeviceScene(
+            load_static_scene(config.scene or default_scene()), device, shapes=shapes, max_actors=max(1, len(shapes))
+        )
+        self.actor_poses = np.array(actor_poses).reshape(-1, 4, 4)
+        scene.set_actors(range(len(shapes)), self.actor_poses)
+        self.world = scene
         self.device = scene.device
         self.vehicles: dict[str, _Vehicle] = {}
         for v in config.vehicles:
             sim = None
             if self.mode != ClockMode.LIVE:
                 sim = MultirotorSim(
-                    load_airframe(v.preset), 1, device=self.device, dt=self.dt, seed=config.seed, imu_rate=v.imu_rate
+                    load_airframe(v.preset),
+                    1,
+                    device=self.device,
+                    dt=self.dt,
+                    seed=config.seed,
+                    imu_rate=v.imu_rate,
+                    world=scene,
+                    collisions=config.collisions,
+                    floor_z=v.floor_z,
                 )
                 airborne = v.start[2] > 0.0
                 sim.reset(
@@ -146,6 +178,7 @@ class Engine:
             vehicle.T_WB = transform(v.start[:3], _yaw_quat(v.start[3]))
             self.vehicles[v.name] = vehicle
         self.groups = self._camera_groups(scene, config.cameras)
+        self.range_sensors = [(c, RangeSensor(scene, c.model, seed=config.seed)) for c in config.range_sensors]
         self.buses = []
         if config.zmq is not None:
             self.buses.append(ZmqBus(config.zmq))
@@ -179,7 +212,12 @@ class Engine:
                 shading=Shading.SUN if wants_rgb else Shading.NONE,
             )
             period = int(round(self.config.physics_rate / rate))
-            groups.append(_CameraGroup([m for m, _ in members], renderer, period))
+            beacons = None
+            if any("beacons" in m.config.outputs for m, _ in members):
+                beacons = BeaconSensor(
+                    scene, self.beacon_list, [m.config.model for m, _ in members], seed=self.config.seed
+                )
+            groups.append(_CameraGroup([m for m, _ in members], renderer, period, beacons))
         return groups
 
     def _schedule(self) -> list[list]:
@@ -199,6 +237,14 @@ class Engine:
                 )
         for group in self.groups:
             events.append([0, group.period_steps, lambda g=group: self._render(g)])
+        for config, sensor in self.range_sensors:
+            events.append(
+                [
+                    0,
+                    int(round(self.config.physics_rate / config.rate)),
+                    lambda c=config, s=sensor: self._publish_ranges(c, s),
+                ]
+            )
         events.append([0, int(round(self.config.physics_rate / 10.0)) or 1, self._publish_clock])
         return events
 
@@ -244,6 +290,11 @@ class Engine:
                 vehicle.sim.step(next_step - self.step)
             self.step = next_step
             self.times.add("physics", time.perf_counter() - t)
+            for vehicle in self.vehicles.values():
+                contacts = vehicle.sim.contacts()
+                if contacts and not vehicle.in_contact:
+                    self._publish_collision(vehicle, contacts[0])
+                vehicle.in_contact = bool(contacts)
         for event in self._events:
             if event[0] == self.step:
                 event[2]()
@@ -414,9 +465,12 @@ class Engine:
         }
         self.times.add("render", time.perf_counter() - t)
         utime = self._utime() if self.mode != ClockMode.LIVE else time.time_ns() // 1000
+        detections = group.beacons.detect(poses, self.actor_poses) if group.beacons is not None else []
         for i, camera in enumerate(group.cameras):
             vehicle = self.vehicles[camera.vehicle]
-            for output in camera.config.outputs:
+            if "beacons" in camera.config.outputs:
+                self._publish_beacons(camera, utime, [d for d in detections if d.camera == i])
+            for output in (o for o in camera.config.outputs if o in IMAGE_OUTPUTS):
                 channel = f"{camera.vehicle}/{camera.name}/{output}"
                 image = goggles_lcm.image_t()
                 image.header = header(utime, self._next_seq(channel))
@@ -436,6 +490,42 @@ class Engine:
         group.seq += 1
         self._note_rate(f"{group.cameras[0].vehicle}/{group.cameras[0].config.name}")
         self.times.add("frame", time.perf_counter() - t)
+
+    def _publish_beacons(self, camera: _Camera, utime: int, detections) -> None:
+        channel = f"{camera.vehicle}/{camera.name}/beacons"
+        message = goggles_lcm.beacons_t()
+        message.header = header(utime, self._next_seq(channel))
+        message.camera = f"{camera.vehicle}/{camera.name}"
+        message.num_beacons = len(detections)
+        message.ids = [d.id for d in detections]
+        message.u = [d.u for d in detections]
+        message.v = [d.v for d in detections]
+        message.range = [d.range for d in detections]
+        self._publish(channel, message)
+
+    def _publish_ranges(self, config: RangeSensorConfig, sensor: RangeSensor) -> None:
+        T_WS = self._vehicle_pose(self.vehicles[config.vehicle]) @ config.T_BS
+        readings = sensor.measure(T_WS[None])[0].ravel()
+        channel = f"{config.vehicle}/{config.name}/ranges"
+        message = goggles_lcm.ranges_t()
+        message.header = header(self._utime(), self._next_seq(channel))
+        message.sensor = f"{config.vehicle}/{config.name}"
+        message.min_range, message.max_range = config.model.min_range, config.model.max_range
+        message.num_ranges = len(readings)
+        message.ranges = readings.tolist()
+        self._publish(channel, message)
+        self._note_rate(message.sensor)
+
+    def _publish_collision(self, vehicle: _Vehicle, contact) -> None:
+        channel = f"{vehicle.name}/collision"
+        message = goggles_lcm.collision_t()
+        message.header = header(int(round(contact.step * self.dt * 1e6)), self._next_seq(channel))
+        message.vehicle = vehicle.name
+        message.other = "world"
+        message.point = contact.point.tolist()
+        message.normal = contact.normal.tolist()
+        message.depth = contact.depth
+        self._publish(channel, message)
 
     def _publish_imu(self, vehicle: _Vehicle) -> None:
         s = vehicle.sim.states()

@@ -210,3 +210,44 @@ def test_run_with_defaults_stops_cleanly_on_ctrl_c():
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr
     assert stdout.strip().startswith("t=")
+
+
+def test_render_beacons_and_tof_outputs(tmp_path):
+    import json
+
+    import cv2
+
+    from goggles.frames import camera_pose_from_body, transform
+    from goggles.paths import default_course
+    from goggles.render import CameraModel
+    from goggles.scene.gates import load_course
+
+    goggles(
+        "render",
+        "--pose=-2,0.3,1.8,1,0,0,0",
+        "--width",
+        "160",
+        "--height",
+        "120",
+        "--baseline",
+        "0.32",
+        "--outputs",
+        "images,beacons,tof",
+        "--out",
+        str(tmp_path),
+    )
+    rows = json.loads((tmp_path / "beacons.json").read_text())
+    assert rows and set(rows[0]) == {"id", "u", "v", "range", "camera"}
+    gate1 = {r["id"]: r for r in rows if r["id"].startswith("gate1/") and r["camera"] == "left"}
+    assert sorted(gate1) == ["gate1/0", "gate1/1", "gate1/2", "gate1/3"]
+    course = load_course(default_course())
+    gate = course.gates[0]
+    points = gate.beacon_positions_G() @ gate.T_WG[:3, :3].T + gate.T_WG[:3, 3]
+    T_CW = np.linalg.inv(camera_pose_from_body(transform([-2.0, 0.3, 1.8], [1, 0, 0, 0])))
+    camera = CameraModel.from_fov(160, 120, 60.0)
+    pixels, _ = cv2.projectPoints(points, cv2.Rodrigues(T_CW[:3, :3])[0], T_CW[:3, 3], camera.K, np.zeros(5))
+    for k, (u, v) in enumerate(pixels.reshape(-1, 2)):
+        assert abs(gate1[f"gate1/{k}"]["u"] - u) < 0.01 and abs(gate1[f"gate1/{k}"]["v"] - v) < 0.01
+    tof = json.loads((tmp_path / "tof.json").read_text())
+    assert tof["sensor"] == "flightgoggles-altimeter" and tof["max_range"] == 20.0
+    assert 1.5 < tof["ranges"][0] < 2.1  # 1.8 m above the terrain near the pad

@@ -343,3 +343,54 @@ def test_run_file_camera_from_calibration(tmp_path):
         tmp_path / "run.toml",
     )
     assert config.cameras[0].model.width == 1024 and config.cameras[0].rate == 60.0
+
+
+def test_race_outputs_beacons_ranges_and_collisions(tmp_path):
+    """A run with the default course publishes beacon detections, altimeter ranges, and a collision
+    when the vehicle is commanded into a gate."""
+    from goggles.paths import default_course
+
+    config = run_config(
+        route=False,
+        scale=3.0,
+        cameras=[
+            {
+                "vehicle": "quad0",
+                "name": "front",
+                "width": 64,
+                "height": 48,
+                "vfov_deg": 70.0,
+                "rate": 30.0,
+                "outputs": ["beacons"],
+                "position": [0.1, 0.0, 0.0],
+            }
+        ],
+    )
+    import dataclasses
+
+    from goggles.config import RangeSensorConfig
+    from goggles.sensors.ranges import FLIGHTGOGGLES_ALTIMETER
+
+    altimeter = RangeSensorConfig("quad0", "altimeter", FLIGHTGOGGLES_ALTIMETER, np.diag([1.0, -1.0, -1.0, 1.0]), 60.0)
+    config = dataclasses.replace(config, course=default_course(), range_sensors=(altimeter,))
+    running = Running(config)
+    client = Client(endpoints(config))
+    for channel in ("quad0/front/beacons", "quad0/altimeter/ranges", "quad0/collision"):
+        client.latest(channel, timeout=0.0)
+    time.sleep(0.3)
+    client.send_command("quad0", ControlMode.POSITION, [0.0, 0.0, 1.8, 0.0])
+    time.sleep(2.0)
+    beacons = client.latest("quad0/front/beacons", timeout=2.0)
+    assert beacons.num_beacons >= 4 and list(beacons.ids) == sorted(beacons.ids)
+    assert {"gate1/0", "gate1/1", "gate1/2", "gate1/3"} <= set(beacons.ids)
+    ranges = client.latest("quad0/altimeter/ranges", timeout=2.0)
+    assert ranges.num_ranges == 1 and 1.4 < ranges.ranges[0] < 2.3
+    lift_off = client.latest("quad0/collision", timeout=2.0)  # resting on the pad was a contact
+    assert lift_off is not None and lift_off.normal[2] > 0.5
+    client.send_command("quad0", ControlMode.POSITION, [3.0, 0.95, 1.8, 0.0])  # into gate1's left bar
+    collision = client.latest("quad0/collision", timeout=10.0)
+    running.stop.set()
+    running.finish()
+    client.close()
+    assert collision is not None and collision.vehicle == "quad0"
+    assert collision.normal[0] < -0.5  # pushed back from the bar's face towards -x

@@ -206,10 +206,15 @@ def vehicle_contact(af: AirframeParams, settings: SimSettings, actors: ActorData
     if near.distance > 1.0e-9:
         normal = offset / near.distance
     depth = af.collision_size[0] - near.distance
+    if near.inside:  # the centre is behind the surface: the way out is the other way, and deeper
+        normal = -normal
+        depth = af.collision_size[0] + near.distance
     if af.collision_shape == BOX:
         q_B = wp.quat_rotate_inv(x.q, near.point_W - x.p)
         inside = af.collision_size - wp.vec3(wp.abs(q_B[0]), wp.abs(q_B[1]), wp.abs(q_B[2]))
         depth = wp.min(inside)
+        if near.inside:
+            depth = wp.max(depth, near.distance)
     if depth > 0.0:
         contact.found = True
         contact.point = near.point_W

@@ -119,6 +119,8 @@ class Proximity:
     point_W: wp.vec3
     """Nearest surface point, world frame."""
     distance: float
+    inside: bool
+    """The query point is behind the nearest face (inside a closed obstacle, or under a terrain)."""
 
 
 @wp.func
@@ -126,19 +128,21 @@ def nearest_surface(static_mesh: wp.uint64, actors: ActorData, p: wp.vec3, max_d
     """The surface point nearest to ``p`` within ``max_distance`` metres, static or actor."""
     near = Proximity()
     near.found = False
+    near.inside = False
     near.distance = max_distance
-    query = wp.mesh_query_point_no_sign(static_mesh, p, max_distance)
+    query = wp.mesh_query_point_sign_normal(static_mesh, p, max_distance)
     if query.result:
         point = wp.mesh_eval_position(static_mesh, query.face, query.u, query.v)
         near.found = True
         near.point_W = point
         near.distance = wp.length(p - point)
+        near.inside = query.sign < 0.0
     reach = wp.vec3(max_distance)
     for a in range(actors.count):
         if wp.min(p - (actors.lower[a] - reach)) >= 0.0 and wp.max(p - (actors.upper[a] + reach)) <= 0.0:
             R = actors.R_WA[a]
             mesh = actors.shape_mesh[actors.shape[a]]
-            local = wp.mesh_query_point_no_sign(mesh, wp.transpose(R) * (p - actors.p_WA[a]), near.distance)
+            local = wp.mesh_query_point_sign_normal(mesh, wp.transpose(R) * (p - actors.p_WA[a]), near.distance)
             if local.result:
                 point = R * wp.mesh_eval_position(mesh, local.face, local.u, local.v) + actors.p_WA[a]
                 distance = wp.length(p - point)
@@ -146,4 +150,5 @@ def nearest_surface(static_mesh: wp.uint64, actors: ActorData, p: wp.vec3, max_d
                     near.found = True
                     near.point_W = point
                     near.distance = distance
+                    near.inside = local.sign < 0.0
     return near
