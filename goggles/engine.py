@@ -550,6 +550,7 @@ class Engine:
         message.angular_velocity = s.rates[0].tolist()
         message.num_rotors = s.rotor_speed.shape[1]
         message.rotor_speeds = s.rotor_speed[0].tolist()
+        message.crashed = bool(s.crashed[0])
         self._publish(channel, message)
         self._follow_route(vehicle, s.position[0])
 

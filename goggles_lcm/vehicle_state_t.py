@@ -12,11 +12,11 @@ import goggles_lcm
 class vehicle_state_t(object):
     """ Ground-truth state of a vehicle. """
 
-    __slots__ = ["header", "vehicle", "position", "velocity", "orientation", "angular_velocity", "num_rotors", "rotor_speeds"]
+    __slots__ = ["header", "vehicle", "position", "velocity", "orientation", "angular_velocity", "num_rotors", "rotor_speeds", "crashed"]
 
-    __typenames__ = ["goggles_lcm.header_t", "string", "double", "double", "double", "double", "int32_t", "double"]
+    __typenames__ = ["goggles_lcm.header_t", "string", "double", "double", "double", "double", "int32_t", "double", "boolean"]
 
-    __dimensions__ = [None, None, [3], [3], [4], [3], None, ["num_rotors"]]
+    __dimensions__ = [None, None, [3], [3], [4], [3], None, ["num_rotors"], None]
 
     def __init__(self):
         self.header = goggles_lcm.header_t()
@@ -51,6 +51,12 @@ class vehicle_state_t(object):
 
         self.rotor_speeds = []
         """ LCM Type: double[num_rotors] """
+        self.crashed = False
+        """
+        rad/s
+        LCM Type: boolean
+        """
+
 
     def encode(self):
         buf = BytesIO()
@@ -71,6 +77,7 @@ class vehicle_state_t(object):
         buf.write(struct.pack('>3d', *self.angular_velocity[:3]))
         buf.write(struct.pack(">i", self.num_rotors))
         buf.write(struct.pack('>%dd' % self.num_rotors, *self.rotor_speeds[:self.num_rotors]))
+        buf.write(struct.pack(">b", self.crashed))
 
     @staticmethod
     def decode(data: bytes):
@@ -94,13 +101,14 @@ class vehicle_state_t(object):
         self.angular_velocity = struct.unpack('>3d', buf.read(24))
         self.num_rotors = struct.unpack(">i", buf.read(4))[0]
         self.rotor_speeds = struct.unpack('>%dd' % self.num_rotors, buf.read(self.num_rotors * 8))
+        self.crashed = bool(struct.unpack('b', buf.read(1))[0])
         return self
 
     @staticmethod
     def _get_hash_recursive(parents):
         if vehicle_state_t in parents: return 0
         newparents = parents + [vehicle_state_t]
-        tmphash = (0x3ad3fca2b177df29+ goggles_lcm.header_t._get_hash_recursive(newparents)) & 0xffffffffffffffff
+        tmphash = (0x4e61a78d8b1ab5fb+ goggles_lcm.header_t._get_hash_recursive(newparents)) & 0xffffffffffffffff
         tmphash  = (((tmphash<<1)&0xffffffffffffffff) + (tmphash>>63)) & 0xffffffffffffffff
         return tmphash
     _packed_fingerprint = None
