@@ -1,0 +1,168 @@
+"""Race the default course from the IMU and the IR beacons alone, over the bus (AlphaPilot style).
+
+The pilot knows what an AlphaPilot team knew: the nominal gate map (the course file), its camera's
+intrinsics (read from one depth image message) and mount, and its start pose. In flight it uses only
+the IMU (strapdown integration of the gyro and accelerometer) and the beacon detections of its left
+camera: whenever a gate's four corners are seen, cv2.solvePnP on them gives the camera's pose relative
+to that gate, hence the vehicle's pose in the map; between fixes the IMU carries the estimate. It
+flies velocity commands through points before, at and after each gate, looking at the next gate.
+
+Ground truth (``quad0/state``) is read only to write the flight log that ``goggles race`` scores.
+
+    goggles run assets/run-race.toml --mode lockstep &
+    python tools/race_beacons.py --lockstep --log flight.csv
+    goggles race --log flight.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import cv2
+import numpy as np
+
+from goggles.client import Client
+from goggles.dynamics import GRAVITY, ControlMode
+from goggles.frames import R_BODY_OPTICAL, quat_from_euler, quat_to_matrix
+from goggles.paths import default_course
+from goggles.race import course_waypoints
+from goggles.scene.gates import load_course
+from goggles.transport.buses import ZmqEndpoints
+
+
+class Estimator:
+    """Strapdown IMU integration, reset by beacon PnP fixes (position, attitude, and velocity)."""
+
+    def __init__(self, p: np.ndarray, yaw: float):
+        self.p = np.array(p, dtype=np.float64)
+        self.v = np.zeros(3)
+        self.R = quat_to_matrix(quat_from_euler(0.0, 0.0, yaw))
+        self.last_fix: tuple[float, np.ndarray] | None = None
+
+    def imu(self, accel: np.ndarray, gyro: np.ndarray, dt: float) -> None:
+        angle = gyro * dt
+        theta = np.linalg.norm(angle)
+        if theta > 1e-12:
+            self.R = self.R @ cv2.Rodrigues(angle)[0]
+        a_W = self.R @ accel - [0.0, 0.0, GRAVITY]
+        self.p += self.v * dt + 0.5 * a_W * dt * dt
+        self.v += a_W * dt
+
+    def fix(self, t: float, p: np.ndarray, R: np.ndarray) -> None:
+        if self.last_fix is not None and t - self.last_fix[0] > 1e-3:
+            measured = (p - self.last_fix[1]) / (t - self.last_fix[0])
+            self.v = 0.5 * self.v + 0.5 * measured  # blend: PnP differences are noisy, the IMU drifts
+        self.p, self.R = p, R
+        self.last_fix = (t, p.copy())
+
+
+def gate_fix(detections, gate, K, distortion, T_BC):
+    """Vehicle pose (p_WB, R_WB) from the four corner beacons of ``gate``, or None."""
+    seen = {i: (u, v) for i, u, v in detections if i.startswith(gate.name + "/")}
+    if len(seen) < 4:
+        return None
+    object_G = gate.beacon_positions_G()
+    image = np.array([seen[f"{gate.name}/{k}"] for k in range(4)], dtype=np.float64)
+    ok, rvec, tvec = cv2.solvePnP(object_G, image, K, distortion, flags=cv2.SOLVEPNP_IPPE)
+    if not ok:
+        return None
+    R_CG = cv2.Rodrigues(rvec)[0]
+    T_CG = np.eye(4)
+    T_CG[:3, :3], T_CG[:3, 3] = R_CG, tvec.ravel()
+    T_WB = gate.T_WG @ np.linalg.inv(T_CG) @ np.linalg.inv(T_BC)
+    return T_WB[:3, 3], T_WB[:3, :3]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--course", default=str(default_course()), help="the nominal gate map")
+    parser.add_argument("--vehicle", default="quad0")
+    parser.add_argument("--camera", default="stereo_left")
+    parser.add_argument("--camera-position", default="0.1,0.16,0.0", help="camera mount in the body, m")
+    parser.add_argument("--speed", type=float, default=2.5, help="cruise speed, m/s")
+    parser.add_argument("--lockstep", action="store_true", help="drive the engine's clock (lockstep mode)")
+    parser.add_argument("--log", default=None, help="write the ground-truth flight log (t,px,py,pz,crashed) here")
+    parser.add_argument("--timeout", type=float, default=90.0, help="s of sim time")
+    parser.add_argument("--publish", default="tcp://127.0.0.1:5555")
+    parser.add_argument("--inputs", default="tcp://127.0.0.1:5556")
+    parser.add_argument("--control", default="tcp://127.0.0.1:5557")
+    args = parser.parse_args()
+
+    course = load_course(args.course)
+    waypoints = course_waypoints(course)[:-1]  # the race ends at the last gate: no exit point needed
+    T_BC = np.eye(4)
+    T_BC[:3, :3] = R_BODY_OPTICAL
+    T_BC[:3, 3] = [float(v) for v in args.camera_position.split(",")]
+    v, cam = args.vehicle, args.camera
+    with Client(ZmqEndpoints(args.publish, args.inputs, args.control)) as client:
+        client.subscribe(f"{v}/imu")
+        for channel in (f"{v}/{cam}/beacons", f"{v}/{cam}/depth", f"{v}/state"):
+            client.latest(channel, timeout=0.0)
+        depth = None
+        for _ in range(100):  # until the subscriptions joined; the first depth image gives the intrinsics
+            if args.lockstep:
+                client.step(32)
+            depth = client.latest(f"{v}/{cam}/depth", timeout=0.5)
+            if depth is not None:
+                break
+        if depth is None:
+            print("no camera image from the engine", file=sys.stderr)
+            return 1
+        K = np.array([[depth.fx, 0, depth.cx], [0, depth.fy, depth.cy], [0, 0, 1]])
+        distortion = np.array(depth.distortion)
+        estimate = Estimator(course.start[:3], course.start[3])
+        log, index, last_imu, last_beacons, crashed = [], 0, None, -1, False
+        t = 0.0
+        while index < len(waypoints) and t < args.timeout and not crashed:
+            # IMU samples in order (strapdown), then the newest beacon detections (PnP fix).
+            while (item := client.receive(timeout=0.0 if args.lockstep else 0.005)) is not None:
+                sample = item[1]
+                if last_imu is not None:
+                    estimate.imu(
+                        np.array(sample.linear_acceleration),
+                        np.array(sample.angular_velocity),
+                        (sample.header.utime - last_imu) * 1e-6,
+                    )
+                last_imu = sample.header.utime
+            beacons = client.latest(f"{v}/{cam}/beacons", timeout=0.0)
+            gate = course.gates[min(index // 3, len(course.gates) - 1)]
+            if beacons is not None and beacons.header.utime != last_beacons:
+                last_beacons = beacons.header.utime
+                fix = gate_fix(zip(beacons.ids, beacons.u, beacons.v), gate, K, distortion, T_BC)
+                if fix is not None:
+                    estimate.fix(beacons.header.utime * 1e-6, *fix)
+            target = waypoints[index][:3]
+            error = target - estimate.p
+            if np.linalg.norm(error) < 0.35:
+                index += 1
+                continue
+            velocity = error / np.linalg.norm(error) * min(args.speed, 1.5 * np.linalg.norm(error) + 0.5)
+            now = (last_imu or 0) * 1e-6
+            if estimate.last_fix is not None and now - estimate.last_fix[0] > 3.0:
+                velocity = np.zeros(3)  # blind too long: hover rather than trust drifting dead reckoning
+            look = gate.T_WG[:3, 3] - estimate.p
+            yaw = float(np.arctan2(look[1], look[0])) if index % 3 == 0 else gate.yaw
+            client.send_command(v, ControlMode.VELOCITY, [*velocity, yaw])
+            if args.lockstep:
+                time.sleep(0.001)
+                client.step(16)  # 60 Hz control: one state message per step request
+            state = client.latest(f"{v}/state", timeout=1.0 if args.lockstep else 0.0)
+            if state is not None:
+                t = state.header.utime * 1e-6
+                crashed = bool(state.crashed)
+                log.append([t, *state.position, float(crashed)])
+        client.send_command(v, ControlMode.VELOCITY, [0.0, 0.0, 0.0, 0.0])
+    if args.log:
+        np.savetxt(args.log, np.array(log), delimiter=",", header="t,px,py,pz,crashed", comments="", fmt="%.6f")
+    outcome = "crashed" if crashed else ("all gates flown" if index >= len(waypoints) else "timed out")
+    print(
+        f"{outcome} at t={t:.2f} s ({(index + 1) // 3} of {len(course.gates)} gates reached by its estimate); estimate "
+        f"{np.round(estimate.p, 2).tolist()}, yaw {np.degrees(np.arctan2(estimate.R[1, 0], estimate.R[0, 0])):.0f} deg"
+    )
+    return 0 if index >= len(waypoints) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
