@@ -516,6 +516,55 @@ def _read_log(path: Path):
     return table, header
 
 
+def cmd_bridge_mocap(args) -> int:
+    import signal
+    import threading
+
+    from bridges.mocap import MocapBridge, Publisher, RoomCalibration, load_room_calibration, run_bridge, status_line
+    from bridges.sources import MotionCaptureSource, NatNetSource
+
+    calibration = (
+        load_room_calibration(args.calibration, args.system)
+        if args.calibration
+        else RoomCalibration.for_system(args.system)
+    )
+    if args.system == "optitrack" and args.backend == "natnet":
+        source = NatNetSource(
+            args.host,
+            args.local,
+            command_port=args.command_port,
+            data_port=args.data_port,
+            multicast=args.multicast,
+            timeout=args.timeout,
+        )
+    else:
+        source = MotionCaptureSource(args.system, args.host, timeout=args.timeout)
+    publisher = Publisher(None if args.no_zmq else args.zmq, None if args.no_lcm else args.lcm_url)
+    bridge = MocapBridge(calibration, publisher)
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(
+        f"goggles bridge: {args.system} at {args.host} -> ZeroMQ {'off' if args.no_zmq else args.zmq}, "
+        f"LCM {'off' if args.no_lcm else args.lcm_url}; Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        run_bridge(
+            source,
+            bridge,
+            duration=args.duration,
+            stop=stop,
+            status=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    finally:
+        source.close()
+        publisher.close()
+    print(status_line(source, bridge))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="goggles",
@@ -672,6 +721,37 @@ def build_parser() -> argparse.ArgumentParser:
     race.add_argument("--out", type=Path, default=None, help="write the flown log as CSV")
     race.add_argument("--device", default=None, help="Warp device")
     race.set_defaults(run=cmd_race)
+
+    bridge = commands.add_parser("bridge", help="bridges from outside systems into goggles messages")
+    bridges = bridge.add_subparsers(dest="bridge", required=True, metavar="BRIDGE")
+    mocap = bridges.add_parser(
+        "mocap",
+        help="motion capture -> pose/<body> and skeleton/<name> on ZeroMQ and LCM",
+        description="Connect to a motion-capture system and publish its rigid bodies (and OptiTrack skeletons) "
+        "in goggles' world frame: up axis, units, a room transform and per-body offsets from --calibration. "
+        "A body silent for three frame periods is published once with valid=false. The last line gives "
+        "frames, bodies and the packet-to-publish latency.",
+    )
+    mocap.add_argument("--system", choices=["optitrack", "vicon", "qualisys", "vrpn", "mock"], required=True)
+    mocap.add_argument("--host", default="127.0.0.1", help="the mocap server's address")
+    mocap.add_argument("--local", default="127.0.0.1", help="this machine's address on the mocap network (NatNet)")
+    mocap.add_argument(
+        "--backend",
+        choices=["natnet", "motioncapture"],
+        default="natnet",
+        help="for optitrack: the natnet client (bodies and skeletons) or motioncapture (bodies)",
+    )
+    mocap.add_argument("--multicast", action="store_true", help="NatNet: listen to Motive's multicast stream")
+    mocap.add_argument("--command-port", type=int, default=1510)
+    mocap.add_argument("--data-port", type=int, default=1511)
+    mocap.add_argument("--calibration", type=Path, default=None, help="room calibration TOML (calib/room-example.toml)")
+    mocap.add_argument("--zmq", default="tcp://127.0.0.1:5556", help="the engine's ZeroMQ input endpoint")
+    mocap.add_argument("--no-zmq", action="store_true")
+    mocap.add_argument("--lcm-url", default="udpm://239.255.76.67:7667?ttl=0")
+    mocap.add_argument("--no-lcm", action="store_true")
+    mocap.add_argument("--timeout", type=float, default=5.0, help="s to wait for the mocap server")
+    mocap.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    mocap.set_defaults(run=cmd_bridge_mocap)
 
     fly = commands.add_parser(
         "fly",

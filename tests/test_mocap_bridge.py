@@ -1,0 +1,183 @@
+"""The mocap bridge against a NatNet server on loopback, received by the real natnet client."""
+
+from __future__ import annotations
+
+import math
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from bridges.mocap import MocapBridge, Publisher, RoomCalibration, load_room_calibration, run_bridge
+from bridges.natnet_emulator import NatNetEmulator, SyntheticBody, circle
+from bridges.sources import NatNetSource
+from goggles.errors import ConfigError
+from goggles.frames import quat_to_matrix
+from goggles.transport.buses import split_frame
+from goggles.transport.schema import decode_any
+from tests.test_engine import free_port
+
+
+class Receiver:
+    """A SUB socket bound where the bridge publishes (as the engine's input socket is).
+
+    It must be polled while the bridge runs: a bound SUB socket sends its subscription to a newly
+    connected publisher only when the application calls into it (as the engine's loop does)."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.socket = zmq.Context.instance().socket(zmq.SUB)
+        self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self.socket.bind(f"tcp://127.0.0.1:{self.port}")
+        self.messages: list = []
+
+    def collect(self, seconds: float) -> list:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            self.drain(0.005)
+        return self.messages
+
+    def drain(self, timeout: float = 0.05) -> list:
+        while self.socket.poll(int(timeout * 1000)):
+            channel, data = split_frame([self.socket.recv()])
+            self.messages.append((time.perf_counter(), channel, decode_any(data)))
+            timeout = 0.0
+        return self.messages
+
+
+class Running:
+    def __init__(self, source, bridge):
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=run_bridge, args=(source, bridge), kwargs={"stop": self.stop}, daemon=True)
+        self.thread.start()
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join(5)
+
+
+def bridge_to(receiver: Receiver, calibration: RoomCalibration) -> MocapBridge:
+    return MocapBridge(calibration, Publisher(f"tcp://127.0.0.1:{receiver.port}", None))
+
+
+def test_real_natnet_packets_come_out_as_racequad_in_enu(shared):
+    vectors = shared / "mocap-vectors" / "natnet-v3-mje-nz"
+    frame = (vectors / "mocapframe_packet_v3.bin").read_bytes()
+    # Parse the rigid body straight from the packet: after the header, frame number, marker sets, unlabeled.
+    offset = 4 + 4
+    (marker_sets,) = struct.unpack_from("<I", frame, offset)
+    offset += 4
+    for _ in range(marker_sets):
+        offset = frame.index(b"\0", offset) + 1
+        (count,) = struct.unpack_from("<I", frame, offset)
+        offset += 4 + 12 * count
+    (unlabeled,) = struct.unpack_from("<I", frame, offset)
+    offset += 4 + 12 * unlabeled + 4  # and the rigid body count
+    body_id, x, y, z, qx, qy, qz, qw = struct.unpack_from("<I3f4f", frame, offset)
+    assert body_id == 2
+
+    ports = free_port(), free_port()
+    receiver = Receiver()
+    with NatNetEmulator(command_port=ports[0], data_port=ports[1], replay=vectors):
+        source = NatNetSource(command_port=ports[0], data_port=ports[1])
+        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
+        receiver.collect(0.5)
+        running.finish()
+        source.close()
+    poses = [m for _, channel, m in receiver.drain() if channel == "pose/RaceQuad"]
+    assert len(poses) > 20
+    pose = poses[-1]
+    assert pose.name == "RaceQuad" and pose.valid
+    # OptiTrack is y-up: ENU = (x, -z, y); the body frame is re-expressed the same way.
+    np.testing.assert_allclose(pose.position, [x, -z, y], atol=1e-6)
+    R_up = np.array([[1.0, 0, 0], [0, 0, -1.0], [0, 1.0, 0]])
+    expected = R_up @ quat_to_matrix([qw, qx, qy, qz]) @ R_up.T
+    np.testing.assert_allclose(quat_to_matrix(pose.orientation), expected, atol=1e-6)
+    assert pose.position[2] == pytest.approx(1.447, abs=1e-3)  # 1.45 m up, as Motive's SampleClient printed
+
+
+def test_synthetic_circle_within_a_millimetre_and_stall_flags_stale():
+    radius, height, period = 1.5, 1.2, 4.0
+    ports = free_port(), free_port()
+    receiver = Receiver()
+    rate = 120.0
+    with NatNetEmulator(command_port=ports[0], data_port=ports[1], rate=rate,
+                        bodies=[SyntheticBody("quad0", 1, circle(radius, height, period))]) as emulator:
+        source = NatNetSource(command_port=ports[0], data_port=ports[1])
+        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
+        receiver.collect(1.0)
+        emulator.stall()
+        stalled_at = time.perf_counter()
+        receiver.collect(0.3)
+        running.finish()
+        source.close()
+    poses = [(t, m) for t, channel, m in receiver.drain() if channel == "pose/quad0"]
+    valid = [m for t, m in poses if m.valid]
+    assert len(valid) > 80
+    for pose in valid:
+        p = np.array(pose.position)
+        assert abs(np.hypot(p[0], p[1]) - radius) < 1e-3 and abs(p[2] - height) < 1e-3
+        angle = math.atan2(p[1], p[0])
+        R = quat_to_matrix(pose.orientation)  # the body faces along the circle's tangent, level
+        np.testing.assert_allclose(R[:, 0], [-math.sin(angle), math.cos(angle), 0.0], atol=1e-3)
+        np.testing.assert_allclose(R[:, 2], [0.0, 0.0, 1.0], atol=1e-6)
+    stale = [t for t, m in poses if not m.valid]
+    assert len(stale) == 1  # flagged once
+    assert stale[0] - stalled_at < 3.0 / rate + 0.01  # within three frame periods (+ the wire)
+
+
+def test_garbage_and_jumps_do_not_break_the_bridge():
+    jump = {"on": False}
+
+    def teleporting(t):
+        p, q = circle()(t)
+        return (p + [50.0, 0.0, 0.0], q) if jump["on"] else (p, q)
+
+    ports = free_port(), free_port()
+    receiver = Receiver()
+    with NatNetEmulator(command_port=ports[0], data_port=ports[1], bodies=[SyntheticBody("quad0", 1, teleporting)]) as emulator:
+        source = NatNetSource(command_port=ports[0], data_port=ports[1])
+        bridge = bridge_to(receiver, RoomCalibration.for_system("optitrack"))
+        running = Running(source, bridge)
+        receiver.collect(0.3)
+        rng = np.random.default_rng(0)
+        for _ in range(300):
+            emulator.send_raw(struct.pack("<HH", 7, 60) + rng.integers(0, 256, 60, dtype=np.uint8).tobytes())
+            emulator.send_raw(rng.integers(0, 256, int(rng.integers(1, 40)), dtype=np.uint8).tobytes())
+        receiver.collect(0.3)
+        jump["on"] = True
+        receiver.collect(0.2)
+        jump["on"] = False
+        receiver.collect(0.3)
+        running.finish()
+        source.close()
+    assert running.thread.is_alive() is False and source.malformed > 0
+    poses = [m for _, channel, m in receiver.drain() if channel == "pose/quad0"]
+    assert all(np.hypot(*m.position[:2]) < 2.0 for m in poses)  # the 50 m jump never went out
+    assert bridge.rejected() > 0
+    assert len(poses) > 60  # and the stream went on after the garbage and the jump
+
+
+def test_room_calibration_file(tmp_path):
+    path = tmp_path / "room.toml"
+    path.write_text(
+        "[room]\nup = \"+y\"\nunits = \"mm\"\nposition = [10.0, 0.0, 0.0]\nrpy_deg = [0.0, 0.0, 90.0]\n"
+        "[[body]]\nname = \"RaceQuad\"\nrename = \"quad0\"\noffset_position = [0.0, 0.0, -0.05]\n"
+    )
+    room = load_room_calibration(path, "optitrack")
+    name, p, q = room.to_world("RaceQuad", np.array([1000.0, 2000.0, -3000.0]), np.array([1.0, 0, 0, 0]))
+    # mm -> m, y-up -> ENU: (1, 3, 2); turned 90 deg about z: (-3, 1, 2); shifted 10 m: (7, 1, 2);
+    # the body origin 5 cm below the pivot.
+    assert name == "quad0"
+    np.testing.assert_allclose(p, [7.0, 1.0, 1.95], atol=1e-9)
+    path.write_text("[room]\nupp = 1\n")
+    with pytest.raises(ConfigError, match="unknown key 'upp'"):
+        load_room_calibration(path, "optitrack")
+
+
+def test_no_server_is_a_clear_error():
+    with pytest.raises(ConfigError, match="no NatNet server answered"):
+        NatNetSource(command_port=free_port(), data_port=free_port(), timeout=0.3)
