@@ -132,11 +132,11 @@ class NatNetSource:
         self._client.shutdown()
 
 
-def _motioncapture_worker(system: str, host: str, out: mp.Queue) -> None:
+def _motioncapture_worker(system: str, options: dict, out: mp.Queue) -> None:
     """Child process: read frames forever and hand the rigid bodies to the parent."""
     import motioncapture
 
-    connection = motioncapture.connect(system, {"hostname": host})
+    connection = motioncapture.connect(system, options)
     while True:
         connection.waitForNextFrame()
         bodies = {
@@ -152,14 +152,18 @@ def _motioncapture_worker(system: str, host: str, out: mp.Queue) -> None:
 class MotionCaptureSource:
     """Rigid bodies through ``motioncapture`` (optitrack, vicon, qualisys, vrpn, mock).
 
+    ``options`` are the backend's own settings, e.g. ``{"rigid_bodies": "quad0(0,0,1,1,0,0,0)",
+    "frequency": "100"}`` for the mock (static bodies), ``{"port_command": "1510"}`` for optitrack.
+
     Raises:
         ConfigError: when no frame arrives within ``timeout`` s (no server, wrong address).
     """
 
-    def __init__(self, system: str, host: str, *, timeout: float = 5.0):
+    def __init__(self, system: str, host: str, *, timeout: float = 5.0, options: dict | None = None):
+        options = {"hostname": host, **(options or {})}  # e.g. port_command (optitrack); rigid_bodies (mock)
         self._queue: mp.Queue = mp.get_context("spawn").Queue(maxsize=1000)
         self._process = mp.get_context("spawn").Process(
-            target=_motioncapture_worker, args=(system, host, self._queue), daemon=True
+            target=_motioncapture_worker, args=(system, options, self._queue), daemon=True
         )
         self._process.start()
         try:

@@ -538,7 +538,10 @@ def cmd_bridge_mocap(args) -> int:
             timeout=args.timeout,
         )
     else:
-        source = MotionCaptureSource(args.system, args.host, timeout=args.timeout)
+        options = {"port_command": str(args.command_port)} if args.system == "optitrack" else {}
+        if args.mock_bodies:
+            options.update(rigid_bodies=args.mock_bodies, frequency="100")
+        source = MotionCaptureSource(args.system, args.host, timeout=args.timeout, options=options)
     publisher = Publisher(None if args.no_zmq else args.zmq, None if args.no_lcm else args.lcm_url)
     bridge = MocapBridge(calibration, publisher)
     stop = threading.Event()
@@ -742,6 +745,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="for optitrack: the natnet client (bodies and skeletons) or motioncapture (bodies)",
     )
     mocap.add_argument("--multicast", action="store_true", help="NatNet: listen to Motive's multicast stream")
+    mocap.add_argument(
+        "--mock-bodies",
+        default="",
+        help="mock system: static bodies 'name(x,y,z,qw,qx,qy,qz);...' (metres, z up) at 100 Hz",
+    )
     mocap.add_argument("--command-port", type=int, default=1510)
     mocap.add_argument("--data-port", type=int, default=1511)
     mocap.add_argument("--calibration", type=Path, default=None, help="room calibration TOML (calib/room-example.toml)")

@@ -51,7 +51,9 @@ class Receiver:
 class Running:
     def __init__(self, source, bridge):
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=run_bridge, args=(source, bridge), kwargs={"stop": self.stop}, daemon=True)
+        self.thread = threading.Thread(
+            target=run_bridge, args=(source, bridge), kwargs={"stop": self.stop}, daemon=True
+        )
         self.thread.start()
 
     def finish(self):
@@ -104,8 +106,12 @@ def test_synthetic_circle_within_a_millimetre_and_stall_flags_stale():
     ports = free_port(), free_port()
     receiver = Receiver()
     rate = 120.0
-    with NatNetEmulator(command_port=ports[0], data_port=ports[1], rate=rate,
-                        bodies=[SyntheticBody("quad0", 1, circle(radius, height, period))]) as emulator:
+    with NatNetEmulator(
+        command_port=ports[0],
+        data_port=ports[1],
+        rate=rate,
+        bodies=[SyntheticBody("quad0", 1, circle(radius, height, period))],
+    ) as emulator:
         source = NatNetSource(command_port=ports[0], data_port=ports[1])
         running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
         receiver.collect(1.0)
@@ -138,7 +144,9 @@ def test_garbage_and_jumps_do_not_break_the_bridge():
 
     ports = free_port(), free_port()
     receiver = Receiver()
-    with NatNetEmulator(command_port=ports[0], data_port=ports[1], bodies=[SyntheticBody("quad0", 1, teleporting)]) as emulator:
+    with NatNetEmulator(
+        command_port=ports[0], data_port=ports[1], bodies=[SyntheticBody("quad0", 1, teleporting)]
+    ) as emulator:
         source = NatNetSource(command_port=ports[0], data_port=ports[1])
         bridge = bridge_to(receiver, RoomCalibration.for_system("optitrack"))
         running = Running(source, bridge)
@@ -164,8 +172,8 @@ def test_garbage_and_jumps_do_not_break_the_bridge():
 def test_room_calibration_file(tmp_path):
     path = tmp_path / "room.toml"
     path.write_text(
-        "[room]\nup = \"+y\"\nunits = \"mm\"\nposition = [10.0, 0.0, 0.0]\nrpy_deg = [0.0, 0.0, 90.0]\n"
-        "[[body]]\nname = \"RaceQuad\"\nrename = \"quad0\"\noffset_position = [0.0, 0.0, -0.05]\n"
+        '[room]\nup = "+y"\nunits = "mm"\nposition = [10.0, 0.0, 0.0]\nrpy_deg = [0.0, 0.0, 90.0]\n'
+        '[[body]]\nname = "RaceQuad"\nrename = "quad0"\noffset_position = [0.0, 0.0, -0.05]\n'
     )
     room = load_room_calibration(path, "optitrack")
     name, p, q = room.to_world("RaceQuad", np.array([1000.0, 2000.0, -3000.0]), np.array([1.0, 0, 0, 0]))
@@ -181,3 +189,34 @@ def test_room_calibration_file(tmp_path):
 def test_no_server_is_a_clear_error():
     with pytest.raises(ConfigError, match="no NatNet server answered"):
         NatNetSource(command_port=free_port(), data_port=free_port(), timeout=0.3)
+
+
+def test_motioncapture_mock_and_optitrack_backends(shared):
+    """The motioncapture package's own client code: its mock, and its optitrack backend receiving
+    the real packets from the emulator (it listens on port 1511)."""
+    from bridges.sources import MotionCaptureSource
+
+    receiver = Receiver()
+    source = MotionCaptureSource(
+        "mock", "", options={"rigid_bodies": "quad0(1,2,0.5,0.7071068,0,0,0.7071068)", "frequency": "100"}
+    )
+    running = Running(source, bridge_to(receiver, RoomCalibration.for_system("mock")))
+    receiver.collect(0.5)
+    running.finish()
+    source.close()
+    pose = [m for _, channel, m in receiver.drain() if channel == "pose/quad0"][-1]
+    np.testing.assert_allclose(pose.position, [1.0, 2.0, 0.5], atol=1e-6)  # z up, metres: as given
+    np.testing.assert_allclose(pose.orientation, [0.7071068, 0, 0, 0.7071068], atol=1e-6)
+
+    receiver = Receiver()
+    command_port = free_port()
+    with NatNetEmulator(command_port=command_port, data_port=1511, replay=shared / "mocap-vectors/natnet-v3-mje-nz"):
+        source = MotionCaptureSource("optitrack", "127.0.0.1", options={"port_command": str(command_port)})
+        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
+        receiver.collect(0.5)
+        running.finish()
+        source.close()
+    pose = [m for _, channel, m in receiver.drain() if channel == "pose/RaceQuad"][-1]
+    np.testing.assert_allclose(pose.position, [0.1744466, 0.7343040, 1.4471314], atol=1e-5)
+    with pytest.raises(ConfigError, match="no vicon frames"):
+        MotionCaptureSource("vicon", "127.0.0.1", timeout=0.5)

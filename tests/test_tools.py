@@ -78,26 +78,46 @@ def test_race_beacons_pilot_flies_the_default_course_and_goggles_race_scores_it(
     text = (REPO / "assets/run-race.toml").read_text()
     text = text.replace('scene = "arena.toml"', f'scene = "{REPO / "assets/arena.toml"}"')
     text = text.replace('course = "course.toml"', f'course = "{REPO / "assets/course.toml"}"')
-    text = text.replace("[zmq]\nenabled = true", f'[zmq]\npublish = "tcp://127.0.0.1:{ports[0]}"\n'
-                        f'inputs = "tcp://127.0.0.1:{ports[1]}"\ncontrol = "tcp://127.0.0.1:{ports[2]}"')
+    text = text.replace(
+        "[zmq]\nenabled = true",
+        f'[zmq]\npublish = "tcp://127.0.0.1:{ports[0]}"\n'
+        f'inputs = "tcp://127.0.0.1:{ports[1]}"\ncontrol = "tcp://127.0.0.1:{ports[2]}"',
+    )
     run_file = tmp_path / "race.toml"
     run_file.write_text(text)
-    engine = subprocess.Popen([sys.executable, "-m", "goggles.cli", "run", str(run_file), "--mode", "lockstep",
-                               "--no-lcm"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "goggles.cli", "run", str(run_file), "--mode", "lockstep", "--no-lcm"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log = tmp_path / "flight.csv"
     try:
         pilot = subprocess.run(
-            [sys.executable, str(REPO / "tools/race_beacons.py"), "--lockstep", "--log", str(log),
-             "--publish", f"tcp://127.0.0.1:{ports[0]}", "--inputs", f"tcp://127.0.0.1:{ports[1]}",
-             "--control", f"tcp://127.0.0.1:{ports[2]}"],
-            capture_output=True, text=True, timeout=600,
+            [
+                sys.executable,
+                str(REPO / "tools/race_beacons.py"),
+                "--lockstep",
+                "--log",
+                str(log),
+                "--publish",
+                f"tcp://127.0.0.1:{ports[0]}",
+                "--inputs",
+                f"tcp://127.0.0.1:{ports[1]}",
+                "--control",
+                f"tcp://127.0.0.1:{ports[2]}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
     finally:
         engine.terminate()
         engine.wait(30)
     assert pilot.returncode == 0, pilot.stdout + pilot.stderr + engine.stderr.read()[-2000:]
-    scored = subprocess.run([sys.executable, "-m", "goggles.cli", "race", "--log", str(log)],
-                            capture_output=True, text=True, timeout=120)
+    scored = subprocess.run(
+        [sys.executable, "-m", "goggles.cli", "race", "--log", str(log)], capture_output=True, text=True, timeout=120
+    )
     last = scored.stdout.strip().splitlines()[-1]
     assert last.startswith("gates=6 ") and last.endswith(" end=done"), scored.stdout + scored.stderr
     assert float(last.split()[2].split("=")[1]) > 35.0  # score = 60 - time: well under 25 s
