@@ -69,6 +69,9 @@ class RoomCalibration:
     """s without a frame before a body is stale; None: three frame periods."""
     max_speed: float = 30.0
     """m/s: a pose farther from the last one than this speed allows is a jump, rejected."""
+    skeleton_coordinates: str = "global"
+    """How the system streams skeleton bones: "global" (world poses) or "local" (relative to the
+    parent bone, Motive's default), which the bridge composes down the hierarchy."""
 
     @classmethod
     def for_system(cls, system: str) -> RoomCalibration:
@@ -101,7 +104,7 @@ def load_room_calibration(path: str | Path, system: str) -> RoomCalibration:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     default_up, default_units = SYSTEM_FRAMES[system]
     room = data.get("room", {})
-    allowed = {"up", "units", "position", "rpy_deg", "stale_after", "max_speed"}
+    allowed = {"up", "units", "position", "rpy_deg", "stale_after", "max_speed", "skeleton_coordinates"}
     unknown = sorted(set(room) - allowed) + sorted(set(data) - {"room", "body"})
     if unknown:
         raise ConfigError(f"{path}: unknown key {unknown[0]!r}; [room] takes {sorted(allowed)}, then [[body]] tables")
@@ -150,6 +153,20 @@ class MocapFrame:
     """name -> (bone names, parent indices, [(position, quaternion)] per bone)."""
     timestamp: float | None = None
     """The mocap system's own time of the frame, s (NatNet: Motive's clock), when it gives one."""
+
+
+def compose_local(parents, poses):
+    """Bone poses relative to their parents -> poses in the mocap world (parents come first)."""
+    world = []
+    for parent, (p, q) in zip(parents, poses):
+        T = np.eye(4)
+        T[:3, :3], T[:3, 3] = quat_to_matrix(q), p
+        if parent >= 0:
+            P = np.eye(4)
+            P[:3, :3], P[:3, 3] = quat_to_matrix(world[parent][1]), world[parent][0]
+            T = P @ T
+        world.append((T[:3, 3], matrix_to_quat(T[:3, :3])))
+    return world
 
 
 class BodyTracker:
@@ -275,6 +292,8 @@ class MocapBridge:
             if tracker.accept(frame.received, p_W, q_W):
                 self.publisher.pose(name, now_wall, p_W, q_W, True)
         for name, (bones, parents, poses) in frame.skeletons.items():
+            if self.calibration.skeleton_coordinates == "local":
+                poses = compose_local(parents, poses)
             world = [self.calibration.to_world(f"{name}/{bone}", p, q)[1:] for bone, (p, q) in zip(bones, poses)]
             if all(np.all(np.isfinite(p)) and np.all(np.isfinite(q)) for p, q in world):
                 self.publisher.skeleton(name, now_wall, bones, parents, world)

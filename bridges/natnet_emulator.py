@@ -65,6 +65,28 @@ def circle(radius: float = 1.5, height: float = 1.2, period: float = 4.0, centre
     return motion
 
 
+def waving_person(x: float = 4.0, period: float = 1.0):
+    """A person standing at (x, 0) facing -x, waving the right arm up and down: six bones."""
+    from goggles.frames import quat_from_axis_angle, quat_to_matrix
+
+    bones = [("hips", -1), ("chest", 0), ("head", 1), ("shoulder", 1), ("upper_arm", 3), ("forearm", 4)]
+    rest = np.array([[x, 0, 1.0], [x, 0, 1.4], [x, 0, 1.7], [x, -0.2, 1.5], [x, -0.3, 1.5], [x, -0.3, 1.2]])
+
+    def motion(t: float) -> list[Pose]:
+        angle = 1.2 * (1.0 - math.cos(2.0 * math.pi * t / period))  # 0 .. 2.4 rad
+        q = quat_from_axis_angle([1.0, 0.0, 0.0], -angle)
+        R = quat_to_matrix(q)
+        poses = []
+        for j, p in enumerate(rest):
+            if j >= 4:  # the arm turns about the shoulder's x axis
+                poses.append((rest[4] + R @ (p - rest[4]), q))
+            else:
+                poses.append((p.copy(), np.array([1.0, 0.0, 0.0, 0.0])))
+        return poses
+
+    return bones, motion
+
+
 def to_optitrack(position: np.ndarray, q_wxyz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """ENU pose -> OptiTrack y-up position and quaternion (x, y, z, w) as Motive sends them."""
     from goggles.frames import matrix_to_quat, quat_to_matrix

@@ -78,12 +78,12 @@ class NatNetSource:
         for body in descriptions.rigid_bodies:
             self._names[body.id_num] = body.name
         for skeleton in descriptions.skeletons:
-            bone_ids = [b.id_num for b in skeleton.rigid_bodies]
+            bone_ids = [b.id_num for b in skeleton.rigid_body_descriptions]
             index = {bone_id: i for i, bone_id in enumerate(bone_ids)}
-            parents = [index.get(b.parent_id, -1) for b in skeleton.rigid_bodies]
+            parents = [index.get(b.parent_id, -1) for b in skeleton.rigid_body_descriptions]
             self._skeletons[skeleton.id_num] = (
                 skeleton.name,
-                [b.name for b in skeleton.rigid_bodies],
+                [b.name for b in skeleton.rigid_body_descriptions],
                 parents,
                 bone_ids,
             )

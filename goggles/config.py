@@ -97,6 +97,8 @@ class RunConfig:
     """Seed of a random shift of the course's gates within their bounds, or None."""
     collisions: CollisionResponse = CollisionResponse.CRASH
     range_sensors: tuple[RangeSensorConfig, ...] = ()
+    extrapolate: float = 0.0
+    """s: live mode carries each pose forward to the render time by at most this much (0: off)."""
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -161,7 +163,9 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     """Build a RunConfig from parsed TOML (``path`` only names the file in errors and anchors paths)."""
     top = _Reader(path, "top level", data, {"run", "clock", "lcm", "zmq", "vehicle", "camera", "range_sensor"})
     base = path.parent if path is not None else Path.cwd()
-    run = _Reader(path, "[run]", data.get("run", {}), {"mode", "scene", "seed", "course", "perturb", "collisions"})
+    run = _Reader(
+        path, "[run]", data.get("run", {}), {"mode", "scene", "seed", "course", "perturb", "collisions", "extrapolate"}
+    )
     modes = {"sim": ClockMode.SIM, "lockstep": ClockMode.LOCKSTEP, "live": ClockMode.LIVE}
     mode_name = run.text("mode", "sim")
     if mode_name not in modes:
@@ -220,6 +224,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         perturb=perturb,
         collisions=responses[collisions],
         range_sensors=ranges,
+        extrapolate=run.number("extrapolate", 0.0),
     )
 
 

@@ -31,6 +31,7 @@ from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
 from goggles.frames import matrix_to_quat, transform
 from goggles.render import DeviceScene, Renderer, Shading, stereo_right_offset
 from goggles.scene import load_static_scene
+from goggles.scene.avatar import SkeletonPose, SkinnedAvatar, avatar_shape, build_avatar_mesh
 from goggles.scene.gates import gate_shape, load_course
 from goggles.sensors.beacons import Beacon, BeaconSensor
 from goggles.sensors.ranges import RangeSensor
@@ -108,6 +109,21 @@ class _Vehicle:
     new_pose: bool = False
     in_contact: bool = False
     """Touching the world during the last physics advance (a collision is published when this begins)."""
+    stale: bool = False
+    """Live mode: the pose source flagged this body lost; its last pose is kept."""
+    previous: tuple[np.ndarray, int] | None = None
+    """Live mode: the pose before the last one, with its utime (for extrapolation)."""
+
+
+#: Most skeletons shown as avatars at once.
+MAX_AVATARS = 8
+
+
+@dataclass
+class _Avatar:
+    skinned: SkinnedAvatar
+    shape: int
+    pending: SkeletonPose | None = None
 
 
 class Engine:
@@ -143,10 +159,14 @@ class Engine:
                     Beacon(f"{gate.name}/{k}", tuple(p), actor=i) for k, p in enumerate(gate.beacon_positions_G())
                 ]
         scene = DeviceScene(
-            load_static_scene(config.scene or default_scene()), device, shapes=shapes, max_actors=max(1, len(shapes))
+            load_static_scene(config.scene or default_scene()),
+            device,
+            shapes=shapes,
+            max_actors=len(shapes) + MAX_AVATARS,
         )
         self.actor_poses = np.array(actor_poses).reshape(-1, 4, 4)
         scene.set_actors(range(len(shapes)), self.actor_poses)
+        self.avatars: dict[str, _Avatar] = {}
         self.world = scene
         self.device = scene.device
         self.vehicles: dict[str, _Vehicle] = {}
@@ -186,6 +206,7 @@ class Engine:
             self.buses.append(LcmBus(config.lcm_url))
         self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)
         self.step = 0
+        self._pending_skeletons: dict[str, SkeletonPose] = {}
         self.clock = PacedClock(config.scale, max_scale=config.max_scale)
         self._events = self._schedule()
 
@@ -385,7 +406,28 @@ class Engine:
                     self._apply_input(channel, data)
                 except MalformedMessage as exc:
                     self._count_malformed(channel, exc)
+        if self._pending_skeletons:
+            self._update_avatars()
         self.times.add("inputs", time.perf_counter() - t)
+
+    def _update_avatars(self) -> None:
+        """Skin every avatar whose skeleton moved (creating it on its first frame) and re-place actors."""
+        for name, pose in self._pending_skeletons.items():
+            avatar = self.avatars.get(name)
+            if avatar is not None and pose.bones != avatar.skinned.bones:
+                log.warning("skeleton %s changed its bones; its avatar keeps the first ones", name)
+                continue
+            if avatar is None:
+                mesh = build_avatar_mesh(pose)
+                shape = self.world.add_shape(avatar_shape(name, mesh))
+                avatar = self.avatars[name] = _Avatar(SkinnedAvatar(mesh, pose, self.world.shape_mesh(shape)), shape)
+                log.info("avatar %s: %d bones, %d triangles", name, len(pose.bones), len(mesh.faces))
+            self.world.set_shape_bounds(avatar.shape, avatar.skinned.pose(pose))
+        self._pending_skeletons.clear()
+        gates = len(self.actor_poses)
+        shapes = [*range(gates), *(a.shape for a in self.avatars.values())]
+        poses = np.concatenate([self.actor_poses, np.repeat(np.eye(4)[None], len(self.avatars), axis=0)])
+        self.world.set_actors(shapes, poses)
 
     def _count_malformed(self, channel: str, exc: Exception) -> None:
         self.counters.malformed += 1
@@ -408,15 +450,32 @@ class Engine:
         elif channel.startswith("pose/"):
             message = decode_input(data, goggles_lcm.pose_t)
             vehicle = self.vehicles.get(channel[len("pose/") :])
-            if vehicle is None or vehicle.sim is not None or not message.valid:
+            if vehicle is None or vehicle.sim is not None:
                 self.counters.ignored += 1
                 return
+            if not message.valid:  # the source lost it: keep its last pose, and say so
+                if not vehicle.stale:
+                    log.warning("%s is stale: keeping its last pose", vehicle.name)
+                vehicle.stale = True
+                return
+            vehicle.previous = (vehicle.T_WB, vehicle.pose_utime) if vehicle.pose_utime else None
             vehicle.T_WB = transform(message.position, message.orientation)
             vehicle.pose_utime = message.header.utime
             vehicle.new_pose = True
+            vehicle.stale = False
         elif channel.startswith("skeleton/"):
-            decode_input(data, goggles_lcm.skeleton_t)
-            self.counters.ignored += 1  # avatars arrive with the mocap issue
+            message = decode_input(data, goggles_lcm.skeleton_t)
+            try:
+                pose = SkeletonPose.from_arrays(
+                    message.bone_names, message.parents, message.positions, message.orientations
+                )
+            except Exception as exc:  # inconsistent bone lists
+                raise MalformedMessage(str(exc)) from exc
+            name = channel[len("skeleton/") :]
+            if name not in self.avatars and len(self.avatars) >= MAX_AVATARS:
+                self.counters.ignored += 1
+                return
+            self._pending_skeletons[name] = pose
         elif channel == "scene/edit":
             decode_input(data, goggles_lcm.scene_edit_t)
             self.counters.ignored += 1  # moving actors arrive with the mocap and sensors issues
@@ -446,9 +505,28 @@ class Engine:
 
     def _vehicle_pose(self, vehicle: _Vehicle) -> np.ndarray:
         if vehicle.sim is None:
-            return vehicle.T_WB
+            return self._extrapolated(vehicle)
         s = vehicle.sim.states()
         return transform(s.position[0], s.attitude[0])
+
+    def _extrapolated(self, vehicle: _Vehicle) -> np.ndarray:
+        """Live pose carried forward to now from its recent motion, at most ``extrapolate`` seconds
+        (0: off). Pose time stamps are the bridge's wall clock: the machines' clocks must agree."""
+        horizon = self.config.extrapolate
+        if horizon <= 0 or vehicle.previous is None or vehicle.stale:
+            return vehicle.T_WB
+        T0, u0 = vehicle.previous
+        span = (vehicle.pose_utime - u0) * 1e-6
+        if span <= 0:
+            return vehicle.T_WB
+        ahead = min(horizon, max(0.0, time.time() - vehicle.pose_utime * 1e-6))
+        T = vehicle.T_WB.copy()
+        T[:3, 3] += (vehicle.T_WB[:3, 3] - T0[:3, 3]) * (ahead / span)
+        import cv2
+
+        rotation = cv2.Rodrigues(vehicle.T_WB[:3, :3] @ T0[:3, :3].T)[0].ravel()  # world-frame turn over the span
+        T[:3, :3] = cv2.Rodrigues(rotation * (ahead / span))[0] @ vehicle.T_WB[:3, :3]
+        return T
 
     def _camera_pose(self, camera: _Camera) -> np.ndarray:
         return self._vehicle_pose(self.vehicles[camera.vehicle]) @ camera.T_BC
@@ -593,6 +671,8 @@ class Engine:
             f"t={self.step * self.dt:8.2f} s  scale={scale}  {rates}  render p50 "
             f"{self.times.percentile_ms('render', 50):.1f} ms  frame p99 {self.times.percentile_ms('frame', 99):.1f} ms"
             f"  inputs {self.counters.received} (dropped {self.counters.malformed})"
+            + "".join(f"  {v.name} STALE" for v in self.vehicles.values() if v.stale)
+            + (f"  avatars {sorted(self.avatars)}" if self.avatars else "")
         )
 
     def close(self) -> None:

@@ -220,3 +220,65 @@ def test_motioncapture_mock_and_optitrack_backends(shared):
     np.testing.assert_allclose(pose.position, [0.1744466, 0.7343040, 1.4471314], atol=1e-5)
     with pytest.raises(ConfigError, match="no vicon frames"):
         MotionCaptureSource("vicon", "127.0.0.1", timeout=0.5)
+
+
+def test_live_engine_renders_the_tracked_body_and_a_waving_skeleton():
+    """End to end on loopback: NatNet emulator -> natnet client -> bridge -> engine (live) -> depth.
+    The vehicle's camera pose comes from the tracked body; the arm's pixels change as it waves."""
+    from bridges.natnet_emulator import SyntheticSkeleton, waving_person
+    from goggles.client import Client, image_array
+    from goggles.scene.avatar import HUMAN_CLASS
+    from tests.test_engine import Running as EngineRunning
+    from tests.test_engine import endpoints, run_config
+
+    config = run_config(
+        mode="live",
+        cameras=[
+            {
+                "vehicle": "quad0",
+                "name": "front",
+                "width": 64,
+                "height": 48,
+                "vfov_deg": 50.0,
+                "rate": 30.0,
+                "outputs": ["depth", "segmentation"],
+            }
+        ],
+    )
+    bones, waving = waving_person(x=4.0, period=1.0)
+    hover = SyntheticBody("quad0", 1, lambda t: (np.array([0.0, 0.0, 1.3]), np.array([1.0, 0.0, 0.0, 0.0])))
+    ports = free_port(), free_port()
+    engine = EngineRunning(config, duration=None)
+    client = Client(endpoints(config))
+    client.subscribe("quad0/front/")
+    with NatNetEmulator(
+        command_port=ports[0],
+        data_port=ports[1],
+        rate=100.0,
+        bodies=[hover],
+        skeletons=[SyntheticSkeleton("alice", 1, bones, waving)],
+    ):
+        source = NatNetSource(command_port=ports[0], data_port=ports[1])
+        bridge = MocapBridge(RoomCalibration.for_system("optitrack"), Publisher(config.zmq.inputs, None))
+        running = Running(source, bridge)
+        depth, segmentation = [], []
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end:
+            item = client.receive(timeout=0.1)
+            if item is None:
+                continue
+            channel, image = item
+            (depth if channel.endswith("depth") else segmentation).append(image)
+        running.finish()
+        source.close()
+    engine.stop.set()
+    engine.finish()
+    client.close()
+    assert len(depth) > 30 and "alice" in engine.engine.avatars
+    np.testing.assert_allclose(depth[-1].position, [0.0, 0.0, 1.3], atol=1e-4)  # the tracked body's camera
+    human = np.array([image_array(s) == HUMAN_CLASS for s in segmentation[-30:]])
+    assert human.any(axis=0).sum() > 20  # the person is seen
+    waved = human.any(axis=0) & ~human.all(axis=0)
+    assert waved.sum() > 5  # pixels the arm covers only part of the time
+    depths = np.array([np.nan_to_num(image_array(d), posinf=99.0) for d in depth[-30:]])
+    assert (depths.max(axis=0) - depths.min(axis=0) > 1.0).sum() > 5  # and their depth changes

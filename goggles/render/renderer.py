@@ -50,35 +50,58 @@ class DeviceScene:
         self.device = d = wp.get_device(device)
         self.name = scene.name
         self.num_faces = scene.num_faces
-        self.shapes = tuple(shapes)
         self.max_actors = max_actors
+        self._static = scene
+        self.shapes: list[ActorShape] = []
+        self._shape_scenes: list[StaticScene] = []
+        self._shape_meshes: list[wp.Mesh] = []
+        self._shape_bounds: list[np.ndarray] = []
         start = time.perf_counter()
         self.points = wp.array(scene.vertices, dtype=wp.vec3, device=d)
         self.indices = wp.array(scene.faces.ravel(), dtype=wp.int32, device=d)
         log.info("building BVH over %d triangles on %s ...", scene.num_faces, d)
         self.mesh = wp.Mesh(points=self.points, indices=self.indices)
-        shape_scenes = [merge_parts(sh.name, [(p, np.eye(4), sh.segmentation) for p in sh.parts]) for sh in shapes]
-        self._shape_meshes = [
-            wp.Mesh(
-                points=wp.array(s.vertices, dtype=wp.vec3, device=d),
-                indices=wp.array(s.faces.ravel(), dtype=wp.int32, device=d),
-            )
-            for s in shape_scenes
-        ]
-        self._shape_bounds = np.array([sh.bounds() for sh in shapes]).reshape(-1, 2, 3)
+        for shape in shapes:
+            self._append_shape(shape)
         wp.synchronize_device(d)
         log.info("BVH built in %.2f s (%d actor shapes)", time.perf_counter() - start, len(shapes))
-        table, first_face = stack_appearance([scene, *shape_scenes])
+        self.data = SceneData()
+        self.data.mesh = self.mesh.id
+        actors = ActorData()
+        actors.count = 0
+        capacity = max(1, max_actors)
+        actors.shape = wp.zeros(capacity, dtype=wp.int32, device=d)
+        actors.R_WA = wp.zeros(capacity, dtype=wp.mat33, device=d)
+        actors.p_WA = wp.zeros(capacity, dtype=wp.vec3, device=d)
+        actors.lower = wp.zeros(capacity, dtype=wp.vec3, device=d)
+        actors.upper = wp.zeros(capacity, dtype=wp.vec3, device=d)
+        self.actors = actors
+        self._upload_appearance()
 
+    def _append_shape(self, shape: ActorShape) -> None:
+        d = self.device
+        merged = merge_parts(shape.name, [(p, np.eye(4), shape.segmentation) for p in shape.parts])
+        self.shapes.append(shape)
+        self._shape_scenes.append(merged)
+        self._shape_meshes.append(
+            wp.Mesh(
+                points=wp.array(merged.vertices, dtype=wp.vec3, device=d),
+                indices=wp.array(merged.faces.ravel(), dtype=wp.int32, device=d),
+            )
+        )
+        self._shape_bounds.append(shape.bounds())
+
+    def _upload_appearance(self) -> None:
+        """(Re)build the appearance table over the static faces and every shape's faces."""
+        d = self.device
+        table, first_face = stack_appearance([self._static, *self._shape_scenes])
         textures = table.textures or [np.zeros((1, 1, 3), np.uint8)]
         sizes = np.array([[t.shape[1], t.shape[0]] for t in textures], np.int32)
         offsets = np.concatenate([[0], np.cumsum(sizes[:, 0] * sizes[:, 1])[:-1]]).astype(np.int32)
         texels = np.concatenate([t.reshape(-1) for t in textures])
         if texels.size >= 2**31:
-            raise ConfigError(f"scene {scene.name!r}: textures hold {texels.size} bytes; at most 2 GiB are supported")
-
-        data = SceneData()
-        data.mesh = self.mesh.id
+            raise ConfigError(f"scene {self.name!r}: textures hold {texels.size} bytes; at most 2 GiB are supported")
+        data = self.data
         data.corner_uv = wp.array(table.corner_uv.reshape(-1, 2), dtype=wp.vec2, device=d)
         data.corner_rgb = wp.array(table.corner_rgb.reshape(-1, 3), dtype=wp.vec3, device=d)
         data.face_material = wp.array(table.face_material, dtype=wp.int32, device=d)
@@ -88,19 +111,22 @@ class DeviceScene:
         data.texels = wp.array(texels, dtype=wp.uint8, device=d)
         data.texture_offset = wp.array(offsets, dtype=wp.int32, device=d)
         data.texture_size = wp.array(sizes, dtype=wp.vec2i, device=d)
-        self.data = data
+        self.actors.shape_mesh = wp.array([m.id for m in self._shape_meshes] or [0], dtype=wp.uint64, device=d)
+        self.actors.shape_first_face = wp.array(list(first_face[1:]) or [0], dtype=wp.int32, device=d)
 
-        actors = ActorData()
-        actors.shape_mesh = wp.array([m.id for m in self._shape_meshes] or [0], dtype=wp.uint64, device=d)
-        actors.shape_first_face = wp.array(list(first_face[1:]) or [0], dtype=wp.int32, device=d)
-        actors.count = 0
-        capacity = max(1, max_actors)
-        actors.shape = wp.zeros(capacity, dtype=wp.int32, device=d)
-        actors.R_WA = wp.zeros(capacity, dtype=wp.mat33, device=d)
-        actors.p_WA = wp.zeros(capacity, dtype=wp.vec3, device=d)
-        actors.lower = wp.zeros(capacity, dtype=wp.vec3, device=d)
-        actors.upper = wp.zeros(capacity, dtype=wp.vec3, device=d)
-        self.actors = actors
+    def add_shape(self, shape: ActorShape) -> int:
+        """Add an actor shape after start-up (an avatar whose skeleton just appeared); returns its index."""
+        self._append_shape(shape)
+        self._upload_appearance()
+        return len(self.shapes) - 1
+
+    def shape_mesh(self, index: int) -> wp.Mesh:
+        """The BVH mesh of a shape (a deforming shape rewrites its points and refits it)."""
+        return self._shape_meshes[index]
+
+    def set_shape_bounds(self, index: int, bounds: np.ndarray) -> None:
+        """New (2, 3) bounds of a deforming shape, in its frame; used by the next ``set_actors``."""
+        self._shape_bounds[index] = np.asarray(bounds, dtype=np.float64)
 
     def set_actors(self, shapes: Sequence[int], T_WA: np.ndarray) -> None:
         """Place actor instances for the next queries (replacing the previous placement).
@@ -123,7 +149,7 @@ class DeviceScene:
         if not np.all(np.isfinite(T_WA)) or not np.allclose(R @ R.transpose(0, 2, 1), np.eye(3), atol=1e-5):
             raise ConfigError("actor poses must be finite rigid transforms")
         if k:
-            corners = self._shape_bounds[shapes]  # (k, 2, 3): box corners in the shape frame -> world box
+            corners = np.array(self._shape_bounds)[shapes]  # (k, 2, 3): box corners in the shape frame -> world box
             signs = np.array([[i, j, k_] for i in (0, 1) for j in (0, 1) for k_ in (0, 1)])
             local = np.stack([corners[:, signs[:, a], a] for a in range(3)], axis=-1)  # (k, 8, 3)
             world = np.einsum("kij,kcj->kci", R, local) + T_WA[:, None, :3, 3]
