@@ -17,6 +17,7 @@ from goggles.dynamics.model import CollisionResponse
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, quat_to_matrix
 from goggles.render.camera import CameraModel
+from goggles.scene.assets import UNITS_M, UP_AXES
 from goggles.sensors.ranges import PRESETS as RANGE_PRESETS
 from goggles.sensors.ranges import RangeSensorModel
 from goggles.transport.buses import DEFAULT_LCM_URL, ZmqEndpoints
@@ -75,6 +76,20 @@ class RangeSensorConfig:
 
 
 @dataclass(frozen=True)
+class AvatarConfig:
+    """A human played from a BVH clip, in sim time (or wall time in live mode)."""
+
+    name: str
+    bvh: Path
+    units: str
+    up: str
+    T_WR: np.ndarray
+    """(4, 4) where the clip's origin goes in the world."""
+    speed: float
+    """Playback speed (1: as recorded)."""
+
+
+@dataclass(frozen=True)
 class RunConfig:
     source: Path | None
     mode: ClockMode
@@ -99,6 +114,7 @@ class RunConfig:
     range_sensors: tuple[RangeSensorConfig, ...] = ()
     extrapolate: float = 0.0
     """s: live mode carries each pose forward to the render time by at most this much (0: off)."""
+    avatars: tuple[AvatarConfig, ...] = ()
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -161,7 +177,9 @@ class _Reader:
 
 def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     """Build a RunConfig from parsed TOML (``path`` only names the file in errors and anchors paths)."""
-    top = _Reader(path, "top level", data, {"run", "clock", "lcm", "zmq", "vehicle", "camera", "range_sensor"})
+    top = _Reader(
+        path, "top level", data, {"run", "clock", "lcm", "zmq", "vehicle", "camera", "range_sensor", "avatar"}
+    )
     base = path.parent if path is not None else Path.cwd()
     run = _Reader(
         path, "[run]", data.get("run", {}), {"mode", "scene", "seed", "course", "perturb", "collisions", "extrapolate"}
@@ -225,6 +243,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         collisions=responses[collisions],
         range_sensors=ranges,
         extrapolate=run.number("extrapolate", 0.0),
+        avatars=tuple(_avatar(path, base, i, a) for i, a in enumerate(top.get("avatar", []))),
     )
 
 
@@ -342,6 +361,24 @@ def _range_sensor(path, index: int, table, vehicles: set[str], physics_rate: flo
         model=RANGE_PRESETS[preset],
         T_BS=T_BS,
         rate=_divides(r, "rate", r.number("rate", 60.0, positive=True), physics_rate),
+    )
+
+
+def _avatar(path, base: Path, index: int, table) -> AvatarConfig:
+    r = _Reader(path, f"[[avatar]] #{index + 1}", table, {"name", "bvh", "units", "up", "position", "yaw_deg", "speed"})
+    units, up = r.text("units", required=True), r.text("up", required=True)
+    if units not in UNITS_M or up not in UP_AXES:
+        raise r.error("units", f"units in {sorted(UNITS_M)} and up in {sorted(UP_AXES)} (a BVH file says neither)")
+    T_WR = np.eye(4)
+    T_WR[:3, :3] = quat_to_matrix(quat_from_euler(0.0, 0.0, np.radians(r.number("yaw_deg", 0.0))))
+    T_WR[:3, 3] = r.vector("position", 3, [0.0, 0.0, 0.0])
+    return AvatarConfig(
+        name=r.text("name", required=True),
+        bvh=(base / r.text("bvh", required=True)).resolve(),
+        units=units,
+        up=up,
+        T_WR=T_WR,
+        speed=r.number("speed", 1.0, positive=True),
     )
 
 

@@ -32,6 +32,7 @@ from goggles.frames import matrix_to_quat, transform
 from goggles.render import DeviceScene, Renderer, Shading, stereo_right_offset
 from goggles.scene import load_static_scene
 from goggles.scene.avatar import SkeletonPose, SkinnedAvatar, avatar_shape, build_avatar_mesh
+from goggles.scene.bvh import load_bvh
 from goggles.scene.gates import gate_shape, load_course
 from goggles.sensors.beacons import Beacon, BeaconSensor
 from goggles.sensors.ranges import RangeSensor
@@ -207,6 +208,7 @@ class Engine:
         self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)
         self.step = 0
         self._pending_skeletons: dict[str, SkeletonPose] = {}
+        self.clips = [(a, load_bvh(a.bvh)) for a in config.avatars]
         self.clock = PacedClock(config.scale, max_scale=config.max_scale)
         self._events = self._schedule()
 
@@ -531,7 +533,18 @@ class Engine:
     def _camera_pose(self, camera: _Camera) -> np.ndarray:
         return self._vehicle_pose(self.vehicles[camera.vehicle]) @ camera.T_BC
 
+    def _play_clips(self) -> None:
+        """Pose the BVH-driven avatars at the current time (sim time; wall time in live mode)."""
+        now = time.time() if self.mode == ClockMode.LIVE else self.step * self.dt
+        for avatar, motion in self.clips:
+            self._pending_skeletons[avatar.name] = motion.pose(
+                now * avatar.speed, units=avatar.units, up=avatar.up, T_WR=avatar.T_WR
+            )
+        if self.clips:
+            self._update_avatars()
+
     def _render(self, group: _CameraGroup) -> None:
+        self._play_clips()
         t = time.perf_counter()
         poses = np.stack([self._camera_pose(c) for c in group.cameras])
         group.renderer.render(poses)
