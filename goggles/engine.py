@@ -208,6 +208,7 @@ class Engine:
         self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)
         self.step = 0
         self._pending_skeletons: dict[str, SkeletonPose] = {}
+        self._live_start = 0.0
         self.clips = [(a, load_bvh(a.bvh)) for a in config.avatars]
         self.clock = PacedClock(config.scale, max_scale=config.max_scale)
         self._events = self._schedule()
@@ -362,6 +363,7 @@ class Engine:
 
     def _run_live(self, duration: float | None, stop: threading.Event) -> None:
         start = time.perf_counter()
+        self._live_start = time.time()
         last_status = start
         while not stop.is_set() and (duration is None or time.perf_counter() - start < duration):
             now = time.perf_counter()
@@ -680,8 +682,9 @@ class Engine:
             if self.mode == ClockMode.LIVE
             else f"{self.clock.scale:.2f}" + (" auto" if self.clock.automatic else "")
         )
+        elapsed = self.step * self.dt - self._live_start if self.mode == ClockMode.LIVE else self.step * self.dt
         return (
-            f"t={self.step * self.dt:8.2f} s  scale={scale}  {rates}  render p50 "
+            f"t={elapsed:8.2f} s  scale={scale}  {rates}  render p50 "
             f"{self.times.percentile_ms('render', 50):.1f} ms  frame p99 {self.times.percentile_ms('frame', 99):.1f} ms"
             f"  inputs {self.counters.received} (dropped {self.counters.malformed})"
             + "".join(f"  {v.name} STALE" for v in self.vehicles.values() if v.stale)
