@@ -1,6 +1,7 @@
 """Mocap sources: each yields ``MocapFrame``s in its system's own frame and units.
 
 * ``NatNetSource``: OptiTrack Motive over NatNet with the ``natnet`` client: rigid bodies and skeletons.
+* ``QtmSource``: Qualisys QTM with ``qtm-rt``: 6D bodies and skeletons.
 * ``MotionCaptureSource``: rigid bodies from optitrack, vicon, qualisys, vrpn or mock through the
   ``motioncapture`` package, in a child process: its ``connect`` blocks forever without a server
   and holds the GIL, so it must run where it can be abandoned after a timeout.
@@ -11,12 +12,14 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import queue
+import threading
 import time
 
 import numpy as np
 
 from bridges.mocap import MocapFrame
 from goggles.errors import ConfigError
+from goggles.frames import matrix_to_quat
 
 log = logging.getLogger(__name__)
 
@@ -195,3 +198,111 @@ class MotionCaptureSource:
         if self._process.is_alive():
             self._process.terminate()
             self._process.join(2.0)
+
+
+class QtmSource:
+    """Qualisys QTM over its real-time protocol with ``qtm-rt``: 6D bodies and skeletons.
+
+    Positions come in millimetres with z up (the room calibration's Qualisys defaults); 6D rotation
+    matrices are read column by column, skeleton segments as quaternions (x, y, z, w).
+    """
+
+    def __init__(self, host: str, *, port: int = 22223, timeout: float = 5.0):
+        import asyncio
+
+        import qtm_rt
+
+        self._frames: list[MocapFrame] = []
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.malformed = 0
+
+        async def start():
+            connection = await qtm_rt.connect(host, port=port, timeout=timeout)
+            if connection is None:
+                return None
+            xml = await connection.get_parameters(parameters=["6d", "skeleton"])
+            self._parse_parameters(xml)
+            await connection.stream_frames(components=["6d", "skeleton"], on_packet=self._on_packet)
+            return connection
+
+        try:
+            self._connection = asyncio.run_coroutine_threadsafe(start(), self._loop).result(timeout + 1.0)
+        except Exception as exc:
+            self._connection = None
+            self.close()
+            raise ConfigError(f"QTM at {host}:{port} did not stream: {exc}") from exc
+        if self._connection is None:
+            self.close()
+            raise ConfigError(
+                f"no QTM real-time server answered at {host}:{port} within {timeout} s: is QTM "
+                "running with real-time output on, and is the address right?"
+            )
+
+    def _parse_parameters(self, xml: bytes) -> None:
+        import xml.etree.ElementTree as ElementTree
+
+        root = ElementTree.fromstring(xml)
+        self._bodies = [body.findtext("Name") for body in root.iter("Body")]
+        self._skeletons = []
+        for skeleton in root.iter("Skeleton"):
+            segments = list(skeleton.iter("Segment"))
+            ids = [int(s.get("ID")) for s in segments]
+            index = {segment_id: i for i, segment_id in enumerate(ids)}
+            parents = [index.get(int(s.get("Parent_ID", -1)), -1) for s in segments]
+            self._skeletons.append((skeleton.get("Name"), [s.get("Name") for s in segments], parents, ids))
+
+    def _on_packet(self, packet) -> None:
+        received = time.perf_counter()
+        try:
+            bodies = {}
+            six_d = packet.get_6d()
+            for name, (position, rotation) in zip(self._bodies, six_d[1] if six_d else []):
+                R = np.array(rotation.matrix, dtype=np.float64).reshape(3, 3).T  # stored column by column
+                valid = np.all(np.isfinite(position)) and np.all(np.isfinite(R))
+                bodies[name] = (np.array(position), matrix_to_quat(R) if valid else np.full(4, np.nan), bool(valid))
+            skeletons = {}
+            skeleton_data = packet.get_skeletons()
+            for (name, bones, parents, ids), segments in zip(
+                self._skeletons, skeleton_data[1] if skeleton_data else []
+            ):
+                by_id = {segment_id: (p, q) for segment_id, p, q in segments}
+                if all(i in by_id for i in ids):
+                    poses = [
+                        (np.array(by_id[i][0]), np.array([by_id[i][1].w, by_id[i][1].x, by_id[i][1].y, by_id[i][1].z]))
+                        for i in ids
+                    ]
+                    skeletons[name] = (bones, parents, poses)
+        except Exception as exc:  # a malformed packet: counted and dropped
+            self.malformed += 1
+            log.warning("dropped a malformed QTM packet (%d so far): %s", self.malformed, exc)
+            return
+        with self._lock:
+            self._frames.append(MocapFrame(received, bodies, skeletons, packet.timestamp * 1e-6))
+
+    def frames(self, timeout: float = 0.01) -> list[MocapFrame]:
+        deadline = time.perf_counter() + timeout
+        while True:
+            with self._lock:
+                frames, self._frames = self._frames, []
+            if frames or time.perf_counter() >= deadline:
+                return frames
+            time.sleep(0.0005)
+
+    def close(self) -> None:
+        import asyncio
+
+        async def stop():
+            if getattr(self, "_connection", None) is not None:
+                await self._connection.stream_frames_stop()
+                self._connection.disconnect()
+
+        if self._loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(stop(), self._loop).result(2.0)
+            except Exception as exc:  # the server went away first: nothing left to stop
+                log.info("QTM connection closed: %s", exc)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(2.0)

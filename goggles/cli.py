@@ -521,14 +521,17 @@ def cmd_bridge_mocap(args) -> int:
     import threading
 
     from bridges.mocap import MocapBridge, Publisher, RoomCalibration, load_room_calibration, run_bridge, status_line
-    from bridges.sources import MotionCaptureSource, NatNetSource
+    from bridges.sources import MotionCaptureSource, NatNetSource, QtmSource
 
     calibration = (
         load_room_calibration(args.calibration, args.system)
         if args.calibration
         else RoomCalibration.for_system(args.system)
     )
-    if args.system == "optitrack" and args.backend == "natnet":
+    backend = args.backend or {"optitrack": "natnet", "qualisys": "qtm"}.get(args.system, "motioncapture")
+    if backend == "qtm":
+        source = QtmSource(args.host, port=args.qtm_port, timeout=args.timeout)
+    elif args.system == "optitrack" and backend == "natnet":
         source = NatNetSource(
             args.host,
             args.local,

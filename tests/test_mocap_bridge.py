@@ -282,3 +282,45 @@ def test_live_engine_renders_the_tracked_body_and_a_waving_skeleton():
     assert waved.sum() > 5  # pixels the arm covers only part of the time
     depths = np.array([np.nan_to_num(image_array(d), posinf=99.0) for d in depth[-30:]])
     assert (depths.max(axis=0) - depths.min(axis=0) > 1.0).sum() > 5  # and their depth changes
+
+
+def test_qualisys_bodies_and_skeletons_through_qtm_rt():
+    """A QTM real-time fake on loopback, received by the real qtm-rt client: bodies in mm, z up."""
+    from bridges.natnet_emulator import SyntheticSkeleton, waving_person
+    from bridges.qtm_emulator import QtmEmulator
+    from bridges.sources import QtmSource
+
+    bones, waving = waving_person()
+    receiver = Receiver()
+    port = free_port()
+    with QtmEmulator(
+        port=port,
+        bodies=[SyntheticBody("quad0", 1, circle(1.5, 1.2, 4.0))],
+        skeletons=[SyntheticSkeleton("alice", 1, bones, waving)],
+    ):
+        source = QtmSource("127.0.0.1", port=port)
+        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("qualisys")))
+        receiver.collect(0.8)
+        running.finish()
+        source.close()
+    messages = receiver.drain()
+    poses = [m for _, channel, m in messages if channel == "pose/quad0"]
+    skeletons = [m for _, channel, m in messages if channel == "skeleton/alice"]
+    assert len(poses) > 30 and len(skeletons) > 30
+    for pose in poses:
+        assert abs(np.hypot(*pose.position[:2]) - 1.5) < 1e-3 and abs(pose.position[2] - 1.2) < 1e-3
+        angle = math.atan2(pose.position[1], pose.position[0])
+        np.testing.assert_allclose(
+            quat_to_matrix(pose.orientation)[:, 0], [-math.sin(angle), math.cos(angle), 0], atol=1e-3
+        )
+    assert list(skeletons[-1].bone_names) == [b for b, _ in bones] and list(skeletons[-1].parents) == [
+        -1,
+        0,
+        1,
+        1,
+        3,
+        4,
+    ]
+    np.testing.assert_allclose(skeletons[-1].positions[2], [4.0, 0.0, 1.7], atol=1e-3)  # the head, in metres
+    with pytest.raises(ConfigError, match="no QTM real-time server"):
+        QtmSource("127.0.0.1", port=free_port(), timeout=0.5)
