@@ -394,3 +394,26 @@ def test_race_outputs_beacons_ranges_and_collisions(tmp_path):
     client.close()
     assert collision is not None and collision.vehicle == "quad0"
     assert collision.normal[0] < -0.5  # pushed back from the bar's face towards -x
+
+
+def test_live_pose_extrapolation_is_bounded_by_the_horizon():
+    import dataclasses
+
+    from goggles.frames import transform as pose
+
+    config = run_config(mode="live", cameras=[])
+    for horizon, expected_ahead in ((0.05, 0.02), (0.01, 0.01), (0.0, 0.0)):
+        engine = Engine(dataclasses.replace(config, extrapolate=horizon, zmq=None), device="cpu")
+        vehicle = engine.vehicles["quad0"]
+        now = time.time()
+        turn = 0.02  # rad over the 20 ms between the two poses
+        vehicle.previous = (pose([1.0, 0.0, 1.0], [1, 0, 0, 0]), int((now - 0.04) * 1e6))
+        vehicle.T_WB = pose([1.02, 0.0, 1.0], [np.cos(turn / 2), 0, 0, np.sin(turn / 2)])  # 1 m/s, 1 rad/s
+        vehicle.pose_utime = int((now - 0.02) * 1e6)  # 20 ms old
+        T = engine._vehicle_pose(vehicle)
+        assert T[0, 3] == pytest.approx(1.02 + expected_ahead, abs=2e-3)
+        yaw = np.arctan2(T[1, 0], T[0, 0])
+        assert yaw == pytest.approx(turn + expected_ahead, abs=2e-3)  # 1 rad/s for the same time
+        vehicle.stale = True
+        np.testing.assert_allclose(engine._vehicle_pose(vehicle), vehicle.T_WB)  # a stale pose is not carried
+        engine.close()
