@@ -354,7 +354,18 @@ def cmd_run(args) -> int:
     elif args.lcm_url is not None:
         changes["lcm_url"] = args.lcm_url
     config = dataclasses.replace(config, **changes)
-    engine = Engine(config, device=args.device, status=lambda line: print(line, file=sys.stderr, flush=True))
+    recorder = None
+    if args.record is not None:
+        from goggles.record import Recorder
+
+        run_path = args.config or default_run()
+        recorder = Recorder(
+            args.record,
+            metadata={"run_file": Path(run_path).read_text(), "run_file_path": str(Path(run_path).resolve())},
+        )
+    engine = Engine(
+        config, device=args.device, status=lambda line: print(line, file=sys.stderr, flush=True), recorder=recorder
+    )
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -370,7 +381,46 @@ def cmd_run(args) -> int:
         engine.run(duration=args.duration, stop=stop)
     finally:
         engine.close()
+        if recorder is not None:
+            recorder.close()
+            print(
+                f"recorded {recorder.written} messages to {recorder.path} ({recorder.dropped} dropped)", file=sys.stderr
+            )
     print(engine.status_line())
+    return 0
+
+
+def cmd_replay(args) -> int:
+    from goggles.replay import replay_file, replay_folder
+
+    speed = None if args.as_fast_as_possible or args.speed is None else args.speed
+    if args.log.is_dir():
+        results = replay_folder(
+            args.log,
+            record_folder=args.record,
+            jobs=args.jobs,
+            sensors=args.sensors,
+            scene=args.scene,
+            speed=speed,
+            device=args.device,
+        )
+    else:
+        results = [
+            replay_file(
+                args.log,
+                sensors=args.sensors,
+                scene=args.scene,
+                record=args.record,
+                speed=speed,
+                device=args.device,
+                progress=lambda t: print(f"replayed {t:.1f} s of the log", file=sys.stderr, flush=True),
+            )
+        ]
+    for r in results:
+        print(
+            f"{r.log}: {r.poses} poses, {r.frames} messages recorded, {r.log_seconds:.2f} s of log in "
+            f"{r.seconds:.2f} s ({r.log_seconds / max(r.seconds, 1e-9):.2f}x real time)"
+        )
     return 0
 
 
@@ -675,7 +725,34 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lcm-url", default=None, help="LCM URL (e.g. memq:// or udpm://...?ttl=0)")
     run.add_argument("--no-lcm", action="store_true", help="publish on ZeroMQ only")
     run.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
+    run.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        help="record every input and output channel to FILE.mcap (MCAP) or FILE.lcmlog (lcm-logger)",
+    )
     run.set_defaults(run=cmd_run)
+
+    replay = commands.add_parser(
+        "replay",
+        help="render a recorded flight again (other sensors or scene), or every log in a folder",
+        description="Re-render a recording's flight from its poses (<vehicle>/state of a simulated flight, "
+        "pose/<vehicle> of a live one, skeleton/<name> of people) with the recording's own run file or --sensors, "
+        "in the recording's scene or --scene. Same device, log and run file: the same image bytes. A folder is "
+        "replayed by one process per core.",
+    )
+    replay.add_argument("log", type=Path, help="a .mcap or .lcmlog file, or a folder of them")
+    replay.add_argument("--sensors", type=Path, default=None, help="run file whose vehicles and sensors to use")
+    replay.add_argument("--scene", type=Path, default=None, help="scene to render in instead")
+    replay.add_argument(
+        "--record", type=Path, default=None, help="record the new outputs here (a folder when replaying a folder)"
+    )
+    pace = replay.add_mutually_exclusive_group()
+    pace.add_argument("--speed", type=float, default=None, help="play at this multiple of the recorded pace")
+    pace.add_argument("--as-fast-as-possible", action="store_true", help="no pacing (the default)")
+    replay.add_argument("--jobs", type=int, default=None, help="processes for a folder (default: all cores)")
+    replay.add_argument("--device", default=None, help="Warp device")
+    replay.set_defaults(run=cmd_replay)
 
     echo = commands.add_parser(
         "echo",

@@ -27,6 +27,8 @@ class ClockMode(IntEnum):
     """Sim time advanced only by client step requests."""
     LIVE = 2
     """Wall time: poses come from outside (motion capture)."""
+    REPLAY = 3
+    """Log time: poses come from a recording; sensors are rendered again, as fast as wanted."""
 
 
 class PacedClock:

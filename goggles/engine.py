@@ -37,7 +37,7 @@ from goggles.scene.gates import gate_shape, load_course
 from goggles.sensors.beacons import Beacon, BeaconSensor
 from goggles.sensors.ranges import RangeSensor
 from goggles.transport.buses import LcmBus, ZmqBus, split_frame
-from goggles.transport.schema import Encoding, MalformedMessage, decode_input, header
+from goggles.transport.schema import Encoding, MalformedMessage, decode_any, decode_input, header
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +136,11 @@ class Engine:
         status: called about once per wall second with a one-line status (the CLI prints it).
     """
 
-    def __init__(self, config: RunConfig, *, device=None, status: Callable[[str], None] | None = None):
+    def __init__(self, config: RunConfig, *, device=None, status: Callable[[str], None] | None = None, recorder=None):
         self.config = config
         self.mode = config.mode
+        self.recorder = recorder
+        """A ``goggles.record.Recorder`` that gets every published output and accepted input, or None."""
         self.dt = 1.0 / config.physics_rate
         self.counters = Counters()
         self.times = StageTimes()
@@ -173,7 +175,7 @@ class Engine:
         self.vehicles: dict[str, _Vehicle] = {}
         for v in config.vehicles:
             sim = None
-            if self.mode != ClockMode.LIVE:
+            if self.mode not in (ClockMode.LIVE, ClockMode.REPLAY):
                 sim = MultirotorSim(
                     load_airframe(v.preset),
                     1,
@@ -385,6 +387,86 @@ class Engine:
                 last_status = now
                 self._status(self.status_line())
 
+    # ------------------------------------------------------------------ replay
+
+    def replay(self, messages, *, speed: float | None = None, progress=None) -> int:
+        """Render the sensors again along a recorded flight (REPLAY mode).
+
+        Args:
+            messages: (log time ns, channel, bytes) in time order, as ``goggles.record.read_log``
+                yields them; vehicle poses come from ``<vehicle>/state`` (a simulated flight) or
+                ``pose/<vehicle>`` (a live one), people from ``skeleton/<name>``.
+            speed: play at this multiple of the recorded pace; None: as fast as possible.
+            progress: called about once per wall second with the log time reached, s.
+
+        Returns:
+            The number of recorded poses used.
+        """
+        if self.mode != ClockMode.REPLAY:
+            raise MalformedMessage("replay needs an engine built in REPLAY mode")
+        used, start_wall, last_progress = 0, time.perf_counter(), time.perf_counter()
+        t_first = None
+        for t_ns, channel, data in messages:
+            if not (channel.endswith("/state") or channel.startswith(("pose/", "skeleton/"))):
+                continue
+            try:  # the message's own time stamp (sim time), not the log's: lcm-logger stamps on receipt
+                stamp = decode_any(data).header.utime
+            except (MalformedMessage, AttributeError) as exc:
+                self._count_malformed(channel, MalformedMessage(str(exc)))
+                continue
+            step = int(round(stamp * 1e-6 / self.dt))
+            if t_first is None:
+                self._start_events_at(step)
+            self._events_before(step)
+            try:
+                if channel.endswith("/state"):
+                    self._apply_recorded_state(channel[: -len("/state")], data)
+                else:
+                    self._apply_input(channel, data)
+                if self._pending_skeletons:
+                    self._update_avatars()
+            except MalformedMessage as exc:
+                self._count_malformed(channel, exc)
+                continue
+            used += 1
+            t_first = t_ns if t_first is None else t_first
+            if speed is not None:
+                delay = (t_ns - t_first) * 1e-9 / speed - (time.perf_counter() - start_wall)
+                if delay > 0:
+                    time.sleep(delay)
+            if progress is not None and time.perf_counter() - last_progress > 1.0:
+                last_progress = time.perf_counter()
+                progress(t_ns * 1e-9)
+        self._events_before(self.step + 1)
+        return used
+
+    def _apply_recorded_state(self, name: str, data: bytes) -> None:
+        message = decode_input(data, goggles_lcm.vehicle_state_t)
+        vehicle = self.vehicles.get(name)
+        if vehicle is None:
+            self.counters.ignored += 1
+            return
+        vehicle.T_WB = transform(message.position, message.orientation)
+        vehicle.pose_utime = message.header.utime
+        vehicle.new_pose = True
+
+    def _start_events_at(self, step: int) -> None:
+        """Move every event to its first due step at or after ``step`` (a live log starts at wall time)."""
+        for event in self._events:
+            if event[0] < step:
+                event[0] += -(-(step - event[0]) // event[1]) * event[1]
+        self.step = step
+
+    def _events_before(self, step: int) -> None:
+        """Run every sensor event due before ``step``, in order (no physics in replay)."""
+        while self._events and min(e[0] for e in self._events) < step:
+            self.step = min(e[0] for e in self._events)
+            for event in self._events:
+                if event[0] == self.step:
+                    event[2]()
+                    event[0] += event[1]
+        self.step = max(self.step, step)
+
     def _wait_any(self, timeout: float) -> None:
         if self.zmq is not None:
             self.zmq.wait(timeout)
@@ -410,6 +492,9 @@ class Engine:
                     self._apply_input(channel, data)
                 except MalformedMessage as exc:
                     self._count_malformed(channel, exc)
+                    continue
+                if self.recorder is not None:
+                    self.recorder.write(channel, data, self._log_time_ns())
         if self._pending_skeletons:
             self._update_avatars()
         self.times.add("inputs", time.perf_counter() - t)
@@ -488,11 +573,17 @@ class Engine:
 
     # ------------------------------------------------------------------ outputs
 
+    def _log_time_ns(self) -> int:
+        """Sim time (wall time in live mode), ns: the time recordings are ordered by."""
+        return time.time_ns() if self.mode == ClockMode.LIVE else int(round(self.step * self.dt * 1e9))
+
     def _publish(self, channel: str, message) -> None:
         t = time.perf_counter()
         data = message.encode()
         for bus in self.buses:
             bus.publish(channel, data)
+        if self.recorder is not None:
+            self.recorder.write(channel, data, self._log_time_ns())
         self.counters.published += 1
         self.times.add("publish", time.perf_counter() - t)
 

@@ -194,7 +194,8 @@ class Renderer:
         cameras: intrinsics of each camera (same width and height; distortion may differ).
         shadow_partner: for each camera, the index of the camera that must also see a point for this
             camera's depth of it to be valid (a stereo rig's left camera names the right one), or -1.
-        threads: CPU threads sharing a render; default all cores. Ignored on CUDA.
+        threads: CPU threads sharing a render; default all cores ($GOGGLES_RENDER_THREADS caps it).
+            Ignored on CUDA.
         shading: lighting of the intensity image.
         sun_W: direction towards the sun, world frame (normalised here).
         ambient: fraction of light that does not depend on the sun, [0, 1].
@@ -227,7 +228,9 @@ class Renderer:
         self._has_partners = bool(np.any(partner >= 0))
         self.width, self.height = width, height
         self.device = d = scene.device
-        self.threads = 1 if d.is_cuda else max(1, min(threads or os.cpu_count() or 1, height))
+        # $GOGGLES_RENDER_THREADS caps the default (batch replays run one process per core).
+        default_threads = int(os.environ.get("GOGGLES_RENDER_THREADS", 0)) or os.cpu_count() or 1
+        self.threads = 1 if d.is_cuda else max(1, min(threads or default_threads, height))
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="goggles-render") if self.threads > 1 else None
 
         batch = kernels.CameraBatch()

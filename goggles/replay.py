@@ -1,0 +1,128 @@
+"""Replay: render a recorded flight again, with the same or other sensors and scene.
+
+The flight's poses come from the log; the sensors and scene come from ``--sensors`` (a run file)
+or, by default, from the run file stored in the recording. On one device, the same log and run file
+give the same image bytes: the engine renders at the recorded sim times from the recorded poses.
+A folder of logs is replayed by a pool of processes, one per core.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from goggles.clock import ClockMode
+from goggles.config import load_run_config, parse_run_config
+from goggles.errors import ConfigError
+from goggles.record import Recorder, read_log, read_metadata
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    log: Path
+    poses: int
+    """Recorded poses used."""
+    frames: int
+    """Messages written to the new recording (0 without one)."""
+    seconds: float
+    """Wall time of the replay."""
+    log_seconds: float
+    """Sim time the log covers."""
+
+
+def replay_config(path: Path, sensors: Path | None, scene: Path | None):
+    """The run configuration of a replay: ``sensors`` or the recording's own, in REPLAY mode, no buses."""
+    if sensors is not None:
+        config = load_run_config(sensors)
+    else:
+        metadata = read_metadata(path)
+        if "run_file" not in metadata:
+            raise ConfigError(
+                f"{path}: the recording does not hold its run file (an LCM log, or cut short "
+                "before it was written): give one with --sensors"
+            )
+        config = parse_run_config(tomllib.loads(metadata["run_file"]), Path(metadata.get("run_file_path", path)))
+    changes = {"mode": ClockMode.REPLAY, "zmq": None, "lcm_url": None}
+    if scene is not None:
+        changes["scene"] = scene.resolve()
+    return dataclasses.replace(config, **changes)
+
+
+def replay_file(
+    path: Path,
+    *,
+    sensors: Path | None = None,
+    scene: Path | None = None,
+    record: Path | None = None,
+    speed: float | None = None,
+    device=None,
+    threads: int | None = None,
+    progress=None,
+) -> ReplayResult:
+    """Replay one log (see the module docstring); ``threads`` caps CPU render threads (batch jobs use 1)."""
+    from goggles.engine import Engine
+
+    config = replay_config(Path(path), sensors, scene)
+    recorder = None
+    if record is not None:
+        metadata = {"run_file": _config_text(config, sensors, path), "replayed_from": str(path)}
+        recorder = Recorder(record, metadata=metadata)
+    if threads is not None:
+        os.environ.setdefault("GOGGLES_RENDER_THREADS", str(threads))
+    engine = Engine(config, device=device, recorder=recorder)
+    start = time.perf_counter()
+    last_time = [0.0]
+
+    def messages():
+        for item in read_log(path):
+            last_time[0] = item[0] * 1e-9
+            yield item
+
+    try:
+        poses = engine.replay(messages(), speed=speed, progress=progress)
+    finally:
+        engine.close()
+        if recorder is not None:
+            recorder.close()
+    return ReplayResult(
+        Path(path), poses, recorder.written if recorder else 0, time.perf_counter() - start, last_time[0]
+    )
+
+
+def _config_text(config, sensors: Path | None, path: Path) -> str:
+    if sensors is not None:
+        return Path(sensors).read_text()
+    return read_metadata(path).get("run_file", "")
+
+
+def _replay_job(args) -> ReplayResult:
+    path, kwargs = args
+    return replay_file(path, threads=1, **kwargs)
+
+
+def replay_folder(folder: Path, *, record_folder: Path | None, jobs: int | None = None, **kwargs) -> list[ReplayResult]:
+    """Replay every log in a folder in parallel, one process per job (default: one per core)."""
+    logs = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in (".mcap", ".lcmlog"))
+    if not logs:
+        raise ConfigError(f"{folder}: no .mcap or .lcmlog files to replay")
+    tasks = []
+    for path in logs:
+        task_kwargs = dict(kwargs)
+        if record_folder is not None:
+            task_kwargs["record"] = Path(record_folder) / f"{path.stem}.replay.mcap"
+        tasks.append((path, task_kwargs))
+    with ProcessPoolExecutor(max_workers=jobs or os.cpu_count()) as pool:
+        return list(pool.map(_replay_job, tasks))
