@@ -349,6 +349,16 @@ def cmd_run(args) -> int:
         changes["mode"] = {"sim": ClockMode.SIM, "lockstep": ClockMode.LOCKSTEP, "live": ClockMode.LIVE}[args.mode]
     if args.scale is not None:
         changes["scale"] = None if args.scale == "auto" else _positive_float(args.scale, "--scale")
+    if args.expose is not None:
+        if args.keys is None:
+            raise ConfigError("--expose needs --keys DIR (make them with: goggles keys DIR)")
+        from goggles.transport.buses import CurveServer, ZmqEndpoints
+
+        endpoints = config.zmq or ZmqEndpoints()
+        changes["zmq"] = ZmqEndpoints(
+            *(e.replace("127.0.0.1", args.expose) for e in (endpoints.publish, endpoints.inputs, endpoints.control))
+        )
+        changes["curve"] = CurveServer(args.keys / "server.key_secret", args.keys / "clients")
     if args.no_lcm:
         changes["lcm_url"] = None
     elif args.lcm_url is not None:
@@ -387,6 +397,26 @@ def cmd_run(args) -> int:
                 f"recorded {recorder.written} messages to {recorder.path} ({recorder.dropped} dropped)", file=sys.stderr
             )
     print(engine.status_line())
+    return 0
+
+
+def cmd_keys(args) -> int:
+    import shutil
+
+    import zmq.auth
+
+    folder = args.folder
+    (folder / "clients").mkdir(parents=True, exist_ok=True)
+    for name in ("server", "client"):
+        if (folder / f"{name}.key_secret").exists() and not args.force:
+            raise ConfigError(f"{folder / (name + '.key_secret')} exists; use --force to replace the keys")
+        zmq.auth.create_certificates(folder, name)
+    shutil.copy(folder / "client.key", folder / "clients" / "client.key")
+    print(
+        f"server: {folder}/server.key_secret (keep on the engine's machine)\n"
+        f"client: {folder}/client.key_secret + {folder}/server.key (give to the client; Client(keys=DIR))\n"
+        f"accepted clients: {folder}/clients/*.key (add more client public keys there)"
+    )
     return 0
 
 
@@ -732,6 +762,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="record every input and output channel to FILE.mcap (MCAP) or FILE.lcmlog (lcm-logger)",
     )
     run.set_defaults(run=cmd_run)
+
+    keys = commands.add_parser(
+        "keys",
+        help="make ZeroMQ CURVE key pairs for exposing an engine beyond localhost",
+        description="Writes server.key/.key_secret, client.key/.key_secret and clients/client.key into FOLDER. "
+        "Run the engine with --expose 0.0.0.0 --keys FOLDER; clients connect with Client(keys=FOLDER) "
+        "(client.key_secret and server.key). Clients without an accepted key get nothing and cannot send.",
+    )
+    keys.add_argument("folder", type=Path)
+    keys.add_argument("--force", action="store_true", help="replace existing keys")
+    keys.set_defaults(run=cmd_keys)
 
     replay = commands.add_parser(
         "replay",

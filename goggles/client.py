@@ -43,27 +43,43 @@ class Client:
     Args:
         endpoints: the engine's endpoints (default: those of ``goggles run``).
         context: a ``zmq.Context`` (default: the process's shared instance).
+        keys: for an engine exposed with CURVE: a folder with ``client.key_secret`` and ``server.key``
+            (as ``goggles keys`` makes them).
     """
 
-    def __init__(self, endpoints: ZmqEndpoints | None = None, *, context=None):
+    def __init__(self, endpoints: ZmqEndpoints | None = None, *, context=None, keys: str | None = None):
         import zmq
 
         endpoints = endpoints or ZmqEndpoints()
+        self._curve = None
+        if keys is not None:  # an exposed engine: this client's key pair and the server's public key
+            import zmq.auth
+
+            folder = __import__("pathlib").Path(keys)
+            public, secret = zmq.auth.load_certificate(folder / "client.key_secret")
+            server, _ = zmq.auth.load_certificate(folder / "server.key")
+            self._curve = (public, secret, server)
 
         self._zmq = zmq
         self._context = context or zmq.Context.instance()
         self.endpoints = endpoints
-        self._sub = self._context.socket(zmq.SUB)
+        self._sub = self._socket(zmq.SUB)
         self._sub.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
         self._sub.setsockopt(zmq.LINGER, 0)
         self._sub.connect(endpoints.publish)
-        self._pub = self._context.socket(zmq.PUB)
+        self._pub = self._socket(zmq.PUB)
         self._pub.setsockopt(zmq.LINGER, 0)
         self._pub.connect(endpoints.inputs)
         self._req = None
         self._latest: dict[str, object] = {}
         self._request_ids = itertools.count(1)
         self._seq = itertools.count()
+
+    def _socket(self, kind):
+        socket = self._context.socket(kind)
+        if self._curve is not None:
+            socket.curve_publickey, socket.curve_secretkey, socket.curve_serverkey = self._curve
+        return socket
 
     def __enter__(self) -> Client:
         return self
@@ -91,7 +107,7 @@ class Client:
         """
         socket = self._latest.get(channel)
         if socket is None:
-            socket = self._latest[channel] = self._context.socket(self._zmq.SUB)
+            socket = self._latest[channel] = self._socket(self._zmq.SUB)
             socket.setsockopt(self._zmq.CONFLATE, 1)
             socket.setsockopt(self._zmq.LINGER, 0)
             socket.setsockopt(self._zmq.SUBSCRIBE, channel.encode() + b"\0")
@@ -137,7 +153,7 @@ class Client:
             TimeoutError: no reply within ``timeout`` s (the request socket is reset).
         """
         if self._req is None:
-            self._req = self._context.socket(self._zmq.REQ)
+            self._req = self._socket(self._zmq.REQ)
             self._req.setsockopt(self._zmq.LINGER, 0)
             self._req.connect(self.endpoints.control)
         request = goggles_lcm.step_t()

@@ -20,7 +20,7 @@ from goggles.render.camera import CameraModel
 from goggles.scene.assets import UNITS_M, UP_AXES
 from goggles.sensors.ranges import PRESETS as RANGE_PRESETS
 from goggles.sensors.ranges import RangeSensorModel
-from goggles.transport.buses import DEFAULT_LCM_URL, ZmqEndpoints
+from goggles.transport.buses import DEFAULT_LCM_URL, CurveServer, ZmqEndpoints
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -115,6 +115,8 @@ class RunConfig:
     extrapolate: float = 0.0
     """s: live mode carries each pose forward to the render time by at most this much (0: off)."""
     avatars: tuple[AvatarConfig, ...] = ()
+    curve: CurveServer | None = None
+    """CURVE keys for ZeroMQ endpoints exposed beyond this machine."""
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -198,7 +200,12 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     physics_rate = clock.number("physics_rate", 960.0, positive=True)
 
     lcm = _Reader(path, "[lcm]", data.get("lcm", {}), {"enabled", "url"})
-    zmq = _Reader(path, "[zmq]", data.get("zmq", {}), {"enabled", "publish", "inputs", "control"})
+    zmq = _Reader(
+        path,
+        "[zmq]",
+        data.get("zmq", {}),
+        {"enabled", "publish", "inputs", "control", "curve_secret_key", "curve_clients"},
+    )
     endpoints = ZmqEndpoints(
         publish=zmq.text("publish", ZmqEndpoints.publish),
         inputs=zmq.text("inputs", ZmqEndpoints.inputs),
@@ -244,6 +251,9 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         range_sensors=ranges,
         extrapolate=run.number("extrapolate", 0.0),
         avatars=tuple(_avatar(path, base, i, a) for i, a in enumerate(top.get("avatar", []))),
+        curve=CurveServer((base / zmq.text("curve_secret_key")).resolve(), (base / zmq.text("curve_clients")).resolve())
+        if "curve_secret_key" in zmq.table
+        else None,
     )
 
 

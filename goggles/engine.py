@@ -204,7 +204,7 @@ class Engine:
         self.range_sensors = [(c, RangeSensor(scene, c.model, seed=config.seed)) for c in config.range_sensors]
         self.buses = []
         if config.zmq is not None:
-            self.buses.append(ZmqBus(config.zmq))
+            self.buses.append(ZmqBus(config.zmq, curve=config.curve))
         if config.lcm_url is not None:
             self.buses.append(LcmBus(config.lcm_url))
         self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)

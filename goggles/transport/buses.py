@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 from goggles.errors import ConfigError
 
@@ -46,6 +47,27 @@ def split_frame(frames: list[bytes]) -> tuple[str, bytes]:
     return channel.decode(), data
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+def is_loopback(endpoint: str) -> bool:
+    """True for tcp:// endpoints on the loopback interface, and for ipc:// and inproc://."""
+    if not endpoint.startswith("tcp://"):
+        return True
+    host = endpoint[len("tcp://") :].rsplit(":", 1)[0]
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+@dataclass(frozen=True)
+class CurveServer:
+    """ZeroMQ CURVE for an exposed engine: its secret key, and the client public keys it accepts."""
+
+    secret_key_file: Path
+    """``server.key_secret`` from ``goggles keys``."""
+    clients_folder: Path
+    """Folder of accepted clients' public ``*.key`` files."""
+
+
 @dataclass(frozen=True)
 class ZmqEndpoints:
     """Where the engine's ZeroMQ sockets bind."""
@@ -66,12 +88,22 @@ class ZmqBus:
         context: a ``zmq.Context`` (default: the process's shared instance).
     """
 
-    def __init__(self, endpoints: ZmqEndpoints = ZmqEndpoints(), context=None):
+    def __init__(self, endpoints: ZmqEndpoints = ZmqEndpoints(), context=None, curve: CurveServer | None = None):
         import zmq
 
         self._zmq = zmq
         self.endpoints = endpoints
         context = context or zmq.Context.instance()
+        exposed = [e for e in (endpoints.publish, endpoints.inputs, endpoints.control) if not is_loopback(e)]
+        if exposed and curve is None:
+            raise ConfigError(
+                f"ZeroMQ endpoints {exposed} leave this machine: an exposed engine needs CURVE keys "
+                "(goggles keys DIR, then [zmq] curve_secret_key and curve_clients in the run file, or --keys DIR)"
+            )
+        self._authenticator = None
+        keys = None
+        if curve is not None:
+            keys = self._curve(context, curve)
         self._publisher = context.socket(zmq.PUB)
         self._publisher.setsockopt(zmq.SNDHWM, PUBLISH_HWM)
         self._publisher.setsockopt(zmq.LINGER, 0)
@@ -85,6 +117,9 @@ class ZmqBus:
             (self._inputs, endpoints.inputs),
             (self._control, endpoints.control),
         ):
+            if keys is not None:  # CURVE: encrypted, and only the listed clients get in (ZAP)
+                socket.curve_publickey, socket.curve_secretkey = keys
+                socket.curve_server = True
             try:
                 socket.bind(endpoint)
             except zmq.ZMQError as exc:
@@ -95,6 +130,23 @@ class ZmqBus:
         self.poller = zmq.Poller()
         self.poller.register(self._inputs, zmq.POLLIN)
         self.poller.register(self._control, zmq.POLLIN)
+
+    def _curve(self, context, curve: CurveServer):
+        """Start the ZAP authenticator that admits only the listed client keys; returns the server keys."""
+        import zmq.auth
+        from zmq.auth.thread import ThreadAuthenticator
+
+        if not Path(curve.secret_key_file).is_file():
+            raise ConfigError(f"CURVE secret key {curve.secret_key_file} not found (make one with goggles keys DIR)")
+        if not Path(curve.clients_folder).is_dir() or not list(Path(curve.clients_folder).glob("*.key")):
+            raise ConfigError(f"CURVE clients folder {curve.clients_folder} holds no client public keys (*.key)")
+        public, secret = zmq.auth.load_certificate(curve.secret_key_file)
+        if secret is None:
+            raise ConfigError(f"{curve.secret_key_file} is a public key; give the server's .key_secret file")
+        self._authenticator = ThreadAuthenticator(context)
+        self._authenticator.start()
+        self._authenticator.configure_curve(domain="*", location=str(curve.clients_folder))
+        return public, secret
 
     def publish(self, channel: str, data: bytes) -> None:
         self._publisher.send(frame(channel, data), copy=False)
@@ -124,6 +176,8 @@ class ZmqBus:
     def close(self) -> None:
         for socket in (self._publisher, self._inputs, self._control):
             socket.close(0)
+        if self._authenticator is not None:
+            self._authenticator.stop()
 
 
 class LcmBus:

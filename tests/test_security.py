@@ -1,0 +1,75 @@
+"""An engine exposed beyond localhost: CURVE keys required; clients without an accepted key get nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+
+import pytest
+
+from goggles.client import Client
+from goggles.dynamics import ControlMode
+from goggles.errors import ConfigError
+from goggles.transport.buses import CurveServer, ZmqEndpoints
+from tests.test_engine import Running, free_port, run_config
+
+
+def exposed_config(keys=None):
+    ports = [free_port() for _ in range(3)]
+    config = dataclasses.replace(
+        run_config(route=False, scale=5.0, cameras=[]),
+        zmq=ZmqEndpoints(*(f"tcp://0.0.0.0:{p}" for p in ports)),
+    )
+    loopback = ZmqEndpoints(*(f"tcp://127.0.0.1:{p}" for p in ports))
+    if keys is not None:
+        config = dataclasses.replace(config, curve=CurveServer(keys / "server.key_secret", keys / "clients"))
+    return config, loopback
+
+
+def make_keys(folder):
+    subprocess.run([sys.executable, "-m", "goggles.cli", "keys", str(folder)], check=True, capture_output=True)
+    return folder
+
+
+def test_exposing_without_keys_is_refused():
+    from goggles.engine import Engine
+
+    config, _ = exposed_config()
+    with pytest.raises(ConfigError, match="leave this machine: an exposed engine needs CURVE keys"):
+        Engine(config, device="cpu")
+
+
+def test_only_clients_with_an_accepted_key_get_in(tmp_path):
+    keys = make_keys(tmp_path / "keys")
+    stranger = make_keys(tmp_path / "stranger")  # a valid key pair the engine does not accept
+    (stranger / "server.key").write_bytes((keys / "server.key").read_bytes())  # knows the server's public key
+    config, loopback = exposed_config(keys)
+    running = Running(config)
+    try:
+        outsiders = [Client(loopback), Client(loopback, keys=stranger)]
+        member = Client(loopback, keys=keys)
+        for client in (*outsiders, member):
+            client.latest("quad0/state", timeout=0.0)
+        time.sleep(0.5)
+        for client in outsiders:
+            for _ in range(20):
+                client.send_command("quad0", ControlMode.POSITION, [0.0, 0.0, 2.0, 0.0])
+                time.sleep(0.02)
+        for client in outsiders:
+            assert client.latest("quad0/state", timeout=1.0) is None  # receives nothing
+        assert running.engine.counters.received == 0  # and nothing it sent got in
+        state = member.latest("quad0/state", timeout=3.0)
+        assert state is not None and state.position[2] < 0.5
+        for _ in range(20):
+            member.send_command("quad0", ControlMode.POSITION, [0.0, 0.0, 2.0, 0.0])
+            time.sleep(0.02)
+        time.sleep(1.0)
+        assert running.engine.counters.received > 0
+        assert member.latest("quad0/state", timeout=2.0).position[2] > 0.5  # it obeyed the member only
+    finally:
+        running.stop.set()
+        running.finish()
+        for client in (*outsiders, member):
+            client.close()
