@@ -1,0 +1,148 @@
+"""The preview server: a web page with the vehicle's stereo pair, a third-person view and WebXR.
+
+It reads the engine's newest stereo colour images over ZeroMQ (conflating subscriptions: it always
+shows the latest frame), puts left and right side by side, renders a third-person view of the
+vehicle (a marker placed at its camera's pose, seen from a chosen viewpoint in the same scene), and
+sends both as JPEG over a WebSocket to every open page. Binds 127.0.0.1 unless told otherwise.
+Each message: kind (uint8: 0 stereo, 1 third person), send time (float64 ms since the epoch, for the
+page's latency figure), JPEG bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import threading
+import time
+from http import HTTPStatus
+from pathlib import Path
+
+import numpy as np
+
+from goggles.errors import ConfigError
+
+log = logging.getLogger(__name__)
+STATIC = Path(__file__).resolve().parent / "static"
+CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+KIND_STEREO, KIND_THIRD = 0, 1
+
+
+def look_at(eye: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """(4, 4) camera optical-frame pose at ``eye`` looking at ``target`` (z forward, world z up)."""
+    forward = target - eye
+    forward = forward / max(np.linalg.norm(forward), 1e-9)
+    right = np.cross(forward, [0.0, 0.0, 1.0])
+    right = right / max(np.linalg.norm(right), 1e-9) if np.linalg.norm(right) > 1e-9 else np.array([1.0, 0, 0])
+    down = np.cross(forward, right)
+    T = np.eye(4)
+    T[:3, :3] = np.column_stack([right, down, forward])
+    T[:3, 3] = eye
+    return T
+
+
+class FrameSource:
+    """Pulls the newest stereo pair from the engine and makes the JPEGs (in a thread)."""
+
+    def __init__(
+        self,
+        client,
+        vehicle: str,
+        camera: str,
+        *,
+        scene=None,
+        viewpoint=None,
+        device=None,
+        quality: int = 80,
+        third_size=(320, 240),
+    ):
+        self.client = client
+        self.channels = (f"{vehicle}/{camera}_left/rgb", f"{vehicle}/{camera}_right/rgb")
+        self.quality = quality
+        self.viewpoint = None if viewpoint is None else np.asarray(viewpoint, dtype=np.float64)
+        self._third = None
+        if scene is not None:
+            from goggles.render import CameraModel, DeviceScene, Renderer
+            from goggles.scene import box_shape
+
+            world = DeviceScene(
+                scene, device, shapes=[box_shape("vehicle", [0.5, 0.5, 0.15], (1.0, 0.4, 0.0), 30)], max_actors=1
+            )
+            self._world = world
+            self._third = Renderer(world, [CameraModel.from_fov(*third_size, 60.0)])
+
+    def next_frames(self, timeout: float = 0.5) -> list[tuple[int, bytes]]:
+        """The newest stereo pair (and third-person view) as JPEG messages, or [] if none came."""
+        import cv2
+
+        from goggles.client import image_array
+        from goggles.frames import R_BODY_OPTICAL, quat_to_matrix
+
+        left = self.client.latest(self.channels[0], timeout=timeout)
+        if left is None:
+            return []
+        right = self.client.latest(self.channels[1], timeout=timeout)
+        pair = np.hstack([image_array(left), image_array(right) if right is not None else image_array(left)])
+        messages = [(KIND_STEREO, self._jpeg(cv2, pair))]
+        if self._third is not None:
+            T_WC = np.eye(4)
+            T_WC[:3, :3] = quat_to_matrix(left.orientation)
+            T_WC[:3, 3] = left.position
+            marker = T_WC.copy()
+            marker[:3, :3] = T_WC[:3, :3] @ R_BODY_OPTICAL.T  # the vehicle's body, from its camera's pose
+            self._world.set_actors([0], [marker])
+            eye = self.viewpoint if self.viewpoint is not None else T_WC[:3, 3] + [-4.0, -2.0, 2.5]
+            self._third.render(look_at(eye, T_WC[:3, 3])[None])
+            messages.append((KIND_THIRD, self._jpeg(cv2, self._third.images().rgb[0])))
+        return messages
+
+    def _jpeg(self, cv2, rgb: np.ndarray) -> bytes:
+        ok, data = cv2.imencode(".jpg", rgb[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, self.quality])
+        if not ok:
+            raise RuntimeError("JPEG encoding failed")
+        return data.tobytes()
+
+
+class PreviewServer:
+    """Serves the page and the frame stream; ``run`` blocks until ``stop`` is set."""
+
+    def __init__(self, source: FrameSource, *, host: str = "127.0.0.1", port: int = 8080):
+        self.source, self.host, self.port = source, host, port
+        self.frames_sent = 0
+        self._clients: set = set()
+
+    async def _request(self, connection, request):
+        if request.path in ("/stream", "/stream/"):
+            return None  # upgrade to the WebSocket
+        name = "index.html" if request.path in ("/", "/index.html") else request.path.lstrip("/")
+        path = (STATIC / name).resolve()
+        if STATIC not in path.parents or not path.is_file():
+            return connection.respond(HTTPStatus.NOT_FOUND, "not found\n")
+        response = connection.respond(HTTPStatus.OK, path.read_text())
+        response.headers["Content-Type"] = CONTENT_TYPES.get(path.suffix, "application/octet-stream")
+        return response
+
+    async def _stream(self, websocket) -> None:
+        self._clients.add(websocket)
+        try:
+            await websocket.wait_closed()
+        finally:
+            self._clients.discard(websocket)
+
+    async def _serve(self, stop: threading.Event) -> None:
+        from websockets.asyncio.server import broadcast, serve
+
+        loop = asyncio.get_running_loop()
+        async with serve(self._stream, self.host, self.port, process_request=self._request, max_size=2**20):
+            while not stop.is_set():
+                messages = await loop.run_in_executor(None, self.source.next_frames, 0.2)
+                sent = struct.pack("<d", time.time() * 1000.0)
+                for kind, jpeg in messages:
+                    broadcast(self._clients, bytes([kind]) + sent + jpeg)  # slow pages skip, never queue
+                    self.frames_sent += 1
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        try:
+            asyncio.run(self._serve(stop or threading.Event()))
+        except OSError as exc:
+            raise ConfigError(f"cannot serve the preview on {self.host}:{self.port}: {exc}") from exc

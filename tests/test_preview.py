@@ -1,0 +1,142 @@
+"""The preview page in a real headless Chromium (Debian's): it connects, frames arrive, it shows them."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from goggles.client import Client
+from goggles.paths import default_scene
+from goggles.preview.server import FrameSource, PreviewServer
+from goggles.scene import load_static_scene
+from tests.test_engine import Running, endpoints, free_port, run_config
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class DevTools:
+    """A minimal Chrome DevTools Protocol client over the page target's WebSocket."""
+
+    def __init__(self, port: int):
+        from websockets.sync.client import connect
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2))
+                page = next(t for t in targets if t["type"] == "page")
+                break
+            except (OSError, StopIteration):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        self.socket = connect(page["webSocketDebuggerUrl"], max_size=2**26).__enter__()
+        self.next_id = 0
+
+    def close(self) -> None:
+        self.socket.__exit__(None, None, None)
+
+    def call(self, method: str, **params):
+        self.next_id += 1
+        self.socket.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            reply = json.loads(self.socket.recv(timeout=30))
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise RuntimeError(reply["error"])
+                return reply["result"]
+
+    def evaluate(self, expression: str):
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+def test_preview_page_in_headless_chromium(tmp_path):
+    config = run_config(
+        scale=2.0,
+        cameras=[
+            {
+                "vehicle": "quad0",
+                "name": "stereo",
+                "width": 96,
+                "height": 72,
+                "vfov_deg": 60.0,
+                "baseline": 0.32,
+                "rate": 30.0,
+                "outputs": ["rgb"],
+            }
+        ],
+    )
+    engine = Running(config)
+    client = Client(endpoints(config))
+    source = FrameSource(client, "quad0", "stereo", scene=load_static_scene(default_scene()), device="cpu")
+    port = free_port()
+    server = PreviewServer(source, port=port)
+    stop = threading.Event()
+    serving = threading.Thread(target=server.run, args=(stop,), daemon=True)
+    serving.start()
+    debug_port = free_port()
+    browser = subprocess.Popen(
+        [
+            CHROMIUM,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tempfile.mkdtemp()}",
+            f"--remote-debugging-port={debug_port}",
+            "--window-size=1000,500",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        page = DevTools(debug_port)
+        page.call("Page.enable")
+        page.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
+        deadline = time.monotonic() + 60
+        frames = 0
+        while time.monotonic() < deadline and frames < 10:
+            time.sleep(0.3)
+            frames = int(
+                page.evaluate("document.getElementById('frames') ? +document.getElementById('frames').textContent : 0")
+                or 0
+            )
+        assert frames >= 10, "the page received no stereo frames"
+        assert page.evaluate("document.getElementById('status').textContent") == "connected"
+        assert page.evaluate("document.getElementById('stereo').naturalWidth") == 2 * 96  # left | right
+        assert page.evaluate("document.getElementById('third').naturalWidth") == 320
+        shot = page.call("Page.captureScreenshot", format="png")["data"]
+        (tmp_path / "preview.png").write_bytes(base64.b64decode(shot))
+        import cv2
+
+        image = cv2.imdecode(np.frombuffer(base64.b64decode(shot), np.uint8), cv2.IMREAD_COLOR)
+        assert image.std() > 10  # not blank: the arena and the page, not one flat colour
+        stereo_box = page.evaluate("JSON.stringify(document.getElementById('stereo').getBoundingClientRect())")
+        box = json.loads(stereo_box)
+        region = image[int(box["top"]) + 5 : int(box["bottom"]) - 5, int(box["left"]) + 5 : int(box["right"]) - 5]
+        assert region.size and region.std() > 5  # the stereo image itself has content
+        page.close()
+    finally:
+        browser.terminate()
+        browser.wait(10)
+        stop.set()
+        serving.join(10)
+        engine.stop.set()
+        engine.finish()
+        client.close()
+    assert server.frames_sent > 10
