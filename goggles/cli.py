@@ -373,9 +373,21 @@ def cmd_run(args) -> int:
             args.record,
             metadata={"run_file": Path(run_path).read_text(), "run_file_path": str(Path(run_path).resolve())},
         )
+    sinks = []
+    if args.foxglove is not None:
+        from goggles.preview.foxglove_sink import FoxgloveSink
+
+        sinks.append(FoxgloveSink(host=args.foxglove_host, port=args.foxglove))
     engine = Engine(
-        config, device=args.device, status=lambda line: print(line, file=sys.stderr, flush=True), recorder=recorder
+        config,
+        device=args.device,
+        status=lambda line: print(line, file=sys.stderr, flush=True),
+        recorder=recorder,
+        sinks=sinks,
     )
+    for sink in sinks:
+        sink.set_scene(engine.scene_boxes)
+        print(f"Foxglove: ws://{args.foxglove_host}:{sink.port}", file=sys.stderr, flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -391,6 +403,8 @@ def cmd_run(args) -> int:
         engine.run(duration=args.duration, stop=stop)
     finally:
         engine.close()
+        for sink in sinks:
+            sink.close()
         if recorder is not None:
             recorder.close()
             print(
@@ -788,6 +802,28 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lcm-url", default=None, help="LCM URL (e.g. memq:// or udpm://...?ttl=0)")
     run.add_argument("--no-lcm", action="store_true", help="publish on ZeroMQ only")
     run.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
+    run.add_argument(
+        "--expose",
+        default=None,
+        metavar="ADDRESS",
+        help="bind ZeroMQ to ADDRESS (e.g. 0.0.0.0) instead of 127.0.0.1; needs --keys (CURVE)",
+    )
+    run.add_argument(
+        "--keys",
+        type=Path,
+        default=None,
+        help="folder from 'goggles keys': server.key_secret, and clients/ with the accepted client keys",
+    )
+    run.add_argument(
+        "--foxglove",
+        type=int,
+        nargs="?",
+        const=8765,
+        default=None,
+        metavar="PORT",
+        help="serve the outputs to Foxglove on ws://127.0.0.1:PORT (default 8765)",
+    )
+    run.add_argument("--foxglove-host", default="127.0.0.1", help="address of the Foxglove server (0.0.0.0 exposes it)")
     run.add_argument(
         "--record",
         type=Path,

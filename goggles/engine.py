@@ -124,7 +124,7 @@ MAX_AVATARS = 8
 class _Avatar:
     skinned: SkinnedAvatar
     shape: int
-    pending: SkeletonPose | None = None
+    last: SkeletonPose | None = None
 
 
 class Engine:
@@ -136,11 +136,20 @@ class Engine:
         status: called about once per wall second with a one-line status (the CLI prints it).
     """
 
-    def __init__(self, config: RunConfig, *, device=None, status: Callable[[str], None] | None = None, recorder=None):
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        device=None,
+        status: Callable[[str], None] | None = None,
+        recorder=None,
+        sinks=(),
+    ):
         self.config = config
         self.mode = config.mode
-        self.recorder = recorder
-        """A ``goggles.record.Recorder`` that gets every published output and accepted input, or None."""
+        self.sinks = [sink for sink in (recorder, *sinks) if sink is not None]
+        """Where every published output and accepted input also goes: a ``goggles.record.Recorder``,
+        a Foxglove server (``write(channel, data, log_time_ns)``)."""
         self.dt = 1.0 / config.physics_rate
         self.counters = Counters()
         self.times = StageTimes()
@@ -493,8 +502,8 @@ class Engine:
                 except MalformedMessage as exc:
                     self._count_malformed(channel, exc)
                     continue
-                if self.recorder is not None:
-                    self.recorder.write(channel, data, self._log_time_ns())
+                for sink in self.sinks:
+                    sink.write(channel, data, self._log_time_ns())
         if self._pending_skeletons:
             self._update_avatars()
         self.times.add("inputs", time.perf_counter() - t)
@@ -512,6 +521,7 @@ class Engine:
                 avatar = self.avatars[name] = _Avatar(SkinnedAvatar(mesh, pose, self.world.shape_mesh(shape)), shape)
                 log.info("avatar %s: %d bones, %d triangles", name, len(pose.bones), len(mesh.faces))
             self.world.set_shape_bounds(avatar.shape, avatar.skinned.pose(pose))
+            avatar.last = pose
         self._pending_skeletons.clear()
         gates = len(self.actor_poses)
         shapes = [*range(gates), *(a.shape for a in self.avatars.values())]
@@ -582,8 +592,8 @@ class Engine:
         data = message.encode()
         for bus in self.buses:
             bus.publish(channel, data)
-        if self.recorder is not None:
-            self.recorder.write(channel, data, self._log_time_ns())
+        for sink in self.sinks:
+            sink.write(channel, data, self._log_time_ns())
         self.counters.published += 1
         self.times.add("publish", time.perf_counter() - t)
 
@@ -765,6 +775,24 @@ class Engine:
         message.rate_names = list(rates)
         message.rates = list(rates.values())
         self._publish("clock", message)
+
+    def scene_boxes(self) -> list:
+        """The actors as boxes for viewers: (name, [(T_WA (4, 4), size (3,))]) per gate and avatar."""
+        from goggles.preview.foxglove_sink import bone_boxes
+        from goggles.scene.gates import gate_bars
+
+        entities = []
+        for gate, T_WG in zip(self.course.gates if self.course else (), self.actor_poses):
+            boxes = []
+            for size, centre in gate_bars(gate.opening):
+                T = T_WG.copy()
+                T[:3, 3] = T_WG[:3, :3] @ centre + T_WG[:3, 3]
+                boxes.append((T, size))
+            entities.append((gate.name, boxes))
+        for name, avatar in self.avatars.items():
+            if avatar.last is not None:
+                entities.append((name, bone_boxes(avatar.last.T_WJ, avatar.last.parents)))
+        return entities
 
     def status_line(self) -> str:
         rates = " ".join(f"{name} {rate:.1f} Hz" for name, rate in self.achieved_rates().items())

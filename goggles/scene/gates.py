@@ -99,19 +99,24 @@ class Course:
         return replace(self, gates=tuple(gates))
 
 
-def gate_shape(opening: tuple[float, float], name: str = "gate") -> ActorShape:
-    """A square gate frame around an opening (four bars), in the gate frame, orange."""
-    import trimesh
-
+def gate_bars(opening: tuple[float, float]) -> list[tuple[tuple[float, float, float], tuple[float, float, float]]]:
+    """The four bars of a gate's frame as (size, centre) boxes in the gate frame, metres."""
     w, h = opening
     b = GATE_BAR
-    bars = []
-    for size, centre in (
+    return [
         ((GATE_DEPTH, w + 2 * b, b), (0.0, 0.0, h / 2 + b / 2)),
         ((GATE_DEPTH, w + 2 * b, b), (0.0, 0.0, -h / 2 - b / 2)),
         ((GATE_DEPTH, b, h), (0.0, w / 2 + b / 2, 0.0)),
         ((GATE_DEPTH, b, h), (0.0, -w / 2 - b / 2, 0.0)),
-    ):
+    ]
+
+
+def gate_shape(opening: tuple[float, float], name: str = "gate") -> ActorShape:
+    """A square gate frame around an opening (four bars), in the gate frame, orange."""
+    import trimesh
+
+    bars = []
+    for size, centre in gate_bars(opening):
         bar = trimesh.creation.box(extents=size)
         bar.apply_translation(centre)
         bars.append(bar)
