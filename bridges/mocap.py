@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import goggles_lcm
+from goggles.checks import finite_vector
 from goggles.errors import ConfigError
 from goggles.frames import matrix_to_quat, quat_from_euler, quat_to_matrix
 from goggles.scene.assets import UNITS_M, UP_AXES
@@ -128,13 +129,11 @@ def load_room_calibration(path: str | Path, system: str) -> RoomCalibration:
 
 
 def _pose(path: Path, table: dict, position_key: str, rpy_key: str) -> np.ndarray:
-    try:
-        position = np.asarray(table.get(position_key, [0.0, 0.0, 0.0]), dtype=np.float64)
-        rpy = np.radians(np.asarray(table.get(rpy_key, [0.0, 0.0, 0.0]), dtype=np.float64))
-    except (TypeError, ValueError):
-        position = rpy = np.zeros(0)
-    if position.shape != (3,) or rpy.shape != (3,) or not np.all(np.isfinite(np.concatenate([position, rpy]))):
+    position = finite_vector(table.get(position_key, [0.0, 0.0, 0.0]), 3)
+    rpy = finite_vector(table.get(rpy_key, [0.0, 0.0, 0.0]), 3)
+    if position is None or rpy is None:
         raise ConfigError(f"{path}: {position_key!r} and {rpy_key!r} must be three finite numbers each")
+    rpy = np.radians(rpy)
     T = np.eye(4)
     T[:3, :3] = quat_to_matrix(quat_from_euler(*rpy))
     T[:3, 3] = position

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from goggles.checks import finite_vector
 from goggles.clock import ClockMode
 from goggles.dynamics.model import CollisionResponse
 from goggles.errors import ConfigError
@@ -161,12 +162,8 @@ class _Reader:
         return float(value)
 
     def vector(self, key: str, n: int, default=None) -> tuple[float, ...]:
-        value = self.get(key, default)
-        try:
-            array = np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError):
-            array = np.zeros(0)
-        if array.shape != (n,) or not np.all(np.isfinite(array)):
+        array = finite_vector(self.get(key, default), n)
+        if array is None:
             raise self.error(key, f"a list of {n} finite numbers")
         return tuple(float(v) for v in array)
 

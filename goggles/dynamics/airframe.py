@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from goggles.checks import finite_vector
 from goggles.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -197,11 +198,8 @@ class _Table:
 
     def vector(self, key: str, n: int, *, minimum: float | None = None) -> np.ndarray:
         value = self._get(key)
-        try:
-            array = np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError):
-            array = np.zeros(0)
-        if array.shape != (n,) or not np.all(np.isfinite(array)) or minimum is not None and np.any(array < minimum):
+        array = finite_vector(value, n)
+        if array is None or minimum is not None and np.any(array < minimum):
             bound = "" if minimum is None else f" >= {minimum}"
             raise ConfigError(f"{self.path}: {self.where}: {key!r} must be {n} finite numbers{bound}, got {value!r}")
         return array

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from goggles.checks import finite_vector
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, transform
 from goggles.scene.actors import ActorShape
@@ -186,10 +187,7 @@ def _numbers(where: str, table: dict, key: str, n: int, default) -> list[float]:
     value = table.get(key, default)
     if isinstance(value, (int, float)) and n == 1:
         value = [value]
-    try:
-        array = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        array = np.zeros(0)
-    if array.shape != (n,) or not np.all(np.isfinite(array)):
+    array = finite_vector(value, n)
+    if array is None:
         raise ConfigError(f"{where}: {key!r} must be {n} finite number(s), got {value!r}")
     return [float(v) for v in array]

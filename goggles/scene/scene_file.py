@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from goggles.checks import finite_vector
 from goggles.errors import SceneError
 from goggles.frames import quat_from_euler, transform
 from goggles.scene.assets import MESH_SUFFIXES, UNITS_M, UP_AXES, default_frame
@@ -151,10 +152,7 @@ def _asset(path: Path, index: int, entry: dict) -> AssetSpec:
 
 def _vector(path: Path, where: str, entry: dict, key: str, n: int, default) -> np.ndarray:
     value = entry.get(key, default)
-    try:
-        array = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        array = np.zeros(0)
-    if array.shape != (n,) or not np.all(np.isfinite(array)):
+    array = finite_vector(value, n)
+    if array is None:
         raise SceneError(f"{path}: {where}: {key!r} must be a list of {n} finite numbers, got {value!r}")
     return array
