@@ -12,7 +12,6 @@ seen for ``stale_after`` seconds (default: three frame periods) is published onc
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -21,17 +20,12 @@ from pathlib import Path
 import numpy as np
 
 import goggles_lcm
-from goggles.checks import finite_vector
+from goggles.checks import finite_vector, read_toml
 from goggles.errors import ConfigError
 from goggles.frames import matrix_to_quat, quat_from_euler, quat_to_matrix
 from goggles.scene.assets import UNITS_M, UP_AXES
 from goggles.transport.buses import frame as zmq_frame
 from goggles.transport.schema import header
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 log = logging.getLogger(__name__)
 
@@ -97,12 +91,7 @@ def load_room_calibration(path: str | Path, system: str) -> RoomCalibration:
         ConfigError: naming the file and the bad key.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: room calibration not found")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    data = read_toml(path, "room calibration")
     default_up, default_units = SYSTEM_FRAMES[system]
     room = data.get("room", {})
     allowed = {"up", "units", "position", "rpy_deg", "stale_after", "max_speed", "skeleton_coordinates"}

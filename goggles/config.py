@@ -6,13 +6,12 @@ from a calibration file in OpenCV/ROS camera YAML (``calib/*.yaml``). See ``asse
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import finite_vector
+from goggles.checks import finite_vector, read_toml
 from goggles.clock import ClockMode
 from goggles.dynamics.model import CollisionResponse
 from goggles.errors import ConfigError
@@ -22,11 +21,6 @@ from goggles.scene.assets import UNITS_M, UP_AXES
 from goggles.sensors.ranges import PRESETS as RANGE_PRESETS
 from goggles.sensors.ranges import RangeSensorModel
 from goggles.transport.buses import DEFAULT_LCM_URL, CurveServer, ZmqEndpoints
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 CAMERA_OUTPUTS = ("depth", "range", "rgb", "segmentation", "beacons")
 IMAGE_OUTPUTS = ("depth", "range", "rgb", "segmentation")
@@ -127,13 +121,7 @@ def load_run_config(path: str | Path) -> RunConfig:
         ConfigError: naming the file and the bad key.
     """
     path = Path(path).resolve()
-    if not path.is_file():
-        raise ConfigError(f"{path}: run file not found")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    return parse_run_config(data, path)
+    return parse_run_config(read_toml(path, "run file"), path)
 
 
 class _Reader:

@@ -11,21 +11,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from goggles.checks import parse_toml
 from goggles.clock import ClockMode
 from goggles.config import load_run_config, parse_run_config
 from goggles.errors import ConfigError
 from goggles.record import Recorder, read_log, read_metadata
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +49,10 @@ def replay_config(path: Path, sensors: Path | None, scene: Path | None):
                 f"{path}: the recording does not hold its run file (an LCM log, or cut short "
                 "before it was written): give one with --sensors"
             )
-        config = parse_run_config(tomllib.loads(metadata["run_file"]), Path(metadata.get("run_file_path", path)))
+        config = parse_run_config(
+            parse_toml(metadata["run_file"], f"{path}: the recorded run file"),
+            Path(metadata.get("run_file_path", path)),
+        )
     changes = {"mode": ClockMode.REPLAY, "zmq": None, "lcm_url": None}
     if scene is not None:
         changes["scene"] = scene.resolve()

@@ -198,3 +198,13 @@ def test_bad_logs(tmp_path):
     with pytest.raises(ConfigError, match="record to a .mcap"):
         Recorder(tmp_path / "x.txt")
     np.testing.assert_equal(len(list(read_log(record_run(tmp_path, duration=0.1)))) > 0, True)
+
+
+def test_a_recording_whose_run_file_is_corrupt_names_it(tmp_path):
+    from goggles.errors import ConfigError
+    from goggles.replay import replay_config
+
+    path = tmp_path / "corrupt.mcap"
+    Recorder(path, metadata={"run_file": "[run\nmode = ", "run_file_path": "run.toml"}).close()
+    with pytest.raises(ConfigError, match="recorded run file: not valid TOML"):
+        replay_config(path, None, None)

@@ -6,20 +6,14 @@ number has a unit. Physical parameters have no silent defaults: a missing key is
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import finite_vector
+from goggles.checks import finite_vector, read_toml
 from goggles.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 #: Most rotors an airframe may have (the kernels use fixed-size vectors).
@@ -153,16 +147,12 @@ def load_airframe(name_or_path: str | Path) -> Airframe:
     if not path.is_file():
         known = sorted(p.stem for p in PRESETS_DIR.glob("*.toml") if p.stem != "imu")
         raise ConfigError(f"airframe preset {name_or_path!r} not found; known presets: {known}, or give a .toml path")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    return _airframe(path, data)
+    return _airframe(path, read_toml(path, "airframe preset"))
 
 
 def load_imu_preset(name: str) -> ImuNoise:
     """IMU noise preset by name: ``flightgoggles``, ``vn-100``, ``bmi088``."""
-    data = tomllib.loads((PRESETS_DIR / "imu.toml").read_text())
+    data = read_toml(PRESETS_DIR / "imu.toml", "IMU preset")
     if name not in data:
         raise ConfigError(f"IMU preset {name!r} unknown; known: {sorted(data)}")
     table = _Table(PRESETS_DIR / "imu.toml", f"[{name}]", data[name])

@@ -23,22 +23,16 @@ Example course::
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import finite_vector
+from goggles.checks import finite_vector, read_toml
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, transform
 from goggles.scene.actors import ActorShape
 from goggles.scene.assets import part_from_trimesh
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 #: Frame bar thickness and depth, m.
 GATE_BAR = 0.15
@@ -137,12 +131,7 @@ def load_course(path: str | Path) -> Course:
         ConfigError: naming the file and the bad key.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: course file not found")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    data = read_toml(path, "course file")
     unknown = sorted(set(data) - {"course", "gate"})
     if unknown:
         raise ConfigError(f"{path}: unknown table {unknown[0]!r}; a course has [course] and [[gate]]")

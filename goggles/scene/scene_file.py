@@ -22,21 +22,15 @@ A path to a single mesh file is also a scene: one asset at the origin with the f
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import finite_vector
+from goggles.checks import finite_vector, read_toml
 from goggles.errors import SceneError
 from goggles.frames import quat_from_euler, transform
 from goggles.scene.assets import MESH_SUFFIXES, UNITS_M, UP_AXES, default_frame
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 _ASSET_KEYS = {"name", "file", "units", "up", "position", "orientation", "rpy_deg", "scale", "segmentation"}
 _SCENE_KEYS = {"name", "description", "view"}
@@ -88,10 +82,7 @@ def load_scene_spec(path: str | Path) -> SceneSpec:
         return SceneSpec(path.stem, path, (asset,))
     if path.suffix.lower() != ".toml":
         raise SceneError(f"{path}: a scene is a .toml file or a mesh file ({', '.join(MESH_SUFFIXES)})")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise SceneError(f"{path}: not valid TOML: {exc}") from exc
+    data = read_toml(path, "scene file", SceneError)
 
     _check_keys(path, "top level", data, _TOP_KEYS)
     scene = data.get("scene", {})
