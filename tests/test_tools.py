@@ -11,6 +11,30 @@ from tests.test_engine import free_port
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _fly(run_file: Path, engine_args: list[str], tool: str, tool_args: list[str], ports, *, timeout: float):
+    """Run `tool` in lockstep against an engine process on `run_file` (ZeroMQ on `ports`); it must succeed."""
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "goggles.cli", "run", str(run_file), *engine_args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    endpoints = [f"tcp://127.0.0.1:{port}" for port in ports]
+    try:
+        pilot = subprocess.run(
+            [sys.executable, str(REPO / tool), "--lockstep", *tool_args]
+            + ["--publish", endpoints[0], "--inputs", endpoints[1], "--control", endpoints[2]],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    finally:
+        engine.terminate()
+        engine.wait(30)
+    assert pilot.returncode == 0, pilot.stdout + pilot.stderr + engine.stderr.read()[-2000:]
+    return pilot
+
+
 def test_fly_waypoints_client_flies_the_quad_over_the_bus(tmp_path):
     ports = [free_port() for _ in range(3)]
     run_file = tmp_path / "run.toml"
@@ -37,37 +61,14 @@ rate = 30.0
 outputs = ["depth"]
 """
     )
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "goggles.cli", "run", str(run_file)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    pilot = _fly(
+        run_file,
+        [],
+        "tools/fly_waypoints.py",
+        ["--timeout", "60", "--waypoints", "0,0,1.5;3,0,2;3,2,2;0,0,1"],
+        ports,
+        timeout=300,
     )
-    try:
-        pilot = subprocess.run(
-            [
-                sys.executable,
-                str(REPO / "tools/fly_waypoints.py"),
-                "--lockstep",
-                "--timeout",
-                "60",
-                "--waypoints",
-                "0,0,1.5;3,0,2;3,2,2;0,0,1",
-                "--publish",
-                f"tcp://127.0.0.1:{ports[0]}",
-                "--inputs",
-                f"tcp://127.0.0.1:{ports[1]}",
-                "--control",
-                f"tcp://127.0.0.1:{ports[2]}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    finally:
-        engine.terminate()
-        engine.wait(30)
-    assert pilot.returncode == 0, pilot.stdout + pilot.stderr + engine.stderr.read()[-2000:]
     assert "all 4 waypoints reached" in pilot.stdout
     assert pilot.stdout.count("reached waypoint") == 4
 
@@ -85,36 +86,8 @@ def test_race_beacons_pilot_flies_the_default_course_and_goggles_race_scores_it(
     )
     run_file = tmp_path / "race.toml"
     run_file.write_text(text)
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "goggles.cli", "run", str(run_file), "--mode", "lockstep", "--no-lcm"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     log = tmp_path / "flight.csv"
-    try:
-        pilot = subprocess.run(
-            [
-                sys.executable,
-                str(REPO / "tools/race_beacons.py"),
-                "--lockstep",
-                "--log",
-                str(log),
-                "--publish",
-                f"tcp://127.0.0.1:{ports[0]}",
-                "--inputs",
-                f"tcp://127.0.0.1:{ports[1]}",
-                "--control",
-                f"tcp://127.0.0.1:{ports[2]}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    finally:
-        engine.terminate()
-        engine.wait(30)
-    assert pilot.returncode == 0, pilot.stdout + pilot.stderr + engine.stderr.read()[-2000:]
+    _fly(run_file, ["--mode", "lockstep", "--no-lcm"], "tools/race_beacons.py", ["--log", str(log)], ports, timeout=600)
     scored = subprocess.run(
         [sys.executable, "-m", "goggles.cli", "race", "--log", str(log)], capture_output=True, text=True, timeout=120
     )
