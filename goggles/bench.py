@@ -136,14 +136,21 @@ class DynamicsBench:
 
 
 def bench_dynamics(
-    preset: str, *, vehicles: int, device: str | None = None, seconds: float = 1.0, threads: int | None = None
+    preset: str,
+    *,
+    vehicles: int,
+    device: str | None = None,
+    seconds: float = 1.0,
+    threads: int | None = None,
+    integrator=None,
 ) -> DynamicsBench:
-    """Time full physics steps (RK4, position controller, disturbances, IMU) of a batch in flight."""
+    """Time full physics steps (the airframe's integrator unless given, position controller,
+    disturbances, IMU) of a batch in flight."""
     import warp as wp
 
     from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
 
-    sim = MultirotorSim(load_airframe(preset), vehicles, device=device, threads=threads)
+    sim = MultirotorSim(load_airframe(preset), vehicles, device=device, threads=threads, integrator=integrator)
     sim.reset(position=[0.0, 0.0, 1.0], rotor_speed=sim.airframe.hover_speed)
     sim.set_command(ControlMode.POSITION, [1.0, -1.0, 2.0, 0.5])
     chunk = 960 if vehicles == 1 else max(1, 96_000 // vehicles)
@@ -156,7 +163,7 @@ def bench_dynamics(
     sim.close()
     return DynamicsBench(
         airframe=sim.airframe.name,
-        integrator="rk4",
+        integrator=sim.integrator.name.lower(),
         vehicles=vehicles,
         steps_per_s=chunk / seconds_per_call,
         device=str(sim.device),

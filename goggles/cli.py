@@ -245,7 +245,7 @@ def cmd_fly(args) -> int:
         1,
         device=args.device,
         dt=1.0 / args.rate,
-        integrator=Integrator[args.integrator.upper()],
+        integrator=None if args.integrator is None else Integrator[args.integrator.upper()],
         ground_effect=GroundEffect[args.ground_effect.upper().replace("-", "_")],
         imu_rate=args.imu_rate,
         disturbances=not args.no_disturbances,
@@ -311,7 +311,8 @@ def cmd_fly(args) -> int:
     np.savetxt(args.out, table, delimiter=",", header=",".join(header), comments="", fmt="%.9g")
     final = table[-1]
     print(
-        f"{airframe.name}: {args.duration:g} s, {args.controller} control, {args.integrator} at {args.rate:g} Hz; "
+        f"{airframe.name}: {args.duration:g} s, {args.controller} control, {sim.integrator.name.lower()} at "
+        f"{args.rate:g} Hz; "
         f"final position {final[1]:.3f},{final[2]:.3f},{final[3]:.3f} m, speed {np.linalg.norm(final[4:7]):.3f} m/s "
         f"-> {args.out} ({len(table)} rows)"
     )
@@ -1006,7 +1007,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: on the ground at the origin, rotors stopped)",
     )
     fly.add_argument("--seed", type=int, default=0, help="seed of the disturbance and IMU noise")
-    fly.add_argument("--integrator", choices=["euler", "rk4"], default="rk4")
+    fly.add_argument(
+        "--integrator", choices=["euler", "rk4"], default=None, help="default: the preset's (fg-quad: euler, as FlightGoggles)"
+    )
     fly.add_argument("--rate", type=float, default=960.0, help="physics rate, Hz (default %(default)s)")
     fly.add_argument("--imu-rate", type=float, default=None, help="IMU rate, Hz, dividing --rate (default: --rate)")
     fly.add_argument("--ground-effect", choices=["none", "cheeseman-bennett", "conyers"], default="none")

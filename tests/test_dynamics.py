@@ -47,27 +47,37 @@ def test_hover_speed_holds_still(device):
 
 
 @pytest.mark.parametrize("airframe", [FG, HEXA], ids=["fg-quad", "hexa-550"])
-def test_motor_step_rise_and_fall_time_constants(device, airframe):
-    """w(t) = w_cmd (1 - exp(-t / tau_up)) after a step up; w0 exp(-t / tau_down) after a step down."""
-    sim = quiet(airframe, device=device)  # resting on the floor: thrust below weight keeps it there
+@pytest.mark.parametrize("integrator", [Integrator.RK4, Integrator.EULER], ids=["rk4", "euler"])
+def test_motor_step_rise_and_fall_time_constants(device, airframe, integrator):
+    """Step response of the first-order lag: w_cmd (1 - exp(-t / tau)) under RK4 (solved exactly), and
+    FlightGoggles' explicit-Euler recursion w_cmd (1 - (1 - dt / tau)^k) under Euler; likewise down."""
+
+    def decay(k: int, tau: float, dt: float) -> float:
+        return np.exp(-k * dt / tau) if integrator == Integrator.RK4 else (1.0 - dt / tau) ** k
+
+    sim = quiet(airframe, device=device, integrator=integrator)  # on the floor: below hover thrust
     target = 0.6 * airframe.hover_speed
     sim.set_command(ControlMode.ROTOR_SPEEDS, [target] * airframe.num_rotors)
     for k in range(1, 49):
         sim.step(1)
-        expected = target * (1 - np.exp(-k * sim.dt / airframe.time_constant_up))
+        expected = target * (1 - decay(k, airframe.time_constant_up, sim.dt))
         np.testing.assert_allclose(sim.states().rotor_speed[0], expected, rtol=1e-5)
     start = sim.states().rotor_speed[0, 0]
     sim.set_command(ControlMode.ROTOR_SPEEDS, [0.0] * airframe.num_rotors)
     for k in range(1, 49):
         sim.step(1)
-        np.testing.assert_allclose(
-            sim.states().rotor_speed[0], start * np.exp(-k * sim.dt / airframe.time_constant_down), rtol=1e-4
-        )
+        expected = start * decay(k, airframe.time_constant_down, sim.dt)
+        np.testing.assert_allclose(sim.states().rotor_speed[0], expected, rtol=1e-4)
 
 
 def test_free_fall(device):
+    """RK4 is exact for constant acceleration; explicit Euler (FlightGoggles) lags by g t dt / 2."""
     no_drag = dataclasses.replace(FG, drag_coefficient=0.0)
-    sim = quiet(no_drag, device=device, floor_z=None)
+    sim = quiet(no_drag, device=device, floor_z=None, integrator=Integrator.RK4)
+    euler = quiet(no_drag, device=device, floor_z=None, integrator=Integrator.EULER)
+    euler.reset(position=[1, 2, 100])
+    euler.step(960)
+    assert euler.states().position[0, 2] == pytest.approx(100 - 0.5 * GRAVITY * (1 - 1 / 960), abs=2e-4)
     sim.reset(position=[1, 2, 100])
     sim.step(960)
     s = sim.states()
@@ -78,7 +88,7 @@ def test_free_fall(device):
 
 def test_quadratic_drag_fall_and_terminal_velocity(device):
     """m v' = -m g + cd v^2: v(t) = -v_t tanh(g t / v_t), v_t = sqrt(m g / cd)."""
-    sim = quiet(device=device, floor_z=None)
+    sim = quiet(device=device, floor_z=None, integrator=Integrator.RK4)
     sim.reset(position=[0, 0, 1000])
     v_t = np.sqrt(FG.mass * GRAVITY / FG.drag_coefficient)
     for t in (0.5, 1.0, 2.0, 6.0):
@@ -108,7 +118,7 @@ def test_rk4_error_shrinks_sixteenfold_when_dt_halves(device):
 
 def test_angular_momentum_is_conserved_without_torques(device):
     start, airframe, _ = _tumble(device, Integrator.RK4, 1 / 960)
-    sim = quiet(airframe, device=device, floor_z=None)
+    sim = quiet(airframe, device=device, floor_z=None, integrator=Integrator.RK4)
     sim.reset(position=[0, 0, 100], rates=[12.0, 1.5, 6.0])
     L0 = airframe.inertia @ [12.0, 1.5, 6.0]
     for _ in range(4):

@@ -20,6 +20,13 @@ PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 MAX_ROTORS = 8
 
 
+class Integrator(IntEnum):
+    EULER = 0
+    """Explicit Euler, the motor lag included (FlightGoggles' default)."""
+    RK4 = 1
+    """Classic fourth-order Runge-Kutta, with the motor lag solved exactly over each step."""
+
+
 class CollisionShape(IntEnum):
     SPHERE = 0
     BOX = 1
@@ -102,6 +109,9 @@ class Airframe:
     """(3,) m: the sphere's radius (repeated) or the box's half extents, body frame."""
     crash_speed: float
     """m/s: contacts approached faster than this are crashes; slower ones are only reported."""
+    integrator: Integrator = Integrator.RK4
+    """The integrator the airframe's parameters were identified with (``[simulation] integrator``);
+    a simulator uses it unless told otherwise."""
 
     @property
     def num_rotors(self) -> int:
@@ -229,6 +239,7 @@ _KEYS = {
     "rotor": {"position", "axis", "spin"},
     "collision": {"shape", "radius", "half_extents", "crash_speed"},
     "allocation": set(),
+    "simulation": {"integrator"},
 }
 
 
@@ -307,6 +318,11 @@ def _airframe(path: Path, data: dict) -> Airframe:
             f"{path}: the rotors cannot produce independent thrust, roll, pitch and yaw (allocation rank < 4)"
         )
 
+    simulation = data.get("simulation", {})
+    integrator_name = simulation.get("integrator", "rk4") if isinstance(simulation, dict) else None
+    if integrator_name not in ("euler", "rk4"):
+        raise ConfigError(f"{path}: [simulation]: 'integrator' must be 'euler' or 'rk4', got {integrator_name!r}")
+
     return Airframe(
         name=path.stem,
         mass=mass,
@@ -347,4 +363,5 @@ def _airframe(path: Path, data: dict) -> Airframe:
         collision_shape=CollisionShape.SPHERE if shape_name == "sphere" else CollisionShape.BOX,
         collision_size=collision_size,
         crash_speed=collision.number("crash_speed", minimum=0.0),
+        integrator=Integrator[integrator_name.upper()],
     )

@@ -11,8 +11,10 @@ from goggles.dynamics.model import (
     ground_effect_ratio,
     height_above_ground,
     integrate,
+    on_floor,
     rest_on_floor,
-    rotor_speeds_at,
+    rotor_speeds_after,
+    specific_force,
     vec8,
     vehicle_contact,
 )
@@ -82,6 +84,16 @@ def record_contact(
     return 0
 
 
+@wp.func
+def filter_step(P: float, Q: float, y: wp.vec3, dy: wp.vec3, u: wp.vec3, dt: float):
+    """One backward-Euler step of the gyro low-pass y'' = P (u - y) - Q y' (FlightGoggles' LPF).
+
+    Solving y1 = y0 + dt dy1 and dy1 = dy0 + dt (P (u - y1) - Q dy1) for (y1, dy1)."""
+    det = 1.0 + Q * dt + P * dt * dt
+    dy1 = (dy + (u - y) * (P * dt)) / det
+    return y + dy1 * dt, dy1
+
+
 @wp.kernel
 def step_vehicles_kernel(
     af: AirframeParams,
@@ -118,9 +130,9 @@ def step_vehicles_kernel(
     for k in range(steps):
         if crashed != 0:
             break  # a crashed vehicle stays where it stopped until reset
-        # Rate-mode gyro filter (semi-implicit Euler) and PID integrator, on the latest IMU sample.
-        dy = dy + ((af.R_BI * imu_gyro - y) * af.filter_p - dy * af.filter_q) * dt
-        y = y + dy * dt
+        # Rate-mode gyro filter on the latest IMU sample (backward Euler, as FlightGoggles), and the
+        # PID integrator.
+        y, dy = filter_step(af.filter_p, af.filter_q, y, dy, af.R_BI * imu_gyro, dt)
         if mode == RATES:
             integral = wp.min(wp.max(integral + (wp.vec3(command[1], command[2], command[3]) - y) * dt, -limit), limit)
         w_cmd = rotor_commands(af, settings, mode, command, x.p, x.v, x.q, x.w, y, dy, integral)
@@ -131,14 +143,11 @@ def step_vehicles_kernel(
         if settings.disturbances != 0:
             force_noise, rng = randn3(rng)
             moment_noise, rng = randn3(rng)
-        v_before = x.v
-        x = rest_on_floor(
-            settings,
-            integrate(
-                af, settings, x, rotors, w_cmd, ratio, force_noise * af.force_sigma, moment_noise * af.moment_sigma
-            ),
-        )
-        rotors, unused = rotor_speeds_at(af, rotors, w_cmd, dt)
+        force_noise_W = force_noise * af.force_sigma
+        x = integrate(af, settings, x, rotors, w_cmd, ratio, force_noise_W, moment_noise * af.moment_sigma)
+        supported = on_floor(settings, x)
+        x = rest_on_floor(settings, x)
+        rotors = rotor_speeds_after(af, settings, rotors, w_cmd)
         if settings.world_mesh != wp.uint64(0):
             response = record_contact(state, i, first_step + k + 1, af, settings, actors, x)
             if response == CRASH:
@@ -154,7 +163,11 @@ def step_vehicles_kernel(
                 rotors = vec8()
                 integral = wp.vec3(0.0)
         if (first_step + k + 1) % settings.imu_decimation == 0:
-            specific_force_B = wp.quat_rotate_inv(x.q, (x.v - v_before) / dt + wp.vec3(0.0, 0.0, settings.gravity))
+            # The instantaneous specific force at the sample; held by the floor or stopped by a
+            # crash, the support cancels gravity's pull instead.
+            specific_force_B = specific_force(af, x, rotors, ratio, force_noise_W)
+            if supported or crashed != 0:
+                specific_force_B = wp.quat_rotate_inv(x.q, wp.vec3(0.0, 0.0, settings.gravity))
             if settings.imu_noise != 0:
                 walk_a, rng = randn3(rng)
                 walk_g, rng = randn3(rng)
@@ -201,3 +214,15 @@ def ground_effect_kernel(
     """Evaluate the simulator's ground-effect ratio at given heights (for tests and plots)."""
     i = wp.tid()
     out_ratio[i] = ground_effect_ratio(model, heights[i], rotor_radius, arm_length)
+
+
+@wp.kernel
+def filter_response_kernel(
+    P: float, Q: float, dt: float, inputs: wp.array(dtype=wp.vec3), out_y: wp.array(dtype=wp.vec3)
+):
+    """Run the rate-mode gyro filter over an input sequence from rest (for tests and plots)."""
+    y = wp.vec3(0.0)
+    dy = wp.vec3(0.0)
+    for k in range(inputs.shape[0]):
+        y, dy = filter_step(P, Q, y, dy, inputs[k], dt)
+        out_y[k] = y

@@ -1,20 +1,26 @@
 """The multirotor model as Warp functions: motors, wrench, aerodynamics, ground effect, integrators.
 
 Equations (REFERENCE.md sections 1-2), world ENU, body FLU, Warp quaternions (x, y, z, w):
-    rotor speed    w(s) = w_cmd + (w0 - w_cmd) exp(-s / tau)    exact first-order lag over a step,
-                                                               tau_up or tau_down by direction
+    rotor speed    w' = (w_cmd - w) / tau, tau_up or tau_down by direction; stepped by explicit Euler
+                   under the Euler integrator (as FlightGoggles), exactly (exponential) under RK4
     rotor thrust   u_i = cf w_i |w_i| x ground-effect ratio
-    body wrench    [F; M] = A u  +  [0; sum spin_i a_i Jm dw_i/dt]
+    body wrench    [F; M] = A u  +  [0; sum d_i a_i Jm dw_i/dt]
     p' = v
     v' = g + (R F + F_drag + F_noise) / m
     q' = 1/2 q (x) (0, W)
-    W' = J^-1 (M + M_aero + M_noise - W x (J W + sum spin_i a_i Jm w_i))
+    W' = J^-1 (M + M_aero + M_noise - W x (J W + sum h_i)),   h_i = -d_i a_i Jm w_i
+    accelerometer  (F + R^T (F_drag + F_noise)) / m at the sample: the instantaneous specific force
+
+Spin convention (FlightGoggles' ``motorDirection``): d_i = +1 or -1 is the direction, along the
+rotor axis a_i, of the rotor's drag (reaction) torque on the body. A rotor turns against the torque
+it exerts on the body, so its own angular momentum h_i points the other way: -d_i a_i Jm w_i.
 """
 
 from enum import IntEnum
 
 import warp as wp
 
+from goggles.dynamics.airframe import Integrator
 from goggles.render.trace import ActorData, closest_hit, nearest_surface
 
 vec6 = wp.types.vector(length=6, dtype=wp.float32)
@@ -22,11 +28,6 @@ vec8 = wp.types.vector(length=8, dtype=wp.float32)
 mat68 = wp.types.matrix(shape=(6, 8), dtype=wp.float32)
 mat86 = wp.types.matrix(shape=(8, 6), dtype=wp.float32)
 mat38 = wp.types.matrix(shape=(3, 8), dtype=wp.float32)
-
-
-class Integrator(IntEnum):
-    EULER = 0
-    RK4 = 1
 
 
 class GroundEffect(IntEnum):
@@ -65,7 +66,8 @@ class AirframeParams:
     mixer: mat86
     """Pseudo-inverse of the allocation: body wrench -> rotor thrusts."""
     spin_axes: mat38
-    """Column i = spin_i * axis_i (direction of rotor i's reaction torque and angular momentum)."""
+    """Column i = d_i * axis_i: direction of rotor i's reaction torque on the body (its angular
+    momentum points the opposite way)."""
     cf: float
     tau_up: float
     tau_down: float
@@ -238,11 +240,36 @@ def rotor_speeds_at(af: AirframeParams, w0: vec8, w_cmd: vec8, s: float):
 
 
 @wp.func
+def rotor_speeds_after(af: AirframeParams, settings: SimSettings, w0: vec8, w_cmd: vec8) -> vec8:
+    """Rotor speeds at the end of a step: one explicit Euler step of the lag under the Euler
+    integrator (FlightGoggles), the exact exponential otherwise; within the motor limits."""
+    if settings.integrator != EULER:
+        w, unused = rotor_speeds_at(af, w0, w_cmd, settings.dt)
+        return w
+    unused, dw = rotor_speeds_at(af, w0, w_cmd, 0.0)
+    w = vec8()
+    for r in range(8):
+        w[r] = wp.clamp(w0[r] + dw[r] * settings.dt, af.min_speed, af.max_speed)
+    return w
+
+
+@wp.func
 def thrusts(af: AirframeParams, w: vec8, ratio: float) -> vec8:
     u = vec8()
     for r in range(8):
         u[r] = af.cf * w[r] * wp.abs(w[r]) * ratio
     return u
+
+
+@wp.func
+def specific_force(af: AirframeParams, x: Rigid, w: vec8, ratio: float, force_noise_W: wp.vec3) -> wp.vec3:
+    """Every non-gravitational force on the airborne vehicle over its mass, body frame: what an
+    accelerometer at the centre of mass reads (rotor thrust, drag, stochastic force)."""
+    wrench = af.allocation * thrusts(af, w, ratio)
+    v_B = wp.quat_rotate_inv(x.q, x.v)
+    drag_B = -wp.cw_mul(af.linear_drag, v_B) - wp.cw_mul(af.quadratic_drag, wp.cw_mul(v_B, wp.abs(v_B)))
+    F_W = -af.drag * wp.length(x.v) * x.v + force_noise_W
+    return (wp.vec3(wrench[0], wrench[1], wrench[2]) + drag_B + wp.quat_rotate_inv(x.q, F_W)) / af.mass
 
 
 @wp.func
@@ -258,19 +285,14 @@ def derivative(
 ) -> Rigid:
     """Time derivative of the rigid-body state given the rotor speeds and accelerations."""
     wrench = af.allocation * thrusts(af, w, ratio)
-    F_B = wp.vec3(wrench[0], wrench[1], wrench[2])
     M_B = wp.vec3(wrench[3], wrench[4], wrench[5]) + af.spin_axes * (dw * af.rotor_inertia)
-    R = wp.quat_to_matrix(x.q)
-    v_B = wp.transpose(R) * x.v
-    drag_B = -wp.cw_mul(af.linear_drag, v_B) - wp.cw_mul(af.quadratic_drag, wp.cw_mul(v_B, wp.abs(v_B)))
-    F_W = R * (F_B + drag_B) - af.drag * wp.length(x.v) * x.v + force_noise_W
     M_aero = -wp.length(x.w) * wp.cw_mul(af.moment_coefficient, x.w)
     M_aero -= wp.cw_mul(af.linear_moment_drag, x.w) + wp.cw_mul(af.quadratic_moment_drag, wp.cw_mul(x.w, wp.abs(x.w)))
-    h_rotors = af.spin_axes * (w * af.rotor_inertia)
+    h_rotors = -(af.spin_axes * (w * af.rotor_inertia))
     M = M_B + M_aero + moment_noise_B - wp.cross(x.w, af.inertia * x.w + h_rotors)
     d = Rigid()
     d.p = x.v
-    d.v = wp.vec3(0.0, 0.0, -settings.gravity) + F_W / af.mass
+    d.v = wp.vec3(0.0, 0.0, -settings.gravity) + wp.quat_rotate(x.q, specific_force(af, x, w, ratio, force_noise_W))
     d.q = wp.mul(x.q, wp.quat(x.w[0], x.w[1], x.w[2], 0.0)) * 0.5
     d.w = af.inertia_inv * M
     return d
@@ -317,9 +339,15 @@ def integrate(
 
 
 @wp.func
+def on_floor(settings: SimSettings, x: Rigid) -> bool:
+    """The floor plane holds the vehicle up this step: it reached the floor moving down."""
+    return settings.floor_contact != 0 and x.p[2] <= settings.floor_z and x.v[2] < 0.0
+
+
+@wp.func
 def rest_on_floor(settings: SimSettings, x: Rigid) -> Rigid:
     """Keep a vehicle that reaches the floor plane on it: no sinking, no bouncing."""
-    if settings.floor_contact != 0 and x.p[2] < settings.floor_z:
+    if settings.floor_contact != 0 and x.p[2] <= settings.floor_z:
         x.p = wp.vec3(x.p[0], x.p[1], settings.floor_z)
         if x.v[2] < 0.0:
             x.v = wp.vec3(0.0)

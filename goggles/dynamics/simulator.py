@@ -80,7 +80,7 @@ class MultirotorSim:
         num_vehicles: batch size.
         device: Warp device; None picks Warp's default.
         dt: physics step, s (FlightGoggles: 1/960).
-        integrator: explicit Euler or RK4.
+        integrator: explicit Euler or RK4; None: the airframe's own (``fg-quad``: Euler, as FlightGoggles).
         ground_effect: none, Cheeseman-Bennett or Conyers.
         floor_z: height of the floor plane, m; the vehicles rest on it (None: no floor, free fall).
         world: the scene (a ``goggles.render.DeviceScene`` on the same device, with its placed actors):
@@ -102,7 +102,7 @@ class MultirotorSim:
         *,
         device: wp.context.Devicelike = None,
         dt: float = 1.0 / 960.0,
-        integrator: Integrator = Integrator.RK4,
+        integrator: Integrator | None = None,
         ground_effect: GroundEffect = GroundEffect.NONE,
         floor_z: float | None = 0.0,
         world=None,
@@ -138,7 +138,8 @@ class MultirotorSim:
         settings = SimSettings()
         settings.dt = dt
         settings.gravity = GRAVITY
-        settings.integrator = int(integrator)
+        self.integrator = Integrator(airframe.integrator if integrator is None else integrator)
+        settings.integrator = int(self.integrator)
         settings.ground_effect = int(ground_effect)
         settings.floor_z = 0.0 if floor_z is None else float(floor_z)
         settings.floor_contact = 0 if floor_z is None else 1
