@@ -8,7 +8,12 @@ The pace only decides how long a sim second takes on the wall:
 * automatic scale: the scale is chosen from the measured wall cost of one sim second (rendering
   included) so that the machine keeps up, with headroom, never above ``max_scale``. It starts from a
   measured estimate (a warm-up render), not from real time, and moves smoothly (exponential
-  smoothing, re-anchored so sim time never jumps). Both use the same pacing code.
+  smoothing). Both use the same pacing code.
+
+Pacing follows a line from an anchor (wall, sim). A new scale starts at the last paced instant, on
+the old line, so the interval not yet paced is paced at the new scale (none of its wait is lost).
+When the machine falls behind, the anchor moves to now: it never rushes to catch up. So sim time
+never advances faster than the scale (beyond the sleep timer's resolution) over any window.
 * lockstep: no pacing; sim time advances only when a client asks.
 """
 
@@ -68,6 +73,7 @@ class PacedClock:
         """Measured wall seconds of work per sim second (EMA), or None before any measurement."""
         self._anchor_wall = now()
         self._anchor_sim = 0.0
+        self._paced_sim = 0.0
 
     def start(self, sim_time: float, cost_estimate: float | None = None) -> None:
         """Anchor sim time to now; with automatic scale, start from a measured cost estimate."""
@@ -78,7 +84,7 @@ class PacedClock:
 
     def _anchor(self, sim_time: float) -> None:
         self._anchor_wall = self._now()
-        self._anchor_sim = sim_time
+        self._anchor_sim = self._paced_sim = sim_time
 
     def _target(self) -> float:
         achievable = self.headroom / self.cost if self.cost else self.max_scale
@@ -88,13 +94,14 @@ class PacedClock:
         """Account ``wall_work`` seconds of work (not sleeping) for ``sim_interval`` sim seconds."""
         if not self.automatic or sim_interval <= 0:
             return
+        del sim_time  # the new scale applies from the last paced instant, whatever has been computed since
         cost = wall_work / sim_interval
         self.cost = cost if self.cost is None else self.cost + self.smoothing * (cost - self.cost)
         new_scale = self.scale + self.smoothing * (self._target() - self.scale)
         if abs(new_scale - self.scale) > 1e-9:
-            # Re-anchor at the current sim time so the change moves only the future, never the past.
+            self._anchor_wall += (self._paced_sim - self._anchor_sim) / self.scale
+            self._anchor_sim = self._paced_sim
             self.scale = new_scale
-            self._anchor(sim_time)
 
     def pace(self, sim_time: float) -> float:
         """Wait until the wall clock reaches ``sim_time`` at the current scale; returns seconds slept.
@@ -104,9 +111,26 @@ class PacedClock:
         """
         due = self._anchor_wall + (sim_time - self._anchor_sim) / self.scale
         wait = due - self._now()
+        self._paced_sim = sim_time
         if wait > 0:
             self._sleep(wait)
             return wait
-        if wait < -0.05:
-            self._anchor(sim_time)
+        self._anchor_wall, self._anchor_sim = self._now(), sim_time
         return 0.0
+
+
+class ScaleMeter:
+    """Sim seconds per wall second actually achieved between reads: what a status line or the clock
+    message reports, whatever drives time (a target scale, a lockstep client) and whatever the target."""
+
+    def __init__(self, now=time.perf_counter):
+        self._now = now
+        self._last: tuple[float, float] | None = None
+
+    def read(self, sim_time: float) -> float | None:
+        """The rate since the previous read (None on the first read or if no wall time passed)."""
+        wall = self._now()
+        last, self._last = self._last, (wall, sim_time)
+        if last is None or wall <= last[0]:
+            return None
+        return (sim_time - last[1]) / (wall - last[0])

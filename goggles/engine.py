@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import goggles_lcm
-from goggles.clock import ClockMode, PacedClock
+from goggles.clock import ClockMode, PacedClock, ScaleMeter
 from goggles.config import IMAGE_OUTPUTS, CameraConfig, RangeSensorConfig, RunConfig
 from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
 from goggles.frames import matrix_to_quat, transform
@@ -222,6 +222,8 @@ class Engine:
         self._live_start = 0.0
         self.clips = [(a, load_bvh(a.bvh)) for a in config.avatars]
         self.clock = PacedClock(config.scale, max_scale=config.max_scale)
+        self._status_meter = ScaleMeter()
+        self._clock_meter = ScaleMeter()
         self._events = self._schedule()
 
     # ------------------------------------------------------------------ building
@@ -769,7 +771,11 @@ class Engine:
         message = goggles_lcm.clock_t()
         message.header = header(self._utime(), self._next_seq("clock"))
         message.mode = int(self.mode)
-        message.scale = float(self.clock.scale)
+        if self.mode == ClockMode.LIVE:
+            message.scale = 1.0
+        else:  # the rate sim time actually advanced since the last clock message
+            measured = self._clock_meter.read(self.step * self.dt)
+            message.scale = float(self.clock.scale if measured is None else measured)
         rates = self.achieved_rates()
         message.num_rates = len(rates)
         message.rate_names = list(rates)
@@ -794,13 +800,20 @@ class Engine:
                 entities.append((name, bone_boxes(avatar.last.T_WJ, avatar.last.parents)))
         return entities
 
+    def time_source(self) -> str:
+        """What drives sim time, and how fast it advanced since the last call (for the status line)."""
+        if self.mode == ClockMode.LIVE:
+            return "live (wall time, poses from the bus)"
+        measured = self._status_meter.read(self.step * self.dt)
+        rate = "-" if measured is None else f"{measured:.2f}"
+        if self.mode == ClockMode.LOCKSTEP:
+            return f"{rate} (lockstep: client step requests)"
+        target = f"auto, target {self.clock.scale:.2f}" if self.clock.automatic else "fixed"
+        return f"{rate} ({target})"
+
     def status_line(self) -> str:
         rates = " ".join(f"{name} {rate:.1f} Hz" for name, rate in self.achieved_rates().items())
-        scale = (
-            "live"
-            if self.mode == ClockMode.LIVE
-            else f"{self.clock.scale:.2f}" + (" auto" if self.clock.automatic else "")
-        )
+        scale = self.time_source()
         elapsed = self.step * self.dt - self._live_start if self.mode == ClockMode.LIVE else self.step * self.dt
         return (
             f"t={elapsed:8.2f} s  scale={scale}  {rates}  render p50 "

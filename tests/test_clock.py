@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from goggles.clock import PacedClock
+from goggles.clock import PacedClock, ScaleMeter
 from goggles.errors import ConfigError
 
 
@@ -71,3 +72,69 @@ def test_bad_scales_are_refused():
         PacedClock(0.0)
     with pytest.raises(ConfigError):
         PacedClock(None, min_scale=2.0, max_scale=1.0)
+
+
+def _run_auto(costs, *, max_scale=1.0, frame=1 / 30, overshoot=1e-4):
+    """Drive an automatic clock with a per-frame wall cost (s of work per sim second); returns the
+    (wall, sim) instants at which each frame's outputs would be published, and the clock."""
+    wall = FakeWall()
+
+    def sleep(seconds: float) -> None:
+        wall.t += seconds + overshoot  # a real timer wakes a little late
+
+    clock = PacedClock(None, max_scale=max_scale, now=wall.now, sleep=sleep)
+    clock.start(0.0, cost_estimate=costs[0])
+    sim, points = 0.0, [(0.0, 0.0)]
+    for cost in costs:
+        sim += frame
+        wall.t += cost * frame
+        clock.record_work(frame, cost * frame, sim)
+        clock.pace(sim)
+        points.append((wall.t, sim))
+    return np.array(points), clock, wall
+
+
+def _fastest_window(points: np.ndarray, window: float) -> float:
+    """Highest sim/wall ratio over every window of at least ``window`` wall seconds."""
+    worst = 0.0
+    for i in range(len(points)):
+        j = np.searchsorted(points[:, 0], points[i, 0] + window)
+        if j < len(points):
+            worst = max(worst, np.max((points[j:, 1] - points[i, 1]) / (points[j:, 0] - points[i, 0])))
+    return worst
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_auto_scale_never_runs_ahead_of_max_scale_when_the_cost_changes_every_frame(seed):
+    """The first wave re-anchored at 'now' on each scale change and lost that frame's wait: sim time
+    ran 1.28x (windows up to 1.54x) ahead of real time. A cost that changes every frame, from far
+    cheaper than real time to far dearer, must never let sim time outrun max_scale."""
+    rng = np.random.default_rng(seed)
+    costs = np.exp(rng.uniform(np.log(0.05), np.log(3.0), 3000))  # 100 s of frames at 30 Hz
+    points, clock, _ = _run_auto(costs)
+    assert _fastest_window(points, 0.5) <= 1.0 + 1e-3
+    cheap, _, _ = _run_auto(np.full(600, 0.05))  # always able to keep up: real time, not slower
+    assert cheap[-1, 1] / cheap[-1, 0] == pytest.approx(1.0, rel=0.01)
+
+
+def test_measured_scale_is_the_rate_sim_time_advanced():
+    """What the status line shows: sim seconds per wall second over its own interval."""
+    rng = np.random.default_rng(5)
+    wall = FakeWall()
+    clock = PacedClock(None, max_scale=1.0, now=wall.now, sleep=wall.sleep)
+    clock.start(0.0, cost_estimate=1.0)
+    meter = ScaleMeter(now=wall.now)
+    assert meter.read(0.0) is None
+    sim, last = 0.0, (0.0, 0.0)
+    checked = 0
+    for cost in np.exp(rng.uniform(np.log(0.1), np.log(4.0), 1500)):
+        sim += 1 / 30
+        wall.t += cost / 30
+        clock.record_work(1 / 30, cost / 30, sim)
+        clock.pace(sim)
+        if wall.t - last[0] >= 1.0:
+            truth = (sim - last[1]) / (wall.t - last[0])
+            assert meter.read(sim) == pytest.approx(truth, rel=0.05)
+            last = (wall.t, sim)
+            checked += 1
+    assert checked > 10

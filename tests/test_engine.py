@@ -417,3 +417,16 @@ def test_live_pose_extrapolation_is_bounded_by_the_horizon():
         vehicle.stale = True
         np.testing.assert_allclose(engine._vehicle_pose(vehicle), vehicle.T_WB)  # a stale pose is not carried
         engine.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"), [("sim", "fixed"), ("lockstep", "lockstep: client step requests"), ("live", "live (wall time")]
+)
+def test_status_line_says_what_drives_time(mode, says):
+    engine = Engine(run_config(mode=mode, scale=2.0, route=False), device="cpu")
+    try:
+        line = engine.status_line()
+    finally:
+        engine.close()
+    assert f"scale={'-' if mode != 'live' else ''}" in line and says in line, line
+    assert "auto" not in line
