@@ -366,13 +366,21 @@ def cmd_run(args) -> int:
         changes["lcm_url"] = args.lcm_url
     config = dataclasses.replace(config, **changes)
     recorder = None
+    stop = threading.Event()
     if args.record is not None:
         from goggles.record import Recorder
+
+        def record_failed(reason: str) -> None:
+            print(f"goggles: {reason}" + ("; stopping" if args.on_record_error == "stop" else ""), file=sys.stderr)
+            if args.on_record_error == "stop":
+                stop.set()
 
         run_path = args.config or default_run()
         recorder = Recorder(
             args.record,
             metadata={"run_file": Path(run_path).read_text(), "run_file_path": str(Path(run_path).resolve())},
+            compression=args.record_compression,
+            on_error=record_failed,
         )
     sinks = []
     if args.foxglove is not None:
@@ -389,7 +397,6 @@ def cmd_run(args) -> int:
     for sink in sinks:
         sink.set_scene(engine.scene_boxes)
         print(f"Foxglove: ws://{args.foxglove_host}:{sink.port}", file=sys.stderr, flush=True)
-    stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     channels = sorted({f"{c.vehicle}/{c.name}" for c in config.cameras})
@@ -409,7 +416,9 @@ def cmd_run(args) -> int:
         if recorder is not None:
             recorder.close()
             print(
-                f"recorded {recorder.written} messages to {recorder.path} ({recorder.dropped} dropped)", file=sys.stderr
+                f"recorded {recorder.written} messages to {recorder.path} ({recorder.dropped} dropped)"
+                + (f"; {recorder.error}" if recorder.error else ""),
+                file=sys.stderr,
             )
     print(engine.status_line())
     return 0
@@ -449,7 +458,6 @@ def cmd_preview(args) -> int:
     scene = None if args.no_third_person else load_static_scene(args.scene or default_scene())
     source = FrameSource(client, args.vehicle, args.camera, scene=scene, viewpoint=args.viewpoint, device=args.device)
     server = PreviewServer(source, host=args.host, port=args.port)
-    stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     if args.duration is not None:
@@ -675,7 +683,6 @@ def cmd_bridge_mocap(args) -> int:
         source = MotionCaptureSource(args.system, args.host, timeout=args.timeout, options=options)
     publisher = Publisher(None if args.no_zmq else args.zmq, None if args.no_lcm else args.lcm_url)
     bridge = MocapBridge(calibration, publisher)
-    stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(
@@ -830,6 +837,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="record every input and output channel to FILE.mcap (MCAP) or FILE.lcmlog (lcm-logger)",
+    )
+    run.add_argument(
+        "--record-compression",
+        choices=["zstd", "lz4", "none"],
+        default="zstd",
+        help="MCAP chunk compression (default %(default)s: a third of the size at no measurable frame-rate cost)",
+    )
+    run.add_argument(
+        "--on-record-error",
+        choices=["continue", "stop"],
+        default="continue",
+        help="when writing the recording fails (a full disk): keep flying without it, or stop the run "
+        "(default %(default)s); either way what was written stays readable",
     )
     run.set_defaults(run=cmd_run)
 

@@ -60,6 +60,19 @@ class Counters:
     """Valid inputs for nothing in this run (an unknown vehicle, a pose in sim mode...)."""
     published: int = 0
     malformed_by_channel: dict[str, int] = field(default_factory=dict)
+    """Drops per input channel of this run; any other channel name (a sender's invention) counts under
+    ``OTHER_CHANNELS``, so hostile names cannot grow this table."""
+
+    def count_malformed(self, channel: str, known: bool) -> None:
+        self.malformed += 1
+        key = channel if known and len(self.malformed_by_channel) < MAX_COUNTED_CHANNELS else OTHER_CHANNELS
+        self.malformed_by_channel[key] = self.malformed_by_channel.get(key, 0) + 1
+
+
+#: Bucket of drop counts for channels that are not inputs of this run.
+OTHER_CHANNELS = "(other channels)"
+#: Most channels counted by name.
+MAX_COUNTED_CHANNELS = 64
 
 
 class StageTimes:
@@ -118,6 +131,10 @@ class _Vehicle:
 
 #: Most skeletons shown as avatars at once.
 MAX_AVATARS = 8
+#: Wall time the loop spends on inputs before it goes on with physics and outputs, s.
+INPUT_BUDGET_S = 0.02
+#: An avatar whose skeleton has not come for this long (s of sim time; wall time live) is removed.
+AVATAR_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -125,6 +142,8 @@ class _Avatar:
     skinned: SkinnedAvatar
     shape: int
     last: SkeletonPose | None = None
+    heard: float = 0.0
+    """When its skeleton last came (the engine's log time, s)."""
 
 
 class Engine:
@@ -152,6 +171,7 @@ class Engine:
         a Foxglove server (``write(channel, data, log_time_ns)``)."""
         self.dt = 1.0 / config.physics_rate
         self.counters = Counters()
+        self._last_drop_log = 0.0
         self.times = StageTimes()
         self._status = status
         self._seq: dict[str, int] = {}
@@ -219,6 +239,8 @@ class Engine:
         self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)
         self.step = 0
         self._pending_skeletons: dict[str, SkeletonPose] = {}
+        self._free_avatar_shapes: list[int] = []
+        """World shape slots of avatars that left, reused by the next new one."""
         self._live_start = 0.0
         self.clips = [(a, load_bvh(a.bvh)) for a in config.avatars]
         self.clock = PacedClock(config.scale, max_scale=config.max_scale)
@@ -487,54 +509,95 @@ class Engine:
     # ------------------------------------------------------------------ inputs
 
     def _handle_inputs(self) -> None:
+        """Apply the inputs waiting, within ``INPUT_BUDGET_S`` of wall time: a flood (or one costly
+        message after another) waits for the next loop instead of stalling the outputs."""
         t = time.perf_counter()
         for bus in self.buses:
-            for item in bus.receive_inputs():
-                if isinstance(bus, ZmqBus):
-                    try:
-                        channel, data = split_frame(item)
-                    except ValueError as exc:  # includes UnicodeDecodeError
-                        self._count_malformed("zmq", MalformedMessage(str(exc)))
-                        continue
-                else:
-                    channel, data = item
-                self.counters.received += 1
-                try:
-                    self._apply_input(channel, data)
-                except MalformedMessage as exc:
-                    self._count_malformed(channel, exc)
-                    continue
-                for sink in self.sinks:
-                    sink.write(channel, data, self._log_time_ns())
-        if self._pending_skeletons:
-            self._update_avatars()
+            while time.perf_counter() - t < INPUT_BUDGET_S:
+                items = bus.receive_inputs()
+                if not items:
+                    break
+                for item in items:
+                    self._handle_input(bus, item)
         self.times.add("inputs", time.perf_counter() - t)
 
+    def _handle_input(self, bus, item) -> None:
+        if isinstance(bus, ZmqBus):
+            try:
+                channel, data = split_frame(item)
+            except ValueError as exc:  # includes UnicodeDecodeError
+                self._count_malformed("zmq", MalformedMessage(str(exc)))
+                return
+        else:
+            channel, data = item
+        self.counters.received += 1
+        try:
+            self._apply_input(channel, data)
+        except MalformedMessage as exc:
+            self._count_malformed(channel, exc)
+            return
+        for sink in self.sinks:
+            sink.write(channel, data, self._log_time_ns())
+
     def _update_avatars(self) -> None:
-        """Skin every avatar whose skeleton moved (creating it on its first frame) and re-place actors."""
+        """Skin every avatar whose skeleton moved (creating it on its first frame, in the slot of one
+        that left if there is one), remove those silent for ``AVATAR_TIMEOUT_S``, and re-place actors."""
+        now = self._log_time_ns() * 1e-9
+        changed = bool(self._pending_skeletons)
+        waiting: dict[str, SkeletonPose] = {}
+        created = False
         for name, pose in self._pending_skeletons.items():
             avatar = self.avatars.get(name)
             if avatar is not None and pose.bones != avatar.skinned.bones:
-                log.warning("skeleton %s changed its bones; its avatar keeps the first ones", name)
+                log.warning("skeleton %s changed its bones; its avatar keeps the first ones", _clip(name, 64))
+                continue
+            if avatar is None and created:  # building one costs tens of ms: one new avatar per loop
+                waiting[name] = pose
                 continue
             if avatar is None:
+                created = True
                 mesh = build_avatar_mesh(pose)
-                shape = self.world.add_shape(avatar_shape(name, mesh))
-                avatar = self.avatars[name] = _Avatar(SkinnedAvatar(mesh, pose, self.world.shape_mesh(shape)), shape)
+                shape = avatar_shape(name, mesh)
+                if self._free_avatar_shapes:
+                    index = self.world.replace_shape(self._free_avatar_shapes.pop(), shape)
+                else:
+                    index = self.world.add_shape(shape)
+                avatar = self.avatars[name] = _Avatar(SkinnedAvatar(mesh, pose, self.world.shape_mesh(index)), index)
                 log.info("avatar %s: %d bones, %d triangles", name, len(pose.bones), len(mesh.faces))
             self.world.set_shape_bounds(avatar.shape, avatar.skinned.pose(pose))
             avatar.last = pose
-        self._pending_skeletons.clear()
+            avatar.heard = now
+        self._pending_skeletons = waiting
+        clip_names = {avatar.name for avatar, _ in self.clips}
+        for name in [n for n, a in self.avatars.items() if n not in clip_names and now - a.heard > AVATAR_TIMEOUT_S]:
+            log.info("avatar %s removed: no skeleton for %.0f s", name, AVATAR_TIMEOUT_S)
+            self._free_avatar_shapes.append(self.avatars.pop(name).shape)
+            changed = True
+        if not changed:
+            return
         gates = len(self.actor_poses)
         shapes = [*range(gates), *(a.shape for a in self.avatars.values())]
         poses = np.concatenate([self.actor_poses, np.repeat(np.eye(4)[None], len(self.avatars), axis=0)])
         self.world.set_actors(shapes, poses)
 
     def _count_malformed(self, channel: str, exc: Exception) -> None:
-        self.counters.malformed += 1
-        self.counters.malformed_by_channel[channel] = self.counters.malformed_by_channel.get(channel, 0) + 1
-        if self.counters.malformed <= 10 or self.counters.malformed % 1000 == 0:
-            log.warning("dropped input on %s (%d so far): %s", channel, self.counters.malformed, exc)
+        self.counters.count_malformed(channel, self._is_input_channel(channel))
+        now = time.monotonic()
+        if self.counters.malformed <= 10 or now - self._last_drop_log > 10.0:  # at most one line per 10 s after that
+            self._last_drop_log = now
+            log.warning(
+                "dropped input on %s (%d so far): %s", _clip(channel, 80), self.counters.malformed, _clip(str(exc), 200)
+            )
+
+    def _is_input_channel(self, channel: str) -> bool:
+        """A channel this run reads: a vehicle's command or pose, a skeleton, scene edits."""
+        if channel in ("scene/edit", "zmq"):
+            return True
+        if channel.endswith("/command"):
+            return channel[: -len("/command")] in self.vehicles
+        if channel.startswith("pose/"):
+            return channel[len("pose/") :] in self.vehicles
+        return channel.startswith("skeleton/") and len(channel) <= 64
 
     def _apply_input(self, channel: str, data: bytes) -> None:
         if channel.endswith("/command"):
@@ -573,7 +636,8 @@ class Engine:
             except Exception as exc:  # inconsistent bone lists
                 raise MalformedMessage(str(exc)) from exc
             name = channel[len("skeleton/") :]
-            if name not in self.avatars and len(self.avatars) >= MAX_AVATARS:
+            known = name in self.avatars or name in self._pending_skeletons
+            if not known and len(self.avatars.keys() | self._pending_skeletons.keys()) >= MAX_AVATARS:
                 self.counters.ignored += 1
                 return
             self._pending_skeletons[name] = pose
@@ -645,7 +709,7 @@ class Engine:
             self._pending_skeletons[avatar.name] = motion.pose(
                 now * avatar.speed, units=avatar.units, up=avatar.up, T_WR=avatar.T_WR
             )
-        if self.clips:
+        if self._pending_skeletons or self.avatars:  # skinned when a camera needs them, not per input
             self._update_avatars()
 
     def _render(self, group: _CameraGroup) -> None:
@@ -831,6 +895,11 @@ class Engine:
                 vehicle.sim.close()
         for bus in self.buses:
             bus.close()
+
+
+def _clip(text: str, limit: int) -> str:
+    """A log-safe prefix of text a sender chose (names can be megabytes long)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _yaw_quat(yaw: float) -> np.ndarray:

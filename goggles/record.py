@@ -42,33 +42,62 @@ class Recorder:
         path: ``.mcap`` or ``.lcmlog``.
         metadata: text stored in the MCAP file (e.g. the run file), ignored for LCM logs.
         queue_size: messages that may wait for the writer before new ones are dropped.
+        compression: MCAP chunk compression, ``zstd`` (default), ``lz4`` or ``none``.
+        on_error: called once, from the writer thread, with a one-line reason when writing fails
+            (a full disk); recording stops there and what was written stays readable.
+
+    Raises:
+        ConfigError: the path cannot be written (a directory, no permission, a read-only disk).
     """
 
-    def __init__(self, path: str | Path, *, metadata: dict[str, str] | None = None, queue_size: int = 4096):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        metadata: dict[str, str] | None = None,
+        queue_size: int = 4096,
+        compression: str = "zstd",
+        on_error=None,
+    ):
         self.path = Path(path)
         self.format = log_format(self.path)
         self.written = 0
         self.dropped = 0
+        self.error: str | None = None
+        """Why recording stopped early, or None."""
+        self._on_error = on_error
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.format == "mcap":
-            from mcap.writer import CompressionType, Writer
+        if self.path.is_dir():
+            raise ConfigError(f"{self.path}: is a folder; record to a .mcap or .lcmlog file")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.format == "mcap":
+                from mcap.writer import CompressionType, Writer
 
-            self._file = open(self.path, "wb")  # noqa: SIM115 (closed by close())
-            self._writer = Writer(self._file, chunk_size=CHUNK_BYTES, compression=CompressionType.NONE)
-            self._writer.start(profile="goggles", library="goggles")
-            self._writer.add_metadata("goggles", metadata or {})
-            self._schemas: dict[bytes, int] = {}
-            self._channels: dict[str, int] = {}
-        else:
-            import lcm
+                kinds = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}
+                if compression not in kinds:
+                    raise ConfigError(f"recording compression {compression!r}: choose one of {sorted(kinds)}")
+                self._file = open(self.path, "wb")  # noqa: SIM115 (closed by close())
+                self._writer = Writer(self._file, chunk_size=CHUNK_BYTES, compression=kinds[compression])
+                self._writer.start(profile="goggles", library="goggles")
+                self._writer.add_metadata("goggles", metadata or {})
+                self._schemas: dict[bytes, int] = {}
+                self._channels: dict[str, int] = {}
+            else:
+                import lcm
 
-            self._event_log = lcm.EventLog(str(self.path), "w", overwrite=True)
+                open(self.path, "ab").close()  # lcm.EventLog reports no reason of its own
+                self._event_log = lcm.EventLog(str(self.path), "w", overwrite=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot record to {self.path}: {exc.strerror or exc}") from exc
         self._thread = threading.Thread(target=self._drain, name="goggles-recorder", daemon=True)
         self._thread.start()
 
     def write(self, channel: str, data: bytes, log_time_ns: int) -> None:
         """Queue a message; never blocks (a full queue drops it and counts it)."""
+        if self.error is not None:
+            self.dropped += 1
+            return
         try:
             self._queue.put_nowait((channel, bytes(data), int(log_time_ns), time.time_ns()))
         except queue.Full:
@@ -81,8 +110,20 @@ class Recorder:
             item = self._queue.get()
             if item is None:
                 return
-            self._write(*item)
-            self.written += 1
+            if self.error is not None:
+                continue  # keep emptying the queue, so close() is never stuck behind it
+            try:
+                self._write(*item)
+                self.written += 1
+            except Exception as exc:  # OSError (disk full), or the writer's own error about it
+                self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        self.error = f"recording to {self.path} stopped after {self.written} messages: {reason}"
+        log.error("%s", self.error)
+        if self._on_error is not None:
+            self._on_error(self.error)
 
     def _write(self, channel: str, data: bytes, log_time: int, publish_time: int) -> None:
         if self.format == "lcm":
@@ -105,49 +146,124 @@ class Recorder:
             self._schemas[fingerprint] = self._writer.register_schema(name, "lcm", text)
         return self._schemas[fingerprint]
 
-    def close(self) -> None:
-        """Write what is queued and finish the file."""
-        self._queue.put(None)
-        self._thread.join()
-        if self.format == "mcap":
-            self._writer.finish()
-            self._file.close()
-        else:
-            self._event_log.close()
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what is queued and finish the file; returns within about ``timeout`` seconds even
+        when the disk stalls (the queue is then abandoned; what reached the file stays readable)."""
+        deadline = time.monotonic() + timeout
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            try:
+                self._queue.put(None, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            log.error("recorder %s: the writer did not finish in %.0f s; closing what was written", self.path, timeout)
+            self.error = self.error or f"recording to {self.path} did not finish writing in {timeout:.0f} s"
+            return  # the daemon thread is abandoned; finishing the file under it would corrupt it
+        try:
+            if self.format == "mcap":
+                if self.error is None:
+                    self._writer.finish()
+                self._file.close()
+            else:
+                self._event_log.close()
+        except Exception as exc:  # the summary did not fit on the disk either
+            if self.error is None:
+                self._fail(exc)
+
+
+MCAP_MAGIC = b"\x89MCAP0\r\n"
+LCM_LOG_SYNC = b"\xed\xa1\xda\x01"
 
 
 def read_log(path: str | Path) -> Iterator[tuple[int, str, bytes]]:
-    """(log time ns, channel, bytes) of every message in order of the file; a truncated MCAP file
-    (a killed recording) yields what its complete chunks hold."""
+    """(log time ns, channel, bytes) of every message in order of the file.
+
+    MCAP chunks are checked against their CRCs: a damaged chunk is named in a warning and skipped,
+    and reading goes on with the next; a truncated file (a killed recording) yields what its complete
+    chunks hold. A file that is not a recording of the format its name says is refused.
+
+    Raises:
+        ConfigError: not found, or not an MCAP file / LCM event log.
+    """
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: log not found")
-    if log_format(path) == "lcm":
-        import lcm
-
-        try:
-            event_log = lcm.EventLog(str(path), "r")
-        except Exception as exc:
-            raise ConfigError(f"{path}: not an LCM event log: {exc}") from exc
-        for event in event_log:
-            if event.channel != "LCM_SELF_TEST":
-                yield event.timestamp * 1000, event.channel, event.data
-        return
-    from mcap.records import Channel, Message
-    from mcap.stream_reader import StreamReader
-
-    channels: dict[int, str] = {}
+        raise ConfigError(f"{path}: log not found" + (" (it is a folder)" if path.is_dir() else ""))
     with open(path, "rb") as f:
+        head = f.read(8)
+    if log_format(path) == "lcm":
+        if head[:4] != LCM_LOG_SYNC:
+            raise ConfigError(f"{path}: not an LCM event log (no lcm-logger sync word at the start)")
+        yield from _read_lcm_log(path)
+        return
+    if head != MCAP_MAGIC:
+        raise ConfigError(f"{path}: not an MCAP recording (no MCAP magic at the start)")
+    yield from _read_mcap(path)
+
+
+def _read_lcm_log(path: Path) -> Iterator[tuple[int, str, bytes]]:
+    import lcm
+
+    try:
+        event_log = lcm.EventLog(str(path), "r")
+    except Exception as exc:
+        raise ConfigError(f"{path}: not an LCM event log: {exc}") from exc
+    for event in event_log:
+        if event.channel != "LCM_SELF_TEST":
+            yield event.timestamp * 1000, event.channel, event.data
+
+
+def _summary_channels(path: Path) -> dict[int, str]:
+    """Channel ids from the file's summary section (it repeats them all), or {} if it has none."""
+    from mcap.reader import make_reader
+
+    try:
+        with open(path, "rb") as f:
+            summary = make_reader(f).get_summary()
+    except Exception:  # a killed recording has no summary: the chunks name the channels
+        return {}
+    return {} if summary is None else {i: c.topic for i, c in summary.channels.items()}
+
+
+def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
+    from mcap.records import Channel, Chunk, Message
+    from mcap.stream_reader import StreamReader, breakup_chunk
+
+    channels = _summary_channels(path)
+    damaged = orphans = 0
+    with open(path, "rb") as f:
+        reader = StreamReader(f, skip_magic=False, emit_chunks=True)
+        index = 0
         try:
-            for record in StreamReader(f, skip_magic=False).records:
-                if isinstance(record, Channel):
-                    channels[record.id] = record.topic
-                elif isinstance(record, Message):
-                    yield record.log_time, channels[record.channel_id], record.data
-        except Exception as exc:  # truncated or corrupt from here on: stop at the last good record
-            if not channels:
-                raise ConfigError(f"{path}: not a readable MCAP file: {exc}") from exc
-            log.warning("%s: stopped reading at a damaged record (%s); the file was probably cut short", path, exc)
+            for record in reader.records:
+                records = [record]
+                if isinstance(record, Chunk):
+                    index += 1
+                    try:
+                        records = breakup_chunk(record, validate_crc=True)
+                    except Exception as exc:  # CRC mismatch, or garbage inside the chunk
+                        damaged += 1
+                        log.warning(
+                            "%s: chunk %d (messages %.3f-%.3f s) is damaged (%s); skipped",
+                            path, index, record.message_start_time * 1e-9, record.message_end_time * 1e-9,
+                            str(exc)[:120],
+                        )
+                        continue
+                for item in records:
+                    if isinstance(item, Channel):
+                        channels[item.id] = item.topic
+                    elif isinstance(item, Message):
+                        if item.channel_id in channels:
+                            yield item.log_time, channels[item.channel_id], item.data
+                        else:
+                            orphans += 1  # its channel was declared in a damaged chunk
+        except Exception as exc:  # the record framing itself is broken: nothing after it can be found
+            log.warning("%s: stopped reading at a damaged or cut-off record after chunk %d (%s)", path, index,
+                        str(exc)[:120])
+    if damaged or orphans:
+        log.warning("%s: %d damaged chunk(s) skipped, %d message(s) of unknown channels dropped", path, damaged,
+                    orphans)
 
 
 def read_metadata(path: str | Path) -> dict[str, str]:
@@ -158,9 +274,14 @@ def read_metadata(path: str | Path) -> dict[str, str]:
     from mcap.records import Metadata
     from mcap.stream_reader import StreamReader
 
+    if not path.is_file():
+        raise ConfigError(f"{path}: log not found" + (" (it is a folder)" if path.is_dir() else ""))
     with open(path, "rb") as f:
+        if f.read(8) != MCAP_MAGIC:
+            raise ConfigError(f"{path}: not an MCAP recording (no MCAP magic at the start)")
+        f.seek(0)
         try:
-            for record in StreamReader(f, skip_magic=False).records:
+            for record in StreamReader(f, skip_magic=False, emit_chunks=True).records:
                 if isinstance(record, Metadata) and record.name == "goggles":
                     return dict(record.metadata)
         except Exception:  # a truncated file: no metadata found before the damage

@@ -193,7 +193,7 @@ def test_bad_logs(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         list(read_log(tmp_path / "none.mcap"))
     (tmp_path / "junk.mcap").write_bytes(b"not mcap at all" * 10)
-    with pytest.raises(ConfigError, match="not a readable MCAP"):
+    with pytest.raises(ConfigError, match="not an MCAP recording"):
         list(read_log(tmp_path / "junk.mcap"))
     with pytest.raises(ConfigError, match="record to a .mcap"):
         Recorder(tmp_path / "x.txt")
@@ -208,3 +208,93 @@ def test_a_recording_whose_run_file_is_corrupt_names_it(tmp_path):
     Recorder(path, metadata={"run_file": "[run\nmode = ", "run_file_path": "run.toml"}).close()
     with pytest.raises(ConfigError, match="recorded run file: not valid TOML"):
         replay_config(path, None, None)
+
+
+def _goggles(*args, timeout=120):
+    return subprocess.run(
+        [sys.executable, "-m", "goggles.cli", *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _run_file(tmp_path) -> Path:
+    run_file = tmp_path / "run.toml"
+    run_file.write_text(RUN_FILE.replace("[run]", f'[run]\nscene = "{REPO / "assets/arena.toml"}"'))
+    return run_file
+
+
+def test_unwritable_recording_paths_are_refused_before_the_run(tmp_path):
+    run_file = _run_file(tmp_path)
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "folder.mcap").mkdir()
+    for target in (tmp_path / "folder.mcap", tmp_path / "a_file" / "inside.mcap", "/proc/goggles.mcap"):
+        result = _goggles("run", run_file, "--duration", "0.1", "--record", target)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "goggles: error:" in lines[0] and "Traceback" not in result.stderr, lines
+
+
+def test_a_full_disk_stops_the_recording_not_the_run(tmp_path):
+    """/dev/full accepts the file and fails every write with ENOSPC, as a full disk does."""
+    run_file = _run_file(tmp_path)
+    full = tmp_path / "full.mcap"
+    full.symlink_to("/dev/full")
+    start = time.monotonic()
+    result = _goggles("run", run_file, "--duration", "2", "--record", full)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("recording to") >= 1 and "No space left on device" in result.stderr
+    assert time.monotonic() - start < 90
+    stopped = _goggles("run", run_file, "--duration", "1000", "--record", full, "--on-record-error", "stop")
+    assert stopped.returncode == 0 and "stopping" in stopped.stderr, stopped.stderr
+
+
+def test_close_returns_when_the_writer_is_stuck(tmp_path, monkeypatch):
+    monkeypatch.setattr(Recorder, "_write", lambda self, *args: time.sleep(3600))
+    recorder = Recorder(tmp_path / "stuck.mcap", queue_size=4)
+    for i in range(10):
+        recorder.write("x", b"\0", i)
+    start = time.monotonic()
+    recorder.close(timeout=1.0)
+    assert time.monotonic() - start < 3.0
+    assert recorder.error is not None
+
+
+@pytest.mark.parametrize("compression", ["zstd", "lz4", "none"])
+def test_damaged_chunks_are_named_and_skipped(tmp_path, caplog, compression):
+    path = tmp_path / "flight.mcap"
+    recorder = Recorder(path, compression=compression)
+    payload = np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8).tobytes()  # ~4 chunks
+    for i in range(16):
+        recorder.write(f"ch{i % 2}", payload[: 100_000 + i], i * 1_000_000)
+    recorder.close()
+    intact = list(read_log(path))
+    assert len(intact) == 16
+    raw = bytearray(path.read_bytes())
+    inside = len(raw) // 4  # inside the first chunk's data, whatever the compression: its CRC no longer matches
+    raw[inside : inside + 64] = bytes(64)
+    path.write_bytes(bytes(raw))
+    with caplog.at_level("WARNING"):
+        damaged = list(read_log(path))
+    assert 0 < len(damaged) < 16
+    assert set(damaged) <= set(intact)
+    assert "damaged" in caplog.text
+
+
+def test_files_that_are_not_recordings_are_called_that(tmp_path):
+    from goggles.errors import ConfigError
+
+    for name, content in (
+        ("empty.mcap", b""),
+        ("picture.mcap", b"\x89PNG\r\n\x1a\n" + bytes(100)),
+        ("run.mcap", b'[run]\nmode = "sim"\n'),
+    ):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ConfigError, match="not an MCAP recording"):
+            list(read_log(tmp_path / name))
+        with pytest.raises(ConfigError, match="not an MCAP recording"):
+            read_metadata(tmp_path / name)
+    (tmp_path / "noise.lcmlog").write_bytes(np.random.default_rng(1).bytes(4096))
+    with pytest.raises(ConfigError, match="not an LCM event log"):
+        list(read_log(tmp_path / "noise.lcmlog"))
+    result = _goggles("replay", tmp_path / "noise.lcmlog", "--sensors", _run_file(tmp_path))
+    assert result.returncode == 2 and "not an LCM event log" in result.stderr and "Traceback" not in result.stderr

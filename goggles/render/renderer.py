@@ -79,17 +79,22 @@ class DeviceScene:
         self._upload_appearance()
 
     def _append_shape(self, shape: ActorShape) -> None:
+        self.shapes.append(shape)
+        self._shape_scenes.append(None)
+        self._shape_meshes.append(None)
+        self._shape_bounds.append(None)
+        self._set_shape(len(self.shapes) - 1, shape)
+
+    def _set_shape(self, index: int, shape: ActorShape) -> None:
         d = self.device
         merged = merge_parts(shape.name, [(p, np.eye(4), shape.segmentation) for p in shape.parts])
-        self.shapes.append(shape)
-        self._shape_scenes.append(merged)
-        self._shape_meshes.append(
-            wp.Mesh(
-                points=wp.array(merged.vertices, dtype=wp.vec3, device=d),
-                indices=wp.array(merged.faces.ravel(), dtype=wp.int32, device=d),
-            )
+        self.shapes[index] = shape
+        self._shape_scenes[index] = merged
+        self._shape_meshes[index] = wp.Mesh(
+            points=wp.array(merged.vertices, dtype=wp.vec3, device=d),
+            indices=wp.array(merged.faces.ravel(), dtype=wp.int32, device=d),
         )
-        self._shape_bounds.append(shape.bounds())
+        self._shape_bounds[index] = shape.bounds()
 
     def _upload_appearance(self) -> None:
         """(Re)build the appearance table over the static faces and every shape's faces."""
@@ -119,6 +124,14 @@ class DeviceScene:
         self._append_shape(shape)
         self._upload_appearance()
         return len(self.shapes) - 1
+
+    def replace_shape(self, index: int, shape: ActorShape) -> int:
+        """Put another shape in slot ``index`` (an avatar of a new person where one has left); returns it."""
+        if not 0 <= index < len(self.shapes):
+            raise ConfigError(f"no actor shape {index} to replace (have {len(self.shapes)})")
+        self._set_shape(index, shape)
+        self._upload_appearance()
+        return index
 
     def shape_mesh(self, index: int) -> wp.Mesh:
         """The BVH mesh of a shape (a deforming shape rewrites its points and refits it)."""

@@ -11,6 +11,8 @@ avatar's BVH mesh, and the mesh is refit.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,11 +46,41 @@ class SkeletonPose:
         if not (len(bones) == len(parents) == len(positions) == len(orientations) > 0):
             raise ConfigError("a skeleton needs as many names, parents, positions and orientations as bones")
         if any(not -1 <= p < len(bones) or p == i for i, p in enumerate(parents)):
-            raise ConfigError(f"skeleton parents {list(parents)} must index other bones or be -1")
+            raise ConfigError(f"skeleton parents {list(parents)[:16]}... must index other bones or be -1")
+        _check_acyclic(parents)
         T = np.repeat(np.eye(4)[None], len(bones), axis=0)
         T[:, :3, :3] = quat_to_matrix(orientations / np.linalg.norm(orientations, axis=1, keepdims=True))
         T[:, :3, 3] = positions
         return cls(tuple(bones), tuple(int(p) for p in parents), T)
+
+
+def _check_acyclic(parents) -> None:
+    """Every bone's chain of parents must end at a root (-1): a cycle is not a skeleton."""
+    depth = [0 if p == -1 else None for p in parents]
+    for i in range(len(parents)):
+        chain, j = [], i
+        while depth[j] is None:
+            if len(chain) > len(parents):
+                raise ConfigError(f"skeleton parents form a cycle through bone {i}")
+            chain.append(j)
+            j = parents[j]
+        for k, bone in enumerate(reversed(chain)):
+            depth[bone] = depth[j] + k + 1
+
+
+@functools.cache
+def _capsule_faces(rings: int, sides: int) -> np.ndarray:
+    """Triangles of a tube of ``rings`` x ``sides`` quads, closed by a fan at each end."""
+    faces = []
+    for i in range(rings):
+        for k in range(sides):
+            p, q = i * sides + k, i * sides + (k + 1) % sides
+            faces += [[p, q, q + sides], [p, q + sides, p + sides]]
+    start, end = (rings + 1) * sides, (rings + 1) * sides + 1  # the end caps' centres
+    for k in range(sides):
+        faces.append([start, (k + 1) % sides, k])
+        faces.append([end, rings * sides + k, rings * sides + (k + 1) % sides])
+    return np.array(faces)
 
 
 def _capsule(a: np.ndarray, b: np.ndarray, r_a: float, r_b: float, rings: int = 8, sides: int = 10):
@@ -59,33 +91,25 @@ def _capsule(a: np.ndarray, b: np.ndarray, r_a: float, r_b: float, rings: int = 
     x = np.cross(z, [0.0, 0.0, 1.0] if abs(z[2]) < 0.9 else [1.0, 0.0, 0.0])
     x /= np.linalg.norm(x)
     y = np.cross(z, x)
-    vertices, fractions = [], []
-    for i in range(rings + 1):
-        f = i / rings
-        r = r_a + (r_b - r_a) * f
-        for k in range(sides):
-            angle = 2.0 * np.pi * k / sides
-            vertices.append(a + axis * f + r * (np.cos(angle) * x + np.sin(angle) * y))
-            fractions.append(f)
-    faces = []
-    for i in range(rings):
-        for k in range(sides):
-            p, q = i * sides + k, i * sides + (k + 1) % sides
-            faces += [[p, q, q + sides], [p, q + sides, p + sides]]
-    start, end = len(vertices), len(vertices) + 1  # end caps
-    vertices += [a, b]
-    fractions += [0.0, 1.0]
-    for k in range(sides):
-        faces.append([start, (k + 1) % sides, k])
-        faces.append([end, rings * sides + k, rings * sides + (k + 1) % sides])
-    return np.array(vertices), np.array(faces), np.array(fractions)
+    f = np.repeat(np.arange(rings + 1) / rings, sides)
+    angle = np.tile(2.0 * np.pi * np.arange(sides) / sides, rings + 1)
+    r = (r_a + (r_b - r_a) * f)[:, None]
+    ring = a + axis * f[:, None] + r * (np.cos(angle)[:, None] * x + np.sin(angle)[:, None] * y)
+    vertices = np.concatenate([ring, [a, b]])
+    return vertices, _capsule_faces(rings, sides), np.concatenate([f, [0.0, 1.0]])
+
+
+@functools.cache
+def _unit_sphere() -> tuple[np.ndarray, np.ndarray]:
+    import trimesh
+
+    ball = trimesh.creation.icosphere(subdivisions=2, radius=1.0)
+    return np.asarray(ball.vertices), np.asarray(ball.faces)
 
 
 def _sphere(centre: np.ndarray, radius: float):
-    import trimesh
-
-    ball = trimesh.creation.icosphere(subdivisions=2, radius=radius)
-    return ball.vertices + centre, ball.faces
+    vertices, faces = _unit_sphere()
+    return vertices * radius + centre, faces
 
 
 @dataclass
@@ -105,7 +129,10 @@ class AvatarMesh:
 def build_avatar_mesh(bind: SkeletonPose) -> AvatarMesh:
     """Capsules along every bone segment and a head sphere on leaf bones, skinned to the bones."""
     joints = bind.T_WJ[:, :3, 3]
-    children = {i: [c for c, p in enumerate(bind.parents) if p == i] for i in range(len(bind.bones))}
+    children: dict[int, list[int]] = {i: [] for i in range(len(bind.bones))}
+    for child, parent in enumerate(bind.parents):
+        if parent >= 0:
+            children[parent].append(child)
     scale = max(np.ptp(joints, axis=0).max(), 0.5)  # the skeleton's size sets limb thickness
     vertices, faces, bones, weights = [], [], [], []
     count = 0
@@ -185,14 +212,12 @@ class SkinnedAvatar:
         """Skin the mesh into ``pose`` and refit its BVH; returns the (2, 3) world bounds."""
         if pose.bones != self.bones:
             raise ConfigError(f"skeleton bones {list(pose.bones)} differ from the avatar's {list(self.bones)}")
-        from goggles.frames import matrix_to_quat
+        from scipy.spatial.transform import Rotation
 
         M = pose.T_WJ @ self._bind_inverse
         motions = np.zeros((len(M), 7), np.float32)
         motions[:, :3] = M[:, :3, 3]
-        for j, R in enumerate(M[:, :3, :3]):
-            q = matrix_to_quat(R)
-            motions[j, 3:] = [q[1], q[2], q[3], q[0]]  # Warp transforms: (p, q x y z w)
+        motions[:, 3:] = Rotation.from_matrix(M[:, :3, :3]).as_quat()  # (x, y, z, w), as Warp transforms
         self._motions.assign(motions)
         wp.launch(
             skin_vertices_kernel,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from goggles.errors import ConfigError
+from goggles.transport.schema import MAX_CHANNEL_BYTES, MAX_INPUT_BYTES
 
 #: LCM channels the engine reads (regular expression).
 INPUT_CHANNELS = r"(pose/.*|skeleton/.*|.*/command|scene/edit)"
@@ -26,6 +27,8 @@ DEFAULT_LCM_URL = "udpm://239.255.76.67:7667?ttl=0&recv_buf_size=8388608"
 PUBLISH_HWM = 8
 #: LCM input messages queued between two engine polls (LCM's default of 30 drops bursts of commands).
 LCM_INPUT_QUEUE = 4096
+#: ZeroMQ input messages queued for the engine (with the size limit, at most 256 MiB waiting).
+INPUT_HWM = 256
 
 
 def frame(channel: str, data: bytes) -> bytes:
@@ -44,6 +47,8 @@ def split_frame(frames: list[bytes]) -> tuple[str, bytes]:
     channel, separator, data = bytes(frames[0]).partition(b"\0")
     if not separator:
         raise ValueError("no NUL between channel and data")
+    if len(channel) > MAX_CHANNEL_BYTES:
+        raise ValueError(f"channel name of {len(channel)} bytes; at most {MAX_CHANNEL_BYTES}")
     return channel.decode(), data
 
 
@@ -107,11 +112,16 @@ class ZmqBus:
         self._publisher = context.socket(zmq.PUB)
         self._publisher.setsockopt(zmq.SNDHWM, PUBLISH_HWM)
         self._publisher.setsockopt(zmq.LINGER, 0)
+        # Inputs over the size limit are refused by ZeroMQ itself (the sender is disconnected) before
+        # a byte of them is kept: a 100 MB frame never reaches this process's memory.
         self._inputs = context.socket(zmq.SUB)
         self._inputs.setsockopt(zmq.SUBSCRIBE, b"")
         self._inputs.setsockopt(zmq.LINGER, 0)
+        self._inputs.setsockopt(zmq.MAXMSGSIZE, MAX_INPUT_BYTES + MAX_CHANNEL_BYTES + 1)
+        self._inputs.setsockopt(zmq.RCVHWM, INPUT_HWM)
         self._control = context.socket(zmq.ROUTER)
         self._control.setsockopt(zmq.LINGER, 0)
+        self._control.setsockopt(zmq.MAXMSGSIZE, 4096)
         for socket, endpoint in (
             (self._publisher, endpoints.publish),
             (self._inputs, endpoints.inputs),
@@ -151,10 +161,10 @@ class ZmqBus:
     def publish(self, channel: str, data: bytes) -> None:
         self._publisher.send(frame(channel, data), copy=False)
 
-    def receive_inputs(self) -> list[list[bytes]]:
-        """Every input message waiting, as its raw frames (the engine validates them)."""
+    def receive_inputs(self, limit: int = 64) -> list[list[bytes]]:
+        """Up to ``limit`` input messages waiting, as their raw frames (the engine validates them)."""
         messages = []
-        while self._inputs.poll(0):
+        while len(messages) < limit and self._inputs.poll(0):
             messages.append(self._inputs.recv_multipart())
         return messages
 
@@ -195,25 +205,27 @@ class LcmBus:
         except Exception as exc:
             raise ConfigError(f"cannot open LCM at {url!r}: {exc}") from exc
         self.url = url
-        self._queue: deque[tuple[str, bytes]] = deque()
+        self._queue: deque[tuple[str, bytes]] = deque(maxlen=LCM_INPUT_QUEUE)
+        self.oversized = 0
+        """Inputs dropped for their size before they were queued."""
         self._pattern = re.compile(INPUT_CHANNELS)
         self._subscription = self.lcm.subscribe(INPUT_CHANNELS, self._on_message)
         self._subscription.set_queue_capacity(LCM_INPUT_QUEUE)
 
     def _on_message(self, channel: str, data: bytes) -> None:
-        if self._pattern.fullmatch(channel):
+        if len(data) > MAX_INPUT_BYTES:
+            self.oversized += 1
+        elif self._pattern.fullmatch(channel):
             self._queue.append((channel, data))
 
     def publish(self, channel: str, data: bytes) -> None:
         self.lcm.publish(channel, data)
 
-    def receive_inputs(self) -> list[tuple[str, bytes]]:
-        """Every input message waiting, as (channel, bytes)."""
-        while self.lcm.handle_timeout(0) > 0:
+    def receive_inputs(self, limit: int = 64) -> list[tuple[str, bytes]]:
+        """Up to ``limit`` input messages waiting, as (channel, bytes); the rest wait for the next call."""
+        while len(self._queue) < limit and self.lcm.handle_timeout(0) > 0:
             pass
-        messages = list(self._queue)
-        self._queue.clear()
-        return messages
+        return [self._queue.popleft() for _ in range(min(limit, len(self._queue)))]
 
     def fileno(self) -> int:
         return self.lcm.fileno()

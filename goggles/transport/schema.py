@@ -37,8 +37,16 @@ TYPES = {
     )
 }
 
-#: Inputs larger than this are dropped unread (poses and commands are a few hundred bytes).
+#: Inputs larger than this are dropped unread (poses and commands are a few hundred bytes); the
+#: ZeroMQ input sockets enforce it as ZMQ_MAXMSGSIZE, before the frame is received.
 MAX_INPUT_BYTES = 1 << 20
+#: Longest channel name accepted on an input, bytes (LCM's own limit is 63).
+MAX_CHANNEL_BYTES = 256
+#: Most bones of a skeleton input (human mocap skeletons have 20-80), and longest bone name.
+MAX_BONES = 256
+MAX_BONE_NAME = 64
+#: Largest magnitude a float32 holds: numeric inputs are used in float32, so beyond it is infinity.
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 class Encoding(IntEnum):
@@ -93,8 +101,9 @@ def decode_input(data: bytes, expected: type):
 
 
 def _finite(values, what: str) -> None:
-    if not all(math.isfinite(v) for v in values):
-        raise MalformedMessage(f"{what} has non-finite values")
+    """Finite in float32, the precision every input is used in (1e39 is a finite double, not a float)."""
+    if not all(math.isfinite(v) and abs(v) <= FLOAT32_MAX for v in values):
+        raise MalformedMessage(f"{what} has non-finite values (in float32, the precision inputs are used in)")
 
 
 def _quaternion(values, what: str) -> None:
@@ -112,6 +121,10 @@ def _validate(message) -> None:
         if not 0 <= message.mode <= 5:
             raise MalformedMessage(f"command mode {message.mode} is not 0..5")
     elif isinstance(message, goggles_lcm.skeleton_t):
+        if message.num_bones > MAX_BONES:
+            raise MalformedMessage(f"skeleton of {message.num_bones} bones; at most {MAX_BONES}")
+        if any(len(name) > MAX_BONE_NAME for name in message.bone_names):
+            raise MalformedMessage(f"skeleton bone names must be at most {MAX_BONE_NAME} characters")
         for i in range(message.num_bones):
             _finite(message.positions[i], f"bone {i} position")
             _quaternion(message.orientations[i], f"bone {i} orientation")

@@ -1,0 +1,190 @@
+"""Hostile input on the loopback buses (any local process can send it): memory stays bounded and the
+outputs keep flowing. Each test measures the process's RSS and the longest gap between clock messages
+while the attack runs, with the bounds written here."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+import goggles_lcm
+from goggles.client import Client
+from goggles.dynamics import ControlMode
+from goggles.engine import MAX_AVATARS, MAX_COUNTED_CHANNELS
+from goggles.transport.buses import frame
+from goggles.transport.schema import MAX_BONES
+from tests.test_engine import Running, endpoints, run_config
+
+#: Longest pause of the outputs an attack may cause, wall seconds (the clock goes out at 40 Hz here).
+MAX_GAP_S = 1.0
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+class OutputWatch:
+    """Arrival times of the engine's clock messages, received in a thread of their own."""
+
+    def __init__(self, config):
+        self._socket = zmq.Context.instance().socket(zmq.SUB)
+        self._socket.setsockopt(zmq.SUBSCRIBE, b"clock\0")
+        self._socket.setsockopt(zmq.RCVTIMEO, 100)
+        self._socket.connect(config.zmq.publish)
+        self.times: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self._socket.recv()
+            except zmq.Again:
+                continue
+            self.times.append(time.monotonic())
+
+    def wait_started(self, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while len(self.times) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(self.times) >= 5, "no clock messages from the engine"
+
+    def longest_gap(self, since: float) -> float:
+        times = [t for t in self.times if t >= since] + [time.monotonic()]
+        return float(np.max(np.diff(times))) if len(times) > 1 else float("inf")
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(2)
+        self._socket.close(0)
+
+
+@pytest.fixture
+def engine():
+    config = run_config(scale=4.0, route=False)
+    running = Running(config, duration=None)
+    client = Client(endpoints(config))
+    watch = OutputWatch(config)
+    watch.wait_started()
+    yield running, client, watch
+    watch.close()
+    client.close()
+    running.stop.set()
+    running.finish()
+
+
+def _skeleton(bones: int, parents=None) -> bytes:
+    message = goggles_lcm.skeleton_t()
+    message.num_bones = bones
+    message.bone_names = [f"b{i}" for i in range(bones)]
+    message.parents = list(parents) if parents is not None else [-1] + list(range(bones - 1))
+    message.positions = [[0.0, 0.0, 0.1 * i] for i in range(bones)]
+    message.orientations = [[1.0, 0.0, 0.0, 0.0]] * bones
+    return message.encode()
+
+
+def _settle(running, count_before, expected, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while running.engine.counters.received - count_before < expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def test_unique_channel_names_do_not_grow_memory(engine):
+    running, client, watch = engine
+    before, start, received = rss_mb(), time.monotonic(), running.engine.counters.received
+    rng = np.random.default_rng(1)
+    for i in range(20_000):
+        client.send(f"pose/{rng.integers(1 << 60):x}" + "x" * 1000, b"junk")  # 1 KB unique names
+        if i % 500 == 0:
+            time.sleep(0.01)
+    for _ in range(20):  # names of 1 MB: refused by the size or the name limit
+        client.send("n" * (1 << 20), b"junk")
+    _settle(running, received, 20_000)
+    assert len(running.engine.counters.malformed_by_channel) <= MAX_COUNTED_CHANNELS + 1
+    assert rss_mb() - before < 100, f"RSS grew {rss_mb() - before:.0f} MB"
+    assert watch.longest_gap(start) < MAX_GAP_S
+    assert running.thread.is_alive()
+
+
+def test_huge_frames_are_refused_by_the_socket(engine):
+    running, client, watch = engine
+    before, start = rss_mb(), time.monotonic()
+    big = frame("pose/quad0", bytes(100 << 20))  # 100 MB
+    sender = zmq.Context.instance().socket(zmq.PUB)
+    sender.setsockopt(zmq.LINGER, 0)
+    sender.connect(running.engine.config.zmq.inputs)
+    time.sleep(0.3)
+    peak = before
+    for _ in range(5):
+        sender.send(big, copy=False)
+        peak = max(peak, rss_mb())
+        time.sleep(0.3)
+    del big
+    sender.close(0)
+    time.sleep(0.5)
+    # The sender's own copy is this process's too: the bound allows that one frame, not five.
+    assert peak - before < 250, f"RSS peaked {peak - before:.0f} MB above the start"
+    assert watch.longest_gap(start) < MAX_GAP_S
+    assert running.thread.is_alive()
+
+
+def test_skeletons_are_bounded_and_cannot_stall_the_outputs(engine):
+    running, client, watch = engine
+    before, start, received = rss_mb(), time.monotonic(), running.engine.counters.received
+    huge = _skeleton(10_000)
+    cyclic = _skeleton(4, parents=[1, 2, 3, 1])
+    for _ in range(20):
+        client.send("skeleton/giant", huge)
+        client.send("skeleton/loop", cyclic)
+    people = [_skeleton(MAX_BONES) for _ in range(12)]
+    for _ in range(30):  # 1.5 s of a mocap stream of more people than avatars allowed, at the bone limit
+        for k, person in enumerate(people):
+            client.send(f"skeleton/person{k}", person)
+        time.sleep(0.05)
+    _settle(running, received, 40 + 30 * 12)
+    engine_ = running.engine
+    deadline = time.monotonic() + 5  # one new avatar per rendered frame
+    while len(engine_.avatars) < MAX_AVATARS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "giant" not in engine_.avatars and "loop" not in engine_.avatars
+    assert len(engine_.avatars) == MAX_AVATARS
+    assert engine_.counters.malformed_by_channel.get("skeleton/giant", 0) == 20
+    assert watch.longest_gap(start) < MAX_GAP_S
+    assert rss_mb() - before < 300, f"RSS grew {rss_mb() - before:.0f} MB"
+    # Silent for 5 s of sim time (1.25 s of wall at scale 4): removed, and their slots are reused.
+    deadline = time.monotonic() + 10
+    while engine_.avatars and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine_.avatars == {}
+    shapes = len(engine_.world.shapes)
+    client.send("skeleton/newcomer", _skeleton(20))
+    deadline = time.monotonic() + 5
+    while "newcomer" not in engine_.avatars and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "newcomer" in engine_.avatars and len(engine_.world.shapes) == shapes
+
+
+def test_commands_that_overflow_float32_are_refused(engine):
+    running, client, watch = engine
+    received = running.engine.counters.received
+    client.send_command("quad0", ControlMode.POSITION, [1e39, 0.0, 1.0, 0.0])
+    client.send_command("quad0", ControlMode.ROTOR_SPEEDS, [-1e39, 1.0, 1.0, 1.0])
+    _settle(running, received, 2)
+    assert running.engine.counters.malformed_by_channel.get("quad0/command") == 2
+    client.send_command("quad0", ControlMode.POSITION, [0.0, 0.0, 1.0, 0.0])
+    deadline = time.monotonic() + 10
+    state = None
+    while time.monotonic() < deadline:
+        state = client.latest("quad0/state", timeout=2.0)
+        if state.position[2] > 0.5:
+            break
+    assert state is not None and state.position[2] > 0.5 and np.all(np.isfinite(state.position))
