@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -69,13 +70,15 @@ def _camera(args):
 def cmd_render(args) -> int:
     import numpy as np
 
-    from goggles.frames import camera_pose_from_body, parse_pose
+    from goggles.frames import camera_pose_from_body, overview_pose, parse_pose
     from goggles.paths import default_course, default_scene
     from goggles.render import DeviceScene, Renderer, Shading, stereo_right_offset
     from goggles.render.files import write_camera
     from goggles.scene import load_static_scene
     from goggles.scene.gates import gate_shape, load_course
 
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError(f"--out {args.out}: is a file; give a folder for the images")
     outputs = {o for o in args.outputs.split(",") if o}
     unknown = sorted(outputs - {"images", "beacons", "tof"})
     if unknown:
@@ -92,8 +95,10 @@ def cmd_render(args) -> int:
     world.set_actors(range(len(gates)), T_WA)
     if args.pose is not None:
         T_WB = parse_pose(args.pose)
-    else:
-        T_WB = scene.view if scene.view is not None else np.eye(4)
+    elif scene.view is not None:
+        T_WB = scene.view
+    else:  # a bare mesh: look at all of it from outside
+        T_WB = overview_pose(scene.vertices.min(axis=0), scene.vertices.max(axis=0), args.vfov)
     T_WC = [camera_pose_from_body(T_WB)]
     partner = [-1]
     if args.baseline is not None:
@@ -420,7 +425,7 @@ def cmd_run(args) -> int:
                 + (f"; {recorder.error}" if recorder.error else ""),
                 file=sys.stderr,
             )
-    print(engine.status_line())
+    print(engine.status_line(), file=sys.stderr)
     return 0
 
 
@@ -435,6 +440,7 @@ def cmd_keys(args) -> int:
         if (folder / f"{name}.key_secret").exists() and not args.force:
             raise ConfigError(f"{folder / (name + '.key_secret')} exists; use --force to replace the keys")
         zmq.auth.create_certificates(folder, name)
+        (folder / f"{name}.key_secret").chmod(0o600)  # a secret key is for its owner's eyes only
     shutil.copy(folder / "client.key", folder / "clients" / "client.key")
     print(
         f"server: {folder}/server.key_secret (keep on the engine's machine)\n"
@@ -619,6 +625,8 @@ def cmd_race(args) -> int:
 
     course = load_course(args.course or default_course())
     if args.perturb is not None:
+        if args.perturb < 0:
+            raise ConfigError(f"--perturb {args.perturb}: the seed must be >= 0")
         course = course.perturbed(args.perturb)
     if args.log is not None:
         table, header = _read_log(args.log)
@@ -702,7 +710,7 @@ def cmd_bridge_mocap(args) -> int:
     finally:
         source.close()
         publisher.close()
-    print(status_line(source, bridge))
+    print(status_line(source, bridge), file=sys.stderr)
     return 0
 
 
@@ -727,7 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--pose",
         default=None,
         help="body pose x,y,z,qw,qx,qy,qz in the world (FLU: identity looks along +x, z up); "
-        "default: the scene's view, else identity; write --pose=-1,... when x is negative",
+        "default: the scene's view, else a view of the whole scene from outside it",
     )
     render.add_argument(
         "--intrinsics", type=_floats(4, "--intrinsics"), default=None, help="fx,fy,cx,cy in pixels (overrides --vfov)"
@@ -1042,8 +1050,73 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: A value that looks like a flag to argparse but is a list of numbers starting with a negative one.
+_NEGATIVE_LIST = re.compile(r"^-[\d.][\d.eE+-]*(,[-+\d.eE]+)+$")
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """``--pose -4,0,1.5,...`` as ``--pose=-4,0,1.5,...``: argparse would take the value for a flag."""
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and _NEGATIVE_LIST.match(token):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
+def _tag_leaf_parsers(parser: argparse.ArgumentParser) -> None:
+    """Let every subcommand's parser report errors in its own usage (``args.parser_``)."""
+    parser.set_defaults(parser_=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _tag_leaf_parsers(child)
+
+
+def _quiet_warp_init() -> None:
+    """Initialise Warp without its CUDA-driver warning on machines without a GPU (``-v`` shows it)."""
+    import os
+
+    import warp as wp
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            wp.init()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def check_device(name: str | None) -> None:
+    """Refuse a Warp device this machine does not have, naming the ones it has.
+
+    Raises:
+        ConfigError: unknown name, or CUDA asked for where there is none.
+    """
+    if name is None:
+        return
+    import warp as wp
+
+    available = [str(d) for d in wp.get_devices()]
+    if name in available or name == "cuda" and wp.is_cuda_available():
+        return
+    if name.startswith("cuda") and not wp.is_cuda_available():
+        raise ConfigError(f"--device {name}: no CUDA device is available on this machine; devices: {available}")
+    raise ConfigError(f"--device {name!r} is not a Warp device here; devices: {available} (or 'cuda' for the first GPU)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    _tag_leaf_parsers(parser)
+    args, extra = parser.parse_known_args(_join_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    if extra:
+        args.parser_.error(f"unrecognized arguments: {' '.join(extra)} (see {args.parser_.prog} --help)")
+    if getattr(args, "duration", None) is not None and not args.duration > 0:
+        args.parser_.error(f"--duration {args.duration}: must be > 0 seconds")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -1053,6 +1126,11 @@ def main(argv: list[str] | None = None) -> int:
 
     wp.config.log_level = wp.LOG_INFO if args.verbose else wp.LOG_ERROR
     try:
+        if args.verbose:
+            wp.init()
+        else:
+            _quiet_warp_init()
+        check_device(getattr(args, "device", None))
         return args.run(args)
     except GogglesError as exc:
         print(f"goggles: error: {exc}", file=sys.stderr)

@@ -20,6 +20,7 @@ import numpy as np
 
 import goggles_lcm
 from goggles.dynamics.control import ControlMode
+from goggles.errors import ConfigError
 from goggles.transport.buses import ZmqEndpoints, frame, split_frame
 from goggles.transport.schema import Encoding, decode_any, header
 
@@ -56,8 +57,11 @@ class Client:
             import zmq.auth
 
             folder = __import__("pathlib").Path(keys)
-            public, secret = zmq.auth.load_certificate(folder / "client.key_secret")
-            server, _ = zmq.auth.load_certificate(folder / "server.key")
+            try:
+                public, secret = zmq.auth.load_certificate(folder / "client.key_secret")
+                server, _ = zmq.auth.load_certificate(folder / "server.key")
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"CURVE keys in {folder}: {exc} (make them with: goggles keys DIR)") from exc
             self._curve = (public, secret, server)
 
         self._zmq = zmq
@@ -66,12 +70,18 @@ class Client:
         self._sub = self._socket(zmq.SUB)
         self._sub.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
         self._sub.setsockopt(zmq.LINGER, 0)
-        self._sub.connect(endpoints.publish)
-        self._pub = self._socket(zmq.PUB)
-        self._pub.setsockopt(zmq.LINGER, 0)
-        self._pub.connect(endpoints.inputs)
         self._req = None
         self._latest: dict[str, object] = {}
+        self._pub = self._socket(zmq.PUB)
+        self._pub.setsockopt(zmq.LINGER, 0)
+        for socket, endpoint in ((self._sub, endpoints.publish), (self._pub, endpoints.inputs)):
+            try:
+                socket.connect(endpoint)
+            except zmq.ZMQError as exc:
+                self.close()
+                raise ConfigError(
+                    f"cannot connect to {endpoint!r}: {exc.strerror} (a ZeroMQ endpoint is tcp://HOST:PORT)"
+                ) from exc
         self._request_ids = itertools.count(1)
         self._seq = itertools.count()
 

@@ -129,6 +129,13 @@ def parse_pose(text: str) -> np.ndarray:
         values = []
     if len(values) != 7 or not np.all(np.isfinite(values)):
         raise ConfigError(f"pose {text!r} must be seven finite numbers 'x,y,z,qw,qx,qy,qz' (metres, unit quaternion)")
+    norm = float(np.linalg.norm(values[3:]))
+    if norm < 1e-6:
+        raise ConfigError(f"pose {text!r}: the quaternion (qw,qx,qy,qz) is zero")
+    if abs(norm - 1.0) > 1e-3:
+        import logging
+
+        logging.getLogger(__name__).warning("pose %r: quaternion of norm %.4g normalised to a unit one", text, norm)
     return transform(values[:3], values[3:])
 
 
@@ -139,3 +146,20 @@ def camera_pose_from_body(T_WB: np.ndarray, p_BC: np.ndarray | None = None) -> n
     if p_BC is not None:
         T_BC[:3, 3] = p_BC
     return np.asarray(T_WB, dtype=np.float64) @ T_BC
+
+
+def overview_pose(lower: np.ndarray, upper: np.ndarray, vfov_deg: float = 60.0) -> np.ndarray:
+    """Body pose (FLU) outside the box [lower, upper] looking at its centre from the -x side and
+    above, far enough that a camera of ``vfov_deg`` sees the whole box: a first look at a bare mesh."""
+    lower, upper = np.asarray(lower, np.float64), np.asarray(upper, np.float64)
+    centre = 0.5 * (lower + upper)
+    radius = max(0.5 * float(np.linalg.norm(upper - lower)), 1e-3)
+    distance = radius / np.sin(np.radians(vfov_deg) / 2.0) * 1.1
+    direction = np.array([1.0, 0.0, -0.5]) / np.linalg.norm([1.0, 0.0, -0.5])  # forward and down
+    x = direction
+    y = np.cross([0.0, 0.0, 1.0], x)
+    y /= np.linalg.norm(y)
+    T = np.eye(4)
+    T[:3, :3] = np.column_stack([x, y, np.cross(x, y)])
+    T[:3, 3] = centre - distance * direction
+    return T

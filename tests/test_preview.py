@@ -140,3 +140,46 @@ def test_preview_page_in_headless_chromium(tmp_path):
         engine.finish()
         client.close()
     assert server.frames_sent > 10
+
+
+class _BigFrames:
+    """A frame source of 200 KB frames at 25 Hz (the server only calls next_frames)."""
+
+    def next_frames(self, timeout: float = 0.5):
+        time.sleep(0.04)
+        return [(1, bytes(200_000))]
+
+
+def test_pages_that_never_read_cost_a_few_frames_each():
+    import socket
+
+    from tests.test_hostile_inputs import rss_mb
+
+    port = free_port()
+    server = PreviewServer(_BigFrames(), port=port)
+    stop = threading.Event()
+    thread = threading.Thread(target=server.run, args=(stop,), daemon=True)
+    thread.start()
+    time.sleep(1.0)
+    silent = []
+    for _ in range(10):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        key = base64.b64encode(b"0123456789abcdef").decode()
+        s.sendall(
+            (
+                f"GET /stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
+        silent.append(s)  # handshake sent; never read again
+    time.sleep(1.0)
+    before = rss_mb()
+    time.sleep(5.0)  # 125 frames (25 MB) offered to each page
+    grown = rss_mb() - before
+    stop.set()
+    thread.join(5)
+    for s in silent:
+        s.close()
+    assert server.frames_sent > 100
+    assert grown < 40, f"RSS grew {grown:.0f} MB with 10 pages that never read"

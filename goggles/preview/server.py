@@ -103,6 +103,15 @@ class FrameSource:
         return data.tobytes()
 
 
+#: Bytes that may wait in one page's send buffer before frames for it are skipped (a few frames).
+MAX_BUFFERED_BYTES = 512 * 1024
+
+
+def _buffered(connection) -> int:
+    transport = getattr(connection, "transport", None)
+    return transport.get_write_buffer_size() if transport is not None else 0
+
+
 class PreviewServer:
     """Serves the page and the frame stream; ``run`` blocks until ``stop`` is set."""
 
@@ -138,7 +147,10 @@ class PreviewServer:
                 messages = await loop.run_in_executor(None, self.source.next_frames, 0.2)
                 sent = struct.pack("<d", time.time() * 1000.0)
                 for kind, jpeg in messages:
-                    broadcast(self._clients, bytes([kind]) + sent + jpeg)  # slow pages skip, never queue
+                    # A page that has not taken the previous frames skips this one: at most a few
+                    # frames ever wait per client, however long it stops reading.
+                    ready = [c for c in self._clients if _buffered(c) <= MAX_BUFFERED_BYTES]
+                    broadcast(ready, bytes([kind]) + sent + jpeg)
                     self.frames_sent += 1
 
     def run(self, stop: threading.Event | None = None) -> None:

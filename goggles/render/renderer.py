@@ -236,6 +236,7 @@ class Renderer:
         partner = np.full(n, -1, np.int32) if shadow_partner is None else np.asarray(shadow_partner, np.int32)
         if partner.shape != (n,) or np.any((partner < -1) | (partner >= n)) or np.any(partner == np.arange(n)):
             raise ConfigError(f"shadow_partner {partner.tolist()} must give, per camera, another camera index or -1")
+        _check_memory(scene.device, n * width * height, f"{n} camera(s) of {width}x{height}")
         self.scene = scene
         self.cameras = tuple(cameras)
         self._has_partners = bool(np.any(partner >= 0))
@@ -349,3 +350,34 @@ class Renderer:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+
+
+#: Bytes a rendered pixel takes at its peak: ray table, every output on the device, their host copies
+#: and the float64 temporaries of the ray table's construction.
+BYTES_PER_PIXEL = 160
+
+
+def available_memory(device) -> int | None:
+    """Free bytes on ``device`` (CUDA: the GPU's; CPU: MemAvailable), or None if unknown."""
+    if device.is_cuda:
+        free = getattr(device, "free_memory", None)
+        return int(free) if free else None
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _check_memory(device, pixels: int, what: str) -> None:
+    """Refuse a render whose buffers would not fit, before allocating any of them."""
+    need = pixels * BYTES_PER_PIXEL
+    free = available_memory(device)
+    if free is not None and need > free:
+        raise ConfigError(
+            f"rendering {what} needs about {need / 2**30:.1f} GiB on {device}, but {free / 2**30:.1f} GiB is "
+            "available: use fewer or smaller cameras"
+        )

@@ -69,9 +69,13 @@ def load_static_scene(path: str | Path) -> StaticScene:
 def batch_scene(spec: SceneSpec) -> StaticScene:
     """Import every asset of ``spec`` (logging progress) and merge them into one StaticScene."""
     placed: list[tuple[MeshPart, np.ndarray, int]] = []
+    imported: dict[tuple[Path, str, str], list[MeshPart]] = {}  # a file placed many times is read once
     for i, asset in enumerate(spec.assets):
         start = time.perf_counter()
-        parts = load_asset(asset.path, units=asset.units, up=asset.up)
+        key = (Path(asset.path).resolve(), asset.units, asset.up)
+        if key not in imported:
+            imported[key] = load_asset(asset.path, units=asset.units, up=asset.up)
+        parts = imported[key]
         T = asset.T_WA.copy()
         T[:3, :3] *= asset.scale
         placed.extend((part, T, asset.segmentation) for part in parts)

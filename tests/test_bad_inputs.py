@@ -1,0 +1,130 @@
+"""Every bad input a person may type gets one line naming the flag or file, exit code 2, and never a
+traceback. Run in-process through ``goggles.cli.main`` (an escaping exception fails the test), and a
+few through a real process to check what the terminal shows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from goggles.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
+    (tmp / "a_file").write_text("x")
+    (tmp / "junk.mcap").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    (tmp / "empty.mcap").write_bytes(b"")
+    (tmp / "noise.lcmlog").write_bytes(np.random.default_rng(0).bytes(512))
+    (tmp / "bad.toml").write_text("[scene\nname = ")
+    (tmp / "binary.toml").write_bytes(bytes(range(256)))
+    out = str(tmp / "out")
+    return [
+        (["render", "--device", "cuda:7", "--out", out], "--device"),
+        (["render", "--device", "gpu", "--out", out], "not a Warp device"),
+        (["replay", "nope.mcap"], "nope.mcap"),
+        (["replay", str(tmp / "junk.mcap")], "not an MCAP recording"),
+        (["replay", str(tmp / "empty.mcap")], "not an MCAP recording"),
+        (["replay", str(tmp / "noise.lcmlog"), "--sensors", str(REPO / "assets/run-demo.toml")], "not an LCM"),
+        (["render", "--out", str(tmp / "a_file")], "--out"),
+        (["echo", "--endpoint", "tcp://nowhere", "quad0/imu"], "tcp://nowhere"),
+        (["race", "--perturb", "-1"], "--perturb"),
+        (["render", "--width", "100000", "--height", "100000", "--out", out], "GiB"),
+        (["render", "--width", "-5", "--out", out], "camera size"),
+        (["run", "--duration", "-1"], "--duration"),
+        (["fly", "--duration", "-1", "--out", str(tmp / "x.csv")], "--duration"),
+        (["render", "--pose", "1,2,3", "--out", out], "pose"),
+        (["render", "--pose=0,0,1,0,0,0,0", "--out", out], "quaternion"),
+        (["render", "--scene", str(tmp / "bad.toml"), "--out", out], "bad.toml"),
+        (["render", "--scene", str(tmp / "binary.toml"), "--out", out], "binary.toml"),
+        (["render", "--scene", str(tmp / "missing.glb"), "--out", out], "missing.glb"),
+        (["render", "--outt", "x", "--out", out], "unrecognized arguments: --outt"),
+        (["run", str(tmp / "a_file")], "a_file"),
+        (["run", "--record", str(tmp / "a_file" / "x.mcap"), "--duration", "0.1"], "a_file"),
+        (["run", "--record", str(tmp), "--duration", "0.1"], "record"),
+        (["run", "--record", str(tmp / "x.txt"), "--duration", "0.1"], ".mcap"),
+        (["fly", "--preset", "no-such-quad", "--duration", "1", "--out", str(tmp / "x.csv")], "no-such-quad"),
+        (["bench", "render", "--width", "0"], "camera size"),
+    ]
+
+
+def test_every_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys):
+    failures = []
+    for argv, expected in _bad_inputs(tmp_path):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's own errors: the subcommand's usage, then one error line
+            code = exc.code
+        except Exception as exc:  # a traceback a person would have seen
+            failures.append(f"goggles {' '.join(argv)}: raised {type(exc).__name__}: {exc}")
+            continue
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if ": error:" in line]
+        if code != 2 or len(errors) != 1 or expected not in errors[0]:
+            failures.append(f"goggles {' '.join(argv)}: rc {code}, stderr {err[-400:]!r}")
+    assert not failures, "\n".join(failures)
+
+
+def test_a_terminal_sees_one_line_and_no_cuda_warning(tmp_path):
+    """In a real process: no traceback, no Warp CUDA-driver warning on a machine without a GPU."""
+    for argv in (["render", "--device", "gpu", "--out", str(tmp_path)], ["render", "--out", str(tmp_path / "o")]):
+        result = subprocess.run([sys.executable, "-m", "goggles.cli", *argv], capture_output=True, text=True)
+        assert "Traceback" not in result.stderr
+        assert "Warp CUDA warning" not in result.stderr + result.stdout
+    assert result.returncode == 0, result.stderr
+
+
+def test_negative_pose_without_equals_and_non_unit_quaternion(tmp_path, caplog):
+    assert main(["render", "--pose", "-4,0,1.5,1,0,0,0", "--width", "32", "--height", "24", "--out",
+                 str(tmp_path / "a")]) == 0
+    with caplog.at_level("WARNING"):
+        assert main(["render", "--pose", "-4,0,1.5,2,0,0,0", "--width", "32", "--height", "24", "--out",
+                     str(tmp_path / "b")]) == 0
+    assert "normalised" in caplog.text
+    np.testing.assert_array_equal(np.load(tmp_path / "a/depth.npy"), np.load(tmp_path / "b/depth.npy"))
+
+
+def test_a_bare_mesh_is_seen_from_outside(tmp_path):
+    import trimesh
+
+    box = trimesh.creation.box(extents=[4.0, 3.0, 2.0])
+    box.apply_translation([10.0, 5.0, 1.0])
+    box.export(tmp_path / "box.obj")
+    assert main(["render", "--scene", str(tmp_path / "box.obj"), "--width", "64", "--height", "48", "--out",
+                 str(tmp_path / "o")]) == 0
+    depth = np.load(tmp_path / "o/depth.npy")
+    hit = np.isfinite(depth) & (depth > 0)
+    assert 0.05 < hit.mean() < 0.95  # the whole box in view, from outside: some box, some sky
+    assert hit[depth.shape[0] // 2, depth.shape[1] // 2]  # looking at its centre
+
+
+def test_keys_are_private(tmp_path):
+    assert main(["keys", str(tmp_path / "keys")]) == 0
+    for name in ("server.key_secret", "client.key_secret"):
+        assert (tmp_path / "keys" / name).stat().st_mode & 0o777 == 0o600
+
+
+def test_a_mesh_placed_twice_is_read_once(tmp_path, monkeypatch):
+    import trimesh
+
+    import goggles.scene.batch as batch
+    from goggles.scene import load_static_scene
+
+    trimesh.creation.box().export(tmp_path / "crate.ply")
+    (tmp_path / "scene.toml").write_text(
+        '[scene]\nname = "crates"\n'
+        + "".join(
+            f'[[asset]]\nname = "c{i}"\nfile = "crate.ply"\nunits = "m"\nup = "+z"\nposition = [{3 * i}.0, 0.0, 0.0]\n'
+            for i in range(3)
+        )
+    )
+    reads = []
+    original = batch.load_asset
+    monkeypatch.setattr(batch, "load_asset", lambda *a, **k: reads.append(a) or original(*a, **k))
+    scene = load_static_scene(tmp_path / "scene.toml")
+    assert len(reads) == 1 and scene.num_faces == 3 * 12
