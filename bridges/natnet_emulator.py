@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-NAT_CONNECT, NAT_SERVERINFO, NAT_REQUEST_MODELDEF, NAT_MODELDEF, NAT_FRAMEOFDATA = 0, 1, 4, 5, 7
+NAT_CONNECT, NAT_SERVERINFO, NAT_REQUEST_MODELDEF, NAT_MODELDEF, NAT_FRAMEOFDATA, NAT_KEEPALIVE = 0, 1, 4, 5, 7, 10
 
 #: ENU -> OptiTrack y-up (x east stays x, up becomes y, north becomes -z).
 R_OPTI_ENU = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
@@ -184,8 +184,12 @@ class NatNetEmulator:
                 for name in ("serverinfo", "modeldef", "mocapframe")
             }
         self.frames_sent = 0
+        self.keepalives = 0
+        """NAT_KEEPALIVE requests received."""
+        self.connects = 0
         self.clients: set[tuple[str, int]] = set()
         self._streaming = threading.Event()
+        self._restarted = False
         self._stop = threading.Event()
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._socket.bind((host, command_port))
@@ -208,6 +212,12 @@ class NatNetEmulator:
         for thread in self._threads:
             thread.join(2.0)
         self._socket.close()
+
+    def restart(self) -> None:
+        """A server restart: it forgets its clients and numbers its frames from zero again."""
+        with self._lock:
+            self.clients.clear()
+        self._restarted = True
 
     def stall(self) -> None:
         self._streaming.clear()
@@ -237,7 +247,11 @@ class NatNetEmulator:
             if len(data) < 4:
                 continue
             message_id = struct.unpack_from("<H", data)[0]
+            if message_id == NAT_KEEPALIVE:
+                self.keepalives += 1
+                continue
             if message_id == NAT_CONNECT:
+                self.connects += 1
                 with self._lock:
                     self.clients.add(address)
                 reply = self.replay["serverinfo"] if self.replay else server_info_packet()
@@ -254,6 +268,8 @@ class NatNetEmulator:
         next_time = time.monotonic()
         frame = 0
         while not self._stop.is_set():
+            if self._restarted:
+                self._restarted, frame = False, 0
             next_time += period
             delay = next_time - time.monotonic()
             if delay > 0:
@@ -261,8 +277,10 @@ class NatNetEmulator:
             if not self._streaming.is_set():
                 continue
             t = time.monotonic() - self._start
-            if self.replay:
-                self._send(self.replay["mocapframe"])
+            if self.replay:  # the recorded frame, numbered as a live server numbers its frames
+                packet = bytearray(self.replay["mocapframe"])
+                struct.pack_into("<i", packet, 4, frame)
+                self._send(bytes(packet))
             else:
                 self._send(frame_packet(frame, t, self.bodies, self.skeletons))
             frame += 1

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing as mp
 import queue
 import threading
@@ -24,8 +25,146 @@ from goggles.frames import matrix_to_quat
 log = logging.getLogger(__name__)
 
 
+class NatNetLink:
+    """The client side of NatNet 3.x over UDP, with the ``natnet`` package's packet parsers.
+
+    It owns its sockets (the ``natnet`` client would accept packets from anyone, send a keep-alive
+    with every poll and never reconnect): packets from any address but the server's are dropped and
+    counted; a unicast client sends a keep-alive once a second; a server silent for ``reconnect_after``
+    seconds is greeted again every second until it answers (a restarted Motive), and its frame
+    numbering starts afresh.
+    """
+
+    NAT_CONNECT, NAT_SERVERINFO, NAT_REQUEST_MODELDEF, NAT_MODELDEF = 0, 1, 4, 5
+    NAT_FRAMEOFDATA, NAT_KEEPALIVE = 7, 10
+    KEEPALIVE_PERIOD_S = 1.0
+
+    def __init__(
+        self,
+        server: str,
+        local: str,
+        *,
+        command_port: int,
+        data_port: int,
+        multicast: bool,
+        multicast_group: str,
+        reconnect_after: float = 1.0,
+    ):
+        import socket
+
+        try:
+            self.server_ip = socket.gethostbyname(server)
+        except OSError as exc:
+            raise ConfigError(f"NatNet server {server!r}: {exc}") from exc
+        self.server = (self.server_ip, command_port)
+        self.multicast = multicast
+        self.reconnect_after = reconnect_after
+        self.version = None
+        self.foreign = 0
+        """Packets from other addresses than the server's, dropped."""
+        self.reconnects = 0
+        self.keepalives = 0
+        self.on_frame = None
+        self.on_descriptions = None
+        self.on_server_info = None
+        try:
+            self.command = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self.command.bind(("" if multicast else local, 0))
+            self.data = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self.data.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if multicast:
+                self.data.bind(("", data_port))
+                self.data.setsockopt(
+                    socket.IPPROTO_IP,
+                    socket.IP_ADD_MEMBERSHIP,
+                    socket.inet_aton(multicast_group) + socket.inet_aton(local),
+                )
+            else:
+                self.data.bind((local, 0))
+        except OSError as exc:
+            raise ConfigError(f"cannot open NatNet sockets on {local}: {exc}") from exc
+        self.command.setblocking(False)
+        self.data.setblocking(False)
+        now = time.monotonic()
+        self._last_heard = self._last_keepalive = self._last_hello = now
+
+    def send(self, message_id: int, text: str = "") -> None:
+        payload = text.encode() + b"\0"
+        try:
+            self.command.sendto(message_id.to_bytes(2, "little") + len(payload).to_bytes(2, "little") + payload,
+                                self.server)
+        except OSError as exc:  # the network went away: the reconnect loop will try again
+            log.debug("NatNet send failed: %s", exc)
+
+    def hello(self) -> None:
+        self._last_hello = time.monotonic()
+        self.send(self.NAT_CONNECT, "Ping")
+
+    def connect(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        self.hello()
+        while self.version is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            self.poll()
+            time.sleep(0.01)
+
+    def poll(self) -> None:
+        """Read every waiting packet, then keep the session alive (or revive it)."""
+        from natnet.data_descriptions import DataDescriptions
+        from natnet.data_frame import DataFrame
+        from natnet.packet_buffer import PacketBuffer
+        from natnet.server_info import ServerInfo
+
+        for sock in (self.data, self.command):
+            while True:
+                try:
+                    data, address = sock.recvfrom(65536)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    break
+                if address[0] != self.server_ip:
+                    self.foreign += 1
+                    continue
+                if len(data) < 4:
+                    raise ValueError(f"a {len(data)}-byte packet")
+                self._last_heard = time.monotonic()
+                buffer = PacketBuffer(data)
+                message_id, size = buffer.read_uint16(), buffer.read_uint16()
+                if size != len(data) - 4:
+                    raise ValueError(f"packet says {size} bytes, holds {len(data) - 4}")
+                if message_id == self.NAT_SERVERINFO:
+                    info = ServerInfo.read_from_buffer(buffer, self.version)
+                    self.version = info.nat_net_protocol_version
+                    if self.on_server_info:
+                        self.on_server_info()
+                elif self.version is None:
+                    continue
+                elif message_id == self.NAT_FRAMEOFDATA and self.on_frame:
+                    self.on_frame(DataFrame.read_from_buffer(buffer, self.version))
+                elif message_id == self.NAT_MODELDEF and self.on_descriptions:
+                    self.on_descriptions(DataDescriptions.read_from_buffer(buffer, self.version))
+        now = time.monotonic()
+        if not self.multicast and now - self._last_keepalive >= self.KEEPALIVE_PERIOD_S:
+            self._last_keepalive = now
+            self.keepalives += 1
+            self.send(self.NAT_KEEPALIVE)
+        if now - self._last_heard > self.reconnect_after and now - self._last_hello >= 1.0:
+            self.reconnects += 1
+            self.hello()
+
+    def close(self) -> None:
+        self.command.close()
+        self.data.close()
+
+
 class NatNetSource:
     """NatNet 3.x client (unicast by default; ``multicast`` for Motive's default multicast stream).
+
+    Frames are checked before they are published: only from the server, frame numbers never going
+    back (a server that restarted is re-greeted and starts afresh), and rigid bodies and skeletons
+    as the model definition describes them. Anything else is counted as malformed and dropped.
 
     Args:
         server: Motive's address.
@@ -46,40 +185,50 @@ class NatNetSource:
         multicast_group: str = "239.255.42.99",
         timeout: float = 5.0,
     ):
-        from natnet import NatNetClient
-
-        self._client = NatNetClient(
-            server_ip_address=server,
-            local_ip_address=local,
-            multicast_address=multicast_group,
-            command_port=command_port,
-            data_port=data_port,
-            use_multicast=multicast,
+        self._link = NatNetLink(
+            server, local, command_port=command_port, data_port=data_port, multicast=multicast,
+            multicast_group=multicast_group,
         )
         self._frames: list = []
         self._names: dict[int, str] = {}
         self._skeletons: dict[int, tuple[str, list[str], list[int], list[int]]] = {}
+        self._last_frame: int | None = None
+        self._last_request = 0.0
         self.malformed = 0
-        self._client.on_data_frame_received_event.handlers.append(self._on_frame)
-        self._client.on_data_description_received_event.handlers.append(self._on_descriptions)
+        self._link.on_frame = self._on_frame
+        self._link.on_descriptions = self._on_descriptions
+        self._link.on_server_info = self._on_server_info
         try:
-            self._client.connect(timeout=timeout)
+            self._link.connect(timeout)
         except TimeoutError as exc:
+            self._link.close()
             raise ConfigError(
                 f"no NatNet server answered at {server}:{command_port} within {timeout} s: is Motive "
                 "streaming (Edit > Settings > Streaming), and are the address and ports right?"
             ) from exc
-        self._client.request_modeldef()
-        self._last_request = time.perf_counter()
+
+    @property
+    def foreign(self) -> int:
+        """Packets from other senders than the server, dropped."""
+        return self._link.foreign
+
+    @property
+    def link(self) -> NatNetLink:
+        return self._link
+
+    def _on_server_info(self) -> None:
+        """A (re)connection: the server's frame numbering and model may have started afresh."""
+        self._last_frame = None
+        self._link.send(NatNetLink.NAT_REQUEST_MODELDEF)
 
     def _ask_for_descriptions(self, now: float) -> None:
         if now - self._last_request > 0.5:
             self._last_request = now
-            self._client.request_modeldef()
+            self._link.send(NatNetLink.NAT_REQUEST_MODELDEF)
 
     def _on_descriptions(self, descriptions) -> None:
-        for body in descriptions.rigid_bodies:
-            self._names[body.id_num] = body.name
+        self._names = {body.id_num: body.name for body in descriptions.rigid_bodies}
+        self._skeletons = {}
         for skeleton in descriptions.skeletons:
             bone_ids = [b.id_num for b in skeleton.rigid_body_descriptions]
             index = {bone_id: i for i, bone_id in enumerate(bone_ids)}
@@ -91,12 +240,37 @@ class NatNetSource:
                 bone_ids,
             )
 
+    def _reject(self, reason: str) -> None:
+        self.malformed += 1
+        if self.malformed <= 10:
+            log.warning("dropped a NatNet frame (%d so far): %s", self.malformed, reason)
+
     def _on_frame(self, frame) -> None:
         received = time.perf_counter()
+        number = frame.prefix.frame_number
+        if self._last_frame is not None and number <= self._last_frame:
+            self._reject(f"frame number {number} after {self._last_frame}")
+            return
+        described = set(self._names)
+        ids = [body.id_num for body in frame.rigid_bodies]
+        if len(set(ids)) != len(ids):
+            self._reject(f"frame {number} repeats a rigid body id")
+            return
+        missing = described - set(ids)
+        if missing:  # not the model's bodies: garbage, or the model changed (ask for it again)
+            self._ask_for_descriptions(received)
+            self._reject(f"frame {number} lacks rigid bodies {sorted(missing)[:5]} of the model definition")
+            return
+        for body in frame.rigid_bodies:
+            values = (*body.pos, *body.rot)
+            if not all(math.isfinite(v) for v in values) or abs(math.sqrt(sum(v * v for v in body.rot)) - 1) > 0.01:
+                self._reject(f"frame {number}: rigid body {body.id_num} is not a rigid pose")
+                return
+        self._last_frame = number
         bodies = {}
         for body in frame.rigid_bodies:
             name = self._names.get(body.id_num)
-            if name is None:  # its description has not arrived: ask again, publish nothing unnamed
+            if name is None:  # a body added in Motive: ask for its description, publish nothing unnamed
                 self._ask_for_descriptions(received)
                 continue
             x, y, z, w = body.rot
@@ -108,7 +282,7 @@ class NatNetSource:
                 continue
             name, bones, parents, bone_ids = self._skeletons[skeleton.id_num]
             by_id = {b.id_num: b for b in skeleton.rigid_bodies}
-            if not all(i in by_id for i in bone_ids):
+            if set(by_id) != set(bone_ids):  # not the skeleton the model describes
                 continue
             poses = [(np.array(by_id[i].pos), np.array([by_id[i].rot[3], *by_id[i].rot[:3]])) for i in bone_ids]
             skeletons[name] = (bones, parents, poses)
@@ -119,7 +293,7 @@ class NatNetSource:
         deadline = time.perf_counter() + timeout
         while True:
             try:
-                self._client.update_sync()
+                self._link.poll()
             except Exception as exc:  # a malformed packet: counted and dropped, the stream goes on
                 self.malformed += 1
                 if self.malformed <= 10:
@@ -132,7 +306,7 @@ class NatNetSource:
         return frames
 
     def close(self) -> None:
-        self._client.shutdown()
+        self._link.close()
 
 
 def _motioncapture_worker(system: str, options: dict, out: mp.Queue) -> None:

@@ -324,3 +324,89 @@ def test_qualisys_bodies_and_skeletons_through_qtm_rt():
     np.testing.assert_allclose(skeletons[-1].positions[2], [4.0, 0.0, 1.7], atol=1e-3)  # the head, in metres
     with pytest.raises(ConfigError, match="no QTM real-time server"):
         QtmSource("127.0.0.1", port=free_port(), timeout=0.5)
+
+
+def _forged_frame(frame_number: int, body_id: int = 1, position=(9.0, 9.0, 9.0)) -> bytes:
+    """A well-formed NatNet 3.0 frame of one rigid body, as another process on the network could send."""
+    from bridges.natnet_emulator import NAT_FRAMEOFDATA, _packet
+
+    body = struct.pack("<I3f4f", body_id, *position, 0.0, 0.0, 0.0, 1.0) + struct.pack("<fh", 0.0, 1)
+    payload = (
+        struct.pack("<iII", frame_number, 0, 0)  # frame number, no marker sets, no unlabeled markers
+        + struct.pack("<I", 1) + body
+        + struct.pack("<I", 0)  # no skeletons
+        + struct.pack("<I", 0)  # no labeled markers
+        + struct.pack("<I", 0) + struct.pack("<I", 0)  # no force plates, no devices
+        + struct.pack("<IIfdqqqh", 0, 0, 0.0, 1.0, 0, 0, 0, 0)  # timecode, latency, timestamps, params
+    )
+    return _packet(NAT_FRAMEOFDATA, payload)
+
+
+def _natnet_client_address(emulator) -> tuple[str, int]:
+    deadline = time.monotonic() + 5
+    while not emulator.clients and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return next(iter(emulator.clients))
+
+
+def test_frames_from_other_senders_are_dropped():
+    ports = free_port(), free_port()
+    receiver = Receiver()
+    with NatNetEmulator(command_port=ports[0], data_port=ports[1], bodies=[SyntheticBody("quad0", 1, circle())]) as em:
+        source = NatNetSource(command_port=ports[0], data_port=ports[1])
+        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
+        receiver.collect(0.3)
+        forger = __import__("socket").socket(__import__("socket").AF_INET, __import__("socket").SOCK_DGRAM)
+        forger.bind(("127.0.0.2", 0))  # another address on the same network
+        target = _natnet_client_address(em)
+        for k in range(50):
+            forger.sendto(_forged_frame(10**6 + k), target)
+        forger.close()
+        receiver.collect(0.3)
+        running.finish()
+        source.close()
+    poses = [m for _, channel, m in receiver.drain() if channel == "pose/quad0"]
+    assert len(poses) > 40
+    assert all(np.hypot(*m.position[:2]) < 2.0 for m in poses)  # no pose at (9, 9, 9)
+    assert source.foreign == 50
+
+
+def test_frames_going_back_or_unlike_the_model_are_dropped():
+    ports = free_port(), free_port()
+    receiver = Receiver()
+    with NatNetEmulator(command_port=ports[0], data_port=ports[1], bodies=[SyntheticBody("quad0", 1, circle())]) as em:
+        source = NatNetSource(command_port=ports[0], data_port=ports[1])
+        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
+        receiver.collect(0.3)
+        for k in range(20):
+            em.send_raw(_forged_frame(k))  # from the server's address, but numbered in the past
+            em.send_raw(_forged_frame(10**7 + k, body_id=77))  # a body the model does not describe
+        receiver.collect(0.3)
+        running.finish()
+        source.close()
+    poses = [m for _, channel, m in receiver.drain() if channel == "pose/quad0"]
+    assert all(np.hypot(*m.position[:2]) < 2.0 for m in poses)
+    assert all(m.valid for m in poses), "garbage frames must not raise stale flags"
+    assert source.malformed >= 40
+
+
+def test_the_bridge_reconnects_after_the_server_restarts_and_keeps_alive_at_1_hz():
+    ports = free_port(), free_port()
+    receiver = Receiver()
+    with NatNetEmulator(command_port=ports[0], data_port=ports[1], bodies=[SyntheticBody("quad0", 1, circle())]) as em:
+        source = NatNetSource(command_port=ports[0], data_port=ports[1])
+        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
+        receiver.collect(0.5)
+        em.stall()
+        em.restart()  # Motive restarted: it forgets its clients and numbers frames from 0 again
+        receiver.collect(0.5)
+        em.resume()
+        restarted_at = time.perf_counter()
+        receiver.collect(3.0)
+        keepalives, elapsed = em.keepalives, 4.0
+        running.finish()
+        source.close()
+    after = [t for t, channel, m in receiver.drain() if channel == "pose/quad0" and m.valid and t > restarted_at]
+    assert len(after) > 100, "no poses after the server restarted"
+    assert after[0] - restarted_at < 2.5
+    assert keepalives <= elapsed * 1.5 + 2, f"{keepalives} keep-alives in {elapsed} s"
