@@ -42,7 +42,9 @@ class Recorder:
         path: ``.mcap`` or ``.lcmlog``.
         metadata: text stored in the MCAP file (e.g. the run file), ignored for LCM logs.
         queue_size: messages that may wait for the writer before new ones are dropped.
-        compression: MCAP chunk compression, ``zstd`` (default), ``lz4`` or ``none``.
+        compression: MCAP chunk compression, ``lz4`` (default), ``zstd`` or ``none``. Measured on the
+            default run (320x240 stereo depth + colour): none 32 MB per sim second, lz4 0.42x of it at
+            no measurable frame-rate cost, zstd 0.33x at 10-25 % fewer frames/s on two cores.
         on_error: called once, from the writer thread, with a one-line reason when writing fails
             (a full disk); recording stops there and what was written stays readable.
 
@@ -56,7 +58,7 @@ class Recorder:
         *,
         metadata: dict[str, str] | None = None,
         queue_size: int = 4096,
-        compression: str = "zstd",
+        compression: str = "lz4",
         on_error=None,
     ):
         self.path = Path(path)
