@@ -188,3 +188,17 @@ def test_commands_that_overflow_float32_are_refused(engine):
         if state.position[2] > 0.5:
             break
     assert state is not None and state.position[2] > 0.5 and np.all(np.isfinite(state.position))
+
+
+def test_lcm_inputs_over_the_limit_are_dropped_before_they_queue():
+    from goggles.transport.buses import LcmBus
+    from goggles.transport.schema import MAX_INPUT_BYTES
+
+    bus = LcmBus("memq://")
+    sender = bus.lcm  # memq delivers within one LCM instance
+    sender.publish("pose/quad0", bytes(MAX_INPUT_BYTES + 1))
+    sender.publish("pose/quad0", b"small")
+    received = bus.receive_inputs()
+    assert [len(data) for _, data in received] == [5]
+    assert bus.oversized == 1
+    bus.close()
