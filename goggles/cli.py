@@ -673,6 +673,9 @@ def cmd_bridge_mocap(args) -> int:
         else RoomCalibration.for_system(args.system)
     )
     backend = args.backend or {"optitrack": "natnet", "qualisys": "qtm"}.get(args.system, "motioncapture")
+    allowed = {"optitrack": {"natnet", "motioncapture"}, "qualisys": {"qtm", "motioncapture"}}
+    if backend not in allowed.get(args.system, {"motioncapture"}):
+        raise ConfigError(f"--backend {backend} does not serve --system {args.system}")
     if backend == "qtm":
         source = QtmSource(args.host, port=args.qtm_port, timeout=args.timeout)
     elif args.system == "optitrack" and backend == "natnet":
@@ -691,6 +694,7 @@ def cmd_bridge_mocap(args) -> int:
         source = MotionCaptureSource(args.system, args.host, timeout=args.timeout, options=options)
     publisher = Publisher(None if args.no_zmq else args.zmq, None if args.no_lcm else args.lcm_url)
     bridge = MocapBridge(calibration, publisher)
+    stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(
@@ -985,10 +989,12 @@ def build_parser() -> argparse.ArgumentParser:
     mocap.add_argument("--local", default="127.0.0.1", help="this machine's address on the mocap network (NatNet)")
     mocap.add_argument(
         "--backend",
-        choices=["natnet", "motioncapture"],
-        default="natnet",
-        help="for optitrack: the natnet client (bodies and skeletons) or motioncapture (bodies)",
+        choices=["natnet", "qtm", "motioncapture"],
+        default=None,
+        help="optitrack: natnet (default: bodies and skeletons) or motioncapture (bodies); qualisys: qtm "
+        "(default: 6D bodies and skeletons) or motioncapture; vicon, vrpn, mock: motioncapture",
     )
+    mocap.add_argument("--qtm-port", type=int, default=22223, help="Qualisys QTM real-time port (qtm backend)")
     mocap.add_argument("--multicast", action="store_true", help="NatNet: listen to Motive's multicast stream")
     mocap.add_argument(
         "--mock-bodies",

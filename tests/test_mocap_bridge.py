@@ -410,3 +410,33 @@ def test_the_bridge_reconnects_after_the_server_restarts_and_keeps_alive_at_1_hz
     assert len(after) > 100, "no poses after the server restarted"
     assert after[0] - restarted_at < 2.5
     assert keepalives <= elapsed * 1.5 + 2, f"{keepalives} keep-alives in {elapsed} s"
+
+
+@pytest.mark.parametrize("system", ["qualisys", "mock"])
+def test_goggles_bridge_mocap_reaches_its_source(system):
+    """The command line end to end: qualisys goes to the QTM source (against the QTM emulator)."""
+    import subprocess
+    import sys
+
+    from bridges.qtm_emulator import QtmEmulator
+
+    receiver = Receiver()
+    port = free_port()
+    extra = ["--qtm-port", str(port)] if system == "qualisys" else ["--mock-bodies", "quad0(1,2,1.5,1,0,0,0)"]
+    with QtmEmulator(port=port, bodies=[SyntheticBody("quad0", 1, circle(1.5, 1.2, 4.0))]):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "goggles.cli", "bridge", "mocap", "--system", system, *extra, "--duration", "2",
+             "--no-lcm", "--zmq", f"tcp://127.0.0.1:{receiver.port}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        while process.poll() is None:
+            receiver.collect(0.1)
+        receiver.drain()
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    poses = [m for _, channel, m in receiver.messages if channel == "pose/quad0"]
+    assert len(poses) > 10, err
+    if system == "qualisys":
+        assert abs(np.hypot(*poses[-1].position[:2]) - 1.5) < 1e-3
+    else:
+        np.testing.assert_allclose(poses[-1].position, [1.0, 2.0, 1.5], atol=1e-6)
