@@ -91,8 +91,9 @@ class NatNetLink:
     def send(self, message_id: int, text: str = "") -> None:
         payload = text.encode() + b"\0"
         try:
-            self.command.sendto(message_id.to_bytes(2, "little") + len(payload).to_bytes(2, "little") + payload,
-                                self.server)
+            self.command.sendto(
+                message_id.to_bytes(2, "little") + len(payload).to_bytes(2, "little") + payload, self.server
+            )
         except OSError as exc:  # the network went away: the reconnect loop will try again
             log.debug("NatNet send failed: %s", exc)
 
@@ -186,7 +187,11 @@ class NatNetSource:
         timeout: float = 5.0,
     ):
         self._link = NatNetLink(
-            server, local, command_port=command_port, data_port=data_port, multicast=multicast,
+            server,
+            local,
+            command_port=command_port,
+            data_port=data_port,
+            multicast=multicast,
             multicast_group=multicast_group,
         )
         self._frames: list = []

@@ -71,9 +71,10 @@ def bench_render(
     import warp as wp
 
     from goggles.frames import camera_pose_from_body
-    from goggles.render import CameraModel, DeviceScene, Renderer
+    from goggles.render import CameraModel, Renderer
     from goggles.render.embree import EmbreeTracer
     from goggles.scene import load_static_scene
+    from goggles.world import DeviceScene
 
     scene = load_static_scene(scene_path)
     T_WB = scene.view if scene.view is not None else np.eye(4)

@@ -72,10 +72,11 @@ def cmd_render(args) -> int:
 
     from goggles.frames import camera_pose_from_body, overview_pose, parse_pose
     from goggles.paths import default_course, default_scene
-    from goggles.render import DeviceScene, Renderer, Shading, stereo_right_offset
+    from goggles.render import Renderer, Shading, stereo_right_offset
     from goggles.render.files import write_camera
     from goggles.scene import load_static_scene
-    from goggles.scene.gates import gate_shape, load_course
+    from goggles.scene.gates import load_course
+    from goggles.world import build_world
 
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out}: is a file; give a folder for the images")
@@ -87,12 +88,8 @@ def cmd_render(args) -> int:
     scene = load_static_scene(args.scene or default_scene())
     course_path = args.course or (default_course() if args.scene is None else None)
     course = load_course(course_path) if course_path is not None else None
-    gates = course.gates if course is not None else ()
-    world = DeviceScene(
-        scene, args.device, shapes=[gate_shape(g.opening, g.name) for g in gates], max_actors=max(1, len(gates))
-    )
-    T_WA = np.array([g.T_WG for g in gates]).reshape(-1, 4, 4)
-    world.set_actors(range(len(gates)), T_WA)
+    built = build_world(scene, course=course, device=args.device)
+    world, T_WA = built.scene, built.gate_poses
     if args.pose is not None:
         T_WB = parse_pose(args.pose)
     elif scene.view is not None:
@@ -129,13 +126,9 @@ def cmd_render(args) -> int:
     if "beacons" in outputs:
         import json
 
-        from goggles.sensors.beacons import Beacon, BeaconSensor
+        from goggles.sensors.beacons import BeaconSensor
 
-        beacons = [
-            Beacon(f"{g.name}/{k}", tuple(p), actor=i)
-            for i, g in enumerate(gates)
-            for k, p in enumerate(g.beacon_positions_G())
-        ]
+        beacons = built.beacons
         detections = BeaconSensor(world, beacons, [camera] * len(T_WC)).detect(np.stack(T_WC), T_WA)
         rows = [{"id": d.id, "u": d.u, "v": d.v, "range": d.range, "camera": names[d.camera]} for d in detections]
         (args.out / "beacons.json").write_text(json.dumps(rows, indent=1))
@@ -464,6 +457,7 @@ def cmd_preview(args) -> int:
     scene = None if args.no_third_person else load_static_scene(args.scene or default_scene())
     source = FrameSource(client, args.vehicle, args.camera, scene=scene, viewpoint=args.viewpoint, device=args.device)
     server = PreviewServer(source, host=args.host, port=args.port)
+    stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     if args.duration is not None:
@@ -1043,7 +1037,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fly.add_argument("--seed", type=int, default=0, help="seed of the disturbance and IMU noise")
     fly.add_argument(
-        "--integrator", choices=["euler", "rk4"], default=None, help="default: the preset's (fg-quad: euler, as FlightGoggles)"
+        "--integrator",
+        choices=["euler", "rk4"],
+        default=None,
+        help="default: the preset's (fg-quad: euler, as FlightGoggles)",
     )
     fly.add_argument("--rate", type=float, default=960.0, help="physics rate, Hz (default %(default)s)")
     fly.add_argument("--imu-rate", type=float, default=None, help="IMU rate, Hz, dividing --rate (default: --rate)")
@@ -1113,7 +1110,9 @@ def check_device(name: str | None) -> None:
         return
     if name.startswith("cuda") and not wp.is_cuda_available():
         raise ConfigError(f"--device {name}: no CUDA device is available on this machine; devices: {available}")
-    raise ConfigError(f"--device {name!r} is not a Warp device here; devices: {available} (or 'cuda' for the first GPU)")
+    raise ConfigError(
+        f"--device {name!r} is not a Warp device here; devices: {available} (or 'cuda' for the first GPU)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -142,16 +142,10 @@ def fly_course(
     """
     from goggles.dynamics import CollisionResponse, ControlMode, MultirotorSim, load_airframe
     from goggles.frames import quat_from_euler
-    from goggles.paths import default_scene
-    from goggles.render import DeviceScene
-    from goggles.scene import load_static_scene
-    from goggles.scene.gates import gate_shape
+    from goggles.pilots import RoutePilot
+    from goggles.world import build_world
 
-    shapes = [gate_shape(g.opening, g.name) for g in course.gates]
-    world = DeviceScene(
-        load_static_scene(scene_path or default_scene()), device, shapes=shapes, max_actors=len(course.gates)
-    )
-    world.set_actors(range(len(course.gates)), np.stack([g.T_WG for g in course.gates]))
+    world = build_world(scene_path, course=course, device=device).scene
     sim = MultirotorSim(
         load_airframe("fg-quad"),
         1,
@@ -164,16 +158,17 @@ def fly_course(
     sim.reset(position=course.start[:3], attitude=quat_from_euler(0.0, 0.0, course.start[3]))
     waypoints = course_waypoints(course)
     judge = RaceJudge(course)
-    rows, index = [], 0
-    sim.set_command(ControlMode.POSITION, waypoints[0])
+    pilot = RoutePilot(waypoints, tolerance, closed=False)
+    rows = []
+    sim.set_command(ControlMode.POSITION, pilot.target)
     while judge.end is None:
         sim.step(log_every)
         state = sim.states()
         position = state.position[0]
         rows.append([sim.time, *position, float(state.crashed[0])])
         judge.update(sim.time, position, bool(state.crashed[0]))
-        if index < len(waypoints) - 1 and np.linalg.norm(position - waypoints[index][:3]) < tolerance:
-            index += 1
-            sim.set_command(ControlMode.POSITION, waypoints[index])
+        target = pilot.update(position)
+        if target is not None:
+            sim.set_command(ControlMode.POSITION, target)
     sim.close()
     return judge.result(), np.array(rows)

@@ -248,7 +248,10 @@ def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
                         damaged += 1
                         log.warning(
                             "%s: chunk %d (messages %.3f-%.3f s) is damaged (%s); skipped",
-                            path, index, record.message_start_time * 1e-9, record.message_end_time * 1e-9,
+                            path,
+                            index,
+                            record.message_start_time * 1e-9,
+                            record.message_end_time * 1e-9,
                             str(exc)[:120],
                         )
                         continue
@@ -261,11 +264,13 @@ def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
                         else:
                             orphans += 1  # its channel was declared in a damaged chunk
         except Exception as exc:  # the record framing itself is broken: nothing after it can be found
-            log.warning("%s: stopped reading at a damaged or cut-off record after chunk %d (%s)", path, index,
-                        str(exc)[:120])
+            log.warning(
+                "%s: stopped reading at a damaged or cut-off record after chunk %d (%s)", path, index, str(exc)[:120]
+            )
     if damaged or orphans:
-        log.warning("%s: %d damaged chunk(s) skipped, %d message(s) of unknown channels dropped", path, damaged,
-                    orphans)
+        log.warning(
+            "%s: %d damaged chunk(s) skipped, %d message(s) of unknown channels dropped", path, damaged, orphans
+        )
 
 
 def read_metadata(path: str | Path) -> dict[str, str]:

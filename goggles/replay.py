@@ -76,7 +76,7 @@ def replay_file(
     config = replay_config(Path(path), sensors, scene)
     recorder = None
     if record is not None:
-        metadata = {"run_file": _config_text(config, sensors, path), "replayed_from": str(path)}
+        metadata = {"run_file": _config_text(sensors, path), "replayed_from": str(path)}
         recorder = Recorder(record, metadata=metadata)
     if threads is not None:
         os.environ.setdefault("GOGGLES_RENDER_THREADS", str(threads))
@@ -90,7 +90,7 @@ def replay_file(
             yield item
 
     try:
-        poses = engine.replay(messages(), speed=speed, progress=progress)
+        poses = replay_into(engine, messages(), speed=speed, progress=progress)
     finally:
         engine.close()
         if recorder is not None:
@@ -100,7 +100,63 @@ def replay_file(
     )
 
 
-def _config_text(config, sensors: Path | None, path: Path) -> str:
+def replay_into(engine, recorded, *, speed: float | None = None, progress=None) -> int:
+    """Render an engine's sensors again along a recorded flight (the engine built in REPLAY mode).
+
+    Args:
+        engine: a ``goggles.engine.Engine`` in REPLAY mode.
+        recorded: (log time ns, channel, bytes) in time order, as ``goggles.record.read_log`` yields
+            them; vehicle poses come from ``<vehicle>/state`` (a simulated flight) or ``pose/<vehicle>``
+            (a live one), people from ``skeleton/<name>``.
+        speed: play at this multiple of the recorded pace; None: as fast as possible.
+        progress: called about once per wall second with the log time reached, s.
+
+    Returns:
+        The number of recorded poses used.
+    """
+    from goggles.clock import ClockMode
+    from goggles.transport.schema import MalformedMessage, decode_any
+
+    if engine.mode != ClockMode.REPLAY:
+        raise MalformedMessage("replay needs an engine built in REPLAY mode")
+    inputs = engine.inputs
+    used, start_wall, last_progress = 0, time.perf_counter(), time.perf_counter()
+    t_first = None
+    for t_ns, channel, data in recorded:
+        if not (channel.endswith("/state") or channel.startswith(("pose/", "skeleton/"))):
+            continue
+        try:  # the message's own time stamp (sim time), not the log's: lcm-logger stamps on receipt
+            stamp = decode_any(data).header.utime
+        except (MalformedMessage, AttributeError) as exc:
+            inputs.count_malformed(channel, MalformedMessage(str(exc)))
+            continue
+        step = int(round(stamp * 1e-6 / engine.dt))
+        if t_first is None:
+            engine.start_at(step)
+        engine.run_events_before(step)
+        try:
+            if channel.endswith("/state"):
+                inputs.apply_recorded_state(channel[: -len("/state")], data)
+            else:
+                inputs.apply(channel, data)
+            engine.update_people()
+        except MalformedMessage as exc:
+            inputs.count_malformed(channel, exc)
+            continue
+        used += 1
+        t_first = t_ns if t_first is None else t_first
+        if speed is not None:
+            delay = (t_ns - t_first) * 1e-9 / speed - (time.perf_counter() - start_wall)
+            if delay > 0:
+                time.sleep(delay)
+        if progress is not None and time.perf_counter() - last_progress > 1.0:
+            last_progress = time.perf_counter()
+            progress(t_ns * 1e-9)
+    engine.run_events_before(engine.step + 1)
+    return used
+
+
+def _config_text(sensors: Path | None, path: Path) -> str:
     if sensors is not None:
         return Path(sensors).read_text()
     return read_metadata(path).get("run_file", "")

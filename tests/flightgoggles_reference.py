@@ -75,7 +75,10 @@ class FlightGogglesQuad:
             momentum[2] += -DIRECTION[i] * ROTOR_INERTIA * self.rotors[i]
         moment -= np.linalg.norm(self.w) * AERO_MOMENT * self.w
         R = _rotation(self.q)
-        v_dot = np.array([0.0, 0.0, -GRAVITY]) + (R @ self._thrust_body(self.rotors) - DRAG * np.linalg.norm(self.v) * self.v) / MASS
+        v_dot = (
+            np.array([0.0, 0.0, -GRAVITY])
+            + (R @ self._thrust_body(self.rotors) - DRAG * np.linalg.norm(self.v) * self.v) / MASS
+        )
         w_dot = np.linalg.solve(INERTIA, moment - np.cross(self.w, momentum))
         q_dot = 0.5 * _quat_times_vector(self.q, self.w)
         self.rotors = np.clip(self.rotors + dt * rotor_accel, 0.0, MAX_SPEED)

@@ -7,8 +7,9 @@ import pytest
 
 from goggles.errors import ConfigError
 from goggles.frames import camera_pose_from_body, quat_from_axis_angle, transform
-from goggles.render import CameraModel, DeviceScene, Renderer, Shading
+from goggles.render import CameraModel, Renderer, Shading
 from goggles.scene import box_shape
+from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of
 
 

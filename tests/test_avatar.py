@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from goggles.frames import camera_pose_from_body, quat_from_axis_angle, transform
-from goggles.render import CameraModel, DeviceScene, Renderer
+from goggles.render import CameraModel, Renderer
 from goggles.scene.avatar import HUMAN_CLASS, SkeletonPose, SkinnedAvatar, avatar_shape, build_avatar_mesh
+from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of
 
 BONES = ("hips", "chest", "head", "shoulder", "upper_arm", "forearm")

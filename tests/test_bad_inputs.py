@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from goggles.cli import main
 
@@ -80,11 +79,27 @@ def test_a_terminal_sees_one_line_and_no_cuda_warning(tmp_path):
 
 
 def test_negative_pose_without_equals_and_non_unit_quaternion(tmp_path, caplog):
-    assert main(["render", "--pose", "-4,0,1.5,1,0,0,0", "--width", "32", "--height", "24", "--out",
-                 str(tmp_path / "a")]) == 0
+    assert (
+        main(["render", "--pose", "-4,0,1.5,1,0,0,0", "--width", "32", "--height", "24", "--out", str(tmp_path / "a")])
+        == 0
+    )
     with caplog.at_level("WARNING"):
-        assert main(["render", "--pose", "-4,0,1.5,2,0,0,0", "--width", "32", "--height", "24", "--out",
-                     str(tmp_path / "b")]) == 0
+        assert (
+            main(
+                [
+                    "render",
+                    "--pose",
+                    "-4,0,1.5,2,0,0,0",
+                    "--width",
+                    "32",
+                    "--height",
+                    "24",
+                    "--out",
+                    str(tmp_path / "b"),
+                ]
+            )
+            == 0
+        )
     assert "normalised" in caplog.text
     np.testing.assert_array_equal(np.load(tmp_path / "a/depth.npy"), np.load(tmp_path / "b/depth.npy"))
 
@@ -95,8 +110,22 @@ def test_a_bare_mesh_is_seen_from_outside(tmp_path):
     box = trimesh.creation.box(extents=[4.0, 3.0, 2.0])
     box.apply_translation([10.0, 5.0, 1.0])
     box.export(tmp_path / "box.obj")
-    assert main(["render", "--scene", str(tmp_path / "box.obj"), "--width", "64", "--height", "48", "--out",
-                 str(tmp_path / "o")]) == 0
+    assert (
+        main(
+            [
+                "render",
+                "--scene",
+                str(tmp_path / "box.obj"),
+                "--width",
+                "64",
+                "--height",
+                "48",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 0
+    )
     depth = np.load(tmp_path / "o/depth.npy")
     hit = np.isfinite(depth) & (depth > 0)
     assert 0.05 < hit.mean() < 0.95  # the whole box in view, from outside: some box, some sky

@@ -8,9 +8,10 @@ import pytest
 
 from goggles.errors import ConfigError
 from goggles.frames import camera_pose_from_body, quat_from_euler, transform
-from goggles.render import CameraModel, DeviceScene
+from goggles.render import CameraModel
 from goggles.scene import box_shape
-from goggles.sensors.beacons import Beacon, BeaconNoise, BeaconSensor
+from goggles.sensors.beacons import BeaconNoise, BeaconSensor
+from goggles.world import Beacon, DeviceScene
 from tests.conftest import quad, scene_of
 
 CAMERA = CameraModel.from_fov(640, 480, 70.0, distortion=(-0.2, 0.05, 0.001, -0.002, 0.0))

@@ -11,8 +11,8 @@ import pytest
 from goggles.dynamics import CollisionResponse, ControlMode, MultirotorSim, load_airframe
 from goggles.dynamics.airframe import CollisionShape
 from goggles.frames import transform
-from goggles.render import DeviceScene
 from goggles.scene import box_shape
+from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of
 
 FG = load_airframe("fg-quad")

@@ -321,7 +321,7 @@ def test_bad_commands_and_presets_are_refused(tmp_path):
 
 def test_ground_effect_height_from_a_scene_mesh(device):
     """A downward ray into a mesh gives the same height as the floor plane at the same place."""
-    from goggles.render import DeviceScene
+    from goggles.world import DeviceScene
     from tests.conftest import quad, scene_of
 
     plane = DeviceScene(scene_of((quad([[-50, -50, 0.0], [50, -50, 0], [50, 50, 0], [-50, 50, 0]]), 1)), device)

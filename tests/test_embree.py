@@ -6,8 +6,9 @@ import pytest
 from goggles.bench import bench_views
 from goggles.frames import camera_pose_from_body
 from goggles.paths import default_scene
-from goggles.render import CameraModel, DeviceScene, Renderer
+from goggles.render import CameraModel, Renderer
 from goggles.scene import load_static_scene
+from goggles.world import DeviceScene
 
 embree = pytest.importorskip("goggles.render.embree")
 

@@ -15,8 +15,9 @@ import goggles_lcm
 from goggles.client import Client, image_array
 from goggles.config import parse_run_config
 from goggles.dynamics import ControlMode
-from goggles.engine import OTHER_CHANNELS, Engine
+from goggles.engine import Engine
 from goggles.render import Renderer
+from goggles.status import OTHER_CHANNELS
 from goggles.transport.buses import ZmqEndpoints
 from goggles.transport.schema import decode_any
 
@@ -410,12 +411,12 @@ def test_live_pose_extrapolation_is_bounded_by_the_horizon():
         vehicle.previous = (pose([1.0, 0.0, 1.0], [1, 0, 0, 0]), int((now - 0.04) * 1e6))
         vehicle.T_WB = pose([1.02, 0.0, 1.0], [np.cos(turn / 2), 0, 0, np.sin(turn / 2)])  # 1 m/s, 1 rad/s
         vehicle.pose_utime = int((now - 0.02) * 1e6)  # 20 ms old
-        T = engine._vehicle_pose(vehicle)
+        T = vehicle.pose(engine.config.extrapolate)
         assert T[0, 3] == pytest.approx(1.02 + expected_ahead, abs=2e-3)
         yaw = np.arctan2(T[1, 0], T[0, 0])
         assert yaw == pytest.approx(turn + expected_ahead, abs=2e-3)  # 1 rad/s for the same time
         vehicle.stale = True
-        np.testing.assert_allclose(engine._vehicle_pose(vehicle), vehicle.T_WB)  # a stale pose is not carried
+        np.testing.assert_allclose(vehicle.pose(engine.config.extrapolate), vehicle.T_WB)  # a stale pose is not carried
         engine.close()
 
 

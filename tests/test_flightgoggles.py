@@ -138,8 +138,13 @@ def test_gyro_filter_steps_by_backward_euler(device):
     u[50:, 1] = -2.0
     u[:, 2] = np.sin(np.arange(n) * 0.3)
     out = wp.zeros(n, dtype=wp.vec3, device=device)
-    wp.launch(filter_response_kernel, dim=1, inputs=[P, Q, DT, wp.array(u, dtype=wp.vec3, device=device)],
-              outputs=[out], device=device)
+    wp.launch(
+        filter_response_kernel,
+        dim=1,
+        inputs=[P, Q, DT, wp.array(u, dtype=wp.vec3, device=device)],
+        outputs=[out],
+        device=device,
+    )
     got = out.numpy()
     A = np.array([[1.0, -DT], [DT * P, 1.0 + DT * Q]])
     state = np.zeros((3, 2))

@@ -14,9 +14,10 @@ import zmq
 import goggles_lcm
 from goggles.client import Client
 from goggles.dynamics import ControlMode
-from goggles.engine import MAX_AVATARS, MAX_COUNTED_CHANNELS
+from goggles.status import MAX_COUNTED_CHANNELS
 from goggles.transport.buses import frame
 from goggles.transport.schema import MAX_BONES
+from goggles.world.crowd import MAX_AVATARS
 from tests.test_engine import Running, endpoints, run_config
 
 #: Longest pause of the outputs an attack may cause, wall seconds (the clock goes out at 40 Hz here).

@@ -333,10 +333,12 @@ def _forged_frame(frame_number: int, body_id: int = 1, position=(9.0, 9.0, 9.0))
     body = struct.pack("<I3f4f", body_id, *position, 0.0, 0.0, 0.0, 1.0) + struct.pack("<fh", 0.0, 1)
     payload = (
         struct.pack("<iII", frame_number, 0, 0)  # frame number, no marker sets, no unlabeled markers
-        + struct.pack("<I", 1) + body
+        + struct.pack("<I", 1)
+        + body
         + struct.pack("<I", 0)  # no skeletons
         + struct.pack("<I", 0)  # no labeled markers
-        + struct.pack("<I", 0) + struct.pack("<I", 0)  # no force plates, no devices
+        + struct.pack("<I", 0)
+        + struct.pack("<I", 0)  # no force plates, no devices
         + struct.pack("<IIfdqqqh", 0, 0, 0.0, 1.0, 0, 0, 0, 0)  # timecode, latency, timestamps, params
     )
     return _packet(NAT_FRAMEOFDATA, payload)
@@ -425,9 +427,24 @@ def test_goggles_bridge_mocap_reaches_its_source(system):
     extra = ["--qtm-port", str(port)] if system == "qualisys" else ["--mock-bodies", "quad0(1,2,1.5,1,0,0,0)"]
     with QtmEmulator(port=port, bodies=[SyntheticBody("quad0", 1, circle(1.5, 1.2, 4.0))]):
         process = subprocess.Popen(
-            [sys.executable, "-m", "goggles.cli", "bridge", "mocap", "--system", system, *extra, "--duration", "2",
-             "--no-lcm", "--zmq", f"tcp://127.0.0.1:{receiver.port}"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "goggles.cli",
+                "bridge",
+                "mocap",
+                "--system",
+                system,
+                *extra,
+                "--duration",
+                "2",
+                "--no-lcm",
+                "--zmq",
+                f"tcp://127.0.0.1:{receiver.port}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         while process.poll() is None:
             receiver.collect(0.1)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from goggles.frames import transform
-from goggles.render import DeviceScene
 from goggles.scene import box_shape
 from goggles.sensors.ranges import FLIGHTGOGGLES_ALTIMETER, VL53L5CX, RangeSensor, RangeSensorModel, downward_pose
+from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of
 
 

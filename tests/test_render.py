@@ -10,7 +10,8 @@ import trimesh
 
 from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL, camera_pose_from_body, quat_from_euler, transform
-from goggles.render import CameraModel, DeviceScene, Renderer, Shading, stereo_right_offset
+from goggles.render import CameraModel, Renderer, Shading, stereo_right_offset
+from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of
 
 

@@ -13,8 +13,9 @@ from PIL import Image
 from goggles.errors import SceneError
 from goggles.frames import camera_pose_from_body, quat_from_euler, transform
 from goggles.paths import default_scene
-from goggles.render import CameraModel, DeviceScene, Renderer, Shading
+from goggles.render import CameraModel, Renderer, Shading
 from goggles.scene import load_asset, load_scene_spec, load_static_scene
+from goggles.world import DeviceScene
 
 
 def write(path: Path, text: str) -> Path:

@@ -18,7 +18,7 @@ from goggles.dynamics.model import (
     vec8,
     vehicle_contact,
 )
-from goggles.render.trace import ActorData
+from goggles.world.queries import ActorData
 
 CRASH = wp.constant(int(CollisionResponse.CRASH))
 RESET = wp.constant(int(CollisionResponse.RESET))

@@ -21,7 +21,7 @@ from enum import IntEnum
 import warp as wp
 
 from goggles.dynamics.airframe import Integrator
-from goggles.render.trace import ActorData, closest_hit, nearest_surface
+from goggles.world.queries import ActorData, closest_hit, nearest_surface
 
 vec6 = wp.types.vector(length=6, dtype=wp.float32)
 vec8 = wp.types.vector(length=8, dtype=wp.float32)

@@ -28,7 +28,7 @@ from goggles.dynamics.model import (
     mat86,
 )
 from goggles.errors import ConfigError
-from goggles.render.trace import ActorData
+from goggles.world.queries import ActorData
 
 GRAVITY = 9.81  # m/s^2, as FlightGoggles
 

@@ -164,23 +164,3 @@ class FoxgloveSink:
 
     def close(self) -> None:
         self.server.stop()
-
-
-def bone_boxes(T_WJ: np.ndarray, parents) -> list:
-    """(pose, size) of a thin box along every bone segment of a skeleton (for the 3D scene)."""
-    boxes = []
-    for child, parent in enumerate(parents):
-        if parent < 0:
-            continue
-        a, b = T_WJ[parent, :3, 3], T_WJ[child, :3, 3]
-        length = np.linalg.norm(b - a)
-        if length < 1e-6:
-            continue
-        z = (b - a) / length
-        x = np.cross(z, [0.0, 0.0, 1.0] if abs(z[2]) < 0.9 else [1.0, 0.0, 0.0])
-        x /= np.linalg.norm(x)
-        T = np.eye(4)
-        T[:3, :3] = np.column_stack([x, np.cross(z, x), z])
-        T[:3, 3] = (a + b) / 2.0
-        boxes.append((T, (0.08, 0.08, length)))
-    return boxes

@@ -62,8 +62,9 @@ class FrameSource:
         self.viewpoint = None if viewpoint is None else np.asarray(viewpoint, dtype=np.float64)
         self._third = None
         if scene is not None:
-            from goggles.render import CameraModel, DeviceScene, Renderer
+            from goggles.render import CameraModel, Renderer
             from goggles.scene import box_shape
+            from goggles.world import DeviceScene
 
             world = DeviceScene(
                 scene, device, shapes=[box_shape("vehicle", [0.5, 0.5, 0.15], (1.0, 0.4, 0.0), 30)], max_actors=1

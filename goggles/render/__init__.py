@@ -1,9 +1,10 @@
-"""The renderer: Warp ray casting of batches of cameras against the static scene.
+"""The renderer: Warp ray casting of batches of cameras against the world (``goggles.world``).
 
 Contract:
     * ``CameraModel`` holds intrinsics (pinhole + OpenCV distortion) and depth limits; it becomes a
       per-pixel ray table, so every camera model costs the same to trace.
-    * ``DeviceScene(static_scene, device)`` uploads a ``goggles.scene.StaticScene`` once (BVH build).
+    * ``goggles.world.DeviceScene(static_scene, device)`` uploads a ``goggles.scene.StaticScene`` once
+      (BVH build); the renderer, the sensors and the simulator all query it.
     * ``Renderer(device_scene, cameras, shadow_partner=...)`` owns every device buffer;
       ``render(T_WC)`` only launches (one launch per CPU thread, one on CUDA); ``images()`` copies
       depth, range, rgb, segmentation, normal, face and status to the host.
@@ -12,7 +13,7 @@ Contract:
 """
 
 from goggles.render.camera import CameraModel, stereo_right_offset
-from goggles.render.renderer import DeviceScene, Images, Renderer
+from goggles.render.renderer import Images, Renderer
 from goggles.render.shading import Shading
 
-__all__ = ["CameraModel", "DeviceScene", "Images", "Renderer", "Shading", "stereo_right_offset"]
+__all__ = ["CameraModel", "Images", "Renderer", "Shading", "stereo_right_offset"]

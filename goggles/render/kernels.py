@@ -9,8 +9,9 @@ as a status code; ``goggles.render.invalid`` turns codes into REP 118 values in 
 import warp as wp
 
 from goggles.render.projection import distortion5, inside_image, project_point
-from goggles.render.shading import SHADING_NONE, Lighting, SceneData, albedo, shade
-from goggles.render.trace import ActorData, closest_hit
+from goggles.render.shading import SHADING_NONE, Lighting, albedo, shade
+from goggles.world.appearance import SceneData
+from goggles.world.queries import ActorData, closest_hit
 
 _DEFAULT_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
 wp.set_module_options({"cpu_compiler_flags": _DEFAULT_CPU_FLAGS + " -menable-no-nans -Wno-nan-infinity-disabled"})

@@ -1,4 +1,4 @@
-"""DeviceScene (a StaticScene uploaded once) and Renderer (a batch of cameras traced in one launch).
+"""Renderer: a batch of cameras traced in one launch through the world (``goggles.world.DeviceScene``).
 
 On CUDA one launch covers every pixel of every camera. On the CPU a Warp launch runs on one thread
 but releases the GIL, so the image rows are interleaved across a pool of threads (row k goes to
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,159 +19,10 @@ import warp as wp
 from goggles.errors import ConfigError
 from goggles.render import invalid, kernels
 from goggles.render.camera import CameraModel
-from goggles.render.shading import Lighting, SceneData, Shading
-from goggles.render.trace import ActorData
-from goggles.scene.actors import ActorShape
-from goggles.scene.batch import StaticScene, merge_parts, stack_appearance
+from goggles.render.shading import Lighting, Shading
+from goggles.world import DeviceScene
 
 log = logging.getLogger(__name__)
-
-
-class DeviceScene:
-    """The world on one Warp device: the static BVH, actor shapes (one BVH each, in their own frames),
-    placed actor instances, and one appearance table over all of their faces.
-
-    Args:
-        scene: the batched static scene (host arrays).
-        device: Warp device ("cpu", "cuda", "cuda:0", ...); None picks Warp's default.
-        shapes: actor shapes that instances can be made of (``set_actors``).
-        max_actors: most actor instances placed at once.
-    """
-
-    def __init__(
-        self,
-        scene: StaticScene,
-        device: wp.context.Devicelike = None,
-        *,
-        shapes: Sequence[ActorShape] = (),
-        max_actors: int = 64,
-    ):
-        self.device = d = wp.get_device(device)
-        self.name = scene.name
-        self.num_faces = scene.num_faces
-        self.max_actors = max_actors
-        self._static = scene
-        self.shapes: list[ActorShape] = []
-        self._shape_scenes: list[StaticScene] = []
-        self._shape_meshes: list[wp.Mesh] = []
-        self._shape_bounds: list[np.ndarray] = []
-        start = time.perf_counter()
-        self.points = wp.array(scene.vertices, dtype=wp.vec3, device=d)
-        self.indices = wp.array(scene.faces.ravel(), dtype=wp.int32, device=d)
-        log.info("building BVH over %d triangles on %s ...", scene.num_faces, d)
-        self.mesh = wp.Mesh(points=self.points, indices=self.indices)
-        for shape in shapes:
-            self._append_shape(shape)
-        wp.synchronize_device(d)
-        log.info("BVH built in %.2f s (%d actor shapes)", time.perf_counter() - start, len(shapes))
-        self.data = SceneData()
-        self.data.mesh = self.mesh.id
-        actors = ActorData()
-        actors.count = 0
-        capacity = max(1, max_actors)
-        actors.shape = wp.zeros(capacity, dtype=wp.int32, device=d)
-        actors.R_WA = wp.zeros(capacity, dtype=wp.mat33, device=d)
-        actors.p_WA = wp.zeros(capacity, dtype=wp.vec3, device=d)
-        actors.lower = wp.zeros(capacity, dtype=wp.vec3, device=d)
-        actors.upper = wp.zeros(capacity, dtype=wp.vec3, device=d)
-        self.actors = actors
-        self._upload_appearance()
-
-    def _append_shape(self, shape: ActorShape) -> None:
-        self.shapes.append(shape)
-        self._shape_scenes.append(None)
-        self._shape_meshes.append(None)
-        self._shape_bounds.append(None)
-        self._set_shape(len(self.shapes) - 1, shape)
-
-    def _set_shape(self, index: int, shape: ActorShape) -> None:
-        d = self.device
-        merged = merge_parts(shape.name, [(p, np.eye(4), shape.segmentation) for p in shape.parts])
-        self.shapes[index] = shape
-        self._shape_scenes[index] = merged
-        self._shape_meshes[index] = wp.Mesh(
-            points=wp.array(merged.vertices, dtype=wp.vec3, device=d),
-            indices=wp.array(merged.faces.ravel(), dtype=wp.int32, device=d),
-        )
-        self._shape_bounds[index] = shape.bounds()
-
-    def _upload_appearance(self) -> None:
-        """(Re)build the appearance table over the static faces and every shape's faces."""
-        d = self.device
-        table, first_face = stack_appearance([self._static, *self._shape_scenes])
-        textures = table.textures or [np.zeros((1, 1, 3), np.uint8)]
-        sizes = np.array([[t.shape[1], t.shape[0]] for t in textures], np.int32)
-        offsets = np.concatenate([[0], np.cumsum(sizes[:, 0] * sizes[:, 1])[:-1]]).astype(np.int32)
-        texels = np.concatenate([t.reshape(-1) for t in textures])
-        if texels.size >= 2**31:
-            raise ConfigError(f"scene {self.name!r}: textures hold {texels.size} bytes; at most 2 GiB are supported")
-        data = self.data
-        data.corner_uv = wp.array(table.corner_uv.reshape(-1, 2), dtype=wp.vec2, device=d)
-        data.corner_rgb = wp.array(table.corner_rgb.reshape(-1, 3), dtype=wp.vec3, device=d)
-        data.face_material = wp.array(table.face_material, dtype=wp.int32, device=d)
-        data.face_segment = wp.array(table.face_segment, dtype=wp.int32, device=d)
-        data.material_rgb = wp.array(table.material_rgb, dtype=wp.vec3, device=d)
-        data.material_texture = wp.array(table.material_texture, dtype=wp.int32, device=d)
-        data.texels = wp.array(texels, dtype=wp.uint8, device=d)
-        data.texture_offset = wp.array(offsets, dtype=wp.int32, device=d)
-        data.texture_size = wp.array(sizes, dtype=wp.vec2i, device=d)
-        self.actors.shape_mesh = wp.array([m.id for m in self._shape_meshes] or [0], dtype=wp.uint64, device=d)
-        self.actors.shape_first_face = wp.array(list(first_face[1:]) or [0], dtype=wp.int32, device=d)
-
-    def add_shape(self, shape: ActorShape) -> int:
-        """Add an actor shape after start-up (an avatar whose skeleton just appeared); returns its index."""
-        self._append_shape(shape)
-        self._upload_appearance()
-        return len(self.shapes) - 1
-
-    def replace_shape(self, index: int, shape: ActorShape) -> int:
-        """Put another shape in slot ``index`` (an avatar of a new person where one has left); returns it."""
-        if not 0 <= index < len(self.shapes):
-            raise ConfigError(f"no actor shape {index} to replace (have {len(self.shapes)})")
-        self._set_shape(index, shape)
-        self._upload_appearance()
-        return index
-
-    def shape_mesh(self, index: int) -> wp.Mesh:
-        """The BVH mesh of a shape (a deforming shape rewrites its points and refits it)."""
-        return self._shape_meshes[index]
-
-    def set_shape_bounds(self, index: int, bounds: np.ndarray) -> None:
-        """New (2, 3) bounds of a deforming shape, in its frame; used by the next ``set_actors``."""
-        self._shape_bounds[index] = np.asarray(bounds, dtype=np.float64)
-
-    def set_actors(self, shapes: Sequence[int], T_WA: np.ndarray) -> None:
-        """Place actor instances for the next queries (replacing the previous placement).
-
-        Args:
-            shapes: (k,) index into ``self.shapes`` of each instance.
-            T_WA: (k, 4, 4) rigid pose of each instance in the world, metres.
-
-        Raises:
-            ConfigError: too many instances, unknown shape, non-finite or non-rigid pose.
-        """
-        shapes = np.asarray(shapes, dtype=np.int64).reshape(-1)
-        T_WA = np.asarray(T_WA, dtype=np.float64).reshape(-1, 4, 4)
-        k = len(shapes)
-        if k > self.max_actors or len(T_WA) != k:
-            raise ConfigError(f"{k} actors with {len(T_WA)} poses; give one pose each, at most {self.max_actors}")
-        if k and (shapes.min() < 0 or shapes.max() >= len(self.shapes)):
-            raise ConfigError(f"actor shape indices {shapes.tolist()} must be in [0, {len(self.shapes)})")
-        R = T_WA[:, :3, :3]
-        if not np.all(np.isfinite(T_WA)) or not np.allclose(R @ R.transpose(0, 2, 1), np.eye(3), atol=1e-5):
-            raise ConfigError("actor poses must be finite rigid transforms")
-        if k:
-            corners = np.array(self._shape_bounds)[shapes]  # (k, 2, 3): box corners in the shape frame -> world box
-            signs = np.array([[i, j, k_] for i in (0, 1) for j in (0, 1) for k_ in (0, 1)])
-            local = np.stack([corners[:, signs[:, a], a] for a in range(3)], axis=-1)  # (k, 8, 3)
-            world = np.einsum("kij,kcj->kci", R, local) + T_WA[:, None, :3, 3]
-            pad = max(1, self.max_actors) - k
-            self.actors.shape.assign(np.concatenate([shapes, np.zeros(pad, np.int64)]).astype(np.int32))
-            self.actors.R_WA.assign(np.concatenate([R, np.zeros((pad, 3, 3))]).astype(np.float32))
-            self.actors.p_WA.assign(np.concatenate([T_WA[:, :3, 3], np.zeros((pad, 3))]).astype(np.float32))
-            self.actors.lower.assign(np.concatenate([world.min(axis=1), np.zeros((pad, 3))]).astype(np.float32))
-            self.actors.upper.assign(np.concatenate([world.max(axis=1), np.zeros((pad, 3))]).astype(np.float32))
-        self.actors.count = k
 
 
 @dataclass

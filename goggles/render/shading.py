@@ -4,6 +4,8 @@ from enum import IntEnum
 
 import warp as wp
 
+from goggles.world.appearance import SceneData
+
 
 class Shading(IntEnum):
     """How the intensity image is lit."""
@@ -18,28 +20,6 @@ class Shading(IntEnum):
 
 SHADING_UNLIT = wp.constant(int(Shading.UNLIT))
 SHADING_NONE = wp.constant(int(Shading.NONE))
-
-
-@wp.struct
-class SceneData:
-    """Static scene on a device: BVH mesh and per-face / per-corner appearance."""
-
-    mesh: wp.uint64
-    corner_uv: wp.array(dtype=wp.vec2)
-    """(3F,) texture coordinates per face corner."""
-    corner_rgb: wp.array(dtype=wp.vec3)
-    """(3F,) vertex colour per face corner, [0, 1]."""
-    face_material: wp.array(dtype=wp.int32)
-    face_segment: wp.array(dtype=wp.int32)
-    material_rgb: wp.array(dtype=wp.vec3)
-    material_texture: wp.array(dtype=wp.int32)
-    """Texture index per material, or -1."""
-    texels: wp.array(dtype=wp.uint8)
-    """All textures' RGB bytes, row-major, top row first."""
-    texture_offset: wp.array(dtype=wp.int32)
-    """First texel (pixel) index of each texture in ``texels``."""
-    texture_size: wp.array(dtype=wp.vec2i)
-    """(width, height) of each texture."""
 
 
 @wp.struct

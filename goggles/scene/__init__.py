@@ -10,7 +10,7 @@ Contract:
     * ``ActorShape`` is a rigid mesh that moves (gates, vehicles, obstacles), kept in its own frame.
 """
 
-from goggles.scene.actors import ActorShape, box_shape, load_actor_shape
+from goggles.scene.actors import ActorShape, box_shape
 from goggles.scene.assets import Material, MeshPart, load_asset, part_from_trimesh
 from goggles.scene.batch import StaticScene, batch_scene, load_static_scene, merge_parts, stack_appearance
 from goggles.scene.scene_file import AssetSpec, SceneSpec, load_scene_spec
@@ -18,7 +18,6 @@ from goggles.scene.scene_file import AssetSpec, SceneSpec, load_scene_spec
 __all__ = [
     "ActorShape",
     "box_shape",
-    "load_actor_shape",
     "stack_appearance",
     "AssetSpec",
     "Material",

@@ -7,12 +7,11 @@ places instances of it with a pose per frame, so moving an actor never rebuilds 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from goggles.errors import SceneError
-from goggles.scene.assets import MeshPart, load_asset, part_from_trimesh
+from goggles.scene.assets import MeshPart, part_from_trimesh
 
 
 @dataclass
@@ -34,16 +33,6 @@ class ActorShape:
         """(2, 3) axis-aligned bounds in the shape frame, metres."""
         vertices = np.concatenate([p.vertices for p in self.parts])
         return np.stack([vertices.min(axis=0), vertices.max(axis=0)])
-
-
-def load_actor_shape(
-    name: str, path: str | Path, *, units: str, up: str, segmentation: int, scale: float = 1.0
-) -> ActorShape:
-    """An actor shape from a mesh file (see ``load_asset``), scaled about its origin."""
-    parts = load_asset(path, units=units, up=up)
-    for part in parts:
-        part.vertices = part.vertices * scale
-    return ActorShape(name, parts, segmentation)
 
 
 def box_shape(name: str, extents, rgb=(0.8, 0.8, 0.8), segmentation: int = 1) -> ActorShape:

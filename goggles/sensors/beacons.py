@@ -18,22 +18,12 @@ import warp as wp
 from goggles.errors import ConfigError
 from goggles.render.camera import CameraModel
 from goggles.render.projection import distortion5, inside_image, project_point
-from goggles.render.renderer import DeviceScene
-from goggles.render.trace import ActorData, any_hit
+from goggles.world import Beacon, DeviceScene
+from goggles.world.queries import ActorData, any_hit
 
 #: Start offset of the occlusion ray off the beacon, metres, plus a part growing with distance.
 OCCLUSION_OFFSET_M = 1.0e-3
 OCCLUSION_OFFSET_PER_M = 1.0e-5
-
-
-@dataclass(frozen=True)
-class Beacon:
-    id: str
-    """``<landmark>/<marker>``, e.g. ``gate3/2``."""
-    position: tuple[float, float, float]
-    """Metres: in the world, or in the actor's frame when ``actor`` is set."""
-    actor: int | None = None
-    """Index of the actor instance (``DeviceScene.set_actors`` order) it is attached to."""
 
 
 @dataclass(frozen=True)

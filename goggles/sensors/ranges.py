@@ -14,8 +14,8 @@ import numpy as np
 import warp as wp
 
 from goggles.errors import ConfigError
-from goggles.render.renderer import DeviceScene
-from goggles.render.trace import ActorData, closest_hit
+from goggles.world import DeviceScene
+from goggles.world.queries import ActorData, closest_hit
 
 
 @dataclass(frozen=True)

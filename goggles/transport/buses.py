@@ -161,11 +161,15 @@ class ZmqBus:
     def publish(self, channel: str, data: bytes) -> None:
         self._publisher.send(frame(channel, data), copy=False)
 
-    def receive_inputs(self, limit: int = 64) -> list[list[bytes]]:
-        """Up to ``limit`` input messages waiting, as their raw frames (the engine validates them)."""
-        messages = []
+    def receive_inputs(self, limit: int = 64) -> list[tuple[str | None, bytes | str]]:
+        """Up to ``limit`` input messages waiting, as (channel, bytes); a message that is not one
+        ``channel\0bytes`` frame comes as (None, why) for the engine to count."""
+        messages: list[tuple[str | None, bytes | str]] = []
         while len(messages) < limit and self._inputs.poll(0):
-            messages.append(self._inputs.recv_multipart())
+            try:
+                messages.append(split_frame(self._inputs.recv_multipart()))
+            except ValueError as exc:  # includes UnicodeDecodeError
+                messages.append((None, str(exc)))
         return messages
 
     def receive_control(self) -> list[list[bytes]]:
@@ -227,8 +231,20 @@ class LcmBus:
             pass
         return [self._queue.popleft() for _ in range(min(limit, len(self._queue)))]
 
-    def fileno(self) -> int:
-        return self.lcm.fileno()
-
     def close(self) -> None:
         self.lcm.unsubscribe(self._subscription)
+
+
+def open_buses(zmq: ZmqEndpoints | None, curve: CurveServer | None, lcm_url: str | None) -> list:
+    """The buses a run asked for: ZeroMQ (bound at ``zmq``) and LCM (at ``lcm_url``); None: not that one."""
+    buses: list = []
+    if zmq is not None:
+        buses.append(ZmqBus(zmq, curve=curve))
+    if lcm_url is not None:
+        try:
+            buses.append(LcmBus(lcm_url))
+        except Exception:
+            for bus in buses:
+                bus.close()
+            raise
+    return buses

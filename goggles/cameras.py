@@ -1,0 +1,91 @@
+"""The run's cameras, grouped so that cameras of one size and rate render in one launch.
+
+A stereo camera ``stereo`` becomes ``stereo_left`` and ``stereo_right`` (its right eye at −baseline
+along the body y axis), the left one invalidated where the right one cannot see (the stereo shadow).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from goggles.config import IMAGE_OUTPUTS, CameraConfig
+from goggles.render import Renderer, Shading, stereo_right_offset
+from goggles.sensors.beacons import BeaconSensor
+from goggles.world import Beacon, DeviceScene
+
+
+@dataclass
+class Camera:
+    vehicle: str
+    name: str
+    """``stereo_left``, ``stereo_right``, or the configured name of a mono camera."""
+    config: CameraConfig
+    T_BC: np.ndarray
+    """Optical frame in the vehicle's body frame."""
+
+    @property
+    def channel_prefix(self) -> str:
+        return f"{self.vehicle}/{self.name}"
+
+
+@dataclass
+class CameraGroup:
+    """Cameras of one size and rate, rendered together in one launch."""
+
+    cameras: list[Camera]
+    renderer: Renderer
+    period_steps: int
+    beacons: BeaconSensor | None = None
+    """Beacon detections of the group's cameras, when any of them outputs beacons."""
+    last_render_wall: float = 0.0
+
+    @property
+    def name(self) -> str:
+        """``<vehicle>/<camera>`` of its first camera's configuration (for rates and status)."""
+        return f"{self.cameras[0].vehicle}/{self.cameras[0].config.name}"
+
+    def due_live(self, now: float, period: float, fresh: bool) -> bool:
+        """Live mode: render on a fresh pose (at most twice the rate), else every two periods."""
+        elapsed = now - self.last_render_wall
+        return (fresh and elapsed >= 0.5 * period) or elapsed >= 2.0 * period
+
+    def outputs(self) -> set[str]:
+        return {o for c in self.cameras for o in c.config.outputs if o in IMAGE_OUTPUTS}
+
+    def render(self, T_WC: np.ndarray) -> dict[str, np.ndarray]:
+        """Render every camera from its (n, 4, 4) pose; the host copies of the image outputs any of
+        them publishes, (n, H, W[, 3]) each."""
+        self.renderer.render(T_WC)
+        buffers = self.renderer.buffers
+        return {output: getattr(buffers, output).numpy() for output in sorted(self.outputs())}
+
+
+def camera_groups(
+    scene: DeviceScene, configs, physics_rate: float, beacons: list[Beacon], seed: int
+) -> list[CameraGroup]:
+    """Group the configured cameras by size and rate and give each group a renderer."""
+    by_key: dict[tuple, list[tuple[Camera, int]]] = {}
+    for c in configs:
+        cameras = by_key.setdefault((c.model.width, c.model.height, c.rate), [])
+        if c.baseline is None:
+            cameras.append((Camera(c.vehicle, c.name, c, c.T_BC), -1))
+        else:
+            left = len(cameras)
+            cameras.append((Camera(c.vehicle, f"{c.name}_left", c, c.T_BC), left + 1))
+            cameras.append((Camera(c.vehicle, f"{c.name}_right", c, c.T_BC @ stereo_right_offset(c.baseline)), -1))
+    groups = []
+    for (_, _, rate), members in by_key.items():
+        models = [m.config.model for m, _ in members]
+        renderer = Renderer(
+            scene,
+            models,
+            shadow_partner=[p for _, p in members],
+            shading=Shading.SUN if any("rgb" in m.config.outputs for m, _ in members) else Shading.NONE,
+        )
+        detector = None
+        if any("beacons" in m.config.outputs for m, _ in members):
+            detector = BeaconSensor(scene, beacons, models, seed=seed)
+        groups.append(CameraGroup([m for m, _ in members], renderer, int(round(physics_rate / rate)), detector))
+    return groups

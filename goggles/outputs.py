@@ -1,0 +1,76 @@
+"""Where the engine's messages go: built by ``goggles.transport.messages``, encoded once, published on
+every bus and written to every sink (recordings, Foxglove), numbered per channel."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from goggles.config import IMAGE_OUTPUTS
+from goggles.status import Counters, StageTimes
+from goggles.transport import messages
+
+
+class Outputs:
+    def __init__(self, buses, sinks, counters: Counters, times: StageTimes, log_ns: Callable[[], int]):
+        self.buses, self.sinks, self.counters, self.times, self.log_ns = buses, sinks, counters, times, log_ns
+        self._seq: dict[str, int] = {}
+
+    def publish(self, channel: str, message) -> None:
+        t = time.perf_counter()
+        data = message.encode()
+        for bus in self.buses:
+            bus.publish(channel, data)
+        for sink in self.sinks:
+            sink.write(channel, data, self.log_ns())
+        self.counters.published += 1
+        self.times.add("publish", time.perf_counter() - t)
+
+    def seq(self, channel: str) -> int:
+        """The next sequence number of ``channel`` (0, 1, 2...)."""
+        seq = self._seq.get(channel, 0)
+        self._seq[channel] = seq + 1
+        return seq
+
+    def camera_frame(self, cameras, T_WC: np.ndarray, images: dict, detections, utime: int, pose_utimes) -> None:
+        """Every output of every camera of one rendered group: beacons first, then the images."""
+        for i, camera in enumerate(cameras):
+            name = camera.channel_prefix
+            if "beacons" in camera.config.outputs:
+                channel = f"{name}/beacons"
+                found = [d for d in detections if d.camera == i]
+                self.publish(channel, messages.beacons_message(utime, self.seq(channel), name, found))
+            for output in (o for o in camera.config.outputs if o in IMAGE_OUTPUTS):
+                channel = messages.image_channel(name, output)
+                image = messages.image_message(
+                    utime,
+                    self.seq(channel),
+                    camera=name,
+                    output=output,
+                    model=camera.config.model,
+                    T_WC=T_WC[i],
+                    pose_utime=pose_utimes[i],
+                    pixels=images[output][i],
+                )
+                self.publish(channel, image)
+
+    def ranges(self, sensor: str, model, readings: np.ndarray, utime: int) -> None:
+        channel = f"{sensor}/ranges"
+        self.publish(channel, messages.ranges_message(utime, self.seq(channel), sensor, model, readings))
+
+    def collision(self, vehicle: str, contact, utime: int) -> None:
+        channel = f"{vehicle}/collision"
+        self.publish(channel, messages.collision_message(utime, self.seq(channel), vehicle, contact))
+
+    def imu(self, vehicle: str, states, utime: int) -> None:
+        channel = f"{vehicle}/imu"
+        self.publish(channel, messages.imu_message(utime, self.seq(channel), vehicle, states))
+
+    def state(self, vehicle: str, states, utime: int) -> None:
+        channel = f"{vehicle}/state"
+        self.publish(channel, messages.state_message(utime, self.seq(channel), vehicle, states))
+
+    def clock(self, mode: int, scale: float, rates: dict[str, float], utime: int) -> None:
+        self.publish("clock", messages.clock_message(utime, self.seq("clock"), mode, scale, rates))

@@ -1,0 +1,94 @@
+"""What a run reports about itself: input and output counters, stage timings and achieved rates."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Bucket of drop counts for channels that are not inputs of this run.
+OTHER_CHANNELS = "(other channels)"
+#: Most channels counted by name.
+MAX_COUNTED_CHANNELS = 64
+
+
+@dataclass
+class Counters:
+    """What the engine did with its inputs and outputs."""
+
+    received: int = 0
+    malformed: int = 0
+    """Undecodable, oversized, wrong-type or non-finite inputs, dropped."""
+    ignored: int = 0
+    """Valid inputs for nothing in this run (an unknown vehicle, a pose in sim mode...)."""
+    published: int = 0
+    malformed_by_channel: dict[str, int] = field(default_factory=dict)
+    """Drops per input channel of this run; any other channel name (a sender's invention) counts under
+    ``OTHER_CHANNELS``, so hostile names cannot grow this table."""
+
+    def count_malformed(self, channel: str, known: bool) -> None:
+        self.malformed += 1
+        key = channel if known and len(self.malformed_by_channel) < MAX_COUNTED_CHANNELS else OTHER_CHANNELS
+        self.malformed_by_channel[key] = self.malformed_by_channel.get(key, 0) + 1
+
+
+class StageTimes:
+    """Recent wall durations of each stage of the loop, for the status line and benchmarks."""
+
+    def __init__(self, keep: int = 2000):
+        self._samples: dict[str, deque[float]] = {}
+        self._keep = keep
+
+    def add(self, stage: str, seconds: float) -> None:
+        self._samples.setdefault(stage, deque(maxlen=self._keep)).append(seconds)
+
+    def percentile_ms(self, stage: str, q: float) -> float:
+        samples = self._samples.get(stage)
+        return float(np.percentile(samples, q) * 1000.0) if samples else float("nan")
+
+
+class RateLog:
+    """Sim times of the recent occurrences of named events: their achieved rates in sim time."""
+
+    def __init__(self, keep: int = 64):
+        self._times: dict[str, deque[float]] = {}
+        self._keep = keep
+
+    def note(self, name: str, sim_time: float) -> None:
+        self._times.setdefault(name, deque(maxlen=self._keep)).append(sim_time)
+
+    def rates(self) -> dict[str, float]:
+        """Hz of sim time, per event with at least two occurrences."""
+        return {
+            name: (len(times) - 1) / (times[-1] - times[0])
+            for name, times in self._times.items()
+            if len(times) >= 2 and times[-1] > times[0]
+        }
+
+
+def describe_time(mode, measured: float | None, clock) -> str:
+    """What drives sim time in ``mode`` and the scale it was ``measured`` to advance at."""
+    from goggles.clock import ClockMode
+
+    if mode == ClockMode.LIVE:
+        return "live (wall time, poses from the bus)"
+    rate = "-" if measured is None else f"{measured:.2f}"
+    if mode == ClockMode.LOCKSTEP:
+        return f"{rate} (lockstep: client step requests)"
+    target = f"auto, target {clock.scale:.2f}" if clock.automatic else "fixed"
+    return f"{rate} ({target})"
+
+
+def status_line(
+    elapsed: float, time_source: str, rates: dict[str, float], times: StageTimes, counters: Counters, stale, avatars
+) -> str:
+    """The one line a run prints each second."""
+    achieved = " ".join(f"{name} {rate:.1f} Hz" for name, rate in rates.items())
+    return (
+        f"t={elapsed:8.2f} s  scale={time_source}  {achieved}  render p50 "
+        f"{times.percentile_ms('render', 50):.1f} ms  frame p99 {times.percentile_ms('frame', 99):.1f} ms"
+        f"  inputs {counters.received} (dropped {counters.malformed})"
+        + "".join(f"  {name} STALE" for name in stale)
+        + (f"  avatars {list(avatars)}" if avatars else "")
+    )

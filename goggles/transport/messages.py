@@ -1,0 +1,122 @@
+"""The engine's output messages as pure functions of what they carry, and their channel names.
+
+Channels (the same names on LCM and ZeroMQ): ``clock``, ``<vehicle>/state``, ``<vehicle>/imu``,
+``<vehicle>/collision``, ``<vehicle>/<camera>/<output>`` (depth, range, rgb, segmentation),
+``<vehicle>/<camera>/beacons``, ``<vehicle>/<sensor>/ranges``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import goggles_lcm
+from goggles.frames import matrix_to_quat
+from goggles.transport.schema import Encoding, header
+
+#: ``image_t.encoding`` of each image output.
+ENCODINGS = {
+    "depth": Encoding.DEPTH_F32,
+    "range": Encoding.RANGE_F32,
+    "rgb": Encoding.RGB8,
+    "segmentation": Encoding.SEGMENTATION_I32,
+}
+
+
+def image_channel(camera: str, output: str) -> str:
+    """``camera`` is ``<vehicle>/<camera>``."""
+    return f"{camera}/{output}"
+
+
+def image_message(
+    utime: int, seq: int, *, camera: str, output: str, model, T_WC: np.ndarray, pose_utime: int, pixels: np.ndarray
+) -> goggles_lcm.image_t:
+    """One image of ``camera`` rendered from ``T_WC`` (optical frame in the world) at ``utime``."""
+    image = goggles_lcm.image_t()
+    image.header = header(utime, seq)
+    image.pose_utime = pose_utime
+    image.camera = camera
+    image.width, image.height = model.width, model.height
+    image.encoding = int(ENCODINGS[output])
+    image.fx, image.fy, image.cx, image.cy = model.fx, model.fy, model.cx, model.cy
+    image.distortion = list(model.distortion)
+    image.position = T_WC[:3, 3].tolist()
+    image.orientation = matrix_to_quat(T_WC[:3, :3]).tolist()
+    image.data = np.ascontiguousarray(pixels).tobytes()
+    image.data_size = len(image.data)
+    return image
+
+
+def beacons_message(utime: int, seq: int, camera: str, detections) -> goggles_lcm.beacons_t:
+    message = goggles_lcm.beacons_t()
+    message.header = header(utime, seq)
+    message.camera = camera
+    message.num_beacons = len(detections)
+    message.ids = [d.id for d in detections]
+    message.u = [d.u for d in detections]
+    message.v = [d.v for d in detections]
+    message.range = [d.range for d in detections]
+    return message
+
+
+def ranges_message(utime: int, seq: int, sensor: str, model, readings: np.ndarray) -> goggles_lcm.ranges_t:
+    message = goggles_lcm.ranges_t()
+    message.header = header(utime, seq)
+    message.sensor = sensor
+    message.min_range, message.max_range = model.min_range, model.max_range
+    message.num_ranges = len(readings)
+    message.ranges = readings.tolist()
+    return message
+
+
+def collision_message(utime: int, seq: int, vehicle: str, contact) -> goggles_lcm.collision_t:
+    message = goggles_lcm.collision_t()
+    message.header = header(utime, seq)
+    message.vehicle = vehicle
+    message.other = "world"
+    message.point = contact.point.tolist()
+    message.normal = contact.normal.tolist()
+    message.depth = contact.depth
+    return message
+
+
+def imu_message(utime: int, seq: int, vehicle: str, states, row: int = 0) -> goggles_lcm.imu_t:
+    message = goggles_lcm.imu_t()
+    message.header = header(utime, seq)
+    message.vehicle = vehicle
+    message.linear_acceleration = states.imu_accel[row].tolist()
+    message.angular_velocity = states.imu_gyro[row].tolist()
+    return message
+
+
+def state_message(utime: int, seq: int, vehicle: str, states, row: int = 0) -> goggles_lcm.vehicle_state_t:
+    message = goggles_lcm.vehicle_state_t()
+    message.header = header(utime, seq)
+    message.vehicle = vehicle
+    message.position = states.position[row].tolist()
+    message.velocity = states.velocity[row].tolist()
+    message.orientation = states.attitude[row].tolist()
+    message.angular_velocity = states.rates[row].tolist()
+    message.num_rotors = states.rotor_speed.shape[1]
+    message.rotor_speeds = states.rotor_speed[row].tolist()
+    message.crashed = bool(states.crashed[row])
+    return message
+
+
+def clock_message(utime: int, seq: int, mode: int, scale: float, rates: dict[str, float]) -> goggles_lcm.clock_t:
+    message = goggles_lcm.clock_t()
+    message.header = header(utime, seq)
+    message.mode = int(mode)
+    message.scale = float(scale)
+    message.num_rates = len(rates)
+    message.rate_names = list(rates)
+    message.rates = list(rates.values())
+    return message
+
+
+def step_reply(request_id: int, steps: int, step: int, dt: float) -> bytes:
+    """The lockstep reply: sent once the outputs of the requested steps are published."""
+    reply = goggles_lcm.step_t()
+    reply.header = header(int(round(step * dt * 1e6)), step)
+    reply.request_id = request_id
+    reply.steps = steps
+    return reply.encode()

@@ -1,0 +1,88 @@
+"""A vehicle of a run: simulated (its own ``MultirotorSim``) or placed by poses from outside (mocap,
+recordings), with the pilot that flies its route and its live-pose bookkeeping."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
+from goggles.frames import transform
+from goggles.pilots import RoutePilot
+
+
+@dataclass
+class Vehicle:
+    name: str
+    sim: MultirotorSim | None
+    """None: the pose comes from outside (live mode, replay)."""
+    pilot: RoutePilot | None = None
+    """Flies the run file's route until a client sends a command."""
+    external_control: bool = False
+    T_WB: np.ndarray = field(default_factory=lambda: np.eye(4))
+    pose_utime: int = 0
+    new_pose: bool = False
+    in_contact: bool = False
+    """Touching the world during the last physics advance (a collision is published when this begins)."""
+    stale: bool = False
+    """Live mode: the pose source flagged this body lost; its last pose is kept."""
+    previous: tuple[np.ndarray, int] | None = None
+    """Live mode: the pose before the last one, with its utime (for extrapolation)."""
+
+    def set_pose(self, T_WB: np.ndarray, utime: int, *, keep_previous: bool = False) -> None:
+        """A pose from outside (a bus input keeps the previous one for extrapolation)."""
+        if keep_previous:
+            self.previous = (self.T_WB, self.pose_utime) if self.pose_utime else None
+        self.T_WB, self.pose_utime, self.new_pose, self.stale = T_WB, utime, True, False
+
+    def pose(self, extrapolate: float = 0.0) -> np.ndarray:
+        """The body pose now: the simulator's, or the last pose from outside carried forward."""
+        if self.sim is not None:
+            s = self.sim.states()
+            return transform(s.position[0], s.attitude[0])
+        return extrapolated(self, extrapolate)
+
+
+def extrapolated(vehicle: Vehicle, horizon: float) -> np.ndarray:
+    """The live pose carried forward to now from its recent motion, at most ``horizon`` seconds
+    (0: off). Pose time stamps are the bridge's wall clock: the machines' clocks must agree."""
+    if horizon <= 0 or vehicle.previous is None or vehicle.stale:
+        return vehicle.T_WB
+    T0, u0 = vehicle.previous
+    span = (vehicle.pose_utime - u0) * 1e-6
+    if span <= 0:
+        return vehicle.T_WB
+    ahead = min(horizon, max(0.0, time.time() - vehicle.pose_utime * 1e-6))
+    T = vehicle.T_WB.copy()
+    T[:3, 3] += (vehicle.T_WB[:3, 3] - T0[:3, 3]) * (ahead / span)
+    import cv2
+
+    rotation = cv2.Rodrigues(vehicle.T_WB[:3, :3] @ T0[:3, :3].T)[0].ravel()  # world-frame turn over the span
+    T[:3, :3] = cv2.Rodrigues(rotation * (ahead / span))[0] @ vehicle.T_WB[:3, :3]
+    return T
+
+
+def make_vehicle(v, *, simulate: bool, world, dt: float, seed: int, collisions) -> Vehicle:
+    """The vehicle of a run file's ``[[vehicle]]`` entry ``v``: simulated in ``world`` (at rest on its
+    floor, or hovering when it starts in the air, flying its route), or placed from outside."""
+    start_q = np.array([np.cos(v.start[3] / 2.0), 0.0, 0.0, np.sin(v.start[3] / 2.0)])  # heading only
+    sim = None
+    if simulate:
+        sim = MultirotorSim(
+            load_airframe(v.preset),
+            1,
+            device=world.device,
+            dt=dt,
+            seed=seed,
+            imu_rate=v.imu_rate,
+            world=world,
+            collisions=collisions,
+            floor_z=v.floor_z,
+        )
+        airborne = v.start[2] > 0.0
+        sim.reset(position=v.start[:3], attitude=start_q, rotor_speed=sim.airframe.hover_speed if airborne else 0.0)
+        sim.set_command(ControlMode.POSITION, v.route[0] if v.route else v.start)
+    pilot = RoutePilot(v.route, v.route_tolerance) if v.route else None
+    return Vehicle(v.name, sim, pilot, T_WB=transform(v.start[:3], start_q))

@@ -1,0 +1,26 @@
+"""The world's appearance on the device: per-face and per-corner attributes and one texture table
+over the static scene and every actor shape, read by whatever shades a hit."""
+
+import warp as wp
+
+
+@wp.struct
+class SceneData:
+    """Static scene on a device: BVH mesh and per-face / per-corner appearance."""
+
+    mesh: wp.uint64
+    corner_uv: wp.array(dtype=wp.vec2)
+    """(3F,) texture coordinates per face corner."""
+    corner_rgb: wp.array(dtype=wp.vec3)
+    """(3F,) vertex colour per face corner, [0, 1]."""
+    face_material: wp.array(dtype=wp.int32)
+    face_segment: wp.array(dtype=wp.int32)
+    material_rgb: wp.array(dtype=wp.vec3)
+    material_texture: wp.array(dtype=wp.int32)
+    """Texture index per material, or -1."""
+    texels: wp.array(dtype=wp.uint8)
+    """All textures' RGB bytes, row-major, top row first."""
+    texture_offset: wp.array(dtype=wp.int32)
+    """First texel (pixel) index of each texture in ``texels``."""
+    texture_size: wp.array(dtype=wp.vec2i)
+    """(width, height) of each texture."""

@@ -1,0 +1,83 @@
+"""One way to build the world: a static scene on a device, with a course's gates placed as actors and
+the IR beacons on their corners. ``goggles render``, ``goggles race`` and the engine all start here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from goggles.scene.batch import StaticScene
+from goggles.scene.gates import Course, gate_bars, gate_shape
+from goggles.world.device_scene import DeviceScene
+
+
+@dataclass(frozen=True)
+class Beacon:
+    id: str
+    """``<landmark>/<marker>``, e.g. ``gate3/2``."""
+    position: tuple[float, float, float]
+    """Metres: in the world, or in the actor's frame when ``actor`` is set."""
+    actor: int | None = None
+    """Index of the actor instance (``DeviceScene.set_actors`` order) it is attached to."""
+
+
+@dataclass
+class World:
+    """What the sensors and vehicles share: the scene on a device and the course in it."""
+
+    scene: DeviceScene
+    course: Course | None = None
+    gate_poses: np.ndarray = field(default_factory=lambda: np.zeros((0, 4, 4)))
+    """(k, 4, 4) world pose of each gate; gate i is actor instance i (and shape i)."""
+    beacons: list[Beacon] = field(default_factory=list)
+    """The four corner beacons of every gate, ``<gate>/<corner>``, attached to the gate's actor."""
+
+    @property
+    def device(self):
+        return self.scene.device
+
+    def gate_boxes(self) -> list:
+        """(gate name, [(T (4, 4), size (3,))]) of every gate's four bars in the world, for viewers."""
+        entities = []
+        for gate, T_WG in zip(self.course.gates if self.course else (), self.gate_poses):
+            boxes = []
+            for size, centre in gate_bars(gate.opening):
+                T = T_WG.copy()
+                T[:3, 3] = T_WG[:3, :3] @ centre + T_WG[:3, 3]
+                boxes.append((T, size))
+            entities.append((gate.name, boxes))
+        return entities
+
+
+def build_world(
+    scene: StaticScene | str | Path | None = None,
+    *,
+    course: Course | None = None,
+    device=None,
+    spare_actors: int = 0,
+) -> World:
+    """Upload ``scene`` (a StaticScene, a scene file or mesh path; None: the built-in arena) to
+    ``device`` and place ``course``'s gates in it, leaving room for ``spare_actors`` more instances
+    (avatars)."""
+    if not isinstance(scene, StaticScene):
+        from goggles.paths import default_scene
+        from goggles.scene import load_static_scene
+
+        scene = load_static_scene(scene or default_scene())
+    gates = course.gates if course is not None else ()
+    device_scene = DeviceScene(
+        scene,
+        device,
+        shapes=[gate_shape(g.opening, g.name) for g in gates],
+        max_actors=max(1, len(gates) + spare_actors),
+    )
+    poses = np.array([g.T_WG for g in gates]).reshape(-1, 4, 4)
+    device_scene.set_actors(range(len(gates)), poses)
+    beacons = [
+        Beacon(f"{gate.name}/{k}", tuple(p), actor=i)
+        for i, gate in enumerate(gates)
+        for k, p in enumerate(gate.beacon_positions_G())
+    ]
+    return World(device_scene, course, poses, beacons)

@@ -1,0 +1,109 @@
+"""The people in the world: tracked skeletons as skinned avatars placed beside the gates.
+
+Skeletons arrive as inputs (mocap, recordings) or from BVH clips; the newest pose per person waits
+until a camera needs the world, so a 240 Hz mocap stream costs one skinning per rendered frame.
+The crowd is bounded: at most ``MAX_AVATARS`` people, one new avatar built per update (building one
+costs tens of milliseconds), and an avatar whose skeleton is silent for ``AVATAR_TIMEOUT_S`` is
+removed, its shape slot reused by the next newcomer.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from goggles.scene.avatar import SkeletonPose, SkinnedAvatar, avatar_shape, bone_boxes, build_avatar_mesh
+from goggles.world.device_scene import DeviceScene
+
+log = logging.getLogger(__name__)
+
+#: Most skeletons shown as avatars at once.
+MAX_AVATARS = 8
+#: An avatar whose skeleton has not come for this long (s of the caller's clock) is removed.
+AVATAR_TIMEOUT_S = 5.0
+
+
+@dataclass
+class Avatar:
+    skinned: SkinnedAvatar
+    shape: int
+    last: SkeletonPose | None = None
+    heard: float = 0.0
+    """When its skeleton last came (the caller's clock, s)."""
+
+
+class Crowd:
+    """Avatars in ``scene``, placed after the first ``len(fixed_poses)`` actor instances (the gates).
+
+    Args:
+        scene: the world on the device.
+        fixed_poses: (k, 4, 4) poses of the actors that are not people; instance i is shape i.
+        keep: names never removed for silence (BVH clips, posed on every update).
+    """
+
+    def __init__(self, scene: DeviceScene, fixed_poses: np.ndarray, keep: set[str] = frozenset()):
+        self.scene = scene
+        self.fixed_poses = np.asarray(fixed_poses).reshape(-1, 4, 4)
+        self.keep = set(keep)
+        self.avatars: dict[str, Avatar] = {}
+        self._pending: dict[str, SkeletonPose] = {}
+        self._free_shapes: list[int] = []
+
+    def offer(self, name: str, pose: SkeletonPose) -> bool:
+        """Keep ``pose`` as the newest of ``name``; False (ignored) if the crowd is full of others."""
+        known = name in self.avatars or name in self._pending
+        if not known and len(self.avatars.keys() | self._pending.keys()) >= MAX_AVATARS:
+            return False
+        self._pending[name] = pose
+        return True
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._pending or self.avatars)
+
+    def update(self, now: float) -> None:
+        """Skin every avatar whose skeleton moved (creating at most one new one), remove the silent
+        ones, and re-place the actors if anything changed."""
+        changed = bool(self._pending)
+        waiting: dict[str, SkeletonPose] = {}
+        created = False
+        for name, pose in self._pending.items():
+            avatar = self.avatars.get(name)
+            if avatar is not None and pose.bones != avatar.skinned.bones:
+                log.warning("skeleton %.64s changed its bones; its avatar keeps the first ones", name)
+                continue
+            if avatar is None and created:
+                waiting[name] = pose
+                continue
+            if avatar is None:
+                created = True
+                avatar = self.avatars[name] = self._build(name, pose)
+            self.scene.set_shape_bounds(avatar.shape, avatar.skinned.pose(pose))
+            avatar.last = pose
+            avatar.heard = now
+        self._pending = waiting
+        for name in [n for n, a in self.avatars.items() if n not in self.keep and now - a.heard > AVATAR_TIMEOUT_S]:
+            log.info("avatar %s removed: no skeleton for %.0f s", name, AVATAR_TIMEOUT_S)
+            self._free_shapes.append(self.avatars.pop(name).shape)
+            changed = True
+        if changed:
+            fixed = len(self.fixed_poses)
+            shapes = [*range(fixed), *(a.shape for a in self.avatars.values())]
+            poses = np.concatenate([self.fixed_poses, np.repeat(np.eye(4)[None], len(self.avatars), axis=0)])
+            self.scene.set_actors(shapes, poses)
+
+    def _build(self, name: str, pose: SkeletonPose) -> Avatar:
+        mesh = build_avatar_mesh(pose)
+        shape = avatar_shape(name, mesh)
+        if self._free_shapes:
+            index = self.scene.replace_shape(self._free_shapes.pop(), shape)
+        else:
+            index = self.scene.add_shape(shape)
+        log.info("avatar %s: %d bones, %d triangles", name, len(pose.bones), len(mesh.faces))
+        return Avatar(SkinnedAvatar(mesh, pose, self.scene.shape_mesh(index)), index)
+
+    def boxes(self) -> list:
+        """(name, [(T (4, 4), size (3,))]) per person: boxes along the bones, for viewers."""
+        return [(n, bone_boxes(a.last.T_WJ, a.last.parents)) for n, a in self.avatars.items() if a.last is not None]
