@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from bridges.mocap import MocapFrame
-from goggles.errors import ConfigError
+from goggles.errors import ConfigError, require
 from goggles.frames import matrix_to_quat
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ class NatNetLink:
     ):
         import socket
 
+        require("natnet", "mocap", "the NatNet (OptiTrack) source")
         try:
             self.server_ip = socket.gethostbyname(server)
         except OSError as exc:
@@ -316,7 +317,7 @@ class NatNetSource:
 
 def _motioncapture_worker(system: str, options: dict, out: mp.Queue) -> None:
     """Child process: read frames forever and hand the rigid bodies to the parent."""
-    import motioncapture
+    import motioncapture  # checked by the parent before it starts this process
 
     connection = motioncapture.connect(system, options)
     while True:
@@ -342,6 +343,7 @@ class MotionCaptureSource:
     """
 
     def __init__(self, system: str, host: str, *, timeout: float = 5.0, options: dict | None = None):
+        require("motioncapture", "mocap", f"the {system} source (libmotioncapture)")
         options = {"hostname": host, **(options or {})}  # e.g. port_command (optitrack); rigid_bodies (mock)
         self._queue: mp.Queue = mp.get_context("spawn").Queue(maxsize=1000)
         self._process = mp.get_context("spawn").Process(
@@ -389,6 +391,7 @@ class QtmSource:
     def __init__(self, host: str, *, port: int = 22223, timeout: float = 5.0):
         import asyncio
 
+        require("qtm_rt", "mocap", "the Qualisys source")
         import qtm_rt
 
         self._frames: list[MocapFrame] = []

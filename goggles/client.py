@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 import goggles_lcm
-from goggles.dynamics.control import ControlMode
+from goggles.control_modes import ControlMode
 from goggles.errors import ConfigError
 from goggles.transport.buses import ZmqEndpoints, frame, split_frame
 from goggles.transport.schema import Encoding, decode_any, header

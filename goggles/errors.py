@@ -11,3 +11,15 @@ class SceneError(GogglesError):
 
 class ConfigError(GogglesError):
     """A command-line value or configuration entry is malformed."""
+
+
+def require(module: str, extra: str, feature: str) -> None:
+    """Check that an optional package is installed, or say how to install it.
+
+    Raises:
+        ConfigError: ``feature`` needs ``module``: ``pip install 'goggles[extra]'``.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(f"{feature} needs the {module!r} package: pip install 'goggles[{extra}]'")

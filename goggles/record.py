@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from goggles.errors import ConfigError
+from goggles.errors import ConfigError, require
 from goggles.transport.schema import TYPES
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,8 @@ class Recorder:
     ):
         self.path = Path(path)
         self.format = log_format(self.path)
+        if self.format == "mcap":
+            require("mcap", "recording", "recording to MCAP")
         self.written = 0
         self.dropped = 0
         self.error: str | None = None
@@ -201,6 +203,7 @@ def read_log(path: str | Path) -> Iterator[tuple[int, str, bytes]]:
         return
     if head != MCAP_MAGIC:
         raise ConfigError(f"{path}: not an MCAP recording (no MCAP magic at the start)")
+    require("mcap", "recording", "reading MCAP recordings")
     yield from _read_mcap(path)
 
 

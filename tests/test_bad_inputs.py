@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from goggles.cli import main
 
@@ -157,3 +158,23 @@ def test_a_mesh_placed_twice_is_read_once(tmp_path, monkeypatch):
     monkeypatch.setattr(batch, "load_asset", lambda *a, **k: reads.append(a) or original(*a, **k))
     scene = load_static_scene(tmp_path / "scene.toml")
     assert len(reads) == 1 and scene.num_faces == 3 * 12
+
+
+def test_a_missing_optional_package_says_how_to_install_it():
+    from goggles.errors import ConfigError, require
+
+    require("numpy", "mocap", "anything")  # installed: nothing to say
+    with pytest.raises(ConfigError, match=r"pip install 'goggles\[mocap\]'"):
+        require("no_such_package_for_goggles", "mocap", "the NatNet (OptiTrack) source")
+
+
+def test_commands_without_kernels_do_not_load_warp(tmp_path):
+    """``goggles keys`` and ``goggles echo`` start without Warp (and without its start-up cost)."""
+    code = (
+        "import sys; from goggles.cli import main; "
+        f"main(['keys', {str(tmp_path / 'k')!r}]); "
+        "main(['echo', '--duration', '0.2', 'quad0/imu']); "
+        "sys.exit(1 if 'warp' in sys.modules else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

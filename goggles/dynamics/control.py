@@ -12,31 +12,14 @@ Each controller turns a command (see ``ControlMode``) into rotor speed commands:
 The geometric controllers read the true state (ground truth); rate mode reads the simulated IMU.
 """
 
-from enum import IntEnum
 
 import warp as wp
 
+from goggles.control_modes import COMMAND_SIZE, ControlMode
 from goggles.dynamics.model import AirframeParams, SimSettings, vec6, vec8
 
+__all__ = ["COMMAND_SIZE", "ControlMode", "rotor_commands"]
 
-class ControlMode(IntEnum):
-    ROTOR_SPEEDS = 0
-    ROTOR_THRUSTS = 1
-    RATES = 2
-    ATTITUDE = 3
-    VELOCITY = 4
-    POSITION = 5
-
-
-#: Number of command values each mode reads (the rest of the 8-vector is ignored).
-COMMAND_SIZE = {
-    ControlMode.ROTOR_SPEEDS: None,  # one per rotor
-    ControlMode.ROTOR_THRUSTS: None,
-    ControlMode.RATES: 4,
-    ControlMode.ATTITUDE: 5,
-    ControlMode.VELOCITY: 4,
-    ControlMode.POSITION: 4,
-}
 
 ROTOR_SPEEDS = wp.constant(int(ControlMode.ROTOR_SPEEDS))
 ROTOR_THRUSTS = wp.constant(int(ControlMode.ROTOR_THRUSTS))

@@ -13,6 +13,7 @@ import logging
 import numpy as np
 
 import goggles_lcm
+from goggles.errors import require
 from goggles.frames import matrix_to_quat
 from goggles.transport.schema import Encoding, MalformedMessage, decode_any
 
@@ -37,6 +38,7 @@ class FoxgloveSink:
     """
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 8765, scene_entities=None):
+        require("foxglove", "viewing", "the Foxglove live view")
         import foxglove
         from foxglove.channels import (
             CameraCalibrationChannel,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.errors import ConfigError
+from goggles.errors import ConfigError, require
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
@@ -140,6 +140,7 @@ class PreviewServer:
             self._clients.discard(websocket)
 
     async def _serve(self, stop: threading.Event) -> None:
+        require("websockets", "viewing", "the preview page")
         from websockets.asyncio.server import broadcast, serve
 
         loop = asyncio.get_running_loop()

@@ -1,0 +1,58 @@
+"""The ``goggles`` command: one module per subcommand, each with its ``add_parser`` and its run
+function; heavy imports stay inside them, so ``goggles keys`` or ``goggles echo`` never load Warp's
+kernels."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from goggles.cli import bench, bridge, echo, fly, keys, preview, race, render, replay, run
+from goggles.cli.common import _join_negative_values, _quiet_warp_init, _tag_leaf_parsers, check_device
+from goggles.errors import GogglesError
+
+__all__ = ["build_parser", "check_device", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="goggles",
+        description="Vehicle-in-the-loop mixed-reality renderer for aerial robots.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress and Warp messages")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (render, bench, run, preview, keys, replay, echo, race, bridge, fly):
+        module.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    _tag_leaf_parsers(parser)
+    args, extra = parser.parse_known_args(_join_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    if extra:
+        args.parser_.error(f"unrecognized arguments: {' '.join(extra)} (see {args.parser_.prog} --help)")
+    if getattr(args, "duration", None) is not None and not args.duration > 0:
+        args.parser_.error(f"--duration {args.duration}: must be > 0 seconds")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        if getattr(args, "warp", True):
+            import warp as wp
+
+            wp.config.log_level = wp.LOG_INFO if args.verbose else wp.LOG_ERROR
+            if args.verbose:
+                wp.init()
+            else:
+                _quiet_warp_init()
+            check_device(getattr(args, "device", None))
+        return args.run(args)
+    except GogglesError as exc:
+        print(f"goggles: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

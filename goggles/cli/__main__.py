@@ -1,0 +1,7 @@
+"""``python -m goggles.cli``."""
+
+import sys
+
+from goggles.cli import main
+
+sys.exit(main())

@@ -1,0 +1,107 @@
+"""goggles bridge mocap: motion capture to pose/<body> and skeleton/<name> messages."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from goggles.errors import ConfigError
+
+
+def add_parser(commands) -> None:
+    bridge = commands.add_parser("bridge", help="bridges from outside systems into goggles messages")
+    bridges = bridge.add_subparsers(dest="bridge", required=True, metavar="BRIDGE")
+    mocap = bridges.add_parser(
+        "mocap",
+        help="motion capture -> pose/<body> and skeleton/<name> on ZeroMQ and LCM",
+        description="Connect to a motion-capture system and publish its rigid bodies (and OptiTrack skeletons) "
+        "in goggles' world frame: up axis, units, a room transform and per-body offsets from --calibration. "
+        "A body silent for three frame periods is published once with valid=false. The last line gives "
+        "frames, bodies and the packet-to-publish latency.",
+    )
+    mocap.add_argument("--system", choices=["optitrack", "vicon", "qualisys", "vrpn", "mock"], required=True)
+    mocap.add_argument("--host", default="127.0.0.1", help="the mocap server's address")
+    mocap.add_argument("--local", default="127.0.0.1", help="this machine's address on the mocap network (NatNet)")
+    mocap.add_argument(
+        "--backend",
+        choices=["natnet", "qtm", "motioncapture"],
+        default=None,
+        help="optitrack: natnet (default: bodies and skeletons) or motioncapture (bodies); qualisys: qtm "
+        "(default: 6D bodies and skeletons) or motioncapture; vicon, vrpn, mock: motioncapture",
+    )
+    mocap.add_argument("--qtm-port", type=int, default=22223, help="Qualisys QTM real-time port (qtm backend)")
+    mocap.add_argument("--multicast", action="store_true", help="NatNet: listen to Motive's multicast stream")
+    mocap.add_argument(
+        "--mock-bodies",
+        default="",
+        help="mock system: static bodies 'name(x,y,z,qw,qx,qy,qz);...' (metres, z up) at 100 Hz",
+    )
+    mocap.add_argument("--command-port", type=int, default=1510)
+    mocap.add_argument("--data-port", type=int, default=1511)
+    mocap.add_argument("--calibration", type=Path, default=None, help="room calibration TOML (calib/room-example.toml)")
+    mocap.add_argument("--zmq", default="tcp://127.0.0.1:5556", help="the engine's ZeroMQ input endpoint")
+    mocap.add_argument("--no-zmq", action="store_true")
+    mocap.add_argument("--lcm-url", default="udpm://239.255.76.67:7667?ttl=0")
+    mocap.add_argument("--no-lcm", action="store_true")
+    mocap.add_argument("--timeout", type=float, default=5.0, help="s to wait for the mocap server")
+    mocap.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    mocap.set_defaults(warp=False)  # no kernels: start without loading Warp
+    mocap.set_defaults(run=cmd_bridge_mocap)
+
+
+def cmd_bridge_mocap(args) -> int:
+    import signal
+    import threading
+
+    from bridges.mocap import MocapBridge, Publisher, RoomCalibration, load_room_calibration, run_bridge, status_line
+    from bridges.sources import MotionCaptureSource, NatNetSource, QtmSource
+
+    calibration = (
+        load_room_calibration(args.calibration, args.system)
+        if args.calibration
+        else RoomCalibration.for_system(args.system)
+    )
+    backend = args.backend or {"optitrack": "natnet", "qualisys": "qtm"}.get(args.system, "motioncapture")
+    allowed = {"optitrack": {"natnet", "motioncapture"}, "qualisys": {"qtm", "motioncapture"}}
+    if backend not in allowed.get(args.system, {"motioncapture"}):
+        raise ConfigError(f"--backend {backend} does not serve --system {args.system}")
+    if backend == "qtm":
+        source = QtmSource(args.host, port=args.qtm_port, timeout=args.timeout)
+    elif args.system == "optitrack" and backend == "natnet":
+        source = NatNetSource(
+            args.host,
+            args.local,
+            command_port=args.command_port,
+            data_port=args.data_port,
+            multicast=args.multicast,
+            timeout=args.timeout,
+        )
+    else:
+        options = {"port_command": str(args.command_port)} if args.system == "optitrack" else {}
+        if args.mock_bodies:
+            options.update(rigid_bodies=args.mock_bodies, frequency="100")
+        source = MotionCaptureSource(args.system, args.host, timeout=args.timeout, options=options)
+    publisher = Publisher(None if args.no_zmq else args.zmq, None if args.no_lcm else args.lcm_url)
+    bridge = MocapBridge(calibration, publisher)
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(
+        f"goggles bridge: {args.system} at {args.host} -> ZeroMQ {'off' if args.no_zmq else args.zmq}, "
+        f"LCM {'off' if args.no_lcm else args.lcm_url}; Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        run_bridge(
+            source,
+            bridge,
+            duration=args.duration,
+            stop=stop,
+            status=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    finally:
+        source.close()
+        publisher.close()
+    print(status_line(source, bridge), file=sys.stderr)
+    return 0

@@ -1,0 +1,138 @@
+"""What every subcommand shares: argument types, camera arguments, device checks, Warp start-up."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from pathlib import Path
+
+from goggles.errors import ConfigError
+
+log = logging.getLogger("goggles")
+
+
+def _floats(count: int, what: str):
+    """argparse type: ``count`` comma-separated finite numbers."""
+
+    def parse(text: str) -> tuple[float, ...]:
+        import math
+
+        try:
+            values = tuple(float(v) for v in text.split(","))
+        except ValueError:
+            values = ()
+        if len(values) != count or not all(math.isfinite(v) for v in values):
+            raise argparse.ArgumentTypeError(f"{what} must be {count} comma-separated finite numbers, got {text!r}")
+        return values
+
+    return parse
+
+
+def _floats_between(low: int, high: int, what: str):
+    """argparse type: ``low`` to ``high`` comma-separated finite numbers."""
+
+    def parse(text: str) -> tuple[float, ...]:
+        for count in range(high, low - 1, -1):
+            try:
+                return _floats(count, what)(text)
+            except argparse.ArgumentTypeError:
+                continue
+        raise argparse.ArgumentTypeError(f"{what} must be {low} to {high} comma-separated finite numbers, got {text!r}")
+
+    return parse
+
+
+def _add_camera_args(parser: argparse.ArgumentParser, width: int, height: int) -> None:
+    parser.add_argument(
+        "--scene", type=Path, default=None, help="scene TOML or mesh file (default: the built-in arena)"
+    )
+    parser.add_argument("--width", type=int, default=width, help="image width, pixels (default %(default)s)")
+    parser.add_argument("--height", type=int, default=height, help="image height, pixels (default %(default)s)")
+    parser.add_argument(
+        "--vfov", type=float, default=60.0, help="vertical field of view, degrees (default %(default)s)"
+    )
+    parser.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N (default: Warp's default)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads per render (default: all cores)")
+
+
+def _camera(args):
+    from goggles.render import CameraModel
+
+    extra = {"min_depth": args.min_depth, "max_depth": args.max_depth, "distortion": args.distortion}
+    if args.intrinsics is not None:
+        fx, fy, cx, cy = args.intrinsics
+        return CameraModel(args.width, args.height, fx, fy, cx, cy, **extra)
+    return CameraModel.from_fov(args.width, args.height, args.vfov, **extra)
+
+
+def _positive_float(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise ConfigError(f"{what} must be 'auto' or a positive number, got {text!r}")
+    return value
+
+
+#: A value that looks like a flag to argparse but is a list of numbers starting with a negative one.
+_NEGATIVE_LIST = re.compile(r"^-[\d.][\d.eE+-]*(,[-+\d.eE]+)+$")
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """``--pose -4,0,1.5,...`` as ``--pose=-4,0,1.5,...``: argparse would take the value for a flag."""
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and _NEGATIVE_LIST.match(token):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
+def _tag_leaf_parsers(parser: argparse.ArgumentParser) -> None:
+    """Let every subcommand's parser report errors in its own usage (``args.parser_``)."""
+    parser.set_defaults(parser_=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _tag_leaf_parsers(child)
+
+
+def _quiet_warp_init() -> None:
+    """Initialise Warp without its CUDA-driver warning on machines without a GPU (``-v`` shows it)."""
+    import os
+
+    import warp as wp
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            wp.init()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def check_device(name: str | None) -> None:
+    """Refuse a Warp device this machine does not have, naming the ones it has.
+
+    Raises:
+        ConfigError: unknown name, or CUDA asked for where there is none.
+    """
+    if name is None:
+        return
+    import warp as wp
+
+    available = [str(d) for d in wp.get_devices()]
+    if name in available or name == "cuda" and wp.is_cuda_available():
+        return
+    if name.startswith("cuda") and not wp.is_cuda_available():
+        raise ConfigError(f"--device {name}: no CUDA device is available on this machine; devices: {available}")
+    raise ConfigError(
+        f"--device {name!r} is not a Warp device here; devices: {available} (or 'cuda' for the first GPU)"
+    )

@@ -1,0 +1,70 @@
+"""goggles preview: the stereo pair, a third-person view and WebXR in a browser."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from goggles.cli.common import (
+    _floats,
+)
+
+
+def add_parser(commands) -> None:
+    preview = commands.add_parser(
+        "preview",
+        help="serve a web page with the vehicle's stereo pair, a third-person view, and WebXR for headsets",
+        description="Serve http://HOST:PORT/ : the newest stereo colour frames of VEHICLE/CAMERA from a running "
+        "engine, side by side, with a third-person view; on a headset browser, 'Enter VR' shows each eye its "
+        "image (WebXR). Binds 127.0.0.1 unless --host says otherwise.",
+    )
+    preview.add_argument("--endpoint", default="tcp://127.0.0.1:5555", help="the engine's ZeroMQ output")
+    preview.add_argument("--keys", type=Path, default=None, help="CURVE client keys for an exposed engine")
+    preview.add_argument("--vehicle", default="quad0")
+    preview.add_argument("--camera", default="stereo", help="a stereo camera publishing rgb")
+    preview.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0 exposes the page)")
+    preview.add_argument("--port", type=int, default=8080)
+    preview.add_argument("--scene", type=Path, default=None, help="scene of the third-person view (default arena)")
+    preview.add_argument(
+        "--viewpoint",
+        type=_floats(3, "--viewpoint"),
+        default=None,
+        help="x,y,z of the third-person camera (default: behind and above the vehicle)",
+    )
+    preview.add_argument("--no-third-person", action="store_true", help="only the stereo pair")
+    preview.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    preview.add_argument("--device", default=None, help="Warp device of the third-person renderer")
+    preview.set_defaults(run=cmd_preview)
+
+
+def cmd_preview(args) -> int:
+    import signal
+    import threading
+
+    from goggles.client import Client
+    from goggles.paths import default_scene
+    from goggles.preview.server import FrameSource, PreviewServer
+    from goggles.scene import load_static_scene
+    from goggles.transport.buses import ZmqEndpoints
+
+    client = Client(ZmqEndpoints(publish=args.endpoint), keys=args.keys)
+    scene = None if args.no_third_person else load_static_scene(args.scene or default_scene())
+    source = FrameSource(client, args.vehicle, args.camera, scene=scene, viewpoint=args.viewpoint, device=args.device)
+    server = PreviewServer(source, host=args.host, port=args.port)
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if args.duration is not None:
+        threading.Timer(args.duration, stop.set).start()
+    print(
+        f"goggles preview: http://{args.host}:{args.port}/ (frames from {args.endpoint}, "
+        f"{args.vehicle}/{args.camera}); Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        server.run(stop)
+    finally:
+        client.close()
+    print(f"sent {server.frames_sent} frames")
+    return 0

@@ -1,0 +1,63 @@
+"""goggles replay: render a recorded flight again, with other sensors or another scene."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def add_parser(commands) -> None:
+    replay = commands.add_parser(
+        "replay",
+        help="render a recorded flight again (other sensors or scene), or every log in a folder",
+        description="Re-render a recording's flight from its poses (<vehicle>/state of a simulated flight, "
+        "pose/<vehicle> of a live one, skeleton/<name> of people) with the recording's own run file or --sensors, "
+        "in the recording's scene or --scene. Same device, log and run file: the same image bytes. A folder is "
+        "replayed by one process per core.",
+    )
+    replay.add_argument("log", type=Path, help="a .mcap or .lcmlog file, or a folder of them")
+    replay.add_argument("--sensors", type=Path, default=None, help="run file whose vehicles and sensors to use")
+    replay.add_argument("--scene", type=Path, default=None, help="scene to render in instead")
+    replay.add_argument(
+        "--record", type=Path, default=None, help="record the new outputs here (a folder when replaying a folder)"
+    )
+    pace = replay.add_mutually_exclusive_group()
+    pace.add_argument("--speed", type=float, default=None, help="play at this multiple of the recorded pace")
+    pace.add_argument("--as-fast-as-possible", action="store_true", help="no pacing (the default)")
+    replay.add_argument("--jobs", type=int, default=None, help="processes for a folder (default: all cores)")
+    replay.add_argument("--device", default=None, help="Warp device")
+    replay.set_defaults(run=cmd_replay)
+
+
+def cmd_replay(args) -> int:
+    from goggles.replay import replay_file, replay_folder
+
+    speed = None if args.as_fast_as_possible or args.speed is None else args.speed
+    if args.log.is_dir():
+        results = replay_folder(
+            args.log,
+            record_folder=args.record,
+            jobs=args.jobs,
+            sensors=args.sensors,
+            scene=args.scene,
+            speed=speed,
+            device=args.device,
+        )
+    else:
+        results = [
+            replay_file(
+                args.log,
+                sensors=args.sensors,
+                scene=args.scene,
+                record=args.record,
+                speed=speed,
+                device=args.device,
+                progress=lambda t: print(f"replayed {t:.1f} s of the log", file=sys.stderr, flush=True),
+            )
+        ]
+    for r in results:
+        print(
+            f"{r.log}: {r.poses} poses, {r.frames} messages recorded, {r.log_seconds:.2f} s of log in "
+            f"{r.seconds:.2f} s ({r.log_seconds / max(r.seconds, 1e-9):.2f}x real time)"
+        )
+    return 0

@@ -1,0 +1,26 @@
+"""The control modes a vehicle accepts (``command_t.mode``) and how many values each reads: part of
+the wire protocol, so clients use it without loading the simulator."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ControlMode(IntEnum):
+    ROTOR_SPEEDS = 0
+    ROTOR_THRUSTS = 1
+    RATES = 2
+    ATTITUDE = 3
+    VELOCITY = 4
+    POSITION = 5
+
+
+#: Number of command values each mode reads (the rest of the 8-vector is ignored).
+COMMAND_SIZE = {
+    ControlMode.ROTOR_SPEEDS: None,  # one per rotor
+    ControlMode.ROTOR_THRUSTS: None,
+    ControlMode.RATES: 4,
+    ControlMode.ATTITUDE: 5,
+    ControlMode.VELOCITY: 4,
+    ControlMode.POSITION: 4,
+}
