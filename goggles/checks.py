@@ -53,3 +53,71 @@ def finite_vector(value, n: int) -> np.ndarray | None:
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+_MISSING = object()
+
+
+class Table:
+    """Typed reads of one TOML table, the same for every file goggles reads (run, scene, course,
+    airframe, room): required keys, booleans refused where numbers are meant, units in the message,
+    and every error naming the file, the table and the key.
+
+    Args:
+        path: the file (for messages).
+        where: the table, e.g. ``[clock]`` or ``[[camera]] #2``.
+        table: its contents.
+        allowed: its keys; any other is refused (None: not checked here).
+    """
+
+    def __init__(self, path, where: str, table, allowed: set[str] | None = None, error: type[Exception] = ConfigError):
+        self.path, self.where, self.table, self._error = path, where, table, error
+        if not isinstance(table, dict):
+            raise error(f"{path}: {where} must be a table")
+        unknown = sorted(set(table) - allowed) if allowed is not None else []
+        if unknown:
+            raise error(f"{path}: {where}: unknown key {unknown[0]!r}; allowed keys are {sorted(allowed)}")
+
+    def error(self, key: str, expected: str) -> Exception:
+        return self._error(f"{self.path}: {self.where}: {key!r} must be {expected}, got {self.table.get(key)!r}")
+
+    def get(self, key: str, default=None, *, required: bool = False):
+        if required and key not in self.table:
+            raise self._error(f"{self.path}: {self.where}: missing key {key!r}")
+        return self.table.get(key, default)
+
+    def number(
+        self,
+        key: str,
+        default=_MISSING,
+        *,
+        positive: bool = False,
+        minimum: float | None = None,
+        unit: str = "",
+        required: bool = False,
+    ) -> float:
+        """A finite number (never a boolean), > 0 or >= ``minimum`` if asked; without a default the
+        key is required."""
+        value = self.get(key, None if default is _MISSING else default, required=required or default is _MISSING)
+        bound = " > 0" if positive else f" >= {minimum:g}" if minimum is not None else ""
+        expected = f"a finite number{bound}" + (f" ({unit})" if unit else "")
+        if not _is_number(value) or not np.isfinite(value):
+            raise self.error(key, expected)
+        if positive and value <= 0 or minimum is not None and value < minimum:
+            raise self.error(key, expected)
+        return float(value)
+
+    def vector(self, key: str, n: int, default=_MISSING, *, minimum: float | None = None, unit: str = "") -> np.ndarray:
+        """``n`` finite numbers (each >= ``minimum`` if asked); without a default the key is required."""
+        value = self.get(key, None if default is _MISSING else default, required=default is _MISSING)
+        array = finite_vector(value, n)
+        if array is None or minimum is not None and np.any(array < minimum):
+            bound = "" if minimum is None else f" >= {minimum:g}"
+            raise self.error(key, f"a list of {n} finite numbers{bound}" + (f" ({unit})" if unit else ""))
+        return array
+
+    def text(self, key: str, default=_MISSING, *, required: bool = False) -> str:
+        value = self.get(key, None if default is _MISSING else default, required=required or default is _MISSING)
+        if not isinstance(value, str) or not value:
+            raise self.error(key, "a non-empty string")
+        return value

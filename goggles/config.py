@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import finite_vector, read_toml
+from goggles.checks import Table, finite_vector, read_toml
 from goggles.clock import ClockMode
 from goggles.dynamics.model import CollisionResponse
 from goggles.errors import ConfigError
@@ -124,51 +124,11 @@ def load_run_config(path: str | Path) -> RunConfig:
     return parse_run_config(read_toml(path, "run file"), path)
 
 
-class _Reader:
-    def __init__(self, path: Path | None, where: str, table, allowed: set[str]):
-        if not isinstance(table, dict):
-            raise ConfigError(f"{path}: {where} must be a table")
-        unknown = sorted(set(table) - allowed)
-        if unknown:
-            raise ConfigError(f"{path}: {where}: unknown key {unknown[0]!r}; allowed keys are {sorted(allowed)}")
-        self.path, self.where, self.table = path, where, table
-
-    def error(self, key: str, expected: str) -> ConfigError:
-        return ConfigError(f"{self.path}: {self.where}: {key!r} must be {expected}, got {self.table.get(key)!r}")
-
-    def get(self, key: str, default=None, *, required: bool = False):
-        if required and key not in self.table:
-            raise ConfigError(f"{self.path}: {self.where}: missing key {key!r}")
-        return self.table.get(key, default)
-
-    def number(self, key: str, default=None, *, positive: bool = False, required: bool = False) -> float:
-        value = self.get(key, default, required=required)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-            raise self.error(key, "a number")
-        if positive and value <= 0:
-            raise self.error(key, "a positive number")
-        return float(value)
-
-    def vector(self, key: str, n: int, default=None) -> tuple[float, ...]:
-        array = finite_vector(self.get(key, default), n)
-        if array is None:
-            raise self.error(key, f"a list of {n} finite numbers")
-        return tuple(float(v) for v in array)
-
-    def text(self, key: str, default=None, *, required: bool = False) -> str:
-        value = self.get(key, default, required=required)
-        if not isinstance(value, str) or not value:
-            raise self.error(key, "a non-empty string")
-        return value
-
-
 def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     """Build a RunConfig from parsed TOML (``path`` only names the file in errors and anchors paths)."""
-    top = _Reader(
-        path, "top level", data, {"run", "clock", "lcm", "zmq", "vehicle", "camera", "range_sensor", "avatar"}
-    )
+    top = Table(path, "top level", data, {"run", "clock", "lcm", "zmq", "vehicle", "camera", "range_sensor", "avatar"})
     base = path.parent if path is not None else Path.cwd()
-    run = _Reader(
+    run = Table(
         path, "[run]", data.get("run", {}), {"mode", "scene", "seed", "course", "perturb", "collisions", "extrapolate"}
     )
     modes = {"sim": ClockMode.SIM, "lockstep": ClockMode.LOCKSTEP, "live": ClockMode.LIVE}
@@ -179,13 +139,13 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     if scene is not None and not isinstance(scene, str):
         raise run.error("scene", "a path")
 
-    clock = _Reader(path, "[clock]", data.get("clock", {}), {"scale", "max_scale", "physics_rate"})
+    clock = Table(path, "[clock]", data.get("clock", {}), {"scale", "max_scale", "physics_rate"})
     scale_value = clock.get("scale", "auto")
     scale = None if scale_value == "auto" else clock.number("scale", positive=True)
     physics_rate = clock.number("physics_rate", 960.0, positive=True)
 
-    lcm = _Reader(path, "[lcm]", data.get("lcm", {}), {"enabled", "url"})
-    zmq = _Reader(
+    lcm = Table(path, "[lcm]", data.get("lcm", {}), {"enabled", "url"})
+    zmq = Table(
         path,
         "[zmq]",
         data.get("zmq", {}),
@@ -242,7 +202,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     )
 
 
-def _divides(reader: _Reader, key: str, rate: float, physics_rate: float) -> float:
+def _divides(reader: Table, key: str, rate: float, physics_rate: float) -> float:
     ratio = physics_rate / rate
     if abs(ratio - round(ratio)) > 1e-9:
         raise reader.error(key, f"a rate in Hz that divides the physics rate {physics_rate:g} Hz")
@@ -250,7 +210,7 @@ def _divides(reader: _Reader, key: str, rate: float, physics_rate: float) -> flo
 
 
 def _vehicle(path, index: int, table, physics_rate: float) -> VehicleConfig:
-    r = _Reader(
+    r = Table(
         path,
         f"[[vehicle]] #{index + 1}",
         table,
@@ -263,15 +223,15 @@ def _vehicle(path, index: int, table, physics_rate: float) -> VehicleConfig:
     for point in r.get("route", []):
         if isinstance(point, list) and len(point) == 3:
             point = [*point, 0.0]
-        array = np.asarray(point, dtype=np.float64) if isinstance(point, list) else np.zeros(0)
-        if array.shape != (4,) or not np.all(np.isfinite(array)):
+        array = finite_vector(point, 4)
+        if array is None:
             raise r.error("route", "a list of waypoints [x, y, z] or [x, y, z, yaw]")
         route.append(tuple(float(v) for v in array))
     r.table = {**r.table, "start": start}
     return VehicleConfig(
         name=r.text("name", required=True),
         preset=r.text("preset", "fg-quad"),
-        start=r.vector("start", 4),
+        start=tuple(float(v) for v in r.vector("start", 4)),
         route=tuple(route),
         route_tolerance=r.number("route_tolerance", 0.4, positive=True),
         imu_rate=_divides(r, "imu_rate", r.number("imu_rate", 240.0, positive=True), physics_rate),
@@ -281,7 +241,7 @@ def _vehicle(path, index: int, table, physics_rate: float) -> VehicleConfig:
 
 
 def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rate: float) -> CameraConfig:
-    r = _Reader(
+    r = Table(
         path,
         f"[[camera]] #{index + 1}",
         table,
@@ -336,7 +296,7 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
 
 
 def _range_sensor(path, index: int, table, vehicles: set[str], physics_rate: float) -> RangeSensorConfig:
-    r = _Reader(
+    r = Table(
         path, f"[[range_sensor]] #{index + 1}", table, {"vehicle", "name", "preset", "position", "rpy_deg", "rate"}
     )
     vehicle = r.text("vehicle", required=True)
@@ -360,7 +320,7 @@ def _range_sensor(path, index: int, table, vehicles: set[str], physics_rate: flo
 
 
 def _avatar(path, base: Path, index: int, table) -> AvatarConfig:
-    r = _Reader(path, f"[[avatar]] #{index + 1}", table, {"name", "bvh", "units", "up", "position", "yaw_deg", "speed"})
+    r = Table(path, f"[[avatar]] #{index + 1}", table, {"name", "bvh", "units", "up", "position", "yaw_deg", "speed"})
     units, up = r.text("units", required=True), r.text("up", required=True)
     if units not in UNITS_M or up not in UP_AXES:
         raise r.error("units", f"units in {sorted(UNITS_M)} and up in {sorted(UP_AXES)} (a BVH file says neither)")

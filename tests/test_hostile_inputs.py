@@ -111,6 +111,7 @@ def test_unique_channel_names_do_not_grow_memory(engine):
         client.send("n" * (1 << 20), b"junk")
     _settle(running, received, 20_000)
     assert len(running.engine.counters.malformed_by_channel) <= MAX_COUNTED_CHANNELS + 1
+    print(f"unique names: RSS +{rss_mb() - before:.0f} MB, longest output gap {watch.longest_gap(start):.3f} s")
     assert rss_mb() - before < 100, f"RSS grew {rss_mb() - before:.0f} MB"
     assert watch.longest_gap(start) < MAX_GAP_S
     assert running.thread.is_alive()
@@ -132,6 +133,7 @@ def test_huge_frames_are_refused_by_the_socket(engine):
     del big
     sender.close(0)
     time.sleep(0.5)
+    print(f"100 MB frames: RSS peak +{peak - before:.0f} MB, longest output gap {watch.longest_gap(start):.3f} s")
     # The sender's own copy is this process's too: the bound allows that one frame, not five.
     assert peak - before < 250, f"RSS peaked {peak - before:.0f} MB above the start"
     assert watch.longest_gap(start) < MAX_GAP_S
@@ -159,6 +161,7 @@ def test_skeletons_are_bounded_and_cannot_stall_the_outputs(engine):
     assert "giant" not in engine_.avatars and "loop" not in engine_.avatars
     assert len(engine_.avatars) == MAX_AVATARS
     assert engine_.counters.malformed_by_channel.get("skeleton/giant", 0) == 20
+    print(f"skeletons: RSS +{rss_mb() - before:.0f} MB, longest output gap {watch.longest_gap(start):.3f} s")
     assert watch.longest_gap(start) < MAX_GAP_S
     assert rss_mb() - before < 300, f"RSS grew {rss_mb() - before:.0f} MB"
     # Silent for 5 s of sim time (1.25 s of wall at scale 4): removed, and their slots are reused.

@@ -100,10 +100,18 @@ def test_gate_shape_and_beacons_frame_the_opening():
     ("text", "message"),
     [
         ("[course]\nname = 'x'\n", "at least one"),
-        ("[[gate]]\nname = 'a'\n", "needs 'name' and 'position'"),
-        ("[[gate]]\nname = 'a'\nposition = [1, 2]\n", "'position' must be 3"),
+        ("[[gate]]\nname = 'a'\n", "missing key 'position'"),
+        ("[[gate]]\nposition = [1, 2, 3]\n", "missing key 'name'"),
+        ("[[gate]]\nname = 'a'\nposition = [1, 2]\n", "'position' must be a list of 3"),
+        (
+            "[course]\ntimeout = true\n[[gate]]\nname = 'a'\nposition = [1, 2, 3]\n",
+            "'timeout' must be a finite number > 0 .s., got True",
+        ),
         ("[[gate]]\nname = 'a'\nposition = [1, 2, 3]\ncolor = 1\n", "unknown key 'color'"),
-        ("[[gate]]\nname = 'a'\nposition = [1, 2, 3]\nopening = [0, 1]\n", "'opening' must be positive"),
+        (
+            "[[gate]]\nname = 'a'\nposition = [1, 2, 3]\nopening = [0, 1]\n",
+            "'opening' must be a list of 2 finite numbers >= 0.001",
+        ),
         ("[[gate]]\nname = 'a'\nposition = [1, 2, 3]\n[[gate]]\nname = 'a'\nposition = [4, 2, 3]\n", "unique"),
     ],
 )

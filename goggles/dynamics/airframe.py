@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import finite_vector, read_toml
+from goggles.checks import Table, read_toml
 from goggles.errors import ConfigError
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
@@ -165,44 +165,13 @@ def load_imu_preset(name: str) -> ImuNoise:
     data = read_toml(PRESETS_DIR / "imu.toml", "IMU preset")
     if name not in data:
         raise ConfigError(f"IMU preset {name!r} unknown; known: {sorted(data)}")
-    table = _Table(PRESETS_DIR / "imu.toml", f"[{name}]", data[name])
+    table = Table(PRESETS_DIR / "imu.toml", f"[{name}]", data[name])
     return ImuNoise(
         *(
             tuple(table.vector(k, 3, minimum=0.0))
             for k in ("accel_noise", "gyro_noise", "accel_bias_walk", "gyro_bias_walk")
         )
     )
-
-
-class _Table:
-    """Typed reads of one TOML table; every error names the file, the table and the key."""
-
-    def __init__(self, path: Path, where: str, data: dict):
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: {where} must be a table")
-        self.path, self.where, self.data = path, where, data
-
-    def _get(self, key: str):
-        if key not in self.data:
-            raise ConfigError(f"{self.path}: {self.where}: missing key {key!r}")
-        return self.data[key]
-
-    def number(self, key: str, *, minimum: float | None = None, positive: bool = False) -> float:
-        value = self._get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-            raise ConfigError(f"{self.path}: {self.where}: {key!r} must be a finite number, got {value!r}")
-        if positive and value <= 0 or minimum is not None and value < minimum:
-            bound = "> 0" if positive else f">= {minimum}"
-            raise ConfigError(f"{self.path}: {self.where}: {key!r} must be {bound}, got {value!r}")
-        return float(value)
-
-    def vector(self, key: str, n: int, *, minimum: float | None = None) -> np.ndarray:
-        value = self._get(key)
-        array = finite_vector(value, n)
-        if array is None or minimum is not None and np.any(array < minimum):
-            bound = "" if minimum is None else f" >= {minimum}"
-            raise ConfigError(f"{self.path}: {self.where}: {key!r} must be {n} finite numbers{bound}, got {value!r}")
-        return array
 
 
 _KEYS = {
@@ -256,15 +225,15 @@ def _check_unknown_keys(path: Path, data: dict) -> None:
 
 def _airframe(path: Path, data: dict) -> Airframe:
     _check_unknown_keys(path, data)
-    body = _Table(path, "[body]", data.get("body", {}))
-    motors = _Table(path, "[motors]", data.get("motors", {}))
-    aero = _Table(path, "[aerodynamics]", data.get("aerodynamics", {}))
-    noise = _Table(path, "[disturbance]", data.get("disturbance", {}))
-    rate = _Table(path, "[rate_controller]", data.get("rate_controller", {}))
-    lee = _Table(path, "[geometric_controller]", data.get("geometric_controller", {}))
-    imu = _Table(path, "[imu]", data.get("imu", {}))
-    collision = _Table(path, "[collision]", data.get("collision", {}))
-    shape_name = collision._get("shape")
+    body = Table(path, "[body]", data.get("body", {}))
+    motors = Table(path, "[motors]", data.get("motors", {}))
+    aero = Table(path, "[aerodynamics]", data.get("aerodynamics", {}))
+    noise = Table(path, "[disturbance]", data.get("disturbance", {}))
+    rate = Table(path, "[rate_controller]", data.get("rate_controller", {}))
+    lee = Table(path, "[geometric_controller]", data.get("geometric_controller", {}))
+    imu = Table(path, "[imu]", data.get("imu", {}))
+    collision = Table(path, "[collision]", data.get("collision", {}))
+    shape_name = collision.get("shape", required=True)
     if shape_name not in ("sphere", "box"):
         raise ConfigError(f"{path}: [collision]: 'shape' must be 'sphere' or 'box', got {shape_name!r}")
     if shape_name == "sphere":
@@ -273,7 +242,7 @@ def _airframe(path: Path, data: dict) -> Airframe:
         collision_size = collision.vector("half_extents", 3, minimum=1e-6)
 
     mass = body.number("mass", positive=True)
-    inertia_value = body._get("inertia")
+    inertia_value = body.get("inertia", required=True)
     inertia = np.asarray(inertia_value, dtype=np.float64)
     if inertia.shape == (3,):
         inertia = np.diag(inertia)
@@ -290,13 +259,13 @@ def _airframe(path: Path, data: dict) -> Airframe:
         )
     positions, axes, spins = [], [], []
     for i, entry in enumerate(rotors):
-        rotor = _Table(path, f"[[rotor]] #{i + 1}", entry)
+        rotor = Table(path, f"[[rotor]] #{i + 1}", entry)
         positions.append(rotor.vector("position", 3))
         axis = rotor.vector("axis", 3) if "axis" in entry else np.array([0.0, 0.0, 1.0])
         if np.linalg.norm(axis) < 1e-9:
             raise ConfigError(f"{path}: [[rotor]] #{i + 1}: 'axis' must be a non-zero vector")
         axes.append(axis / np.linalg.norm(axis))
-        spin = rotor._get("spin")
+        spin = rotor.get("spin", required=True)
         if spin not in (1, -1):
             raise ConfigError(f"{path}: [[rotor]] #{i + 1}: 'spin' must be 1 or -1, got {spin!r}")
         spins.append(float(spin))
@@ -346,7 +315,7 @@ def _airframe(path: Path, data: dict) -> Airframe:
         quadratic_moment_drag=aero.vector("quadratic_moment_drag", 3, minimum=0.0),
         force_density=noise.number("force_density", minimum=0.0),
         moment_density=noise.number("moment_density", minimum=0.0),
-        imu=load_imu_preset(str(imu._get("preset"))),
+        imu=load_imu_preset(str(imu.get("preset", required=True))),
         rate_kp=rate.vector("kp", 3, minimum=0.0),
         rate_ki=rate.vector("ki", 3, minimum=0.0),
         rate_kd=rate.vector("kd", 3, minimum=0.0),

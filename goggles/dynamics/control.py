@@ -12,7 +12,6 @@ Each controller turns a command (see ``ControlMode``) into rotor speed commands:
 The geometric controllers read the true state (ground truth); rate mode reads the simulated IMU.
 """
 
-
 import warp as wp
 
 from goggles.control_modes import COMMAND_SIZE, ControlMode

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import finite_vector, read_toml
+from goggles.checks import Table, read_toml
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, transform
 from goggles.scene.actors import ActorShape
@@ -135,29 +135,19 @@ def load_course(path: str | Path) -> Course:
     unknown = sorted(set(data) - {"course", "gate"})
     if unknown:
         raise ConfigError(f"{path}: unknown table {unknown[0]!r}; a course has [course] and [[gate]]")
-    course = data.get("course", {})
-    bad = sorted(set(course) - _COURSE_KEYS)
-    if bad:
-        raise ConfigError(f"{path}: [course]: unknown key {bad[0]!r}; allowed {sorted(_COURSE_KEYS)}")
+    course = Table(path, "[course]", data.get("course", {}), _COURSE_KEYS)
     gates = []
     for i, entry in enumerate(data.get("gate", [])):
-        where = f"{path}: [[gate]] #{i + 1}"
-        bad = sorted(set(entry) - _GATE_KEYS)
-        if bad:
-            raise ConfigError(f"{where}: unknown key {bad[0]!r}; allowed {sorted(_GATE_KEYS)}")
-        if "name" not in entry or "position" not in entry:
-            raise ConfigError(f"{where}: needs 'name' and 'position'")
-        opening = _numbers(where, entry, "opening", 2, [1.6, 1.6])
-        perturbation = _numbers(where, entry, "perturbation", 3, [0.0, 0.0, 0.0])
-        if min(opening) <= 0 or min(perturbation) < 0:
-            raise ConfigError(f"{where}: 'opening' must be positive and 'perturbation' bounds >= 0")
+        gate = Table(path, f"[[gate]] #{i + 1}", entry, _GATE_KEYS)
+        opening = gate.vector("opening", 2, [1.6, 1.6], minimum=1e-3, unit="m")
+        perturbation = gate.vector("perturbation", 3, [0.0, 0.0, 0.0], minimum=0.0, unit="m, m, deg")
         gates.append(
             Gate(
-                name=str(entry["name"]),
-                position=tuple(_numbers(where, entry, "position", 3, None)),
-                yaw=float(np.radians(_numbers(where, entry, "yaw_deg", 1, [0.0])[0])),
-                opening=tuple(opening),
-                perturbation=(perturbation[0], perturbation[1], float(np.radians(perturbation[2]))),
+                name=gate.text("name"),
+                position=tuple(float(v) for v in gate.vector("position", 3, unit="m")),
+                yaw=float(np.radians(gate.number("yaw_deg", 0.0, unit="deg"))),
+                opening=(float(opening[0]), float(opening[1])),
+                perturbation=(float(perturbation[0]), float(perturbation[1]), float(np.radians(perturbation[2]))),
             )
         )
     if not gates:
@@ -165,18 +155,6 @@ def load_course(path: str | Path) -> Course:
     names = [g.name for g in gates]
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: gate names must be unique, got {names}")
-    timeout = course.get("timeout", 60.0)
-    if not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ConfigError(f"{path}: [course]: 'timeout' must be a positive number of seconds")
-    start = _numbers(f"{path}: [course]", course, "start", 4, [0.0, 0.0, 0.0, 0.0])
-    return Course(str(course.get("name", path.stem)), tuple(gates), float(timeout), tuple(start))
-
-
-def _numbers(where: str, table: dict, key: str, n: int, default) -> list[float]:
-    value = table.get(key, default)
-    if isinstance(value, (int, float)) and n == 1:
-        value = [value]
-    array = finite_vector(value, n)
-    if array is None:
-        raise ConfigError(f"{where}: {key!r} must be {n} finite number(s), got {value!r}")
-    return [float(v) for v in array]
+    timeout = course.number("timeout", 60.0, positive=True, unit="s")
+    start = tuple(float(v) for v in course.vector("start", 4, [0.0, 0.0, 0.0, 0.0], unit="x, y, z m and yaw rad"))
+    return Course(course.text("name", path.stem), tuple(gates), timeout, start)
