@@ -45,7 +45,7 @@ from goggles.transport.buses import ZmqBus, open_buses
 from goggles.transport.schema import MalformedMessage, decode_input
 from goggles.vehicles import Vehicle, make_vehicle
 from goggles.world import build_world
-from goggles.world.crowd import MAX_AVATARS, Crowd
+from goggles.world.crowd import BUILD_INTERVAL_S, MAX_AVATARS, Crowd
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,13 @@ class Engine:
         self.world, self.device, self.course = built.scene, built.scene.device, built.course
         self.gate_poses = built.gate_poses
         self.clips = [(a, load_bvh(a.bvh)) for a in config.avatars]
-        self.crowd = Crowd(self.world, self.gate_poses, keep={a.name for a, _ in self.clips})
+        real_time = self.mode in (ClockMode.SIM, ClockMode.LIVE)  # elsewhere, bytes must not depend on speed
+        self.crowd = Crowd(
+            self.world,
+            self.gate_poses,
+            keep={a.name for a, _ in self.clips},
+            build_interval=BUILD_INTERVAL_S * real_time,
+        )
         simulate = self.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
         self.vehicles = {
             v.name: make_vehicle(
@@ -120,9 +126,7 @@ class Engine:
         schedule.every(round(rate / 10.0) or 1, self._publish_clock, "clock")
         return schedule
 
-    @property
-    def avatars(self) -> dict:
-        return self.crowd.avatars
+    avatars = property(lambda self: self.crowd.avatars, doc="The people shown, by name.")
 
     # ------------------------------------------------------------------ running
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 
 import goggles_lcm
@@ -43,17 +44,24 @@ class InputHandler:
         self.sinks, self.log_time_ns = sinks, log_time_ns
         self.counters = Counters()
         self._last_drop_log = 0.0
+        self._backlog: deque = deque()
+        """Inputs taken from a bus but not applied yet: the budget ran out (the next poll starts here)."""
 
     def poll(self) -> None:
-        """Apply the inputs waiting on every bus, within ``INPUT_BUDGET_S``."""
+        """Apply the inputs waiting on every bus, until ``INPUT_BUDGET_S`` is spent (the budget is
+        checked after every message; what is left waits for the next poll, in order)."""
         start = time.perf_counter()
-        for bus in self.buses:
-            while time.perf_counter() - start < INPUT_BUDGET_S:
-                items = bus.receive_inputs()
-                if not items:
-                    break
-                for channel, data in items:
-                    self.receive(channel, data)
+        buses = list(self.buses)  # each is read until it has nothing waiting
+        while time.perf_counter() - start < INPUT_BUDGET_S:
+            while buses and not self._backlog:
+                items = buses[0].receive_inputs()
+                if items:
+                    self._backlog.extend(items)
+                else:
+                    buses.pop(0)
+            if not self._backlog:
+                return
+            self.receive(*self._backlog.popleft())
 
     def receive(self, channel: str | None, data) -> None:
         if channel is None:  # not a goggles frame at all

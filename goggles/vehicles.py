@@ -37,16 +37,17 @@ class Vehicle:
             self.previous = (self.T_WB, self.pose_utime) if self.pose_utime else None
         self.T_WB, self.pose_utime, self.new_pose, self.stale = T_WB, utime, True, False
 
-    def pose(self, extrapolate: float = 0.0) -> np.ndarray:
-        """The body pose now: the simulator's, or the last pose from outside carried forward."""
+    def pose(self, extrapolate: float = 0.0, now: float | None = None) -> np.ndarray:
+        """The body pose now: the simulator's, or the last pose from outside carried forward to
+        ``now`` (wall time, s; default the clock)."""
         if self.sim is not None:
             s = self.sim.states()
             return transform(s.position[0], s.attitude[0])
-        return extrapolated(self, extrapolate)
+        return extrapolated(self, extrapolate, time.time() if now is None else now)
 
 
-def extrapolated(vehicle: Vehicle, horizon: float) -> np.ndarray:
-    """The live pose carried forward to now from its recent motion, at most ``horizon`` seconds
+def extrapolated(vehicle: Vehicle, horizon: float, now: float) -> np.ndarray:
+    """The live pose carried forward to ``now`` from its recent motion, at most ``horizon`` seconds
     (0: off). Pose time stamps are the bridge's wall clock: the machines' clocks must agree."""
     if horizon <= 0 or vehicle.previous is None or vehicle.stale:
         return vehicle.T_WB
@@ -54,7 +55,7 @@ def extrapolated(vehicle: Vehicle, horizon: float) -> np.ndarray:
     span = (vehicle.pose_utime - u0) * 1e-6
     if span <= 0:
         return vehicle.T_WB
-    ahead = min(horizon, max(0.0, time.time() - vehicle.pose_utime * 1e-6))
+    ahead = min(horizon, max(0.0, now - vehicle.pose_utime * 1e-6))
     T = vehicle.T_WB.copy()
     T[:3, 3] += (vehicle.T_WB[:3, 3] - T0[:3, 3]) * (ahead / span)
     import cv2

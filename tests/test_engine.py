@@ -148,7 +148,12 @@ def _lockstep_flight():
     depths, states = [], []
     for k in range(12):
         client.send_command("quad0", ControlMode.POSITION, [0.5 * k, 0.2, 1.0 + 0.1 * k, 0.0])
-        time.sleep(0.02)  # let the command land before the step request
+        # The command and the step request travel on different sockets: step only once the engine
+        # has taken the command (its input counter is the acknowledgement), never after a guessed sleep.
+        deadline = time.monotonic() + 10.0
+        while running.engine.counters.received < k + 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert running.engine.counters.received == k + 1
         reply = client.step(32)
         assert reply.steps == 32 and reply.header.utime == round((k + 1) * 32 / 960 * 1e6)
         while (item := client.receive(timeout=0.2)) is not None:
@@ -406,17 +411,18 @@ def test_live_pose_extrapolation_is_bounded_by_the_horizon():
     for horizon, expected_ahead in ((0.05, 0.02), (0.01, 0.01), (0.0, 0.0)):
         engine = Engine(dataclasses.replace(config, extrapolate=horizon, zmq=None), device="cpu")
         vehicle = engine.vehicles["quad0"]
-        now = time.time()
+        now = 1.7e9  # an injected clock: the pose is exactly 20 ms old when it is carried forward
         turn = 0.02  # rad over the 20 ms between the two poses
         vehicle.previous = (pose([1.0, 0.0, 1.0], [1, 0, 0, 0]), int((now - 0.04) * 1e6))
         vehicle.T_WB = pose([1.02, 0.0, 1.0], [np.cos(turn / 2), 0, 0, np.sin(turn / 2)])  # 1 m/s, 1 rad/s
         vehicle.pose_utime = int((now - 0.02) * 1e6)  # 20 ms old
-        T = vehicle.pose(engine.config.extrapolate)
-        assert T[0, 3] == pytest.approx(1.02 + expected_ahead, abs=2e-3)
+        T = vehicle.pose(engine.config.extrapolate, now=now)
+        assert T[0, 3] == pytest.approx(1.02 + expected_ahead, abs=1e-6)
         yaw = np.arctan2(T[1, 0], T[0, 0])
-        assert yaw == pytest.approx(turn + expected_ahead, abs=2e-3)  # 1 rad/s for the same time
+        assert yaw == pytest.approx(turn + expected_ahead, abs=1e-6)  # 1 rad/s for the same time
         vehicle.stale = True
-        np.testing.assert_allclose(vehicle.pose(engine.config.extrapolate), vehicle.T_WB)  # a stale pose is not carried
+        stale = vehicle.pose(engine.config.extrapolate, now=now)
+        np.testing.assert_allclose(stale, vehicle.T_WB)  # a stale pose is not carried
         engine.close()
 
 

@@ -132,7 +132,8 @@ def test_synthetic_circle_within_a_millimetre_and_stall_flags_stale():
         np.testing.assert_allclose(R[:, 2], [0.0, 0.0, 1.0], atol=1e-6)
     stale = [t for t, m in poses if not m.valid]
     assert len(stale) == 1  # flagged once
-    assert stale[0] - stalled_at < 3.0 / rate + 0.01  # within three frame periods (+ the wire)
+    # Within three frame periods, plus what a loaded two-core machine may add to waking up and the wire.
+    assert stale[0] - stalled_at < 3.0 / rate + 0.25
 
 
 def test_garbage_and_jumps_do_not_break_the_bridge():

@@ -45,6 +45,9 @@ MAX_CHANNEL_BYTES = 256
 #: Most bones of a skeleton input (human mocap skeletons have 20-80), and longest bone name.
 MAX_BONES = 256
 MAX_BONE_NAME = 64
+#: The largest encoded skeleton those limits allow (name, parent, position, orientation per bone):
+#: a larger one is refused before it is decoded, which would take long.
+MAX_SKELETON_BYTES = 1024 + MAX_BONES * (4 + MAX_BONE_NAME + 1 + 4 + 3 * 8 + 4 * 8)
 #: Largest magnitude a float32 holds: numeric inputs are used in float32, so beyond it is infinity.
 FLOAT32_MAX = 3.4028234663852886e38
 
@@ -93,6 +96,10 @@ def decode_input(data: bytes, expected: type):
     """
     if len(data) > MAX_INPUT_BYTES:
         raise MalformedMessage(f"{len(data)} bytes is over the {MAX_INPUT_BYTES}-byte input limit")
+    if expected is goggles_lcm.skeleton_t and len(data) > MAX_SKELETON_BYTES:
+        raise MalformedMessage(
+            f"a skeleton of {len(data)} bytes: over {MAX_BONES} bones of names up to {MAX_BONE_NAME}"
+        )
     message = decode_any(data)
     if not isinstance(message, expected):
         raise MalformedMessage(f"expected {expected.__name__}, got {type(message).__name__}")

@@ -2,14 +2,15 @@
 
 Skeletons arrive as inputs (mocap, recordings) or from BVH clips; the newest pose per person waits
 until a camera needs the world, so a 240 Hz mocap stream costs one skinning per rendered frame.
-The crowd is bounded: at most ``MAX_AVATARS`` people, one new avatar built per update (building one
-costs tens of milliseconds), and an avatar whose skeleton is silent for ``AVATAR_TIMEOUT_S`` is
-removed, its shape slot reused by the next newcomer.
+The crowd is bounded: at most ``MAX_AVATARS`` people, one new avatar built per update and, in real
+time, per ``BUILD_INTERVAL_S`` of wall time (building one costs tens of milliseconds), and an avatar
+whose skeleton is silent for ``AVATAR_TIMEOUT_S`` is removed, its shape slot reused by the next one.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,9 @@ log = logging.getLogger(__name__)
 MAX_AVATARS = 8
 #: An avatar whose skeleton has not come for this long (s of the caller's clock) is removed.
 AVATAR_TIMEOUT_S = 5.0
+#: Wall time between two new avatars: building one takes tens of milliseconds, and a crowd walking
+#: in at once must not pile those into one stall of the outputs.
+BUILD_INTERVAL_S = 0.1
 
 
 @dataclass
@@ -41,15 +45,30 @@ class Crowd:
         scene: the world on the device.
         fixed_poses: (k, 4, 4) poses of the actors that are not people; instance i is shape i.
         keep: names never removed for silence (BVH clips, posed on every update).
+        build_interval: wall seconds between two new avatars (0 where the result must not depend on
+            the machine's speed: lockstep, replay).
     """
 
-    def __init__(self, scene: DeviceScene, fixed_poses: np.ndarray, keep: set[str] = frozenset()):
+    def __init__(
+        self,
+        scene: DeviceScene,
+        fixed_poses: np.ndarray,
+        keep: set[str] = frozenset(),
+        build_interval: float = BUILD_INTERVAL_S,
+    ):
         self.scene = scene
         self.fixed_poses = np.asarray(fixed_poses).reshape(-1, 4, 4)
         self.keep = set(keep)
         self.avatars: dict[str, Avatar] = {}
         self._pending: dict[str, SkeletonPose] = {}
         self._free_shapes: list[int] = []
+        self.build_interval = build_interval
+        self._last_build = -float("inf")
+        import warp as wp
+
+        from goggles.scene import avatar
+
+        wp.load_module(avatar, device=scene.device)  # now, not when the first person walks in
 
     def offer(self, name: str, pose: SkeletonPose) -> bool:
         """Keep ``pose`` as the newest of ``name``; False (ignored) if the crowd is full of others."""
@@ -68,7 +87,7 @@ class Crowd:
         ones, and re-place the actors if anything changed."""
         changed = bool(self._pending)
         waiting: dict[str, SkeletonPose] = {}
-        created = False
+        created = time.monotonic() - self._last_build < self.build_interval  # (as if) one was just built
         for name, pose in self._pending.items():
             avatar = self.avatars.get(name)
             if avatar is not None and pose.bones != avatar.skinned.bones:
@@ -80,6 +99,7 @@ class Crowd:
             if avatar is None:
                 created = True
                 avatar = self.avatars[name] = self._build(name, pose)
+                self._last_build = time.monotonic()
             self.scene.set_shape_bounds(avatar.shape, avatar.skinned.pose(pose))
             avatar.last = pose
             avatar.heard = now

@@ -91,24 +91,30 @@ class DeviceScene:
         """(Re)build the appearance table over the static faces and every shape's faces."""
         d = self.device
         table, first_face = stack_appearance([self._static, *self._shape_scenes])
-        textures = table.textures or [np.zeros((1, 1, 3), np.uint8)]
-        sizes = np.array([[t.shape[1], t.shape[0]] for t in textures], np.int32)
-        offsets = np.concatenate([[0], np.cumsum(sizes[:, 0] * sizes[:, 1])[:-1]]).astype(np.int32)
-        texels = np.concatenate([t.reshape(-1) for t in textures])
-        if texels.size >= 2**31:
-            raise ConfigError(f"scene {self.name!r}: textures hold {texels.size} bytes; at most 2 GiB are supported")
         data = self.data
+        textures = table.textures or [np.zeros((1, 1, 3), np.uint8)]
+        key = tuple(id(t) for t in textures)
+        if key != getattr(self, "_texture_key", None):  # an avatar brings no texture: keep the upload
+            self._upload_textures(textures)
+            self._texture_key, self._textures = key, textures  # held, so their ids stay theirs
         data.corner_uv = wp.array(table.corner_uv.reshape(-1, 2), dtype=wp.vec2, device=d)
         data.corner_rgb = wp.array(table.corner_rgb.reshape(-1, 3), dtype=wp.vec3, device=d)
         data.face_material = wp.array(table.face_material, dtype=wp.int32, device=d)
         data.face_segment = wp.array(table.face_segment, dtype=wp.int32, device=d)
         data.material_rgb = wp.array(table.material_rgb, dtype=wp.vec3, device=d)
         data.material_texture = wp.array(table.material_texture, dtype=wp.int32, device=d)
-        data.texels = wp.array(texels, dtype=wp.uint8, device=d)
-        data.texture_offset = wp.array(offsets, dtype=wp.int32, device=d)
-        data.texture_size = wp.array(sizes, dtype=wp.vec2i, device=d)
         self.actors.shape_mesh = wp.array([m.id for m in self._shape_meshes] or [0], dtype=wp.uint64, device=d)
         self.actors.shape_first_face = wp.array(list(first_face[1:]) or [0], dtype=wp.int32, device=d)
+
+    def _upload_textures(self, textures: list[np.ndarray]) -> None:
+        sizes = np.array([[t.shape[1], t.shape[0]] for t in textures], np.int32)
+        offsets = np.concatenate([[0], np.cumsum(sizes[:, 0] * sizes[:, 1])[:-1]]).astype(np.int32)
+        texels = np.concatenate([t.reshape(-1) for t in textures])
+        if texels.size >= 2**31:
+            raise ConfigError(f"scene {self.name!r}: textures hold {texels.size} bytes; at most 2 GiB are supported")
+        self.data.texels = wp.array(texels, dtype=wp.uint8, device=self.device)
+        self.data.texture_offset = wp.array(offsets, dtype=wp.int32, device=self.device)
+        self.data.texture_size = wp.array(sizes, dtype=wp.vec2i, device=self.device)
 
     def add_shape(self, shape: ActorShape) -> int:
         """Add an actor shape after start-up (an avatar whose skeleton just appeared); returns its index."""
