@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import goggles_lcm
-from goggles.checks import finite_vector, read_toml
+from goggles.checks import Table, read_toml
 from goggles.errors import ConfigError
 from goggles.frames import matrix_to_quat, quat_from_euler, quat_to_matrix
 from goggles.scene.assets import UNITS_M, UP_AXES
@@ -93,36 +93,30 @@ def load_room_calibration(path: str | Path, system: str) -> RoomCalibration:
     path = Path(path)
     data = read_toml(path, "room calibration")
     default_up, default_units = SYSTEM_FRAMES[system]
-    room = data.get("room", {})
+    Table(path, "top level", data, {"room", "body"})
     allowed = {"up", "units", "position", "rpy_deg", "stale_after", "max_speed", "skeleton_coordinates"}
-    unknown = sorted(set(room) - allowed) + sorted(set(data) - {"room", "body"})
-    if unknown:
-        raise ConfigError(f"{path}: unknown key {unknown[0]!r}; [room] takes {sorted(allowed)}, then [[body]] tables")
-    up, units = room.get("up", default_up), room.get("units", default_units)
+    room = Table(path, "[room]", data.get("room", {}), allowed)
+    up, units = room.text("up", default_up), room.text("units", default_units)
     if up not in UP_AXES or units not in UNITS_M:
         raise ConfigError(f"{path}: [room]: up must be one of {sorted(UP_AXES)} and units one of {sorted(UNITS_M)}")
     bodies = {}
     for i, entry in enumerate(data.get("body", [])):
-        bad = sorted(set(entry) - {"name", "rename", "offset_position", "offset_rpy_deg"})
-        if bad or "name" not in entry:
-            raise ConfigError(f"{path}: [[body]] #{i + 1}: needs 'name'; unknown keys {bad}")
-        bodies[entry["name"]] = BodyCalibration(
-            entry.get("rename"), _pose(path, entry, "offset_position", "offset_rpy_deg")
-        )
-    stale_after = room.get("stale_after")
-    if stale_after is not None and not (isinstance(stale_after, (int, float)) and stale_after > 0):
-        raise ConfigError(f"{path}: [room]: 'stale_after' must be a positive number of seconds")
+        body = Table(path, f"[[body]] #{i + 1}", entry, {"name", "rename", "offset_position", "offset_rpy_deg"})
+        rename = body.text("rename") if "rename" in entry else None
+        bodies[body.text("name")] = BodyCalibration(rename, _pose(body, "offset_position", "offset_rpy_deg"))
+    stale_after = room.number("stale_after", positive=True, unit="s") if "stale_after" in room.table else None
+    max_speed = room.number("max_speed", 30.0, positive=True, unit="m/s")
+    coordinates = room.text("skeleton_coordinates", "global")
+    if coordinates not in ("global", "local"):
+        raise room.error("skeleton_coordinates", "'global' or 'local' (Motive's skeleton coordinates setting)")
     return RoomCalibration(
-        up, units, _pose(path, room, "position", "rpy_deg"), bodies, stale_after, float(room.get("max_speed", 30.0))
+        up, units, _pose(room, "position", "rpy_deg"), bodies, stale_after, max_speed, skeleton_coordinates=coordinates
     )
 
 
-def _pose(path: Path, table: dict, position_key: str, rpy_key: str) -> np.ndarray:
-    position = finite_vector(table.get(position_key, [0.0, 0.0, 0.0]), 3)
-    rpy = finite_vector(table.get(rpy_key, [0.0, 0.0, 0.0]), 3)
-    if position is None or rpy is None:
-        raise ConfigError(f"{path}: {position_key!r} and {rpy_key!r} must be three finite numbers each")
-    rpy = np.radians(rpy)
+def _pose(table: Table, position_key: str, rpy_key: str) -> np.ndarray:
+    position = table.vector(position_key, 3, [0.0, 0.0, 0.0], unit="m")
+    rpy = np.radians(table.vector(rpy_key, 3, [0.0, 0.0, 0.0], unit="deg"))
     T = np.eye(4)
     T[:3, :3] = quat_to_matrix(quat_from_euler(*rpy))
     T[:3, 3] = position

@@ -182,9 +182,19 @@ def test_room_calibration_file(tmp_path):
     # the body origin 5 cm below the pivot.
     assert name == "quad0"
     np.testing.assert_allclose(p, [7.0, 1.0, 1.95], atol=1e-9)
-    path.write_text("[room]\nupp = 1\n")
-    with pytest.raises(ConfigError, match="unknown key 'upp'"):
-        load_room_calibration(path, "optitrack")
+    assert room.skeleton_coordinates == "global"
+    path.write_text('[room]\nskeleton_coordinates = "local"\n')
+    assert load_room_calibration(path, "optitrack").skeleton_coordinates == "local"
+    for text, message in (
+        ("[room]\nupp = 1\n", "unknown key 'upp'"),
+        ("[room]\nmax_speed = true\n", "'max_speed' must be a finite number > 0"),
+        ("[room]\nstale_after = -1\n", "'stale_after' must be a finite number > 0"),
+        ('[room]\nskeleton_coordinates = "sideways"\n', "'skeleton_coordinates' must be 'global' or 'local'"),
+        ("[[body]]\nrename = 'x'\n", "missing key 'name'"),
+    ):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load_room_calibration(path, "optitrack")
 
 
 def test_no_server_is_a_clear_error():

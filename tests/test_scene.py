@@ -107,7 +107,7 @@ def test_single_mesh_path_is_a_scene(tmp_path):
         ('[[asset]]\nfile = "box.stl"\nunits = "furlong"\nup = "+z"\n', "units 'furlong' unknown"),
         ('[[asset]]\nfile = "box.stl"\nunits = "m"\nup = "+q"\n', "up '\\+q' unknown"),
         ('[[asset]]\nfile = "box.stl"\nunits = "m"\nup = "+z"\nposition = [1, 2]\n', "'position' must be a list of 3"),
-        ('[[asset]]\nfile = "box.stl"\nunits = "m"\nup = "+z"\nscale = -1\n', "'scale' must be a positive"),
+        ('[[asset]]\nfile = "box.stl"\nunits = "m"\nup = "+z"\nscale = -1\n', "'scale' must be a finite number > 0"),
         ('[[asset]]\nfile = "box.stl"\nunits = "m"\nup = "+z"\nsegmentation = 0\n', "'segmentation' must be"),
         ('[scene]\nfoo = 1\n[[asset]]\nfile = "box.stl"\nunits = "m"\nup = "+z"\n', r"\[scene\]: unknown key 'foo'"),
         ("[scene]\nname = 'x'\n", r"at least one \[\[asset\]\]"),

@@ -20,6 +20,9 @@ from goggles.dynamics.model import (
 )
 from goggles.world.queries import ActorData
 
+#: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
+wp.set_module_options({"enable_backward": False})
+
 CRASH = wp.constant(int(CollisionResponse.CRASH))
 RESET = wp.constant(int(CollisionResponse.RESET))
 

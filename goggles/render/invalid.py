@@ -8,6 +8,9 @@ import warp as wp
 
 from goggles.render.kernels import STATUS_HIT, STATUS_NO_HIT, STATUS_TOO_CLOSE
 
+#: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
+wp.set_module_options({"enable_backward": False})
+
 
 @wp.kernel
 def write_invalid_kernel(

@@ -14,7 +14,12 @@ from goggles.world.appearance import SceneData
 from goggles.world.queries import ActorData, closest_hit
 
 _DEFAULT_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
-wp.set_module_options({"cpu_compiler_flags": _DEFAULT_CPU_FLAGS + " -menable-no-nans -Wno-nan-infinity-disabled"})
+wp.set_module_options(
+    {
+        "cpu_compiler_flags": _DEFAULT_CPU_FLAGS + " -menable-no-nans -Wno-nan-infinity-disabled",
+        "enable_backward": False,  # forward kernels only: no autodiff, a tenth of the compile time
+    }
+)
 
 #: Pixel status codes (the validity mask of a rendered image).
 STATUS_HIT = wp.constant(0)

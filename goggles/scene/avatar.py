@@ -22,6 +22,9 @@ from goggles.frames import quat_to_matrix
 from goggles.scene.actors import ActorShape
 from goggles.scene.assets import Material, MeshPart
 
+#: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
+wp.set_module_options({"enable_backward": False})
+
 #: Segmentation class of humans.
 HUMAN_CLASS = 20
 #: Skin colour of the avatar, linear RGB.

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import finite_vector, read_toml
+from goggles.checks import Table, read_toml
 from goggles.errors import SceneError
 from goggles.frames import quat_from_euler, transform
 from goggles.scene.assets import MESH_SUFFIXES, UNITS_M, UP_AXES, default_frame
@@ -84,66 +84,46 @@ def load_scene_spec(path: str | Path) -> SceneSpec:
         raise SceneError(f"{path}: a scene is a .toml file or a mesh file ({', '.join(MESH_SUFFIXES)})")
     data = read_toml(path, "scene file", SceneError)
 
-    _check_keys(path, "top level", data, _TOP_KEYS)
-    scene = data.get("scene", {})
-    _check_keys(path, "[scene]", scene, _SCENE_KEYS)
+    Table(path, "top level", data, _TOP_KEYS, SceneError)
+    scene = Table(path, "[scene]", data.get("scene", {}), _SCENE_KEYS, SceneError)
     entries = data.get("asset", [])
     if not isinstance(entries, list) or not entries:
         raise SceneError(f"{path}: needs at least one [[asset]] table with a 'file' key")
     assets = tuple(_asset(path, i, entry) for i, entry in enumerate(entries))
     view = None
-    if "view" in scene:
-        pose = _vector(path, "[scene]", scene, "view", 7, default=None)
+    if "view" in scene.table:
+        pose = scene.vector("view", 7, unit="x, y, z m and a quaternion w, x, y, z")
         if np.linalg.norm(pose[3:]) < 1e-9:
             raise SceneError(f"{path}: [scene]: 'view' quaternion (last four numbers) must be non-zero")
         view = transform(pose[:3], pose[3:])
-    return SceneSpec(str(scene.get("name", path.stem)), path, assets, view)
-
-
-def _check_keys(path: Path, where: str, table: dict, allowed: set[str]) -> None:
-    if not isinstance(table, dict):
-        raise SceneError(f"{path}: {where} must be a table")
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise SceneError(f"{path}: {where}: unknown key {unknown[0]!r}; allowed keys are {sorted(allowed)}")
+    return SceneSpec(scene.text("name", path.stem), path, assets, view)
 
 
 def _asset(path: Path, index: int, entry: dict) -> AssetSpec:
     where = f"[[asset]] #{index + 1}"
-    _check_keys(path, where, entry, _ASSET_KEYS)
+    table = Table(path, where, entry, _ASSET_KEYS, SceneError)
     for key in ("file", "units", "up"):
         if key not in entry:
             raise SceneError(f"{path}: {where}: missing key {key!r} (units and up axis are never guessed)")
     file = path.parent / str(entry["file"])
-    where = f"{where} ({entry['file']})"
+    table.where = where = f"{where} ({entry['file']})"
     if entry["units"] not in UNITS_M:
         raise SceneError(f"{path}: {where}: units {entry['units']!r} unknown; use one of {sorted(UNITS_M)}")
     if entry["up"] not in UP_AXES:
         raise SceneError(f"{path}: {where}: up {entry['up']!r} unknown; use one of {sorted(UP_AXES)}")
-    position = _vector(path, where, entry, "position", 3, default=[0.0, 0.0, 0.0])
+    position = table.vector("position", 3, [0.0, 0.0, 0.0], unit="m")
     if "orientation" in entry and "rpy_deg" in entry:
         raise SceneError(f"{path}: {where}: give 'orientation' or 'rpy_deg', not both")
     if "rpy_deg" in entry:
-        roll, pitch, yaw = np.radians(_vector(path, where, entry, "rpy_deg", 3, default=None))
+        roll, pitch, yaw = np.radians(table.vector("rpy_deg", 3, unit="deg"))
         orientation = quat_from_euler(roll, pitch, yaw)
     else:
-        orientation = _vector(path, where, entry, "orientation", 4, default=[1.0, 0.0, 0.0, 0.0])
+        orientation = table.vector("orientation", 4, [1.0, 0.0, 0.0, 0.0], unit="quaternion w, x, y, z")
         if np.linalg.norm(orientation) < 1e-9:
             raise SceneError(f"{path}: {where}: 'orientation' must be a non-zero quaternion [w, x, y, z]")
-    scale = entry.get("scale", 1.0)
-    if not isinstance(scale, (int, float)) or not np.isfinite(scale) or scale <= 0:
-        raise SceneError(f"{path}: {where}: 'scale' must be a positive number, got {scale!r}")
+    scale = table.number("scale", 1.0, positive=True)
     segmentation = entry.get("segmentation", 1)
     if not isinstance(segmentation, int) or isinstance(segmentation, bool) or not 1 <= segmentation < 2**31:
         raise SceneError(f"{path}: {where}: 'segmentation' must be an integer class id >= 1, got {segmentation!r}")
     name = str(entry.get("name", Path(str(entry["file"])).stem))
-    T_WA = transform(position, orientation)
-    return AssetSpec(name, file, entry["units"], entry["up"], T_WA, float(scale), segmentation)
-
-
-def _vector(path: Path, where: str, entry: dict, key: str, n: int, default) -> np.ndarray:
-    value = entry.get(key, default)
-    array = finite_vector(value, n)
-    if array is None:
-        raise SceneError(f"{path}: {where}: {key!r} must be a list of {n} finite numbers, got {value!r}")
-    return array
+    return AssetSpec(name, file, entry["units"], entry["up"], transform(position, orientation), scale, segmentation)

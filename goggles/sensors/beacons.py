@@ -21,6 +21,9 @@ from goggles.render.projection import distortion5, inside_image, project_point
 from goggles.world import Beacon, DeviceScene
 from goggles.world.queries import ActorData, any_hit
 
+#: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
+wp.set_module_options({"enable_backward": False})
+
 #: Start offset of the occlusion ray off the beacon, metres, plus a part growing with distance.
 OCCLUSION_OFFSET_M = 1.0e-3
 OCCLUSION_OFFSET_PER_M = 1.0e-5

@@ -17,6 +17,9 @@ from goggles.errors import ConfigError
 from goggles.world import DeviceScene
 from goggles.world.queries import ActorData, closest_hit
 
+#: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
+wp.set_module_options({"enable_backward": False})
+
 
 @dataclass(frozen=True)
 class RangeSensorModel:
