@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 
 import numpy as np
 
+from goggles.errors import ConfigError
 from goggles.scene.gates import Course, Gate
 
 BOX_INFLATION_M = 0.1
@@ -172,3 +174,16 @@ def fly_course(
             sim.set_command(ControlMode.POSITION, target)
     sim.close()
     return judge.result(), np.array(rows)
+
+
+def read_flight_log(path: Path):
+    """A flight log as (table, header): CSV with a header row naming at least t, px, py, pz."""
+    try:
+        header = path.read_text().splitlines()[0].split(",")
+        table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+    except (OSError, ValueError, IndexError) as exc:
+        raise ConfigError(f"{path}: cannot be read as a CSV flight log: {exc}") from exc
+    missing = [k for k in ("t", "px", "py", "pz") if k not in header]
+    if missing or table.shape[1] != len(header) or len(table) == 0:
+        raise ConfigError(f"{path}: a flight log needs a header with t, px, py, pz (missing {missing}) and rows")
+    return table, header

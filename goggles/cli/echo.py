@@ -19,43 +19,10 @@ def add_parser(commands) -> None:
     echo.set_defaults(run=cmd_echo)
 
 
-def describe(message) -> str:
-    """One line per message for ``goggles echo``: every field, images summarised."""
-    import numpy as np
-
-    import goggles_lcm
-    from goggles.client import image_array
-
-    if isinstance(message, goggles_lcm.image_t):
-        pixels = image_array(message)
-        finite = pixels[np.isfinite(pixels)] if pixels.dtype.kind == "f" else pixels
-        span = f"{finite.min():.3g}..{finite.max():.3g}" if finite.size else "none"
-        return (
-            f"image_t utime={message.header.utime} seq={message.header.seq} camera={message.camera} "
-            f"{message.width}x{message.height} encoding={message.encoding} values {span} "
-            f"pose_utime={message.pose_utime} position={np.round(message.position, 3).tolist()}"
-        )
-    fields = []
-    for name in message.__slots__:
-        value = getattr(message, name)
-        if isinstance(value, goggles_lcm.header_t):
-            fields.append(f"utime={value.utime} seq={value.seq}")
-        elif isinstance(value, float):
-            fields.append(f"{name}={value:.6g}")
-        elif isinstance(value, (list, tuple)):
-            fields.append(
-                f"{name}={np.round(np.asarray(value, dtype=float), 4).tolist()}"
-                if value and not isinstance(value[0], str)
-                else f"{name}={list(value)}"
-            )
-        else:
-            fields.append(f"{name}={value}")
-    return f"{type(message).__name__} " + " ".join(fields)
-
-
 def cmd_echo(args) -> int:
     import time
 
+    from goggles.client import describe
     from goggles.transport.schema import MalformedMessage, decode_any
 
     deadline = None if args.duration is None else time.monotonic() + args.duration

@@ -73,8 +73,10 @@ def _setpoint(args, airframe) -> list[float]:
     """The command values for --controller from --setpoint (or a hover default), validated."""
     import math
 
+    from goggles.dynamics import GRAVITY
+
     n = airframe.num_rotors
-    hover_thrust = airframe.mass * 9.81
+    hover_thrust = airframe.mass * GRAVITY
     defaults = {
         "position": "0,0,1,0",
         "velocity": "0,0,0,0",

@@ -46,7 +46,9 @@ def cmd_race(args) -> int:
             raise ConfigError(f"--perturb {args.perturb}: the seed must be >= 0")
         course = course.perturbed(args.perturb)
     if args.log is not None:
-        table, header = _read_log(args.log)
+        from goggles.race import read_flight_log
+
+        table, header = read_flight_log(args.log)
         crashed = table[:, header.index("crashed")] if "crashed" in header else None
         positions = table[:, [header.index(k) for k in ("px", "py", "pz")]]
         result = score_flight(course, table[:, header.index("t")], positions, crashed)
@@ -60,18 +62,3 @@ def cmd_race(args) -> int:
     )
     print(result.line())
     return 0
-
-
-def _read_log(path: Path):
-    """A flight log as (table, header): CSV with a header row naming at least t, px, py, pz."""
-    import numpy as np
-
-    try:
-        header = path.read_text().splitlines()[0].split(",")
-        table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
-    except (OSError, ValueError, IndexError) as exc:
-        raise ConfigError(f"{path}: cannot be read as a CSV flight log: {exc}") from exc
-    missing = [k for k in ("t", "px", "py", "pz") if k not in header]
-    if missing or table.shape[1] != len(header) or len(table) == 0:
-        raise ConfigError(f"{path}: a flight log needs a header with t, px, py, pz (missing {missing}) and rows")
-    return table, header
