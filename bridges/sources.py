@@ -488,3 +488,38 @@ class QtmSource:
                 log.info("QTM connection closed: %s", exc)
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(2.0)
+
+
+def open_source(
+    system: str,
+    backend: str | None = None,
+    *,
+    host: str = "127.0.0.1",
+    local: str = "127.0.0.1",
+    command_port: int = 1510,
+    data_port: int = 1511,
+    qtm_port: int = 22223,
+    multicast: bool = False,
+    mock_bodies: str = "",
+    timeout: float = 5.0,
+):
+    """The source of ``system`` (optitrack, qualisys, vicon, vrpn, mock) through ``backend`` (natnet,
+    qtm, motioncapture; None: the system's richest: natnet for OptiTrack, qtm for Qualisys).
+
+    Raises:
+        ConfigError: a backend that does not serve the system, or a server that does not answer.
+    """
+    backend = backend or {"optitrack": "natnet", "qualisys": "qtm"}.get(system, "motioncapture")
+    allowed = {"optitrack": {"natnet", "motioncapture"}, "qualisys": {"qtm", "motioncapture"}}
+    if backend not in allowed.get(system, {"motioncapture"}):
+        raise ConfigError(f"--backend {backend} does not serve --system {system}")
+    if backend == "qtm":
+        return QtmSource(host, port=qtm_port, timeout=timeout)
+    if backend == "natnet":
+        return NatNetSource(
+            host, local, command_port=command_port, data_port=data_port, multicast=multicast, timeout=timeout
+        )
+    options = {"port_command": str(command_port)} if system == "optitrack" else {}
+    if mock_bodies:
+        options.update(rigid_bodies=mock_bodies, frequency="100")
+    return MotionCaptureSource(system, host, timeout=timeout, options=options)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.errors import ConfigError
-
 
 def add_parser(commands) -> None:
     bridge = commands.add_parser("bridge", help="bridges from outside systems into goggles messages")
@@ -54,33 +52,25 @@ def cmd_bridge_mocap(args) -> int:
     import threading
 
     from bridges.mocap import MocapBridge, Publisher, RoomCalibration, load_room_calibration, run_bridge, status_line
-    from bridges.sources import MotionCaptureSource, NatNetSource, QtmSource
+    from bridges.sources import open_source
 
     calibration = (
         load_room_calibration(args.calibration, args.system)
         if args.calibration
         else RoomCalibration.for_system(args.system)
     )
-    backend = args.backend or {"optitrack": "natnet", "qualisys": "qtm"}.get(args.system, "motioncapture")
-    allowed = {"optitrack": {"natnet", "motioncapture"}, "qualisys": {"qtm", "motioncapture"}}
-    if backend not in allowed.get(args.system, {"motioncapture"}):
-        raise ConfigError(f"--backend {backend} does not serve --system {args.system}")
-    if backend == "qtm":
-        source = QtmSource(args.host, port=args.qtm_port, timeout=args.timeout)
-    elif args.system == "optitrack" and backend == "natnet":
-        source = NatNetSource(
-            args.host,
-            args.local,
-            command_port=args.command_port,
-            data_port=args.data_port,
-            multicast=args.multicast,
-            timeout=args.timeout,
-        )
-    else:
-        options = {"port_command": str(args.command_port)} if args.system == "optitrack" else {}
-        if args.mock_bodies:
-            options.update(rigid_bodies=args.mock_bodies, frequency="100")
-        source = MotionCaptureSource(args.system, args.host, timeout=args.timeout, options=options)
+    source = open_source(
+        args.system,
+        args.backend,
+        host=args.host,
+        local=args.local,
+        command_port=args.command_port,
+        data_port=args.data_port,
+        qtm_port=args.qtm_port,
+        multicast=args.multicast,
+        mock_bodies=args.mock_bodies,
+        timeout=args.timeout,
+    )
     publisher = Publisher(None if args.no_zmq else args.zmq, None if args.no_lcm else args.lcm_url)
     bridge = MocapBridge(calibration, publisher)
     stop = threading.Event()

@@ -112,6 +112,7 @@ def cmd_fly(args) -> int:
     import numpy as np
 
     from goggles.dynamics import ControlMode, GroundEffect, Integrator, MultirotorSim, load_airframe
+    from goggles.dynamics.trajectory import trajectory_columns, trajectory_row, write_trajectory
     from goggles.frames import quat_from_euler
 
     if not (args.duration > 0 and args.decimate >= 1):
@@ -140,54 +141,15 @@ def cmd_fly(args) -> int:
     sim.set_command(ControlMode[_CONTROLLERS[args.controller]], setpoint)
     rows_total = int(round(args.duration * args.rate / args.decimate))
     n = airframe.num_rotors
-    table = np.zeros((rows_total + 1, 20 + n))
-
-    def record(row: int) -> None:
-        s = sim.states()
-        table[row] = np.concatenate(
-            [
-                [s.time],
-                s.position[0],
-                s.velocity[0],
-                s.attitude[0],
-                s.rates[0],
-                s.imu_accel[0],
-                s.imu_gyro[0],
-                s.rotor_speed[0],
-            ]
-        )
-
-    record(0)
+    table = np.zeros((rows_total + 1, len(trajectory_columns(n))))
+    table[0] = trajectory_row(sim.states())
     for row in range(1, rows_total + 1):
         sim.step(args.decimate)
-        record(row)
+        table[row] = trajectory_row(sim.states())
         if row % max(1, rows_total // 10) == 0:
             log.info("flown %.1f / %.1f s", sim.time, args.duration)
     sim.close()
-    header = [
-        "t",
-        "px",
-        "py",
-        "pz",
-        "vx",
-        "vy",
-        "vz",
-        "qw",
-        "qx",
-        "qy",
-        "qz",
-        "wx",
-        "wy",
-        "wz",
-        "acc_x",
-        "acc_y",
-        "acc_z",
-        "gyro_x",
-        "gyro_y",
-        "gyro_z",
-    ] + [f"rotor_{i}" for i in range(n)]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    np.savetxt(args.out, table, delimiter=",", header=",".join(header), comments="", fmt="%.9g")
+    write_trajectory(args.out, table, n)
     final = table[-1]
     print(
         f"{airframe.name}: {args.duration:g} s, {args.controller} control, {sim.integrator.name.lower()} at "

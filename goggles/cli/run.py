@@ -101,10 +101,7 @@ def cmd_run(args) -> int:
             raise ConfigError("--expose needs --keys DIR (make them with: goggles keys DIR)")
         from goggles.transport.buses import CurveServer, ZmqEndpoints
 
-        endpoints = config.zmq or ZmqEndpoints()
-        changes["zmq"] = ZmqEndpoints(
-            *(e.replace("127.0.0.1", args.expose) for e in (endpoints.publish, endpoints.inputs, endpoints.control))
-        )
+        changes["zmq"] = (config.zmq or ZmqEndpoints()).exposed(args.expose)
         changes["curve"] = CurveServer(args.keys / "server.key_secret", args.keys / "clients")
     if args.no_lcm:
         changes["lcm_url"] = None

@@ -84,6 +84,10 @@ class ZmqEndpoints:
     control: str = "tcp://127.0.0.1:5557"
     """Lockstep (ROUTER): clients REQ/DEALER-connect here."""
 
+    def exposed(self, address: str) -> ZmqEndpoints:
+        """The same ports bound on ``address`` (0.0.0.0: every interface) instead of the loopback."""
+        return ZmqEndpoints(*(e.replace("127.0.0.1", address) for e in (self.publish, self.inputs, self.control)))
+
 
 class ZmqBus:
     """Engine-side ZeroMQ sockets.
