@@ -127,6 +127,7 @@ class MultirotorSim:
         self.dt = dt
         self.imu_decimation = int(round(decimation))
         self.step_count = 0
+        self._states: VehicleStates | None = None
         self.threads = 1 if d.is_cuda else max(1, min(threads or os.cpu_count() or 1, n))
         self._pool = (
             ThreadPoolExecutor(self.threads, thread_name_prefix="goggles-dynamics") if self.threads > 1 else None
@@ -225,6 +226,7 @@ class MultirotorSim:
             getattr(s, name).zero_()
         wp.launch(kernels.seed_kernel, dim=n, inputs=[self.seed], outputs=[s.rng], device=self.device)
         self.step_count = 0
+        self._states = None
 
     def _rows(self, value, width: int, what: str, default: float) -> np.ndarray:
         n = self.num_vehicles
@@ -272,6 +274,7 @@ class MultirotorSim:
             bounds = np.linspace(0, self.num_vehicles, self.threads + 1).astype(int)
             list(self._pool.map(lambda ab: self._launch(ab[0], ab[1] - ab[0], steps), zip(bounds[:-1], bounds[1:])))
         self.step_count += steps
+        self._states = None
 
     def _launch(self, first: int, count: int, steps: int) -> None:
         wp.launch(
@@ -290,10 +293,13 @@ class MultirotorSim:
         )
 
     def states(self) -> VehicleStates:
-        """Copy the batch state to the host."""
+        """The batch state on the host: copied once per state change, however many readers ask
+        (the engine's IMU, state and cameras at one step share one copy). Treat it as read-only."""
+        if self._states is not None:
+            return self._states
         s = self.state_arrays
         N = self.airframe.num_rotors
-        return VehicleStates(
+        states = VehicleStates(
             time=self.time,
             position=s.position.numpy().astype(np.float64),
             velocity=s.velocity.numpy().astype(np.float64),
@@ -304,6 +310,11 @@ class MultirotorSim:
             imu_gyro=s.imu_gyro.numpy().astype(np.float64),
             crashed=s.crashed.numpy() != 0,
         )
+        for value in vars(states).values():
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False  # shared by every reader of this step
+        self._states = states
+        return states
 
     def contacts(self) -> list[ContactReport]:
         """First contact of each vehicle that touched the world during the last ``step`` call."""
