@@ -74,11 +74,11 @@ def test_bench_render_last_line():
     pytest.importorskip("embreex")
     result = goggles("bench", "render", "--width", "32", "--height", "24", "--views", "2", "--seconds", "0.05")
     last = result.stdout.strip().splitlines()[-1]
-    fields = dict(item.split("=") for item in last.split())
+    fields = {k: float(v) for k, v in (item.split("=") for item in last.split())}
     assert set(fields) == {"rays_per_s", "embree_rays_per_s", "ratio"}
-    assert float(fields["ratio"]) == pytest.approx(
-        float(fields["rays_per_s"]) / float(fields["embree_rays_per_s"]), rel=1e-2
-    )
+    # Both sides traced rays, and goggles is within a sane factor of Embree on the same rays and threads.
+    assert fields["rays_per_s"] > 1e4 and fields["embree_rays_per_s"] > 1e4
+    assert 0.05 < fields["ratio"] < 5.0
 
 
 def test_fly_writes_the_trajectory_csv(tmp_path):
@@ -180,9 +180,9 @@ def test_bench_dynamics_last_lines():
     result = goggles("bench", "dynamics", "--batch", "16", "--seconds", "0.05")
     lines = result.stdout.strip().splitlines()
     last = dict(item.split("=") for item in lines[-1].split())
-    assert last["vehicles"] == "1"
-    assert float(last["realtime_factor"]) == pytest.approx(float(last["steps_per_s"]) / 960, rel=1e-2)
-    assert lines[-2].startswith("vehicles=16 ")
+    assert last["vehicles"] == "1" and lines[-2].startswith("vehicles=16 ")
+    # One vehicle of physics is far faster than real time on any machine goggles runs on.
+    assert float(last["realtime_factor"]) > 20.0
 
 
 def test_run_with_defaults_stops_cleanly_on_ctrl_c():
