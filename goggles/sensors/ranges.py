@@ -108,6 +108,8 @@ class RangeSensor:
         self._calls = 0
         d = scene.device
         self._directions = wp.array(model.directions().reshape(-1, 3), dtype=wp.vec3, device=d)
+        self._buffers: dict[int, tuple] = {}
+        """Per batch size: the pose and reading arrays, allocated once (a sensor fires many times)."""
 
     def measure(self, T_WS: np.ndarray) -> np.ndarray:
         """Readings from ``T_WS`` (n, 4, 4) sensor poses (beam along each pose's +z).
@@ -119,7 +121,15 @@ class RangeSensor:
         if not np.all(np.isfinite(T_WS)):
             raise ConfigError("range sensor poses must be finite")
         n, d = len(T_WS), self.scene.device
-        out = wp.zeros((n, self.model.rows * self.model.cols), dtype=float, device=d)
+        if n not in self._buffers:
+            self._buffers[n] = (
+                wp.zeros(n, dtype=wp.mat33, device=d),
+                wp.zeros(n, dtype=wp.vec3, device=d),
+                wp.zeros((n, self.model.rows * self.model.cols), dtype=float, device=d),
+            )
+        R_WS, p_WS, out = self._buffers[n]
+        R_WS.assign(T_WS[:, :3, :3].astype(np.float32))
+        p_WS.assign(T_WS[:, :3, 3].astype(np.float32))
         # Each call's noise stream is seeded by (seed, call number): new draws, the same on a rerun.
         seed = (self._seed * 1_000_003 + self._calls) % (2**31)
         self._calls += 1
@@ -129,8 +139,8 @@ class RangeSensor:
             inputs=[
                 self.scene.mesh.id,
                 self.scene.actors,
-                wp.array(T_WS[:, :3, :3], dtype=wp.mat33, device=d),
-                wp.array(T_WS[:, :3, 3], dtype=wp.vec3, device=d),
+                R_WS,
+                p_WS,
                 self._directions,
                 self.model.min_range,
                 self.model.max_range,
@@ -140,7 +150,7 @@ class RangeSensor:
             outputs=[out],
             device=d,
         )
-        return out.numpy().reshape(n, self.model.rows, self.model.cols)
+        return out.numpy().reshape(n, self.model.rows, self.model.cols).copy()  # the buffer is reused
 
 
 def downward_pose(T_WB: np.ndarray) -> np.ndarray:
