@@ -44,24 +44,30 @@ class InputHandler:
         self.sinks, self.log_time_ns = sinks, log_time_ns
         self.counters = Counters()
         self._last_drop_log = 0.0
+        self._turn = 0
         self._backlog: deque = deque()
         """Inputs taken from a bus but not applied yet: the budget ran out (the next poll starts here)."""
 
     def poll(self) -> None:
-        """Apply the inputs waiting on every bus, until ``INPUT_BUDGET_S`` is spent (the budget is
+        """Apply the inputs waiting on the buses, until ``INPUT_BUDGET_S`` is spent (the budget is
         checked after every message; what is left waits for the next poll, in order)."""
         start = time.perf_counter()
-        buses = list(self.buses)  # each is read until it has nothing waiting
         while time.perf_counter() - start < INPUT_BUDGET_S:
-            while buses and not self._backlog:
-                items = buses[0].receive_inputs()
-                if items:
-                    self._backlog.extend(items)
-                else:
-                    buses.pop(0)
-            if not self._backlog:
+            if not self._backlog and not self._refill():
                 return
             self.receive(*self._backlog.popleft())
+
+    def _refill(self) -> bool:
+        """Take the next batch of waiting inputs, from the buses in turn (a flood on one cannot
+        starve the other); False when none has anything waiting."""
+        for _ in range(len(self.buses)):
+            bus = self.buses[self._turn % len(self.buses)]
+            self._turn += 1
+            items = bus.receive_inputs()
+            if items:
+                self._backlog.extend(items)
+                return True
+        return False
 
     def receive(self, channel: str | None, data) -> None:
         if channel is None:  # not a goggles frame at all

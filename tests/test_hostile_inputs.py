@@ -219,3 +219,36 @@ def test_lcm_inputs_over_the_limit_are_dropped_before_they_queue():
     assert [len(data) for _, data in received] == [5]
     assert bus.oversized == 1
     bus.close()
+
+
+def test_a_flood_on_one_bus_neither_starves_the_other_nor_overruns_the_budget(monkeypatch):
+    """Inputs are taken from the buses in turn and the 20 ms budget is checked after every message."""
+    import goggles.inputs as inputs_module
+    from goggles.inputs import InputHandler
+
+    class Bus:  # the receive side of a bus, as the engine sees it
+        def __init__(self, items):
+            self.items = list(items)
+
+        def receive_inputs(self, limit=64):
+            batch, self.items = self.items[:limit], self.items[limit:]
+            return batch
+
+    flood = Bus([("pose/nobody", b"junk")] * 100_000)
+    quiet = Bus([("skeleton/late", b"junk")])
+    handler = InputHandler([flood, quiet], {}, crowd=None)
+    clock = [0.0]
+    monkeypatch.setattr(inputs_module.time, "perf_counter", lambda: clock[0])
+    applied = []
+
+    def receive(channel, data):
+        clock[0] += 0.001  # each message costs 1 ms
+        applied.append(channel)
+
+    handler.receive = receive
+    handler.poll()
+    assert len(applied) == 20  # the budget, message by message
+    for _ in range(4):
+        handler.poll()
+    # The quiet bus gets its turn after one batch (64 messages) of the flood, not after the flood.
+    assert "skeleton/late" in applied and applied.index("skeleton/late") == 64

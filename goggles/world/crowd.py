@@ -14,7 +14,9 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import warp as wp
 
+from goggles.scene import avatar as skinning
 from goggles.scene.avatar import SkeletonPose, SkinnedAvatar, avatar_shape, bone_boxes, build_avatar_mesh
 from goggles.world.device_scene import DeviceScene
 
@@ -64,11 +66,7 @@ class Crowd:
         self._free_shapes: list[int] = []
         self.build_interval = build_interval
         self._last_build = -float("inf")
-        import warp as wp
-
-        from goggles.scene import avatar
-
-        wp.load_module(avatar, device=scene.device)  # now, not when the first person walks in
+        wp.load_module(skinning, device=scene.device)  # compiled now, not when the first person walks in
 
     def offer(self, name: str, pose: SkeletonPose) -> bool:
         """Keep ``pose`` as the newest of ``name``; False (ignored) if the crowd is full of others."""
