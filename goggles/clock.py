@@ -9,12 +9,12 @@ The pace only decides how long a sim second takes on the wall:
   included) so that the machine keeps up, with headroom, never above ``max_scale``. It starts from a
   measured estimate (a warm-up render), not from real time, and moves smoothly (exponential
   smoothing). Both use the same pacing code.
+* lockstep: no pacing; sim time advances only when a client asks.
 
 Pacing follows a line from an anchor (wall, sim). A new scale starts at the last paced instant, on
 the old line, so the interval not yet paced is paced at the new scale (none of its wait is lost).
 When the machine falls behind, the anchor moves to now: it never rushes to catch up. So sim time
 never advances faster than the scale (beyond the sleep timer's resolution) over any window.
-* lockstep: no pacing; sim time advances only when a client asks.
 """
 
 from __future__ import annotations
@@ -90,15 +90,14 @@ class PacedClock:
         achievable = self.headroom / self.cost if self.cost else self.max_scale
         return min(self.max_scale, max(self.min_scale, achievable))
 
-    def record_work(self, sim_interval: float, wall_work: float, sim_time: float) -> None:
+    def record_work(self, sim_interval: float, wall_work: float) -> None:
         """Account ``wall_work`` seconds of work (not sleeping) for ``sim_interval`` sim seconds."""
         if not self.automatic or sim_interval <= 0:
             return
-        del sim_time  # the new scale applies from the last paced instant, whatever has been computed since
         cost = wall_work / sim_interval
         self.cost = cost if self.cost is None else self.cost + self.smoothing * (cost - self.cost)
         new_scale = self.scale + self.smoothing * (self._target() - self.scale)
-        if abs(new_scale - self.scale) > 1e-9:
+        if abs(new_scale - self.scale) > 1e-9:  # from the last paced instant, on the old line
             self._anchor_wall += (self._paced_sim - self._anchor_sim) / self.scale
             self._anchor_sim = self._paced_sim
             self.scale = new_scale

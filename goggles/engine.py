@@ -177,7 +177,7 @@ class Engine:
                 vehicle.in_contact = bool(contacts)
         self.schedule.run_due(self.step)
         if self.mode == ClockMode.SIM:
-            self.clock.record_work(interval, time.perf_counter() - start, self.step * self.dt)
+            self.clock.record_work(interval, time.perf_counter() - start)
             self.clock.pace(self.step * self.dt)
 
     def _poll_inputs(self) -> None:

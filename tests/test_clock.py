@@ -40,7 +40,7 @@ def test_auto_scale_starts_sane_and_converges_smoothly():
     for _ in range(200):
         sim += 1 / 30
         wall.t += 1.5 / 30  # the real cost is 1.5 wall seconds per sim second
-        clock.record_work(1 / 30, 1.5 / 30, sim)
+        clock.record_work(1 / 30, 1.5 / 30)
         clock.pace(sim)
         scales.append(clock.scale)
     assert scales[-1] == pytest.approx(0.9 / 1.5, rel=1e-3)
@@ -88,7 +88,7 @@ def _run_auto(costs, *, max_scale=1.0, frame=1 / 30, overshoot=1e-4):
     for cost in costs:
         sim += frame
         wall.t += cost * frame
-        clock.record_work(frame, cost * frame, sim)
+        clock.record_work(frame, cost * frame)
         clock.pace(sim)
         points.append((wall.t, sim))
     return np.array(points), clock, wall
@@ -130,7 +130,7 @@ def test_measured_scale_is_the_rate_sim_time_advanced():
     for cost in np.exp(rng.uniform(np.log(0.1), np.log(4.0), 1500)):
         sim += 1 / 30
         wall.t += cost / 30
-        clock.record_work(1 / 30, cost / 30, sim)
+        clock.record_work(1 / 30, cost / 30)
         clock.pace(sim)
         if wall.t - last[0] >= 1.0:
             truth = (sim - last[1]) / (wall.t - last[0])
