@@ -214,9 +214,13 @@ def _read_lcm_log(path: Path) -> Iterator[tuple[int, str, bytes]]:
         event_log = lcm.EventLog(str(path), "r")
     except Exception as exc:
         raise ConfigError(f"{path}: not an LCM event log: {exc}") from exc
+    events = 0
     for event in event_log:
+        events += 1
         if event.channel != "LCM_SELF_TEST":
             yield event.timestamp * 1000, event.channel, event.data
+    if events == 0:
+        raise ConfigError(f"{path}: not a readable LCM event log (no event could be read)")
 
 
 def _summary_channels(path: Path) -> dict[int, str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from goggles.checks import parse_toml
 from goggles.clock import ClockMode
 from goggles.config import load_run_config, parse_run_config
-from goggles.errors import ConfigError
+from goggles.errors import ConfigError, GogglesError
 from goggles.record import Recorder, read_log, read_metadata
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,8 @@ class ReplayResult:
     """Wall time of the replay."""
     log_seconds: float
     """Sim time the log covers."""
+    error: str | None = None
+    """Why this log could not be replayed (a batch goes on with the others), or None."""
 
 
 def replay_config(path: Path, sensors: Path | None, scene: Path | None):
@@ -95,6 +97,12 @@ def replay_file(
         engine.close()
         if recorder is not None:
             recorder.close()
+    if poses == 0:
+        names = sorted(v.name for v in config.vehicles)
+        raise ConfigError(
+            f"{path}: no poses of this run's vehicles {names} (channels <vehicle>/state or pose/<vehicle>) "
+            "could be read: is it the right log, and the right --sensors run file?"
+        )
     return ReplayResult(
         Path(path), poses, recorder.written if recorder else 0, time.perf_counter() - start, last_time[0]
     )
@@ -164,11 +172,15 @@ def _config_text(sensors: Path | None, path: Path) -> str:
 
 def _replay_job(args) -> ReplayResult:
     path, kwargs = args
-    return replay_file(path, threads=1, **kwargs)
+    try:
+        return replay_file(path, threads=1, **kwargs)
+    except GogglesError as exc:  # this log's own fault: reported, and the batch goes on
+        return ReplayResult(Path(path), 0, 0, 0.0, 0.0, error=str(exc))
 
 
 def replay_folder(folder: Path, *, record_folder: Path | None, jobs: int | None = None, **kwargs) -> list[ReplayResult]:
-    """Replay every log in a folder in parallel, one process per job (default: one per core)."""
+    """Replay every log in a folder in parallel, one process per job (default: one per core); a log
+    that cannot be replayed comes back with its ``error`` and does not stop the others."""
     logs = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in (".mcap", ".lcmlog"))
     if not logs:
         raise ConfigError(f"{folder}: no .mcap or .lcmlog files to replay")

@@ -181,9 +181,14 @@ def test_batch_replay_of_a_folder(tmp_path):
     logs.mkdir()
     for name in ("a.mcap", "b.mcap"):
         record_run(tmp_path, name, duration=0.5).rename(logs / name)
+    (logs / "c.mcap").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))  # not a recording: reported, the rest go on
     results = replay_folder(logs, record_folder=tmp_path / "out", jobs=2)
-    assert sorted(r.log.name for r in results) == ["a.mcap", "b.mcap"]
+    assert sorted(r.log.name for r in results) == ["a.mcap", "b.mcap", "c.mcap"]
     for r in results:
+        if r.log.name == "c.mcap":
+            assert r.error is not None and "not an MCAP recording" in r.error
+            continue
+        assert r.error is None
         assert images(logs / r.log.name) == images(tmp_path / "out" / f"{r.log.stem}.replay.mcap")
 
 

@@ -56,8 +56,13 @@ def cmd_replay(args) -> int:
             )
         ]
     for r in results:
+        if r.error is not None:
+            print(f"goggles: error: {r.error}", file=sys.stderr)
+            continue
         print(
             f"{r.log}: {r.poses} poses, {r.frames} messages recorded, {r.log_seconds:.2f} s of log in "
             f"{r.seconds:.2f} s ({r.log_seconds / max(r.seconds, 1e-9):.2f}x real time)"
         )
+    if any(r.error is not None for r in results):
+        return 2
     return 0
