@@ -9,7 +9,7 @@ import logging
 import sys
 
 from goggles.cli import bench, bridge, echo, fly, keys, preview, race, render, replay, run
-from goggles.cli.common import _join_negative_values, _quiet_warp_init, _tag_leaf_parsers, check_device
+from goggles.cli.common import check_device, join_negative_values, quiet_warp_init, tag_leaf_parsers
 from goggles.errors import GogglesError
 
 __all__ = ["build_parser", "check_device", "main"]
@@ -29,8 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    _tag_leaf_parsers(parser)
-    args, extra = parser.parse_known_args(_join_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    tag_leaf_parsers(parser)
+    args, extra = parser.parse_known_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     if extra:
         args.parser_.error(f"unrecognized arguments: {' '.join(extra)} (see {args.parser_.prog} --help)")
     if getattr(args, "duration", None) is not None and not args.duration > 0:
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.verbose:
                 wp.init()
             else:
-                _quiet_warp_init()
+                quiet_warp_init()
             check_device(getattr(args, "device", None))
         return args.run(args)
     except GogglesError as exc:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from goggles.cli.common import (
-    _add_camera_args,
-)
+from goggles.cli.common import add_camera_args
 
 
 def add_parser(commands) -> None:
@@ -17,7 +15,7 @@ def add_parser(commands) -> None:
         "the same number of threads; the last line is 'rays_per_s=<goggles> embree_rays_per_s=<embree> "
         "ratio=<goggles/embree>'.",
     )
-    _add_camera_args(bench_render, 640, 480)
+    add_camera_args(bench_render, 640, 480)
     bench_render.add_argument("--views", type=int, default=8, help="views around the scene's viewpoint")
     bench_render.add_argument("--seconds", type=float, default=2.0, help="minimum timing per side, s")
     bench_render.set_defaults(run=cmd_bench_render)

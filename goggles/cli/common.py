@@ -13,7 +13,7 @@ from goggles.errors import ConfigError
 log = logging.getLogger("goggles")
 
 
-def _floats(count: int, what: str):
+def floats(count: int, what: str):
     """argparse type: ``count`` comma-separated finite numbers."""
 
     def parse(text: str) -> tuple[float, ...]:
@@ -30,13 +30,13 @@ def _floats(count: int, what: str):
     return parse
 
 
-def _floats_between(low: int, high: int, what: str):
+def floats_between(low: int, high: int, what: str):
     """argparse type: ``low`` to ``high`` comma-separated finite numbers."""
 
     def parse(text: str) -> tuple[float, ...]:
         for count in range(high, low - 1, -1):
             try:
-                return _floats(count, what)(text)
+                return floats(count, what)(text)
             except argparse.ArgumentTypeError:
                 continue
         raise argparse.ArgumentTypeError(f"{what} must be {low} to {high} comma-separated finite numbers, got {text!r}")
@@ -44,7 +44,7 @@ def _floats_between(low: int, high: int, what: str):
     return parse
 
 
-def _add_camera_args(parser: argparse.ArgumentParser, width: int, height: int) -> None:
+def add_camera_args(parser: argparse.ArgumentParser, width: int, height: int) -> None:
     parser.add_argument(
         "--scene", type=Path, default=None, help="scene TOML or mesh file (default: the built-in arena)"
     )
@@ -57,7 +57,7 @@ def _add_camera_args(parser: argparse.ArgumentParser, width: int, height: int) -
     parser.add_argument("--threads", type=int, default=None, help="CPU threads per render (default: all cores)")
 
 
-def _camera(args):
+def camera_model(args):
     from goggles.render import CameraModel
 
     extra = {"min_depth": args.min_depth, "max_depth": args.max_depth, "distortion": args.distortion}
@@ -67,7 +67,7 @@ def _camera(args):
     return CameraModel.from_fov(args.width, args.height, args.vfov, **extra)
 
 
-def _positive_float(text: str, what: str) -> float:
+def positive_float(text: str, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -81,7 +81,7 @@ def _positive_float(text: str, what: str) -> float:
 _NEGATIVE_LIST = re.compile(r"^-[\d.][\d.eE+-]*(,[-+\d.eE]+)+$")
 
 
-def _join_negative_values(argv: list[str]) -> list[str]:
+def join_negative_values(argv: list[str]) -> list[str]:
     """``--pose -4,0,1.5,...`` as ``--pose=-4,0,1.5,...``: argparse would take the value for a flag."""
     out: list[str] = []
     for token in argv:
@@ -92,16 +92,16 @@ def _join_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
-def _tag_leaf_parsers(parser: argparse.ArgumentParser) -> None:
+def tag_leaf_parsers(parser: argparse.ArgumentParser) -> None:
     """Let every subcommand's parser report errors in its own usage (``args.parser_``)."""
     parser.set_defaults(parser_=parser)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
-                _tag_leaf_parsers(child)
+                tag_leaf_parsers(child)
 
 
-def _quiet_warp_init() -> None:
+def quiet_warp_init() -> None:
     """Initialise Warp without its CUDA-driver warning on machines without a GPU (``-v`` shows it)."""
     import os
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goggles.cli.common import (
-    _floats_between,
-    log,
-)
+from goggles.cli.common import floats_between, log
 from goggles.errors import ConfigError
 
 
@@ -36,7 +33,7 @@ def add_parser(commands) -> None:
     )
     fly.add_argument(
         "--start",
-        type=_floats_between(3, 4, "--start"),
+        type=floats_between(3, 4, "--start"),
         default=None,
         help="start x,y,z[,yaw] at rest, m and rad; above z = 0 the rotors start at hover speed "
         "(default: on the ground at the origin, rotors stopped)",

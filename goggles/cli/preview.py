@@ -5,9 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import (
-    _floats,
-)
+from goggles.cli.common import floats
 
 
 def add_parser(commands) -> None:
@@ -27,7 +25,7 @@ def add_parser(commands) -> None:
     preview.add_argument("--scene", type=Path, default=None, help="scene of the third-person view (default arena)")
     preview.add_argument(
         "--viewpoint",
-        type=_floats(3, "--viewpoint"),
+        type=floats(3, "--viewpoint"),
         default=None,
         help="x,y,z of the third-person camera (default: behind and above the vehicle)",
     )

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goggles.cli.common import (
-    _add_camera_args,
-    _camera,
-    _floats,
-)
+from goggles.cli.common import add_camera_args, camera_model, floats
 from goggles.errors import ConfigError
 
 
@@ -21,7 +17,7 @@ def add_parser(commands) -> None:
         "segmentation.npy, normals.npy (world frame), face.npy, depth.png (preview); with --baseline "
         "the same files prefixed right_ for the right camera.",
     )
-    _add_camera_args(render, 640, 480)
+    add_camera_args(render, 640, 480)
     render.add_argument(
         "--pose",
         default=None,
@@ -29,10 +25,10 @@ def add_parser(commands) -> None:
         "default: the scene's view, else a view of the whole scene from outside it",
     )
     render.add_argument(
-        "--intrinsics", type=_floats(4, "--intrinsics"), default=None, help="fx,fy,cx,cy in pixels (overrides --vfov)"
+        "--intrinsics", type=floats(4, "--intrinsics"), default=None, help="fx,fy,cx,cy in pixels (overrides --vfov)"
     )
     render.add_argument(
-        "--distortion", type=_floats(5, "--distortion"), default=(0.0,) * 5, help="OpenCV k1,k2,p1,p2,k3 (default none)"
+        "--distortion", type=floats(5, "--distortion"), default=(0.0,) * 5, help="OpenCV k1,k2,p1,p2,k3 (default none)"
     )
     render.add_argument("--min-depth", type=float, default=0.0, help="closest valid depth, m (default %(default)s)")
     render.add_argument(
@@ -77,7 +73,7 @@ def cmd_render(args) -> int:
     unknown = sorted(outputs - {"images", "beacons", "tof"})
     if unknown:
         raise ConfigError(f"--outputs {args.outputs!r}: unknown {unknown}; use images, beacons, tof")
-    camera = _camera(args)
+    camera = camera_model(args)
     scene = load_static_scene(args.scene or default_scene())
     course_path = args.course or (default_course() if args.scene is None else None)
     course = load_course(course_path) if course_path is not None else None

@@ -5,9 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import (
-    _positive_float,
-)
+from goggles.cli.common import positive_float
 from goggles.errors import ConfigError
 
 
@@ -95,7 +93,7 @@ def cmd_run(args) -> int:
     if args.mode is not None:
         changes["mode"] = {"sim": ClockMode.SIM, "lockstep": ClockMode.LOCKSTEP, "live": ClockMode.LIVE}[args.mode]
     if args.scale is not None:
-        changes["scale"] = None if args.scale == "auto" else _positive_float(args.scale, "--scale")
+        changes["scale"] = None if args.scale == "auto" else positive_float(args.scale, "--scale")
     if args.expose is not None:
         if args.keys is None:
             raise ConfigError("--expose needs --keys DIR (make them with: goggles keys DIR)")
