@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import socket
 import struct
 import threading
 import time
@@ -355,6 +357,20 @@ def _forged_frame(frame_number: int, body_id: int = 1, position=(9.0, 9.0, 9.0))
     return _packet(NAT_FRAMEOFDATA, payload)
 
 
+@contextlib.contextmanager
+def _natnet_bridge(receiver: Receiver):
+    """An emulated Motive streaming one body flying circles, and the bridge publishing it to ``receiver``."""
+    ports = free_port(), free_port()
+    with NatNetEmulator(command_port=ports[0], data_port=ports[1], bodies=[SyntheticBody("quad0", 1, circle())]) as em:
+        source = NatNetSource(command_port=ports[0], data_port=ports[1])
+        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
+        try:
+            yield em, source
+        finally:
+            running.finish()
+            source.close()
+
+
 def _natnet_client_address(emulator) -> tuple[str, int]:
     deadline = time.monotonic() + 5
     while not emulator.clients and time.monotonic() < deadline:
@@ -363,21 +379,15 @@ def _natnet_client_address(emulator) -> tuple[str, int]:
 
 
 def test_frames_from_other_senders_are_dropped():
-    ports = free_port(), free_port()
     receiver = Receiver()
-    with NatNetEmulator(command_port=ports[0], data_port=ports[1], bodies=[SyntheticBody("quad0", 1, circle())]) as em:
-        source = NatNetSource(command_port=ports[0], data_port=ports[1])
-        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
+    with _natnet_bridge(receiver) as (em, source):
         receiver.collect(0.3)
-        forger = __import__("socket").socket(__import__("socket").AF_INET, __import__("socket").SOCK_DGRAM)
-        forger.bind(("127.0.0.2", 0))  # another address on the same network
-        target = _natnet_client_address(em)
-        for k in range(50):
-            forger.sendto(_forged_frame(10**6 + k), target)
-        forger.close()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
+            forger.bind(("127.0.0.2", 0))  # another address on the same network
+            target = _natnet_client_address(em)
+            for k in range(50):
+                forger.sendto(_forged_frame(10**6 + k), target)
         receiver.collect(0.3)
-        running.finish()
-        source.close()
     poses = [m for _, channel, m in receiver.drain() if channel == "pose/quad0"]
     assert len(poses) > 40
     assert all(np.hypot(*m.position[:2]) < 2.0 for m in poses)  # no pose at (9, 9, 9)
@@ -385,18 +395,13 @@ def test_frames_from_other_senders_are_dropped():
 
 
 def test_frames_going_back_or_unlike_the_model_are_dropped():
-    ports = free_port(), free_port()
     receiver = Receiver()
-    with NatNetEmulator(command_port=ports[0], data_port=ports[1], bodies=[SyntheticBody("quad0", 1, circle())]) as em:
-        source = NatNetSource(command_port=ports[0], data_port=ports[1])
-        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
+    with _natnet_bridge(receiver) as (em, source):
         receiver.collect(0.3)
         for k in range(20):
             em.send_raw(_forged_frame(k))  # from the server's address, but numbered in the past
             em.send_raw(_forged_frame(10**7 + k, body_id=77))  # a body the model does not describe
         receiver.collect(0.3)
-        running.finish()
-        source.close()
     poses = [m for _, channel, m in receiver.drain() if channel == "pose/quad0"]
     assert all(np.hypot(*m.position[:2]) < 2.0 for m in poses)
     assert all(m.valid for m in poses), "garbage frames must not raise stale flags"
@@ -404,11 +409,8 @@ def test_frames_going_back_or_unlike_the_model_are_dropped():
 
 
 def test_the_bridge_reconnects_after_the_server_restarts_and_keeps_alive_at_1_hz():
-    ports = free_port(), free_port()
     receiver = Receiver()
-    with NatNetEmulator(command_port=ports[0], data_port=ports[1], bodies=[SyntheticBody("quad0", 1, circle())]) as em:
-        source = NatNetSource(command_port=ports[0], data_port=ports[1])
-        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
+    with _natnet_bridge(receiver) as (em, source):
         receiver.collect(0.5)
         em.stall()
         em.restart()  # Motive restarted: it forgets its clients and numbers frames from 0 again
@@ -417,8 +419,6 @@ def test_the_bridge_reconnects_after_the_server_restarts_and_keeps_alive_at_1_hz
         restarted_at = time.perf_counter()
         receiver.collect(3.0)
         keepalives, elapsed = em.keepalives, 4.0
-        running.finish()
-        source.close()
     after = [t for t, channel, m in receiver.drain() if channel == "pose/quad0" and m.valid and t > restarted_at]
     assert len(after) > 100, "no poses after the server restarted"
     assert after[0] - restarted_at < 2.5
