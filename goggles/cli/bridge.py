@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from goggles.cli.common import stop_on_signals
+
 
 def add_parser(commands) -> None:
     bridge = commands.add_parser("bridge", help="bridges from outside systems into goggles messages")
@@ -48,8 +50,6 @@ def add_parser(commands) -> None:
 
 
 def cmd_bridge_mocap(args) -> int:
-    import signal
-    import threading
 
     from bridges.mocap import MocapBridge, Publisher, RoomCalibration, load_room_calibration, run_bridge, status_line
     from bridges.sources import open_source
@@ -73,9 +73,7 @@ def cmd_bridge_mocap(args) -> int:
     )
     publisher = Publisher(None if args.no_zmq else args.zmq, None if args.no_lcm else args.lcm_url)
     bridge = MocapBridge(calibration, publisher)
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = stop_on_signals()
     print(
         f"goggles bridge: {args.system} at {args.host} -> ZeroMQ {'off' if args.no_zmq else args.zmq}, "
         f"LCM {'off' if args.no_lcm else args.lcm_url}; Ctrl-C stops",

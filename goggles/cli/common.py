@@ -136,3 +136,15 @@ def check_device(name: str | None) -> None:
     raise ConfigError(
         f"--device {name!r} is not a Warp device here; devices: {available} (or 'cuda' for the first GPU)"
     )
+
+
+def stop_on_signals(stop=None):
+    """``stop`` (a new ``threading.Event`` if None), set from now on by Ctrl-C (SIGINT) or SIGTERM, so
+    that long-running commands stop cleanly."""
+    import signal
+    import threading
+
+    stop = stop if stop is not None else threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    return stop

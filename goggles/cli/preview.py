@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import floats
+from goggles.cli.common import floats, stop_on_signals
 
 
 def add_parser(commands) -> None:
@@ -36,7 +36,6 @@ def add_parser(commands) -> None:
 
 
 def cmd_preview(args) -> int:
-    import signal
     import threading
 
     from goggles.client import Client
@@ -49,9 +48,7 @@ def cmd_preview(args) -> int:
     scene = None if args.no_third_person else load_static_scene(args.scene or default_scene())
     source = FrameSource(client, args.vehicle, args.camera, scene=scene, viewpoint=args.viewpoint, device=args.device)
     server = PreviewServer(source, host=args.host, port=args.port)
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = stop_on_signals()
     if args.duration is not None:
         threading.Timer(args.duration, stop.set).start()
     print(

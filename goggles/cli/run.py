@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import positive_float
+from goggles.cli.common import positive_float, stop_on_signals
 from goggles.errors import ConfigError
 
 
@@ -80,7 +80,6 @@ def add_parser(commands) -> None:
 
 def cmd_run(args) -> int:
     import dataclasses
-    import signal
     import threading
 
     from goggles.clock import ClockMode
@@ -138,8 +137,7 @@ def cmd_run(args) -> int:
     for sink in sinks:
         sink.set_scene(engine.scene_boxes)
         print(f"Foxglove: ws://{args.foxglove_host}:{sink.port}", file=sys.stderr, flush=True)
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop_on_signals(stop)
     channels = sorted({f"{c.vehicle}/{c.name}" for c in config.cameras})
     print(
         f"goggles: {config.mode.name.lower()} mode, {len(engine.vehicles)} vehicle(s), cameras {channels}; "
