@@ -83,13 +83,12 @@ class Engine:
             course = course.perturbed(config.perturb)
         built = build_world(config.scene, course=course, device=device, spare_actors=MAX_AVATARS)
         self.built = built
-        self.world, self.device, self.course = built.scene, built.scene.device, built.course
-        self.gate_poses = built.gate_poses
+        self.world = built.scene
         self.clips = [(a, load_bvh(a.bvh)) for a in config.avatars]
         real_time = self.mode in (ClockMode.SIM, ClockMode.LIVE)  # elsewhere, bytes must not depend on speed
         self.crowd = Crowd(
             self.world,
-            self.gate_poses,
+            self.built.gate_poses,
             keep={a.name for a, _ in self.clips},
             build_interval=BUILD_INTERVAL_S * real_time,
         )
@@ -283,7 +282,7 @@ class Engine:
         images = group.render(poses)
         self.times.add("render", time.perf_counter() - t)
         utime = self._utime() if self.mode != ClockMode.LIVE else time.time_ns() // 1000
-        detections = group.beacons.detect(poses, self.gate_poses) if group.beacons is not None else []
+        detections = group.beacons.detect(poses, self.built.gate_poses) if group.beacons is not None else []
         pose_utimes = [
             self.vehicles[c.vehicle].pose_utime if self.vehicles[c.vehicle].sim is None else utime
             for c in group.cameras
