@@ -12,13 +12,17 @@ from pathlib import Path
 
 import numpy as np
 
+from goggles.scene import StaticScene
+
 
 @dataclass(frozen=True)
 class RenderBench:
-    """Result of ``bench_render``: primary rays per second of goggles and of Embree."""
+    """Result of ``bench_render``: primary rays per second of each goggles backend and of bare Embree."""
 
-    rays_per_s: float
+    rays_per_s: dict[tuple[str, str], float]
+    """(backend, outputs) -> rays per second of the full render; outputs is ``all`` or ``depth``."""
     embree_rays_per_s: float
+    """Embree alone: closest hits of the same rays, on the same threads."""
     width: int
     height: int
     views: int
@@ -26,9 +30,8 @@ class RenderBench:
     threads: int
     device: str
 
-    @property
-    def ratio(self) -> float:
-        return self.rays_per_s / self.embree_rays_per_s
+    def ratio(self, backend: str, outputs: str) -> float:
+        return self.rays_per_s[backend, outputs] / self.embree_rays_per_s
 
 
 def bench_views(T_WB: np.ndarray, count: int) -> np.ndarray:
@@ -53,7 +56,7 @@ def _time(work, seconds: float) -> float:
 
 
 def bench_render(
-    scene_path: Path,
+    scene_path: Path | StaticScene,
     *,
     width: int,
     height: int,
@@ -61,37 +64,46 @@ def bench_render(
     views: int = 8,
     threads: int | None = None,
     device: str | None = None,
+    backends: tuple[str, ...] = ("warp", "embree"),
     seconds: float = 2.0,
 ) -> RenderBench:
-    """Render the same views of a scene with goggles and trace the same rays with Embree.
+    """Render the same views of a scene with each backend, and trace the same rays with bare Embree.
 
-    goggles does the full render (closest hit, depth, range, normal, segmentation, shaded texture);
-    Embree only finds the closest hit, on the same number of threads.
+    Each backend renders twice: every output (closest hit, depth, range, normal, segmentation, shaded
+    texture) and depth only (a depth camera). Embree alone only finds the closest hits, on the same
+    number of threads. A backend the device cannot run (Embree on CUDA) is left out.
     """
     import warp as wp
 
     from goggles.frames import camera_pose_from_body
-    from goggles.render import CameraModel, Renderer
+    from goggles.render import CameraModel, Renderer, Shading
     from goggles.render.embree import EmbreeTracer
     from goggles.scene import load_static_scene
     from goggles.world import DeviceScene
 
-    scene = load_static_scene(scene_path)
+    scene = scene_path if isinstance(scene_path, StaticScene) else load_static_scene(scene_path)
     T_WB = scene.view if scene.view is not None else np.eye(4)
     T_WC = np.stack([camera_pose_from_body(T) for T in bench_views(T_WB, views)])
     camera = CameraModel.from_fov(width, height, vfov_deg)
+    world = DeviceScene(scene, device)
+    rates: dict[tuple[str, str], float] = {}
+    for backend in backends:
+        if backend == "embree" and world.device.is_cuda:
+            continue
+        for outputs, shading in (("all", Shading.SUN), ("depth", Shading.NONE)):
+            chosen = {"depth"} if outputs == "depth" else {"depth", "range", "rgb", "segmentation", "normal_W", "face"}
+            renderer = Renderer(world, [camera], threads=threads, backend=backend, outputs=chosen, shading=shading)
 
-    renderer = Renderer(DeviceScene(scene, device), [camera], threads=threads)
+            def render_views(renderer=renderer) -> None:
+                for T in T_WC:
+                    renderer.render(T[None])
+                wp.synchronize_device(renderer.device)
 
-    def render_views() -> None:
-        for T in T_WC:
-            renderer.render(T[None])
-        wp.synchronize_device(renderer.device)
+            rates[backend, outputs] = views * width * height / _time(render_views, seconds)
+            used_threads = renderer.threads
+            renderer.close()
 
-    goggles_s = _time(render_views, seconds)
-    renderer.close()
-
-    embree = EmbreeTracer(scene, threads=renderer.threads)
+    embree = EmbreeTracer(scene, threads=used_threads if world.device.is_cpu else threads)
     rays_C = camera.ray_directions().reshape(-1, 3)
     origins = [np.broadcast_to(T[:3, 3], rays_C.shape).astype(np.float32) for T in T_WC]
     directions = [(rays_C @ T[:3, :3].T).astype(np.float32) for T in T_WC]
@@ -102,16 +114,15 @@ def bench_render(
 
     embree_s = _time(trace_views, seconds)
     embree.close()
-    rays = views * width * height
     return RenderBench(
-        rays_per_s=rays / goggles_s,
-        embree_rays_per_s=rays / embree_s,
+        rays_per_s=rates,
+        embree_rays_per_s=views * width * height / embree_s,
         width=width,
         height=height,
         views=views,
         triangles=scene.num_faces,
-        threads=renderer.threads,
-        device=str(renderer.device),
+        threads=embree.threads,
+        device=str(world.device),
     )
 
 

@@ -63,9 +63,10 @@ class CameraGroup:
 
 
 def camera_groups(
-    scene: DeviceScene, configs, physics_rate: float, beacons: list[Beacon], seed: int
+    scene: DeviceScene, configs, physics_rate: float, beacons: list[Beacon], seed: int, backend: str = "auto"
 ) -> list[CameraGroup]:
-    """Group the configured cameras by size and rate and give each group a renderer."""
+    """Group the configured cameras by size and rate and give each group a renderer (``backend``: the
+    primary-ray tracer, ``goggles.render.BACKENDS``) that writes only the outputs the group publishes."""
     by_key: dict[tuple, list[tuple[Camera, int]]] = {}
     for c in configs:
         cameras = by_key.setdefault((c.model.width, c.model.height, c.rate), [])
@@ -78,11 +79,14 @@ def camera_groups(
     groups = []
     for (_, _, rate), members in by_key.items():
         models = [m.config.model for m, _ in members]
+        published = {o for m, _ in members for o in m.config.outputs if o in IMAGE_OUTPUTS}
         renderer = Renderer(
             scene,
             models,
             shadow_partner=[p for _, p in members],
-            shading=Shading.SUN if any("rgb" in m.config.outputs for m, _ in members) else Shading.NONE,
+            shading=Shading.SUN if "rgb" in published else Shading.NONE,
+            outputs=published,
+            backend=backend,
         )
         detector = None
         if any("beacons" in m.config.outputs for m, _ in members):

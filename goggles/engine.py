@@ -56,6 +56,7 @@ class Engine:
     Args:
         config: the run file's contents.
         device: Warp device for rendering and physics.
+        backend: primary-ray tracer of the cameras (``goggles.render.BACKENDS``; auto: Embree on the CPU).
         status: called about once per wall second with a one-line status (the CLI prints it).
         recorder, sinks: where every published output and accepted input also goes
             (``write(channel, data, log_time_ns)``): a ``goggles.record.Recorder``, a Foxglove server.
@@ -66,6 +67,7 @@ class Engine:
         config: RunConfig,
         *,
         device=None,
+        backend: str = "auto",
         status: Callable[[str], None] | None = None,
         recorder=None,
         sinks=(),
@@ -99,7 +101,9 @@ class Engine:
             )
             for v in config.vehicles
         }
-        self.groups = camera_groups(self.world, config.cameras, config.physics_rate, built.beacons, config.seed)
+        self.groups = camera_groups(
+            self.world, config.cameras, config.physics_rate, built.beacons, config.seed, backend=backend
+        )
         self.range_sensors = [(c, RangeSensor(self.world, c.model, seed=config.seed)) for c in config.range_sensors]
         self.buses = open_buses(config.zmq, config.curve, config.lcm_url)
         self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)

@@ -30,6 +30,25 @@ def device(request) -> str:
     return request.param
 
 
+def _tracers():
+    """(device, backend) pairs every render test runs on: both CPU tracers, and Warp on CUDA."""
+    from goggles.render.embree import embree_available
+
+    no_embree = pytest.mark.skipif(not embree_available(), reason="embreex is not installed")
+    cuda = pytest.mark.skipif(not wp.is_cuda_available(), reason="no CUDA device on this machine")
+    return [
+        pytest.param(("cpu", "warp"), id="cpu-warp"),
+        pytest.param(("cpu", "embree"), id="cpu-embree", marks=no_embree),
+        pytest.param(("cuda:0", "warp"), id="cuda-warp", marks=cuda),
+    ]
+
+
+@pytest.fixture(params=_tracers())
+def tracer(request) -> tuple[str, str]:
+    """A Warp device and the primary-ray backend that renders on it."""
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def shared() -> Path:
     """The ../shared folder of real scans and mocap packets; tests that need it skip without it."""

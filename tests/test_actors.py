@@ -18,7 +18,8 @@ def wall(x: float):
 
 
 @pytest.fixture
-def world(device):
+def world(tracer):
+    device, backend = tracer
     scene = DeviceScene(
         scene_of((wall(10.0), 1)),
         device,
@@ -29,7 +30,7 @@ def world(device):
         max_actors=4,
     )
     camera = CameraModel.from_fov(33, 33, 40.0)
-    renderer = Renderer(scene, [camera], shading=Shading.UNLIT)
+    renderer = Renderer(scene, [camera], shading=Shading.UNLIT, backend=backend)
     yield scene, renderer
     renderer.close()
 

@@ -70,15 +70,31 @@ def test_render_bad_input_is_a_clear_error(tmp_path, args, message):
     assert "Traceback" not in result.stderr
 
 
-def test_bench_render_last_line():
+def test_bench_render_reports_both_backends_and_bare_embree():
     pytest.importorskip("embreex")
     result = goggles("bench", "render", "--width", "32", "--height", "24", "--views", "2", "--seconds", "0.05")
-    last = result.stdout.strip().splitlines()[-1]
-    fields = {k: float(v) for k, v in (item.split("=") for item in last.split())}
-    assert set(fields) == {"rays_per_s", "embree_rays_per_s", "ratio"}
-    # Both sides traced rays, and goggles is within a sane factor of Embree on the same rays and threads.
-    assert fields["rays_per_s"] > 1e4 and fields["embree_rays_per_s"] > 1e4
-    assert 0.05 < fields["ratio"] < 5.0
+    lines = [dict(item.split("=") for item in line.split()) for line in result.stdout.splitlines() if "=" in line]
+    assert float(lines[-1]["embree_rays_per_s"]) > 1e4
+    renders = {(f["backend"], f["outputs"]): f for f in lines[:-1]}
+    assert set(renders) == {(b, o) for b in ("warp", "embree") for o in ("all", "depth")}
+    for fields in renders.values():
+        # Every render traced rays, within a sane factor of Embree on the same rays and threads.
+        assert float(fields["rays_per_s"]) > 1e4 and 0.05 < float(fields["ratio"]) < 5.0
+    terrain = goggles(
+        "bench",
+        "render",
+        "--terrain",
+        "2000",
+        "--backend",
+        "embree",
+        "--width",
+        "32",
+        "--height",
+        "24",
+        "--seconds",
+        "0.05",
+    )
+    assert "scene: 2048 triangles" in terrain.stdout and "backend=warp" not in terrain.stdout
 
 
 def test_fly_writes_the_trajectory_csv(tmp_path):

@@ -15,8 +15,9 @@ from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of
 
 
-def render(scene, cameras, T_WC, device, **kwargs):
-    renderer = Renderer(DeviceScene(scene, device), cameras, **kwargs)
+def render(scene, cameras, T_WC, tracer, **kwargs):
+    device, backend = tracer
+    renderer = Renderer(DeviceScene(scene, device), cameras, backend=backend, **kwargs)
     renderer.render(np.asarray(T_WC))
     images = renderer.images()
     renderer.close()
@@ -27,7 +28,7 @@ def ground_plane(half: float = 500.0, z: float = 0.0):
     return quad([[-half, -half, z], [half, -half, z], [half, half, z], [-half, half, z]])
 
 
-def test_plane_depth_and_range_at_many_poses(device):
+def test_plane_depth_and_range_at_many_poses(tracer):
     """A camera above the plane z = 0: range = -h / d_z along each ray, depth = range * ray_z."""
     scene = scene_of((ground_plane(), 7))
     camera = CameraModel.from_fov(64, 48, 70.0)
@@ -36,7 +37,7 @@ def test_plane_depth_and_range_at_many_poses(device):
     for _ in range(12):
         q = quat_from_euler(rng.uniform(-0.4, 0.4), rng.uniform(0.3, 1.2), rng.uniform(-np.pi, np.pi))
         poses.append(camera_pose_from_body(transform([*rng.uniform(-20, 20, 2), rng.uniform(0.5, 30)], q)))
-    images = render(scene, [camera] * len(poses), poses, device)
+    images = render(scene, [camera] * len(poses), poses, tracer)
     rays_C = camera.ray_directions().astype(np.float64)
     for i, T in enumerate(poses):
         d_W = rays_C @ T[:3, :3].T
@@ -57,13 +58,13 @@ def test_plane_depth_and_range_at_many_poses(device):
         assert np.all(images.face[i][~hit] == -1)
 
 
-def test_sphere_silhouette_and_nearest_depth(device):
+def test_sphere_silhouette_and_nearest_depth(tracer):
     radius, distance = 1.0, 5.0
     sphere = trimesh.creation.icosphere(subdivisions=6, radius=radius)
     sphere.apply_translation([distance, 0.0, 0.0])
     scene = scene_of((sphere, 3))
     camera = CameraModel.from_fov(121, 121, 40.0)
-    images = render(scene, [camera], [camera_pose_from_body(np.eye(4))], device)
+    images = render(scene, [camera], [camera_pose_from_body(np.eye(4))], tracer)
     rays_B = camera.ray_directions().astype(np.float64) @ R_BODY_OPTICAL.T
     angle = np.arccos(np.clip(rays_B[..., 0], -1, 1))  # angle to the sphere centre direction (+x)
     half_angle = np.arcsin(radius / distance)
@@ -89,20 +90,20 @@ def _textured_wall(distance: float, camera: CameraModel, texture: np.ndarray):
     return quad(corners, uv, texture)
 
 
-def test_textured_intensity_equals_texels(device):
+def test_textured_intensity_equals_texels(tracer):
     camera = CameraModel.from_fov(48, 36, 50.0)
     texture = np.random.default_rng(2).integers(0, 256, (36, 48, 3), dtype=np.uint8)
     scene = scene_of((_textured_wall(3.0, camera, texture), 1))
-    images = render(scene, [camera], [camera_pose_from_body(np.eye(4))], device, shading=Shading.UNLIT)
+    images = render(scene, [camera], [camera_pose_from_body(np.eye(4))], tracer, shading=Shading.UNLIT)
     np.testing.assert_allclose(images.rgb[0].astype(int), texture.astype(int), atol=1)
 
 
-def test_bilinear_texture_between_texels(device):
+def test_bilinear_texture_between_texels(tracer):
     """A wall twice the texture's resolution samples halfway between texels: their mean."""
     camera = CameraModel.from_fov(40, 30, 50.0)
     texture = np.random.default_rng(3).integers(0, 256, (15, 20, 3), dtype=np.uint8)
     scene = scene_of((_textured_wall(3.0, camera, texture), 1))
-    images = render(scene, [camera], [camera_pose_from_body(np.eye(4))], device, shading=Shading.UNLIT)
+    images = render(scene, [camera], [camera_pose_from_body(np.eye(4))], tracer, shading=Shading.UNLIT)
     # Pixel column 2j+1 sits a quarter texel right of texel j's centre... use the OpenCV sampler as truth:
     ys, xs = np.meshgrid(np.arange(30), np.arange(40), indexing="ij")
     map_x = ((xs + 0.5) / 2.0 - 0.5).astype(np.float32)
@@ -112,7 +113,7 @@ def test_bilinear_texture_between_texels(device):
     np.testing.assert_allclose(images.rgb[0][interior].astype(float), expected[interior], atol=1.01)
 
 
-def test_stereo_disparity_is_f_b_over_z(device):
+def test_stereo_disparity_is_f_b_over_z(tracer):
     """Right image = left image shifted by f*B/Z pixels for a fronto-parallel textured wall."""
     f, baseline, distance = 64.0, 0.25, 2.0  # disparity 8 px
     camera = CameraModel(96, 32, f, f, 47.5, 15.5)
@@ -124,7 +125,7 @@ def test_stereo_disparity_is_f_b_over_z(device):
         scene,
         [camera, camera],
         [T_left, T_left @ stereo_right_offset(baseline)],
-        device,
+        tracer,
         shading=Shading.UNLIT,
         shadow_partner=[1, -1],
     )
@@ -138,7 +139,7 @@ def test_stereo_disparity_is_f_b_over_z(device):
     np.testing.assert_allclose(images.depth[1], distance, rtol=1e-5)
 
 
-def test_stereo_occlusion_shadow(device):
+def test_stereo_occlusion_shadow(tracer):
     """A post in front of a wall: left pixels on the wall that the right camera cannot see (behind the
     post, or outside its image) are NaN."""
     baseline = 0.3
@@ -149,7 +150,7 @@ def test_stereo_occlusion_shadow(device):
     camera = CameraModel.from_fov(160, 40, 30.0)
     T_left = camera_pose_from_body(np.eye(4))
     T_right = T_left @ stereo_right_offset(baseline)
-    images = render(scene, [camera, camera], [T_left, T_right], device, shadow_partner=[1, -1])
+    images = render(scene, [camera, camera], [T_left, T_right], tracer, shadow_partner=[1, -1])
     depth = images.depth[0]
     # Analytic shadow: wall point P (from the left ray) is hidden from the right camera at
     # (0, -B, 0) if the segment crosses the post's front face x = 2.9 within |y| <= 0.2.
@@ -179,7 +180,7 @@ def test_stereo_occlusion_shadow(device):
     np.testing.assert_allclose(in_shadow, lit, atol=3.0)  # intensity is still rendered in the shadow
 
 
-def test_distortion_matches_cv2_project_points(device):
+def test_distortion_matches_cv2_project_points(tracer):
     """Each pixel's ray, from OpenCV (cv2.undistortPoints of the pixel centre), meets the plane x = 4
     at a distance found in closed form; the rendered range must be that distance. Nothing of the
     camera model's own ray table is used."""
@@ -187,7 +188,7 @@ def test_distortion_matches_cv2_project_points(device):
     camera = CameraModel.from_fov(80, 60, 75.0, distortion=tuple(distortion))
     scene = scene_of((quad([[4, 20, -20], [4, -20, -20], [4, -20, 20], [4, 20, 20]]), 1))
     T_WC = camera_pose_from_body(transform([0.0, 0.0, 0.0], quat_from_euler(0.1, -0.05, 0.08)))
-    images = render(scene, [camera], [T_WC], device)
+    images = render(scene, [camera], [T_WC], tracer)
     u, v = np.meshgrid(np.arange(80, dtype=np.float64), np.arange(60, dtype=np.float64))
     pixels = np.stack([u, v], axis=-1).reshape(-1, 1, 2)
     normalised = cv2.undistortPoints(
@@ -199,17 +200,17 @@ def test_distortion_matches_cv2_project_points(device):
     expected = (4.0 - T_WC[0, 3]) / rays_W[:, 0]  # where each ray meets x = 4
     np.testing.assert_allclose(images.range[0].reshape(-1), expected, rtol=2e-5)
     # and the image is really distorted: the corner pixel's range differs from a pinhole camera's
-    pinhole = render(scene, [CameraModel.from_fov(80, 60, 75.0)], [T_WC], device)
+    pinhole = render(scene, [CameraModel.from_fov(80, 60, 75.0)], [T_WC], tracer)
     assert abs(pinhole.range[0][0, 0] - images.range[0][0, 0]) > 0.05
 
 
-def test_rep118_min_and_max_depth(device):
+def test_rep118_min_and_max_depth(tracer):
     wall = quad([[2, 5, -5], [2, -5, -5], [2, -5, 5], [2, 5, 5]])
     scene = scene_of((wall, 1), (ground_plane(z=-3.0), 2))  # the ground is met beyond the wall
     camera = CameraModel.from_fov(16, 12, 60.0, min_depth=2.5, max_depth=50.0)
     far = CameraModel.from_fov(16, 12, 60.0, min_depth=0.1, max_depth=1.5)
     T = camera_pose_from_body(np.eye(4))
-    images = render(scene, [camera, far], [T, T], device)
+    images = render(scene, [camera, far], [T, T], tracer)
     assert np.all(np.isneginf(images.depth[0])) and np.all(np.isneginf(images.range[0]))  # wall at 2 m < 2.5
     assert np.all(images.segmentation[0] == 1)  # too close is still seen
     assert np.all(np.isposinf(images.depth[1])) and np.all(images.face[1] == -1)  # nothing within 1.5 m
@@ -236,15 +237,15 @@ def test_bad_inputs_are_refused(device):
         CameraModel.from_fov(64, 48, 120.0, distortion=(-2.0, 0.0, 0.0, 0.0, 0.0)).ray_directions()
 
 
-def test_one_launch_renders_many_cameras_consistently(device):
+def test_one_launch_renders_many_cameras_consistently(tracer):
     """Rendering cameras together equals rendering each alone (batching changes nothing)."""
     sphere = trimesh.creation.icosphere(subdivisions=3, radius=1.0)
     sphere.apply_translation([4.0, 1.0, 0.5])
     scene = scene_of((ground_plane(z=-1.0), 1), (sphere, 2))
     camera = CameraModel.from_fov(32, 24, 60.0)
     poses = [camera_pose_from_body(transform([0, y, 0], [1, 0, 0, 0])) for y in (0.0, 0.5, 1.0)]
-    together = render(scene, [camera] * 3, poses, device)
+    together = render(scene, [camera] * 3, poses, tracer)
     for i, T in enumerate(poses):
-        alone = render(scene, [camera], [T], device)
+        alone = render(scene, [camera], [T], tracer)
         np.testing.assert_array_equal(together.depth[i], alone.depth[0])
         np.testing.assert_array_equal(together.rgb[i], alone.rgb[0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from goggles.cli.common import add_camera_args
+from goggles.errors import ConfigError
 
 
 def add_parser(commands) -> None:
@@ -10,14 +11,28 @@ def add_parser(commands) -> None:
     benches = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
     bench_render = benches.add_parser(
         "render",
-        help="primary rays per second of goggles vs Embree on the same scene, rays and threads",
-        description="Render the same views with goggles and trace the same rays with Embree (embreex) on "
-        "the same number of threads; the last line is 'rays_per_s=<goggles> embree_rays_per_s=<embree> "
-        "ratio=<goggles/embree>'.",
+        help="primary rays per second of goggles' backends vs bare Embree on the same scene, rays and threads",
+        description="Render the same views with each backend (every output, then depth only) and trace the same "
+        "rays with bare Embree (closest hits only, embreex) on the same number of threads. One line per render: "
+        "'backend=<b> outputs=<all|depth> rays_per_s=<r> ratio=<r/embree>'; the last line is "
+        "'embree_rays_per_s=<embree>'.",
     )
     add_camera_args(bench_render, 640, 480)
     bench_render.add_argument("--views", type=int, default=8, help="views around the scene's viewpoint")
-    bench_render.add_argument("--seconds", type=float, default=2.0, help="minimum timing per side, s")
+    bench_render.add_argument("--seconds", type=float, default=2.0, help="minimum timing per render, s")
+    bench_render.add_argument(
+        "--terrain",
+        type=int,
+        default=None,
+        metavar="TRIANGLES",
+        help="render a generated fractal terrain of about this many triangles instead of --scene",
+    )
+    bench_render.add_argument(
+        "--backend",
+        choices=["warp", "embree", "both"],
+        default="both",
+        help="which goggles backends to time (default both; Embree is left out on CUDA)",
+    )
     bench_render.set_defaults(run=cmd_bench_render)
 
     bench_dynamics = benches.add_parser(
@@ -51,25 +66,32 @@ def cmd_bench_render(args) -> int:
     from goggles.bench import bench_render
     from goggles.paths import default_scene
 
+    if args.terrain is not None:
+        from goggles.scene.terrain import terrain_scene
+
+        if args.terrain < 2:
+            raise ConfigError(f"--terrain {args.terrain}: give a number of triangles, at least 2")
+        scene = terrain_scene(args.terrain)
+    else:
+        scene = args.scene or default_scene()
     result = bench_render(
-        args.scene or default_scene(),
+        scene,
         width=args.width,
         height=args.height,
         vfov_deg=args.vfov,
         views=args.views,
         threads=args.threads,
         device=args.device,
+        backends=("warp", "embree") if args.backend == "both" else (args.backend,),
         seconds=args.seconds,
     )
     print(
         f"scene: {result.triangles} triangles, {result.views} views of {result.width}x{result.height}, "
         f"device {result.device}, {result.threads} threads"
     )
-    print(f"goggles (Warp, full render): {result.rays_per_s / 1e6:.2f} Mrays/s")
-    print(f"Embree (closest hit only):   {result.embree_rays_per_s / 1e6:.2f} Mrays/s")
-    print(
-        f"rays_per_s={result.rays_per_s:.0f} embree_rays_per_s={result.embree_rays_per_s:.0f} ratio={result.ratio:.3f}"
-    )
+    for (backend, outputs), rate in result.rays_per_s.items():
+        print(f"backend={backend} outputs={outputs} rays_per_s={rate:.0f} ratio={result.ratio(backend, outputs):.3f}")
+    print(f"embree_rays_per_s={result.embree_rays_per_s:.0f}")
     return 0
 
 

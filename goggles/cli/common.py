@@ -57,6 +57,16 @@ def add_camera_args(parser: argparse.ArgumentParser, width: int, height: int) ->
     parser.add_argument("--threads", type=int, default=None, help="CPU threads per render (default: all cores)")
 
 
+def add_backend_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=["auto", "warp", "embree"],
+        default="auto",
+        help="primary-ray tracer: warp (Warp's BVH, CPU or CUDA), embree (Intel Embree, CPU, 2-3x faster there), "
+        "auto (default: embree on the CPU when embreex is installed, else warp)",
+    )
+
+
 def camera_model(args):
     from goggles.render import CameraModel
 

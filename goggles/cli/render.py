@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goggles.cli.common import add_camera_args, camera_model, floats
+from goggles.cli.common import add_backend_arg, add_camera_args, camera_model, floats
 from goggles.errors import ConfigError
 
 
@@ -18,6 +18,7 @@ def add_parser(commands) -> None:
         "the same files prefixed right_ for the right camera.",
     )
     add_camera_args(render, 640, 480)
+    add_backend_arg(render)
     render.add_argument(
         "--pose",
         default=None,
@@ -98,6 +99,7 @@ def cmd_render(args) -> int:
             shadow_partner=partner,
             threads=args.threads,
             shading=Shading[args.shading.upper()],
+            backend=args.backend,
         )
         renderer.render(np.stack(T_WC))
         images = renderer.images()

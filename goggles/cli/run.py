@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import positive_float, stop_on_signals
+from goggles.cli.common import add_backend_arg, positive_float, stop_on_signals
 from goggles.errors import ConfigError
 
 
@@ -33,6 +33,7 @@ def add_parser(commands) -> None:
     run.add_argument("--lcm-url", default=None, help="LCM URL (e.g. memq:// or udpm://...?ttl=0)")
     run.add_argument("--no-lcm", action="store_true", help="publish on ZeroMQ only")
     run.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
+    add_backend_arg(run)
     run.add_argument(
         "--expose",
         default=None,
@@ -130,6 +131,7 @@ def cmd_run(args) -> int:
     engine = Engine(
         config,
         device=args.device,
+        backend=args.backend,
         status=lambda line: print(line, file=sys.stderr, flush=True),
         recorder=recorder,
         sinks=sinks,

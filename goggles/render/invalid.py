@@ -15,17 +15,25 @@ wp.set_module_options({"enable_backward": False})
 @wp.kernel
 def write_invalid_kernel(
     status: wp.array3d(dtype=wp.int8),
+    row_stride: int,
+    row_offset: int,
+    span: int,
     out_depth: wp.array3d(dtype=float),
     out_range: wp.array3d(dtype=float),
+    write_range: bool,
 ):
-    c, y, x = wp.tid()
-    code = int(status[c, y, x])
-    if code == STATUS_HIT:
-        return
-    value = wp.nan
-    if code == STATUS_NO_HIT:
-        value = wp.inf
-    elif code == STATUS_TOO_CLOSE:
-        value = -wp.inf
-    out_depth[c, y, x] = value
-    out_range[c, y, x] = value
+    """REP 118 values where the status says so; rows as in ``kernels.render_cameras_kernel``."""
+    c, k, block = wp.tid()
+    y = row_offset + k * row_stride
+    for column in range(span):
+        x = block * span + column
+        code = int(status[c, y, x])
+        if code != STATUS_HIT:
+            value = wp.nan
+            if code == STATUS_NO_HIT:
+                value = wp.inf
+            elif code == STATUS_TOO_CLOSE:
+                value = -wp.inf
+            out_depth[c, y, x] = value
+            if write_range:
+                out_range[c, y, x] = value

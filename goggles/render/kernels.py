@@ -11,7 +11,7 @@ import warp as wp
 from goggles.render.projection import distortion5, inside_image, project_point
 from goggles.render.shading import SHADING_NONE, Lighting, albedo, shade
 from goggles.world.appearance import SceneData
-from goggles.world.queries import ActorData, closest_hit
+from goggles.world.queries import ActorData, Hit, closer_actor_hit, closest_hit
 
 _DEFAULT_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
 wp.set_module_options(
@@ -74,16 +74,64 @@ class ImageBuffers:
     face: wp.array3d(dtype=wp.int32)
 
 
+@wp.struct
+class OutputFlags:
+    """Which optional outputs a render writes (status and depth always; rgb when shading is not NONE)."""
+
+    range: bool
+    segmentation: bool
+    normal: bool
+    face: bool
+
+
+@wp.struct
+class TracedRows:
+    """Closest static-scene hits of rows of one camera, found by another tracer (Embree).
+
+    ``t`` is (n, H, W), the whole batch: ``make_rays_kernel`` writes each ray's reach there and the
+    tracer lowers it to the hit distance. The others are (rows, W), the tracer's own arrays, or one
+    placeholder element when ``has_face`` is False (only depth was asked for: the tracer then reports
+    distances only, and a ray hit something where its distance fell below its reach).
+    """
+
+    used: bool
+    """False: Warp traces the static scene in the render kernel, and nothing here is read."""
+    t: wp.array3d(dtype=float)
+    has_face: bool
+    face: wp.array2d(dtype=wp.int32)
+    """Index of the static triangle hit, -1 where nothing was hit."""
+    u: wp.array2d(dtype=float)
+    """Embree's barycentrics: the hit point is (1 - u - v) p0 + u p1 + v p2."""
+    v: wp.array2d(dtype=float)
+    normal_W: wp.array2d(dtype=wp.vec3)
+    """Geometric normal (not unit, any side)."""
+
+
 @wp.func
 def to_byte(value: float) -> wp.uint8:
     return wp.uint8(wp.clamp(value * 255.0 + 0.5, 0.0, 255.0))
 
 
 @wp.func
-def write_rgb(out: ImageBuffers, c: int, y: int, x: int, colour: wp.vec3):
-    out.rgb[c, y, x, 0] = to_byte(colour[0])
-    out.rgb[c, y, x, 1] = to_byte(colour[1])
-    out.rgb[c, y, x, 2] = to_byte(colour[2])
+def traced_hit(traced: TracedRows, c: int, y: int, k: int, x: int, reach: float) -> Hit:
+    """The static hit another tracer found for pixel (y, x), row k of its chunk."""
+    hit = Hit()
+    hit.t = traced.t[c, y, x]
+    hit.face = -1
+    if traced.has_face:
+        hit.face = traced.face[k, x]
+        hit.result = hit.face >= 0
+        if hit.result:
+            u = traced.u[k, x]
+            v = traced.v[k, x]
+            hit.u = 1.0 - u - v  # to Warp's order: u p0 + v p1 + (1 - u - v) p2
+            hit.v = u
+            hit.normal_W = traced.normal_W[k, x]
+    else:
+        hit.result = hit.t < reach
+    if not hit.result:
+        hit.t = reach
+    return hit
 
 
 @wp.kernel
@@ -92,75 +140,134 @@ def render_cameras_kernel(
     actors: ActorData,
     cameras: CameraBatch,
     light: Lighting,
+    wanted: OutputFlags,
+    traced: TracedRows,
+    first_camera: int,
     row_stride: int,
     row_offset: int,
+    span: int,
     out: ImageBuffers,
 ):
-    """Trace one pixel; rows ``row_offset + k * row_stride`` so CPU threads can share an image."""
-    c, k, x = wp.tid()
+    """Every output of ``span`` pixels of camera ``first_camera + i``, row ``row_offset + k * row_stride``.
+
+    The closest static hit comes from Warp's BVH here, or from another tracer (``traced.used``:
+    Embree, one chunk of rows of one camera per launch); actors are always found here, and every
+    output is written by the code below whoever traced. On the CPU a thread takes a whole row
+    (``span`` = width): Warp copies the struct arguments into every thread, which would cost more
+    per pixel than writing a depth image. On CUDA ``span`` is 1.
+    """
+    i, k, block = wp.tid()
+    c = first_camera + i
     y = row_offset + k * row_stride
-    ray_C = cameras.rays_C[c, y, x]
-    origin = cameras.p_WC[c]
-    direction = cameras.R_WC[c] * ray_C
-    query = closest_hit(scene.mesh, actors, origin, direction, cameras.max_depth[c] / ray_C[2])
-    if not query.result:
-        out.status[c, y, x] = wp.int8(STATUS_NO_HIT)
-        out.segmentation[c, y, x] = SEGMENT_NONE
-        out.face[c, y, x] = FACE_NONE
-        out.normal_W[c, y, x] = wp.vec3(0.0)
-        write_rgb(out, c, y, x, light.background)
-        return
+    for column in range(span):
+        x = block * span + column
+        ray_C = cameras.rays_C[c, y, x]
+        direction = cameras.R_WC[c] * ray_C
+        reach = cameras.max_depth[c] / ray_C[2]
+        if traced.used:
+            hit = traced_hit(traced, c, y, k, x, reach)
+            if actors.count > 0:
+                hit = closer_actor_hit(actors, cameras.p_WC[c], direction, hit)
+        else:
+            hit = closest_hit(scene.mesh, actors, cameras.p_WC[c], direction, reach)
 
-    normal = wp.normalize(query.normal_W)
-    if wp.dot(normal, direction) > 0.0:
-        normal = -normal
-    depth = query.t * ray_C[2]
-    status = STATUS_HIT
-    if depth < cameras.min_depth[c]:
-        status = STATUS_TOO_CLOSE
-    out.status[c, y, x] = wp.int8(status)
-    out.depth[c, y, x] = depth
-    out.range[c, y, x] = query.t
-    out.segmentation[c, y, x] = scene.face_segment[query.face]
-    out.face[c, y, x] = query.face
-    out.normal_W[c, y, x] = normal
-    if light.shading != SHADING_NONE:
-        write_rgb(out, c, y, x, shade(light, albedo(scene, query.face, query.u, query.v), normal))
+        if not hit.result:
+            out.status[c, y, x] = wp.int8(STATUS_NO_HIT)
+            if wanted.segmentation:
+                out.segmentation[c, y, x] = SEGMENT_NONE
+            if wanted.face:
+                out.face[c, y, x] = FACE_NONE
+            if wanted.normal:
+                out.normal_W[c, y, x] = wp.vec3(0.0)
+            if light.shading != SHADING_NONE:
+                out.rgb[c, y, x, 0] = to_byte(light.background[0])
+                out.rgb[c, y, x, 1] = to_byte(light.background[1])
+                out.rgb[c, y, x, 2] = to_byte(light.background[2])
+            continue
 
-
-@wp.func
-def partner_depth(out: ImageBuffers, partner: int, x: int, y: int) -> float:
-    """The partner's depth at a pixel; a pixel that hit nothing sees infinitely far."""
-    if int(out.status[partner, y, x]) == STATUS_NO_HIT:
-        return 1.0e30
-    return out.depth[partner, y, x]
+        depth = hit.t * ray_C[2]
+        status = STATUS_HIT
+        if depth < cameras.min_depth[c]:
+            status = STATUS_TOO_CLOSE
+        out.status[c, y, x] = wp.int8(status)
+        out.depth[c, y, x] = depth
+        if wanted.range:
+            out.range[c, y, x] = hit.t
+        if wanted.segmentation:
+            out.segmentation[c, y, x] = scene.face_segment[hit.face]
+        if wanted.face:
+            out.face[c, y, x] = hit.face
+        if wanted.normal or light.shading != SHADING_NONE:
+            normal = wp.normalize(hit.normal_W)
+            if wp.dot(normal, direction) > 0.0:
+                normal = -normal
+            if wanted.normal:
+                out.normal_W[c, y, x] = normal
+            if light.shading != SHADING_NONE:
+                colour = shade(light, albedo(scene, hit.face, hit.u, hit.v), normal)
+                out.rgb[c, y, x, 0] = to_byte(colour[0])
+                out.rgb[c, y, x, 1] = to_byte(colour[1])
+                out.rgb[c, y, x, 2] = to_byte(colour[2])
 
 
 @wp.kernel
-def mark_stereo_shadow_kernel(cameras: CameraBatch, row_stride: int, row_offset: int, out: ImageBuffers):
+def make_rays_kernel(
+    cameras: CameraBatch, c: int, first_row: int, direction: wp.array3d(dtype=wp.vec3), reach: wp.array3d(dtype=float)
+):
+    """World-frame ray directions and reaches of rows ``first_row + k`` of camera ``c``, for another
+    tracer on the CPU (computed as ``render_cameras_kernel`` computes them); a thread per row."""
+    k = wp.tid()
+    y = first_row + k
+    R = cameras.R_WC[c]
+    max_depth = cameras.max_depth[c]
+    for x in range(direction.shape[2]):
+        ray_C = cameras.rays_C[c, y, x]
+        direction[c, y, x] = R * ray_C
+        reach[c, y, x] = max_depth / ray_C[2]
+
+
+@wp.func
+def partner_depth(status: wp.array3d(dtype=wp.int8), depth: wp.array3d(dtype=float), partner: int, x: int, y: int):
+    """The partner's depth at a pixel; a pixel that hit nothing sees infinitely far."""
+    if int(status[partner, y, x]) == STATUS_NO_HIT:
+        return 1.0e30
+    return depth[partner, y, x]
+
+
+@wp.kernel
+def mark_stereo_shadow_kernel(cameras: CameraBatch, row_stride: int, row_offset: int, span: int, out: ImageBuffers):
     """Invalidate a camera's pixel when its partner cannot see the point: it projects outside the
-    partner's image or behind it, or the partner sees something closer there (occlusion shadow)."""
-    c, k, x = wp.tid()
+    partner's image or behind it, or the partner sees something closer there (occlusion shadow).
+    ``span`` pixels of a row per thread, as in ``render_cameras_kernel``."""
+    c, k, block = wp.tid()
     y = row_offset + k * row_stride
     partner = cameras.partner[c]
-    if partner < 0 or int(out.status[c, y, x]) != STATUS_HIT:
+    if partner < 0:
         return
-    p_W = cameras.p_WC[c] + (cameras.R_WC[c] * cameras.rays_C[c, y, x]) * out.range[c, y, x]
-    p_P = wp.transpose(cameras.R_WC[partner]) * (p_W - cameras.p_WC[partner])
-    width = out.status.shape[2]
-    height = out.status.shape[1]
-    visible = False
-    if p_P[2] > 0.0:
-        uv = project_point(p_P, cameras.intrinsics[partner], cameras.distortion[partner])
-        if inside_image(uv, width, height):
-            u0 = wp.max(int(wp.floor(uv[0])), 0)
-            v0 = wp.max(int(wp.floor(uv[1])), 0)
-            u1 = wp.min(u0 + 1, width - 1)
-            v1 = wp.min(v0 + 1, height - 1)
-            farthest = wp.max(
-                wp.max(partner_depth(out, partner, u0, v0), partner_depth(out, partner, u1, v0)),
-                wp.max(partner_depth(out, partner, u0, v1), partner_depth(out, partner, u1, v1)),
-            )
-            visible = farthest >= p_P[2] * (1.0 - SHADOW_TOLERANCE) - SHADOW_TOLERANCE_M
-    if not visible:
-        out.status[c, y, x] = wp.int8(STATUS_SHADOW)
+    status = out.status
+    depth = out.depth
+    width = status.shape[2]
+    height = status.shape[1]
+    for column in range(span):
+        x = block * span + column
+        if int(status[c, y, x]) != STATUS_HIT:
+            continue
+        ray_C = cameras.rays_C[c, y, x]
+        p_W = cameras.p_WC[c] + cameras.R_WC[c] * (ray_C * (depth[c, y, x] / ray_C[2]))
+        p_P = wp.transpose(cameras.R_WC[partner]) * (p_W - cameras.p_WC[partner])
+        visible = False
+        if p_P[2] > 0.0:
+            uv = project_point(p_P, cameras.intrinsics[partner], cameras.distortion[partner])
+            if inside_image(uv, width, height):
+                u0 = wp.max(int(wp.floor(uv[0])), 0)
+                v0 = wp.max(int(wp.floor(uv[1])), 0)
+                u1 = wp.min(u0 + 1, width - 1)
+                v1 = wp.min(v0 + 1, height - 1)
+                d00 = partner_depth(status, depth, partner, u0, v0)
+                d10 = partner_depth(status, depth, partner, u1, v0)
+                d01 = partner_depth(status, depth, partner, u0, v1)
+                d11 = partner_depth(status, depth, partner, u1, v1)
+                farthest = wp.max(wp.max(d00, d10), wp.max(d01, d11))
+                visible = farthest >= p_P[2] * (1.0 - SHADOW_TOLERANCE) - SHADOW_TOLERANCE_M
+        if not visible:
+            status[c, y, x] = wp.int8(STATUS_SHADOW)

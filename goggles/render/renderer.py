@@ -1,15 +1,24 @@
-"""Renderer: a batch of cameras traced in one launch through the world (``goggles.world.DeviceScene``).
+"""Renderer: a batch of cameras traced through the world (``goggles.world.DeviceScene``).
 
-On CUDA one launch covers every pixel of every camera. On the CPU a Warp launch runs on one thread
-but releases the GIL, so the image rows are interleaved across a pool of threads (row k goes to
-thread k mod T, which balances sky rows against ground rows) and each thread launches its share.
+Two primary-ray backends, one set of output kernels:
+
+* ``warp``: Warp's BVH traversal in the render kernel. On CUDA one launch covers every pixel of
+  every camera. On the CPU a Warp launch runs on one thread but releases the GIL, so image rows are
+  interleaved across a pool of threads (row k to thread k mod T, balancing sky rows against ground).
+* ``embree`` (CPU): the rows are cut into chunks that a pool of threads takes in turn; per chunk a
+  Warp kernel writes the world-frame rays, Embree finds their closest static hits (SIMD traversal,
+  2-3x Warp's per thread), and ``shade_traced_kernel`` adds the actors and writes every output with
+  the same ``write_pixel`` as the Warp kernel.
+
+``auto`` is Embree on the CPU when embreex is installed, Warp otherwise. Outputs that nobody asked
+for (``outputs=``) are neither allocated nor written.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -25,9 +34,15 @@ from goggles.world import DeviceScene
 log = logging.getLogger(__name__)
 
 
+#: Every output a render can write; ``depth`` and ``status`` are always written.
+OUTPUTS = ("depth", "range", "rgb", "segmentation", "normal_W", "face", "status")
+BACKENDS = ("auto", "warp", "embree")
+
+
 @dataclass
 class Images:
-    """Host copies of one render, every array indexed [camera, row, column].
+    """Host copies of one render, every array indexed [camera, row, column]; None for an output the
+    renderer was not asked for.
 
     depth and range follow REP 118: +inf nothing within max_depth, -inf closer than min_depth,
     NaN invalid (stereo shadow: the surface is hidden from the partner camera).
@@ -35,18 +50,37 @@ class Images:
 
     depth: np.ndarray
     """(n, H, W) float32 z-depth along the optical axis, metres."""
-    range: np.ndarray
+    range: np.ndarray | None
     """(n, H, W) float32 Euclidean distance from the camera centre, metres."""
-    rgb: np.ndarray
+    rgb: np.ndarray | None
     """(n, H, W, 3) uint8 shaded colour."""
-    segmentation: np.ndarray
+    segmentation: np.ndarray | None
     """(n, H, W) int32 class id, 0 where nothing was hit."""
-    normal_W: np.ndarray
+    normal_W: np.ndarray | None
     """(n, H, W, 3) float32 unit surface normal facing the camera, world frame; zero where nothing was hit."""
-    face: np.ndarray
-    """(n, H, W) int32 index of the static triangle hit, -1 where nothing was hit."""
+    face: np.ndarray | None
+    """(n, H, W) int32 index of the triangle hit (static faces first, then actor shapes'), -1 where nothing was hit."""
     status: np.ndarray
     """(n, H, W) int8 pixel status: a ``kernels.STATUS_*`` code."""
+
+
+def choose_backend(backend: str, device) -> str:
+    """The primary-ray backend that runs: ``warp`` or ``embree`` (``auto``: Embree on the CPU when installed).
+
+    Raises:
+        ConfigError: an unknown name, Embree asked for on CUDA, or Embree asked for but not installed.
+    """
+    from goggles.render.embree import embree_available
+
+    if backend not in BACKENDS:
+        raise ConfigError(f"render backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if backend == "auto":
+        return "embree" if device.is_cpu and embree_available() else "warp"
+    if backend == "embree" and device.is_cuda:
+        raise ConfigError(f"the embree backend traces on the CPU, not on {device}: use --backend warp or auto")
+    if backend == "embree" and not embree_available():
+        raise ConfigError("--backend embree needs embreex: pip install embreex (x86-64 Linux or Windows)")
+    return backend
 
 
 class Renderer:
@@ -59,6 +93,8 @@ class Renderer:
             camera's depth of it to be valid (a stereo rig's left camera names the right one), or -1.
         threads: CPU threads sharing a render; default all cores ($GOGGLES_RENDER_THREADS caps it).
             Ignored on CUDA.
+        outputs: the outputs to write, from ``OUTPUTS`` (default all); depth and status are always written.
+        backend: primary-ray tracer, one of ``BACKENDS``.
         shading: lighting of the intensity image.
         sun_W: direction towards the sun, world frame (normalised here).
         ambient: fraction of light that does not depend on the sun, [0, 1].
@@ -76,6 +112,8 @@ class Renderer:
         sun_W: Sequence[float] = (0.35, 0.25, 0.9),
         ambient: float = 0.5,
         background_rgb: Sequence[float] = (0.62, 0.75, 0.90),
+        outputs: Collection[str] = OUTPUTS,
+        backend: str = "auto",
     ):
         if not cameras:
             raise ConfigError("a renderer needs at least one camera")
@@ -86,6 +124,10 @@ class Renderer:
         partner = np.full(n, -1, np.int32) if shadow_partner is None else np.asarray(shadow_partner, np.int32)
         if partner.shape != (n,) or np.any((partner < -1) | (partner >= n)) or np.any(partner == np.arange(n)):
             raise ConfigError(f"shadow_partner {partner.tolist()} must give, per camera, another camera index or -1")
+        unknown = sorted(set(outputs) - set(OUTPUTS))
+        if unknown:
+            raise ConfigError(f"unknown render outputs {unknown}; choose from {', '.join(OUTPUTS)}")
+        self.backend = choose_backend(backend, scene.device)
         _check_memory(scene.device, n * width * height, f"{n} camera(s) of {width}x{height}")
         self.scene = scene
         self.cameras = tuple(cameras)
@@ -108,27 +150,56 @@ class Renderer:
         batch.max_depth = wp.array([c.max_depth for c in cameras], dtype=float, device=d)
         self._cameras = batch
 
+        self.outputs = frozenset({"depth", "status", *outputs} - ({"rgb"} if shading == Shading.NONE else set()))
         light = Lighting()
-        light.shading = int(shading)
+        light.shading = int(shading if "rgb" in self.outputs else Shading.NONE)
         sun = np.asarray(sun_W, np.float64)
         light.sun_W = wp.vec3(*(sun / np.linalg.norm(sun)))
         light.ambient = float(ambient)
         light.background = wp.vec3(*background_rgb)
         self._light = light
 
+        wanted = kernels.OutputFlags()
+        wanted.range, wanted.segmentation = "range" in self.outputs, "segmentation" in self.outputs
+        wanted.normal, wanted.face = "normal_W" in self.outputs, "face" in self.outputs
+        self._wanted = wanted
+
+        def buffer(name: str, dtype, channels: tuple = ()) -> wp.array:
+            """An output's buffer; one placeholder element for an output that is never written."""
+            return wp.zeros((n, height, width, *channels) if name in self.outputs else (1, 1, 1, *channels), dtype, d)
+
         out = kernels.ImageBuffers()
-        shape = (n, height, width)
-        out.status = wp.zeros(shape, dtype=wp.int8, device=d)
-        out.depth = wp.zeros(shape, dtype=float, device=d)
-        out.range = wp.zeros(shape, dtype=float, device=d)
-        out.rgb = wp.zeros((*shape, 3), dtype=wp.uint8, device=d)
-        out.segmentation = wp.zeros(shape, dtype=wp.int32, device=d)
-        out.normal_W = wp.zeros(shape, dtype=wp.vec3, device=d)
-        out.face = wp.zeros(shape, dtype=wp.int32, device=d)
+        out.status = buffer("status", wp.int8)
+        out.depth = buffer("depth", float)
+        out.range = buffer("range", float)
+        out.rgb = buffer("rgb", wp.uint8, (3,))
+        out.segmentation = buffer("segmentation", wp.int32)
+        out.normal_W = buffer("normal_W", wp.vec3)
+        out.face = buffer("face", wp.int32)
         self.buffers = out
+        self._chunks: list[tuple[int, int, int]] = []
+        self._untraced = _untraced(d)
+        if self.backend == "embree":
+            self._prepare_embree()
         # Compile/load before any worker thread launches, so threads never race on a module load.
         wp.load_module(kernels, device=d)
         wp.load_module(invalid, device=d)
+
+    def _prepare_embree(self) -> None:
+        """The Embree scene, the ray buffers (Warp arrays with numpy views of the same memory), and the
+        chunks of rows the threads take in turn: a few per thread, of at least 4096 pixels."""
+        from goggles.render.embree import tracer_for
+
+        self._embree = tracer_for(self.scene)
+        n, h, w, d = self.num_cameras, self.height, self.width, self.device
+        self._directions = wp.zeros((n, h, w), dtype=wp.vec3, device=d)
+        self._reach = wp.zeros((n, h, w), dtype=float, device=d)
+        self._direction_view, self._reach_view = self._directions.numpy(), self._reach.numpy()
+        self._origins = np.zeros((n, 3), np.float32)
+        # Faces are needed for every output but depth (and the stereo shadow, which reads depth).
+        self._need_faces = bool(self.outputs & {"rgb", "segmentation", "normal_W", "face"})
+        rows = min(h, max(-(-4096 // w), -(-n * h // (self.threads * 4))))
+        self._chunks = [(c, y, min(h, y + rows)) for c in range(n) for y in range(0, h, rows)]
 
     @property
     def num_cameras(self) -> int:
@@ -151,55 +222,105 @@ class Renderer:
             raise ConfigError("camera poses must have orthonormal rotations")
         self._cameras.R_WC.assign(R.astype(np.float32))
         self._cameras.p_WC.assign(T_WC[:, :3, 3].astype(np.float32))
+        if self.backend == "embree":
+            self._origins[:] = T_WC[:, :3, 3]
 
-        self._launch_all(
-            kernels.render_cameras_kernel, [self.scene.data, self.scene.actors, self._cameras, self._light]
-        )
-        if self._has_partners:
-            self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras])
-        wp.launch(
-            invalid.write_invalid_kernel,
-            dim=(self.num_cameras, self.height, self.width),
-            inputs=[self.buffers.status],
-            outputs=[self.buffers.depth, self.buffers.range],
-            device=self.device,
-        )
-
-    def _launch_all(self, kernel, inputs: list) -> None:
-        """Launch ``kernel`` over every pixel: once on CUDA, once per thread on interleaved rows on the CPU."""
-        if self._pool is None:
-            self._launch(kernel, inputs, 1, 0)
+        if self.backend == "embree":
+            self._pool_map(self._trace_rows, self._chunks)
         else:
-            list(self._pool.map(lambda k: self._launch(kernel, inputs, self.threads, k), range(self.threads)))
+            scene = self.scene
+            inputs = [scene.data, scene.actors, self._cameras, self._light, self._wanted, self._untraced, 0]
+            self._launch_all(kernels.render_cameras_kernel, inputs, [self.buffers])
+        if self._has_partners:
+            self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras], [self.buffers])
+        b = self.buffers
+        self._launch_all(invalid.write_invalid_kernel, [b.status], [b.depth, b.range, self._wanted.range])
 
-    def _launch(self, kernel, inputs: list, stride: int, offset: int) -> None:
-        rows = (self.height - offset + stride - 1) // stride
+    def _trace_rows(self, chunk: tuple[int, int, int]) -> None:
+        """Embree backend: rows [first, end) of camera c, from rays to every output."""
+        c, first, end = chunk
+        dim = (end - first, self.width)
+        d = self.device
+        rays = [self._cameras, c, first, self._directions, self._reach]
+        wp.launch(kernels.make_rays_kernel, dim=dim[0], inputs=rays, device=d)
+        origins = np.broadcast_to(self._origins[c], (dim[0] * dim[1], 3))  # one origin, no per-ray copy
+        directions = self._direction_view[c, first:end].reshape(-1, 3)
+        reach = self._reach_view[c, first:end].reshape(-1)
+        traced = kernels.TracedRows()
+        traced.used = True
+        traced.t = self._reach
+        traced.has_face = self._need_faces
+        if self._need_faces:
+            hits = self._embree.closest(origins, directions, reach)
+            traced.face = wp.array(hits["primID"].reshape(dim), dtype=wp.int32, device=d, copy=False)
+            traced.u = wp.array(hits["u"].reshape(dim), dtype=float, device=d, copy=False)
+            traced.v = wp.array(hits["v"].reshape(dim), dtype=float, device=d, copy=False)
+            traced.normal_W = wp.array(hits["Ng"].reshape(dim + (3,)), dtype=wp.vec3, device=d, copy=False)
+        else:
+            self._embree.distances(origins, directions, reach)
+            traced.face, traced.u, traced.v, traced.normal_W = (
+                self._untraced.face,
+                self._untraced.u,
+                self._untraced.v,
+                self._untraced.normal_W,
+            )
+        scene = self.scene
+        wp.launch(
+            kernels.render_cameras_kernel,
+            dim=(1, dim[0], 1),
+            inputs=[scene.data, scene.actors, self._cameras, self._light, self._wanted, traced, c, 1, first, dim[1]],
+            outputs=[self.buffers],
+            device=d,
+        )
+
+    def _pool_map(self, work, items) -> None:
+        if self._pool is None:
+            for item in items:
+                work(item)
+        else:
+            list(self._pool.map(work, items))
+
+    def _launch_all(self, kernel, inputs: list, outputs: list) -> None:
+        """Launch ``kernel`` over every pixel: once on CUDA (a thread per pixel); on the CPU once per
+        worker, each on interleaved rows (a thread per row: Warp copies the struct arguments into
+        every thread, which costs more than a pixel's work)."""
+        span = 1 if self.device.is_cuda else self.width
+        self._pool_map(lambda k: self._launch(kernel, inputs, outputs, k, span), range(self.threads))
+
+    def _launch(self, kernel, inputs: list, outputs: list, offset: int, span: int) -> None:
+        rows = (self.height - offset + self.threads - 1) // self.threads
         wp.launch(
             kernel,
-            dim=(self.num_cameras, rows, self.width),
-            inputs=[*inputs, stride, offset],
-            outputs=[self.buffers],
+            dim=(self.num_cameras, rows, self.width // span),
+            inputs=[*inputs, self.threads, offset, span],
+            outputs=outputs,
             device=self.device,
         )
 
     def images(self) -> Images:
-        """Copy the last render to the host (copies: the next render does not change them)."""
+        """Copy the last render's outputs to the host (copies: the next render does not change them)."""
         b = self.buffers
-        return Images(
-            depth=np.array(b.depth.numpy()),
-            range=np.array(b.range.numpy()),
-            rgb=np.array(b.rgb.numpy()),
-            segmentation=np.array(b.segmentation.numpy()),
-            normal_W=np.array(b.normal_W.numpy()),
-            face=np.array(b.face.numpy()),
-            status=np.array(b.status.numpy()),
-        )
+        copies = {name: np.array(getattr(b, name).numpy()) if name in self.outputs else None for name in OUTPUTS}
+        return Images(**copies)
 
     def close(self) -> None:
         """Stop the CPU worker threads."""
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+
+
+def _untraced(device) -> kernels.TracedRows:
+    """TracedRows that says "Warp traces here": placeholders of one element, never read."""
+    traced = kernels.TracedRows()
+    traced.used = False
+    traced.has_face = False
+    traced.t = wp.zeros((1, 1, 1), dtype=float, device=device)
+    traced.face = wp.zeros((1, 1), dtype=wp.int32, device=device)
+    traced.u = wp.zeros((1, 1), dtype=float, device=device)
+    traced.v = wp.zeros((1, 1), dtype=float, device=device)
+    traced.normal_W = wp.zeros((1, 1), dtype=wp.vec3, device=device)
+    return traced
 
 
 #: Bytes a rendered pixel takes at its peak: ray table, every output on the device, their host copies

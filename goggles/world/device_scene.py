@@ -42,7 +42,7 @@ class DeviceScene:
         self.name = scene.name
         self.num_faces = scene.num_faces
         self.max_actors = max_actors
-        self._static = scene
+        self.static = scene
         self.shapes: list[ActorShape] = []
         self._shape_scenes: list[StaticScene] = []
         self._shape_meshes: list[wp.Mesh] = []
@@ -90,7 +90,7 @@ class DeviceScene:
     def _upload_appearance(self) -> None:
         """(Re)build the appearance table over the static faces and every shape's faces."""
         d = self.device
-        table, first_face = stack_appearance([self._static, *self._shape_scenes])
+        table, first_face = stack_appearance([self.static, *self._shape_scenes])
         data = self.data
         textures = table.textures or [np.zeros((1, 1, 3), np.uint8)]
         key = tuple(id(t) for t in textures)

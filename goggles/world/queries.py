@@ -77,6 +77,15 @@ def closest_hit(static_mesh: wp.uint64, actors: ActorData, origin: wp.vec3, dire
         hit.u = query.u
         hit.v = query.v
         hit.normal_W = query.normal
+    if actors.count == 0:  # skips copying the actor tables into the call (costly per CPU pixel)
+        return hit
+    return closer_actor_hit(actors, origin, direction, hit)
+
+
+@wp.func
+def closer_actor_hit(actors: ActorData, origin: wp.vec3, direction: wp.vec3, hit: Hit) -> Hit:
+    """``hit`` (the static scene's answer, or a miss with ``t`` = the ray's reach), replaced by the
+    nearest actor surface in front of it. Whoever traced the static scene, actors are found here."""
     for a in range(actors.count):
         if ray_hits_box(origin, direction, actors.lower[a], actors.upper[a], hit.t):
             R = actors.R_WA[a]
