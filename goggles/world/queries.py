@@ -49,17 +49,19 @@ def safe_inverse(d: float) -> float:
 
 
 @wp.func
-def ray_hits_box(origin: wp.vec3, direction: wp.vec3, lower: wp.vec3, upper: wp.vec3, max_t: float) -> bool:
-    """Slab test: does the ray enter the box before ``max_t``?"""
-    t_near = float(0.0)  # noqa: UP018 (Warp: a variable, not a constant, so the loop can update it)
-    t_far = max_t
-    for i in range(3):
-        inverse = safe_inverse(direction[i])
-        t0 = (lower[i] - origin[i]) * inverse
-        t1 = (upper[i] - origin[i]) * inverse
-        t_near = wp.max(t_near, wp.min(t0, t1))
-        t_far = wp.min(t_far, wp.max(t0, t1))
-    return t_near <= t_far
+def inverse_direction(direction: wp.vec3) -> wp.vec3:
+    """Per-axis 1/d of a ray, once per ray for the box tests of every actor."""
+    return wp.vec3(safe_inverse(direction[0]), safe_inverse(direction[1]), safe_inverse(direction[2]))
+
+
+@wp.func
+def ray_hits_box(origin: wp.vec3, inverse: wp.vec3, lower: wp.vec3, upper: wp.vec3, max_t: float) -> bool:
+    """Slab test: does the ray (with ``inverse_direction``) enter the box before ``max_t``?"""
+    t0 = wp.cw_mul(lower - origin, inverse)
+    t1 = wp.cw_mul(upper - origin, inverse)
+    near = wp.max(wp.min(t0, t1))
+    far = wp.min(wp.max(t0, t1))
+    return wp.max(near, 0.0) <= wp.min(far, max_t)
 
 
 @wp.func
@@ -86,8 +88,9 @@ def closest_hit(static_mesh: wp.uint64, actors: ActorData, origin: wp.vec3, dire
 def closer_actor_hit(actors: ActorData, origin: wp.vec3, direction: wp.vec3, hit: Hit) -> Hit:
     """``hit`` (the static scene's answer, or a miss with ``t`` = the ray's reach), replaced by the
     nearest actor surface in front of it. Whoever traced the static scene, actors are found here."""
+    inverse = inverse_direction(direction)
     for a in range(actors.count):
-        if ray_hits_box(origin, direction, actors.lower[a], actors.upper[a], hit.t):
+        if ray_hits_box(origin, inverse, actors.lower[a], actors.upper[a], hit.t):
             R = actors.R_WA[a]
             shape = actors.shape[a]
             local = wp.mesh_query_ray(
@@ -111,8 +114,9 @@ def any_hit(static_mesh: wp.uint64, actors: ActorData, origin: wp.vec3, directio
     """Is there any surface along a unit ray within ``max_t`` metres (occlusion)?"""
     if wp.mesh_query_ray_anyhit(static_mesh, origin, direction, max_t):
         return True
+    inverse = inverse_direction(direction)
     for a in range(actors.count):
-        if ray_hits_box(origin, direction, actors.lower[a], actors.upper[a], max_t):
+        if ray_hits_box(origin, inverse, actors.lower[a], actors.upper[a], max_t):
             R = actors.R_WA[a]
             local_origin = wp.transpose(R) * (origin - actors.p_WA[a])
             if wp.mesh_query_ray_anyhit(
