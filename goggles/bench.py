@@ -193,6 +193,11 @@ class LatencyBench:
     sent: int
     width: int
     height: int
+    embree_ms: float | None
+    """Bare Embree's closest hits of the same two cameras' rays from the start pose, on the same
+    threads (the floor a CPU render cannot go under), or None without embreex."""
+    load_average: float
+    """The machine's 1-minute load average before the run (the figure means little on a busy machine)."""
 
 
 def _free_port() -> int:
@@ -208,6 +213,7 @@ def bench_latency(
 ) -> LatencyBench:
     """Run ``goggles run`` in live mode in its own process, send poses over ZeroMQ on loopback at the
     camera rate, and time each pose until both depth images rendered from it have arrived."""
+    import os
     import subprocess
     import sys
     import tempfile
@@ -215,6 +221,7 @@ def bench_latency(
     from goggles.client import Client
     from goggles.transport.buses import ZmqEndpoints
 
+    load_average = os.getloadavg()[0]
     ports = [_free_port() for _ in range(3)]
     endpoints = ZmqEndpoints(*(f"tcp://127.0.0.1:{p}" for p in ports))
     run_file = f"""
@@ -266,7 +273,35 @@ max_depth = 50.0
         sent=len(sent),
         width=width,
         height=height,
+        embree_ms=_embree_stereo_ms(width, height),
+        load_average=load_average,
     )
+
+
+def _embree_stereo_ms(width: int, height: int) -> float | None:
+    """Median time of bare Embree tracing the latency run's stereo rays (start pose, default scene)."""
+    from goggles.frames import camera_pose_from_body, transform
+    from goggles.paths import default_scene
+    from goggles.render import CameraModel, stereo_right_offset
+    from goggles.render.embree import EmbreeTracer, embree_available
+    from goggles.scene import load_static_scene
+
+    if not embree_available():
+        return None
+    tracer = EmbreeTracer(load_static_scene(default_scene()))
+    left = camera_pose_from_body(transform([-4.0, 0.0, 1.5], [1.0, 0.0, 0.0, 0.0]))
+    camera = CameraModel.from_fov(width, height, 60.0, max_depth=50.0)
+    rays_C = camera.ray_directions().reshape(-1, 3)
+    poses = (left, left @ stereo_right_offset(0.32))
+    origins = np.concatenate([np.broadcast_to(T[:3, 3], rays_C.shape) for T in poses]).astype(np.float32)
+    directions = np.concatenate([rays_C @ T[:3, :3].T for T in poses]).astype(np.float32)
+    times = []
+    for _ in range(31):
+        start = time.perf_counter()
+        tracer.trace(origins, directions)
+        times.append(time.perf_counter() - start)
+    tracer.close()
+    return float(np.median(times[1:]) * 1e3)
 
 
 def _drive(client, engine, rate: float, seconds: float):

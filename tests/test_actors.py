@@ -84,3 +84,19 @@ def test_bad_actor_placements_are_refused(world):
         scene.set_actors([0] * 5, [np.eye(4)] * 5)
     with pytest.raises(ConfigError, match="rigid"):
         scene.set_actors([0], [np.full((4, 4), np.nan)])
+
+
+def test_actors_outside_a_cameras_view_are_culled_but_edges_still_render(world):
+    """Only instances whose boxes may be seen are traced per pixel; one that barely enters the image at
+    its border still renders there (the cull is conservative)."""
+    scene, renderer = world
+    half_width = 3.5 * np.tan(np.radians(20.0))  # the image's half width at the crate's front face (40 deg)
+    edge = transform([4.0, half_width + 0.4, 0.0], [1, 0, 0, 0])  # 0.1 m of its 1 m width inside the view
+    behind = transform([-4.0, 0.0, 0.0], [1, 0, 0, 0])
+    beside = transform([4.0, 6.0, 0.0], [1, 0, 0, 0])
+    scene.set_actors([0, 0, 0], [behind, edge, beside])
+    images = look(renderer)
+    assert renderer._culling.count.numpy()[0] == 1  # behind and beside are not traced
+    left_column = images.segmentation[0][:, 0]  # +y is the image's left
+    assert (left_column == 7).sum() >= 8 and images.depth[0][16, 0] == pytest.approx(3.5, rel=1e-5)
+    assert 7 not in images.segmentation[0][:, 8:]

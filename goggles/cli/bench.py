@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from goggles.cli.common import add_camera_args
 from goggles.errors import ConfigError
 
@@ -120,5 +122,8 @@ def cmd_bench_latency(args) -> int:
         f"live mode, stereo depth {result.width}x{result.height} at {args.rate:g} Hz over ZeroMQ on loopback: "
         f"{result.frames} of {result.sent} poses came back as both images (FlightGoggles: ~23 ms)"
     )
+    if result.embree_ms is not None:
+        print(f"bare Embree tracing the same stereo rays (no depth, no transport): {result.embree_ms:.2f} ms")
+    print(f"load average before the run: {result.load_average:.2f} (on {os.cpu_count()} cores)")
     print(f"p50_ms={result.p50_ms:.2f} p99_ms={result.p99_ms:.2f} width={result.width} height={result.height}")
     return 0

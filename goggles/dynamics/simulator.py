@@ -393,6 +393,7 @@ def _empty_actors(device) -> ActorData:
     actors.shape_mesh = wp.zeros(1, dtype=wp.uint64, device=device)
     actors.shape_first_face = wp.zeros(1, dtype=wp.int32, device=device)
     for name, dtype in (
+        ("every", wp.int32),
         ("shape", wp.int32),
         ("R_WA", wp.mat33),
         ("p_WA", wp.vec3),

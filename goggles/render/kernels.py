@@ -11,7 +11,7 @@ import warp as wp
 from goggles.render.projection import distortion5, inside_image, project_point
 from goggles.render.shading import SHADING_NONE, Lighting, albedo, shade
 from goggles.world.appearance import SceneData
-from goggles.world.queries import ActorData, Hit, closer_actor_hit, closest_hit
+from goggles.world.queries import ActorData, Hit, closer_actor_hit, static_hit
 
 _DEFAULT_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
 wp.set_module_options(
@@ -85,6 +85,16 @@ class OutputFlags:
 
 
 @wp.struct
+class ActorCulling:
+    """Per camera, the actor instances whose boxes may be in its view (the rest cost nothing per pixel)."""
+
+    count: wp.array(dtype=wp.int32)
+    """(n,) how many."""
+    index: wp.array2d(dtype=wp.int32)
+    """(n, max_actors) which: indices into ``ActorData``."""
+
+
+@wp.struct
 class TracedRows:
     """Closest static-scene hits of rows of one camera, found by another tracer (Embree).
 
@@ -141,6 +151,7 @@ def render_cameras_kernel(
     cameras: CameraBatch,
     light: Lighting,
     wanted: OutputFlags,
+    culling: ActorCulling,
     traced: TracedRows,
     first_camera: int,
     row_stride: int,
@@ -151,7 +162,8 @@ def render_cameras_kernel(
     """Every output of ``span`` pixels of camera ``first_camera + i``, row ``row_offset + k * row_stride``.
 
     The closest static hit comes from Warp's BVH here, or from another tracer (``traced.used``:
-    Embree, one chunk of rows of one camera per launch); actors are always found here, and every
+    Embree, one chunk of rows of one camera per launch); the actors in the camera's view are always
+    found here (Warp BVHs, ``culling``), and every
     output is written by the code below whoever traced. On the CPU a thread takes a whole row
     (``span`` = width): Warp copies the struct arguments into every thread, which would cost more
     per pixel than writing a depth image. On CUDA ``span`` is 1.
@@ -159,6 +171,8 @@ def render_cameras_kernel(
     i, k, block = wp.tid()
     c = first_camera + i
     y = row_offset + k * row_stride
+    visible = culling.count[c]
+    candidates = culling.index[c]
     for column in range(span):
         x = block * span + column
         ray_C = cameras.rays_C[c, y, x]
@@ -166,10 +180,10 @@ def render_cameras_kernel(
         reach = cameras.max_depth[c] / ray_C[2]
         if traced.used:
             hit = traced_hit(traced, c, y, k, x, reach)
-            if actors.count > 0:
-                hit = closer_actor_hit(actors, cameras.p_WC[c], direction, hit)
         else:
-            hit = closest_hit(scene.mesh, actors, cameras.p_WC[c], direction, reach)
+            hit = static_hit(scene.mesh, cameras.p_WC[c], direction, reach)
+        if visible > 0:
+            hit = closer_actor_hit(actors, candidates, visible, cameras.p_WC[c], direction, hit)
 
         if not hit.result:
             out.status[c, y, x] = wp.int8(STATUS_NO_HIT)

@@ -149,6 +149,14 @@ class Renderer:
         batch.min_depth = wp.array([c.min_depth for c in cameras], dtype=float, device=d)
         batch.max_depth = wp.array([c.max_depth for c in cameras], dtype=float, device=d)
         self._cameras = batch
+        rays = np.stack([c.ray_directions() for c in cameras]).reshape(n, -1, 3)
+        slopes = rays[..., :2] / rays[..., 2:]  # x/z and y/z: the view's extent, distortion included
+        self._view_slopes = np.stack([slopes.min(axis=1), slopes.max(axis=1)], axis=1)  # (n, 2, 2)
+        self._max_depth = np.array([c.max_depth for c in cameras])
+        culling = kernels.ActorCulling()
+        culling.count = wp.zeros(n, dtype=wp.int32, device=d)
+        culling.index = wp.zeros((n, max(1, scene.max_actors)), dtype=wp.int32, device=d)
+        self._culling, self._culled_any = culling, False
 
         self.outputs = frozenset({"depth", "status", *outputs} - ({"rgb"} if shading == Shading.NONE else set()))
         light = Lighting()
@@ -224,17 +232,48 @@ class Renderer:
         self._cameras.p_WC.assign(T_WC[:, :3, 3].astype(np.float32))
         if self.backend == "embree":
             self._origins[:] = T_WC[:, :3, 3]
+        self._cull_actors(T_WC)
 
         if self.backend == "embree":
             self._pool_map(self._trace_rows, self._chunks)
         else:
-            scene = self.scene
-            inputs = [scene.data, scene.actors, self._cameras, self._light, self._wanted, self._untraced, 0]
-            self._launch_all(kernels.render_cameras_kernel, inputs, [self.buffers])
+            self._launch_all(kernels.render_cameras_kernel, [*self._render_inputs(self._untraced), 0], [self.buffers])
         if self._has_partners:
             self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras], [self.buffers])
         b = self.buffers
         self._launch_all(invalid.write_invalid_kernel, [b.status], [b.depth, b.range, self._wanted.range])
+
+    def _cull_actors(self, T_WC: np.ndarray) -> None:
+        """List, per camera, the actor instances whose boxes are not wholly outside its view: behind
+        it, beyond its max depth, or past one side of its frustum (conservative: a box corner test)."""
+        boxes = self.scene.actor_boxes
+        if len(boxes) == 0:
+            if self._culled_any:
+                self._culling.count.zero_()
+                self._culled_any = False
+            return
+        pick = np.array([[i, j, k] for i in (0, 1) for j in (0, 1) for k in (0, 1)])
+        corners = np.stack([boxes[:, pick[:, axis], axis] for axis in range(3)], axis=-1)  # (k, 8, 3)
+        R, p = T_WC[:, :3, :3], T_WC[:, :3, 3]
+        local = np.einsum("nji,nkcj->nkci", R, corners[None] - p[:, None, None])  # (n, k, 8, 3) camera frame
+        x, y, z = local[..., 0], local[..., 1], local[..., 2]
+        low, high = self._view_slopes[:, 0, :, None, None], self._view_slopes[:, 1, :, None, None]  # (n, 2, 1, 1)
+        outside = (
+            (z <= 0).all(-1)
+            | (z > self._max_depth[:, None, None]).all(-1)
+            | (x < low[:, 0] * z).all(-1)
+            | (x > high[:, 0] * z).all(-1)
+            | (y < low[:, 1] * z).all(-1)
+            | (y > high[:, 1] * z).all(-1)
+        )
+        index = np.zeros(self._culling.index.shape, np.int32)
+        count = np.zeros(self.num_cameras, np.int32)
+        for c, hidden in enumerate(outside):
+            visible = np.flatnonzero(~hidden)
+            index[c, : len(visible)], count[c] = visible, len(visible)
+        self._culling.index.assign(index)
+        self._culling.count.assign(count)
+        self._culled_any = True
 
     def _trace_rows(self, chunk: tuple[int, int, int]) -> None:
         """Embree backend: rows [first, end) of camera c, from rays to every output."""
@@ -264,14 +303,18 @@ class Renderer:
                 self._untraced.v,
                 self._untraced.normal_W,
             )
-        scene = self.scene
         wp.launch(
             kernels.render_cameras_kernel,
             dim=(1, dim[0], 1),
-            inputs=[scene.data, scene.actors, self._cameras, self._light, self._wanted, traced, c, 1, first, dim[1]],
+            inputs=[*self._render_inputs(traced), c, 1, first, dim[1]],
             outputs=[self.buffers],
             device=d,
         )
+
+    def _render_inputs(self, traced: kernels.TracedRows) -> list:
+        """The render kernel's arguments up to the rows it covers."""
+        scene = self.scene
+        return [scene.data, scene.actors, self._cameras, self._light, self._wanted, self._culling, traced]
 
     def _pool_map(self, work, items) -> None:
         if self._pool is None:

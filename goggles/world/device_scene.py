@@ -61,12 +61,15 @@ class DeviceScene:
         actors = ActorData()
         actors.count = 0
         capacity = max(1, max_actors)
+        actors.every = wp.array(np.arange(capacity), dtype=wp.int32, device=d)
         actors.shape = wp.zeros(capacity, dtype=wp.int32, device=d)
         actors.R_WA = wp.zeros(capacity, dtype=wp.mat33, device=d)
         actors.p_WA = wp.zeros(capacity, dtype=wp.vec3, device=d)
         actors.lower = wp.zeros(capacity, dtype=wp.vec3, device=d)
         actors.upper = wp.zeros(capacity, dtype=wp.vec3, device=d)
         self.actors = actors
+        self.actor_boxes = np.zeros((0, 2, 3))
+        """(k, 2, 3) world-frame lower and upper corners of each placed instance (host copy, for culling)."""
         self._upload_appearance()
 
     def _append_shape(self, shape: ActorShape) -> None:
@@ -170,3 +173,4 @@ class DeviceScene:
             self.actors.lower.assign(np.concatenate([world.min(axis=1), np.zeros((pad, 3))]).astype(np.float32))
             self.actors.upper.assign(np.concatenate([world.max(axis=1), np.zeros((pad, 3))]).astype(np.float32))
         self.actors.count = k
+        self.actor_boxes = np.stack([world.min(axis=1), world.max(axis=1)], axis=1) if k else np.zeros((0, 2, 3))

@@ -19,6 +19,8 @@ class ActorData:
     """Index of each shape's first face in the appearance table."""
     count: int
     """Instances placed now (the arrays below may be longer)."""
+    every: wp.array(dtype=wp.int32)
+    """0, 1, 2, ...: the candidate list of a query that considers every instance."""
     shape: wp.array(dtype=wp.int32)
     R_WA: wp.array(dtype=wp.mat33)
     p_WA: wp.array(dtype=wp.vec3)
@@ -65,8 +67,8 @@ def ray_hits_box(origin: wp.vec3, inverse: wp.vec3, lower: wp.vec3, upper: wp.ve
 
 
 @wp.func
-def closest_hit(static_mesh: wp.uint64, actors: ActorData, origin: wp.vec3, direction: wp.vec3, max_t: float) -> Hit:
-    """The nearest surface along a unit ray within ``max_t`` metres, static or actor."""
+def static_hit(static_mesh: wp.uint64, origin: wp.vec3, direction: wp.vec3, max_t: float) -> Hit:
+    """The nearest static surface along a unit ray within ``max_t`` metres (a miss keeps ``t`` = max_t)."""
     hit = Hit()
     hit.result = False
     hit.t = max_t
@@ -79,26 +81,35 @@ def closest_hit(static_mesh: wp.uint64, actors: ActorData, origin: wp.vec3, dire
         hit.u = query.u
         hit.v = query.v
         hit.normal_W = query.normal
-    if actors.count == 0:  # skips copying the actor tables into the call (costly per CPU pixel)
-        return hit
-    return closer_actor_hit(actors, origin, direction, hit)
+    return hit
 
 
 @wp.func
-def closer_actor_hit(actors: ActorData, origin: wp.vec3, direction: wp.vec3, hit: Hit) -> Hit:
+def closest_hit(static_mesh: wp.uint64, actors: ActorData, origin: wp.vec3, direction: wp.vec3, max_t: float) -> Hit:
+    """The nearest surface along a unit ray within ``max_t`` metres, static or actor."""
+    hit = static_hit(static_mesh, origin, direction, max_t)
+    if actors.count == 0:  # skips copying the actor tables into the call (costly per CPU pixel)
+        return hit
+    return closer_actor_hit(actors, actors.every, actors.count, origin, direction, hit)
+
+
+@wp.func
+def closer_actor_hit(
+    actors: ActorData, candidates: wp.array(dtype=wp.int32), count: int, origin: wp.vec3, direction: wp.vec3, hit: Hit
+) -> Hit:
     """``hit`` (the static scene's answer, or a miss with ``t`` = the ray's reach), replaced by the
-    nearest actor surface in front of it. Whoever traced the static scene, actors are found here."""
+    nearest surface in front of it of the first ``count`` instances listed in ``candidates`` (every
+    instance: ``actors.every``; a camera passes the ones in its view)."""
     inverse = inverse_direction(direction)
-    for a in range(actors.count):
+    for j in range(count):
+        a = candidates[j]
         if ray_hits_box(origin, inverse, actors.lower[a], actors.upper[a], hit.t):
+            # Into the instance's frame: nothing is rebuilt when it moves.
             R = actors.R_WA[a]
             shape = actors.shape[a]
-            local = wp.mesh_query_ray(
-                actors.shape_mesh[shape],
-                wp.transpose(R) * (origin - actors.p_WA[a]),
-                wp.transpose(R) * direction,
-                hit.t,
-            )
+            R_AW = wp.transpose(R)
+            mesh = actors.shape_mesh[shape]
+            local = wp.mesh_query_ray(mesh, R_AW * (origin - actors.p_WA[a]), R_AW * direction, hit.t)
             if local.result and local.t < hit.t:
                 hit.result = True
                 hit.t = local.t
