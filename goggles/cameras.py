@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from goggles.config import IMAGE_OUTPUTS, CameraConfig
+from goggles.host_copies import HostMirror, fetch
 from goggles.render import Renderer, Shading, stereo_right_offset
 from goggles.sensors.beacons import BeaconSensor
 from goggles.world import Beacon, DeviceScene
@@ -40,6 +41,7 @@ class CameraGroup:
     beacons: BeaconSensor | None = None
     """Beacon detections of the group's cameras, when any of them outputs beacons."""
     last_render_wall: float = 0.0
+    _host: dict[str, HostMirror] | None = None
 
     @property
     def name(self) -> str:
@@ -55,11 +57,14 @@ class CameraGroup:
         return {o for c in self.cameras for o in c.config.outputs if o in IMAGE_OUTPUTS}
 
     def render(self, T_WC: np.ndarray) -> dict[str, np.ndarray]:
-        """Render every camera from its (n, 4, 4) pose; the host copies of the image outputs any of
-        them publishes, (n, H, W[, 3]) each."""
+        """Render every camera from its (n, 4, 4) pose; the image outputs any of them publishes,
+        (n, H, W[, 3]) each, on the host: copied into memory allocated once (pinned on CUDA), with one
+        synchronisation, valid until the next render."""
         self.renderer.render(T_WC)
-        buffers = self.renderer.buffers
-        return {output: getattr(buffers, output).numpy() for output in sorted(self.outputs())}
+        if self._host is None:
+            buffers = self.renderer.buffers
+            self._host = {output: HostMirror(getattr(buffers, output)) for output in sorted(self.outputs())}
+        return dict(zip(self._host, fetch(list(self._host.values()))))
 
 
 def camera_groups(

@@ -33,6 +33,7 @@ from goggles.cameras import Camera, CameraGroup, camera_groups
 from goggles.clock import ClockMode, PacedClock, ScaleMeter
 from goggles.config import RangeSensorConfig, RunConfig
 from goggles.dynamics import ControlMode
+from goggles.host_copies import COPIES
 from goggles.inputs import InputHandler
 from goggles.outputs import Outputs
 from goggles.scene.bvh import load_bvh
@@ -113,6 +114,7 @@ class Engine:
         self.clock = PacedClock(config.scale, max_scale=config.max_scale)
         self._status_meter, self._clock_meter = ScaleMeter(), ScaleMeter()
         self._live_start = 0.0
+        self._copies_from = (COPIES.count, 0.0)  # device→host copies, and the time, when the run began
         self.schedule = self._schedule()
 
     def _schedule(self) -> Schedule:
@@ -137,10 +139,12 @@ class Engine:
         """Run until ``duration`` sim seconds (wall seconds in live mode) have passed or ``stop`` is set."""
         stop = stop or threading.Event()
         if self.mode == ClockMode.LIVE:
+            self._copies_from = (COPIES.count, 0.0)
             self._run_live(duration, stop)
             return
         end_step = None if duration is None else int(round(duration / self.dt))
         self.clock.start(0.0, self._measure_cost())
+        self._copies_from = (COPIES.count, self.step * self.dt)
         last_status = time.perf_counter()
         target = end_step if self.mode == ClockMode.SIM else 0
         request = None
@@ -193,8 +197,7 @@ class Engine:
         cost = 0.0
         for group in self.groups:
             t = time.perf_counter()
-            group.renderer.render(np.stack([self._camera_pose(c) for c in group.cameras]))
-            group.renderer.buffers.depth.numpy()
+            group.render(np.stack([self._camera_pose(c) for c in group.cameras]))
             cost += (time.perf_counter() - t) * self.config.physics_rate / group.period_steps
         return cost or None
 
@@ -341,8 +344,21 @@ class Engine:
         elapsed = self.step * self.dt - self._live_start if self.mode == ClockMode.LIVE else self.step * self.dt
         stale = [v.name for v in self.vehicles.values() if v.stale]
         return status_line(
-            elapsed, self.time_source(), self.achieved_rates(), self.times, self.counters, stale, sorted(self.avatars)
+            elapsed,
+            self.time_source(),
+            self.achieved_rates(),
+            self.times,
+            self.counters,
+            stale,
+            sorted(self.avatars),
+            self.host_copies_per_s(),
         )
+
+    def host_copies_per_s(self) -> float | None:
+        """Device→host copies per sim second (wall second in live mode) since ``run`` began."""
+        count, since = self._copies_from
+        elapsed = (time.time() - self._live_start) if self.mode == ClockMode.LIVE else self.step * self.dt - since
+        return (COPIES.count - count) / elapsed if elapsed > 0 else None
 
     def close(self) -> None:
         for group in self.groups:

@@ -81,14 +81,22 @@ def describe_time(mode, measured: float | None, clock) -> str:
 
 
 def status_line(
-    elapsed: float, time_source: str, rates: dict[str, float], times: StageTimes, counters: Counters, stale, avatars
+    elapsed: float,
+    time_source: str,
+    rates: dict[str, float],
+    times: StageTimes,
+    counters: Counters,
+    stale,
+    avatars,
+    host_copies_per_s: float | None = None,
 ) -> str:
-    """The one line a run prints each second."""
+    """The one line a run prints each second (host copies: device→host copies per second of run time)."""
     achieved = " ".join(f"{name} {rate:.1f} Hz" for name, rate in rates.items())
     return (
         f"t={elapsed:8.2f} s  scale={time_source}  {achieved}  render p50 "
         f"{times.percentile_ms('render', 50):.1f} ms  frame p99 {times.percentile_ms('frame', 99):.1f} ms"
         f"  inputs {counters.received} (dropped {counters.malformed})"
+        + (f"  host copies {host_copies_per_s:.0f}/s" if host_copies_per_s is not None else "")
         + "".join(f"  {name} STALE" for name in stale)
         + (f"  avatars {list(avatars)}" if avatars else "")
     )

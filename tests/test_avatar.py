@@ -64,6 +64,17 @@ def test_skinning_moves_each_part_with_its_bone(scene_with_avatar):
     np.testing.assert_allclose(points[blended], expected, atol=1e-5)
 
 
+def test_the_bounds_from_the_bones_contain_the_skinned_mesh(scene_with_avatar):
+    """The bounds come from the bones' motions (no vertex read back): they must hold every vertex."""
+    scene, index, avatar, _ = scene_with_avatar
+    for angle in (0.0, np.pi / 3, np.pi * 0.8):
+        bounds = avatar.pose(skeleton(angle))
+        points = scene.shape_mesh(index).points.numpy()
+        assert np.all(points >= bounds[0] - 1e-5) and np.all(points <= bounds[1] + 1e-5)
+        tight = np.ptp(points, axis=0)
+        assert np.all(bounds[1] - bounds[0] < tight + 0.5)  # conservative, but not loose
+
+
 def test_the_raised_arm_changes_the_depth_image(scene_with_avatar):
     scene, index, avatar, _ = scene_with_avatar
     camera = CameraModel.from_fov(64, 64, 50.0)

@@ -229,3 +229,39 @@ def filter_response_kernel(
     for k in range(inputs.shape[0]):
         y, dy = filter_step(P, Q, y, dy, inputs[k], dt)
         out_y[k] = y
+
+
+#: Columns of the packed host copy of the state (``pack_states_kernel``), float64 so step indices stay exact.
+PACKED_COLUMNS = 36
+
+
+@wp.func
+def put_vec3(out: wp.array2d(dtype=wp.float64), i: int, column: int, value: wp.vec3):
+    out[i, column] = wp.float64(value[0])
+    out[i, column + 1] = wp.float64(value[1])
+    out[i, column + 2] = wp.float64(value[2])
+
+
+@wp.kernel
+def pack_states_kernel(state: VehicleState, out: wp.array2d(dtype=wp.float64)):
+    """Everything the host reads of a vehicle, in one row, so one copy serves every reader of a step:
+    position 0:3, velocity 3:6, attitude (x, y, z, w) 6:10, rates 10:13, rotor speeds 13:21,
+    IMU accel 21:24, IMU gyro 24:27, crashed 27, contact step 28, contact point 29:32, normal 32:35,
+    depth 35."""
+    i = wp.tid()
+    put_vec3(out, i, 0, state.position[i])
+    put_vec3(out, i, 3, state.velocity[i])
+    q = state.attitude[i]
+    for k in range(4):
+        out[i, 6 + k] = wp.float64(q[k])
+    put_vec3(out, i, 10, state.rates[i])
+    rotors = state.rotor_speed[i]
+    for k in range(8):
+        out[i, 13 + k] = wp.float64(rotors[k])
+    put_vec3(out, i, 21, state.imu_accel[i])
+    put_vec3(out, i, 24, state.imu_gyro[i])
+    out[i, 27] = wp.float64(state.crashed[i])
+    out[i, 28] = wp.float64(state.contact_step[i])
+    put_vec3(out, i, 29, state.contact_point[i])
+    put_vec3(out, i, 32, state.contact_normal[i])
+    out[i, 35] = wp.float64(state.contact_depth[i])

@@ -28,6 +28,7 @@ from goggles.dynamics.model import (
     mat86,
 )
 from goggles.errors import ConfigError
+from goggles.host_copies import HostMirror, fetch
 from goggles.world.queries import ActorData
 
 GRAVITY = 9.81  # m/s^2, as FlightGoggles
@@ -128,6 +129,7 @@ class MultirotorSim:
         self.imu_decimation = int(round(decimation))
         self.step_count = 0
         self._states: VehicleStates | None = None
+        self._version, self._packed_version = 0, -1  # state changes, and the one the host copy shows
         self.threads = 1 if d.is_cuda else max(1, min(threads or os.cpu_count() or 1, n))
         self._pool = (
             ThreadPoolExecutor(self.threads, thread_name_prefix="goggles-dynamics") if self.threads > 1 else None
@@ -179,6 +181,8 @@ class MultirotorSim:
         state.contact_normal = wp.zeros(n, dtype=wp.vec3, device=d)
         state.contact_depth = wp.zeros(n, dtype=float, device=d)
         self.state_arrays = state
+        self._packed = wp.zeros((n, kernels.PACKED_COLUMNS), dtype=wp.float64, device=d)
+        self._packed_host = HostMirror(self._packed)
         self._no_actors = _empty_actors(d)
         wp.load_module(kernels, device=d)
         self.seed = seed
@@ -226,7 +230,7 @@ class MultirotorSim:
             getattr(s, name).zero_()
         wp.launch(kernels.seed_kernel, dim=n, inputs=[self.seed], outputs=[s.rng], device=self.device)
         self.step_count = 0
-        self._states = None
+        self._changed()
 
     def _rows(self, value, width: int, what: str, default: float) -> np.ndarray:
         n = self.num_vehicles
@@ -274,7 +278,7 @@ class MultirotorSim:
             bounds = np.linspace(0, self.num_vehicles, self.threads + 1).astype(int)
             list(self._pool.map(lambda ab: self._launch(ab[0], ab[1] - ab[0], steps), zip(bounds[:-1], bounds[1:])))
         self.step_count += steps
-        self._states = None
+        self._changed()
 
     def _launch(self, first: int, count: int, steps: int) -> None:
         wp.launch(
@@ -292,23 +296,38 @@ class MultirotorSim:
             device=self.device,
         )
 
+    def _changed(self) -> None:
+        """The device state changed: the host copy and the states built from it are stale."""
+        self._version += 1
+        self._states = None
+
+    def _host_rows(self) -> np.ndarray:
+        """(n, PACKED_COLUMNS) host copy of the state: one packing launch and one copy per state change,
+        shared by ``states`` and ``contacts`` (a view of reused memory: readers copy what they keep)."""
+        if self._packed_version != self._version:
+            n, d = self.num_vehicles, self.device
+            wp.launch(kernels.pack_states_kernel, dim=n, inputs=[self.state_arrays], outputs=[self._packed], device=d)
+            fetch([self._packed_host])
+            self._packed_version = self._version
+        return self._packed_host.array
+
     def states(self) -> VehicleStates:
         """The batch state on the host: copied once per state change, however many readers ask
         (the engine's IMU, state and cameras at one step share one copy). Treat it as read-only."""
         if self._states is not None:
             return self._states
-        s = self.state_arrays
+        rows = self._host_rows()
         N = self.airframe.num_rotors
         states = VehicleStates(
             time=self.time,
-            position=s.position.numpy().astype(np.float64),
-            velocity=s.velocity.numpy().astype(np.float64),
-            attitude=s.attitude.numpy()[:, [3, 0, 1, 2]].astype(np.float64),
-            rates=s.rates.numpy().astype(np.float64),
-            rotor_speed=s.rotor_speed.numpy()[:, :N].astype(np.float64),
-            imu_accel=s.imu_accel.numpy().astype(np.float64),
-            imu_gyro=s.imu_gyro.numpy().astype(np.float64),
-            crashed=s.crashed.numpy() != 0,
+            position=rows[:, 0:3].copy(),
+            velocity=rows[:, 3:6].copy(),
+            attitude=rows[:, [9, 6, 7, 8]],  # (w, x, y, z)
+            rates=rows[:, 10:13].copy(),
+            rotor_speed=rows[:, 13 : 13 + N].copy(),
+            imu_accel=rows[:, 21:24].copy(),
+            imu_gyro=rows[:, 24:27].copy(),
+            crashed=rows[:, 27] != 0,
         )
         for value in vars(states).values():
             if isinstance(value, np.ndarray):
@@ -318,15 +337,10 @@ class MultirotorSim:
 
     def contacts(self) -> list[ContactReport]:
         """First contact of each vehicle that touched the world during the last ``step`` call."""
-        s = self.state_arrays
-        steps = s.contact_step.numpy()
-        if not np.any(steps >= 0):
-            return []
-        point, normal, depth = s.contact_point.numpy(), s.contact_normal.numpy(), s.contact_depth.numpy()
+        rows = self._host_rows()
+        steps = rows[:, 28]
         return [
-            ContactReport(
-                int(i), int(steps[i]), point[i].astype(np.float64), normal[i].astype(np.float64), float(depth[i])
-            )
+            ContactReport(int(i), int(steps[i]), rows[i, 29:32].copy(), rows[i, 32:35].copy(), float(rows[i, 35]))
             for i in np.flatnonzero(steps >= 0)
         ]
 

@@ -209,9 +209,17 @@ class SkinnedAvatar:
         self._index = wp.array(mesh.bone_index, dtype=wp.vec2i, device=d)
         self._weight = wp.array(mesh.bone_weight, dtype=wp.vec2, device=d)
         self._motions = wp.zeros(len(bind.bones), dtype=wp.transform, device=d)
+        # Per bone, the rest-pose box of the vertices it moves: a skinned vertex is a blend of its bones'
+        # motions of it, so it lies in the union of those boxes moved by their bones (no vertex read back).
+        self._bone_boxes = []
+        for j in range(len(bind.bones)):
+            moved = ((mesh.bone_index == j) & (mesh.bone_weight > 0)).any(axis=1)
+            if moved.any():
+                self._bone_boxes.append((j, mesh.vertices[moved].min(axis=0), mesh.vertices[moved].max(axis=0)))
 
     def pose(self, pose: SkeletonPose) -> np.ndarray:
-        """Skin the mesh into ``pose`` and refit its BVH; returns the (2, 3) world bounds."""
+        """Skin the mesh into ``pose`` and refit its BVH; returns (2, 3) world bounds that contain it
+        (from the bones' motions, without reading the vertices back)."""
         if pose.bones != self.bones:
             raise ConfigError(f"skeleton bones {list(pose.bones)} differ from the avatar's {list(self.bones)}")
         from scipy.spatial.transform import Rotation
@@ -229,8 +237,12 @@ class SkinnedAvatar:
             device=self._rest.device,
         )
         self._target.refit()
-        points = self._target.points.numpy()
-        return np.stack([points.min(axis=0), points.max(axis=0)])
+        corners = []
+        for j, low, high in self._bone_boxes:
+            box = np.array([[x, y, z] for x in (low[0], high[0]) for y in (low[1], high[1]) for z in (low[2], high[2])])
+            corners.append(box @ M[j, :3, :3].T + M[j, :3, 3])
+        corners = np.concatenate(corners)
+        return np.stack([corners.min(axis=0), corners.max(axis=0)])
 
 
 def bone_boxes(T_WJ: np.ndarray, parents) -> list:

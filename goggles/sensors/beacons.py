@@ -16,6 +16,7 @@ import numpy as np
 import warp as wp
 
 from goggles.errors import ConfigError
+from goggles.host_copies import HostMirror, fetch
 from goggles.render.camera import CameraModel
 from goggles.render.projection import distortion5, inside_image, project_point
 from goggles.world import Beacon, DeviceScene
@@ -131,6 +132,7 @@ class BeaconSensor:
         self._uv = wp.zeros((n, m), dtype=wp.vec2, device=d)
         self._range = wp.zeros((n, m), dtype=float, device=d)
         self._visible = wp.zeros((n, m), dtype=wp.int32, device=d)
+        self._results = [HostMirror(a) for a in (self._uv, self._range, self._visible)]
         self._local = np.array([b.position for b in self.beacons], dtype=np.float64).reshape(-1, 3)
         self._actor = np.array([-1 if b.actor is None else b.actor for b in self.beacons], dtype=np.int64)
 
@@ -176,7 +178,7 @@ class BeaconSensor:
             outputs=[self._uv, self._range, self._visible],
             device=self.scene.device,
         )
-        uv, distance, visible = self._uv.numpy(), self._range.numpy(), self._visible.numpy()
+        uv, distance, visible = fetch(self._results)
         detections = []
         noise = self.noise
         for c in range(len(self.cameras)):

@@ -14,6 +14,7 @@ import numpy as np
 import warp as wp
 
 from goggles.errors import ConfigError
+from goggles.host_copies import HostMirror, fetch
 from goggles.world import DeviceScene
 from goggles.world.queries import ActorData, closest_hit
 
@@ -122,12 +123,10 @@ class RangeSensor:
             raise ConfigError("range sensor poses must be finite")
         n, d = len(T_WS), self.scene.device
         if n not in self._buffers:
-            self._buffers[n] = (
-                wp.zeros(n, dtype=wp.mat33, device=d),
-                wp.zeros(n, dtype=wp.vec3, device=d),
-                wp.zeros((n, self.model.rows * self.model.cols), dtype=float, device=d),
-            )
-        R_WS, p_WS, out = self._buffers[n]
+            out = wp.zeros((n, self.model.rows * self.model.cols), dtype=float, device=d)
+            self._buffers[n] = (wp.zeros(n, dtype=wp.mat33, device=d), wp.zeros(n, dtype=wp.vec3, device=d), out)
+            self._buffers[n] += (HostMirror(out),)
+        R_WS, p_WS, out, host = self._buffers[n]
         R_WS.assign(T_WS[:, :3, :3].astype(np.float32))
         p_WS.assign(T_WS[:, :3, 3].astype(np.float32))
         # Each call's noise stream is seeded by (seed, call number): new draws, the same on a rerun.
@@ -150,7 +149,8 @@ class RangeSensor:
             outputs=[out],
             device=d,
         )
-        return out.numpy().reshape(n, self.model.rows, self.model.cols).copy()  # the buffer is reused
+        (reading,) = fetch([host])
+        return reading.reshape(n, self.model.rows, self.model.cols).copy()  # the buffer is reused
 
 
 def downward_pose(T_WB: np.ndarray) -> np.ndarray:
