@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -17,16 +18,47 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _gpu_warp_cannot_use() -> str | None:
+    """Why CUDA tests must fail rather than skip: nvidia-smi sees a GPU that Warp does not (a driver
+    older than this Warp's CUDA, a broken install); None where Warp has CUDA or there is no GPU."""
+    if wp.is_cuda_available():
+        return None
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    gpus = [line for line in listed.stdout.splitlines() if line.startswith("GPU")]
+    if listed.returncode != 0 or not gpus:
+        return None
+    toolkit = wp.get_cuda_toolkit_version() if hasattr(wp, "get_cuda_toolkit_version") else "?"
+    driver = wp.get_cuda_driver_version() if hasattr(wp, "get_cuda_driver_version") else "?"
+    return (
+        f"nvidia-smi sees {gpus[0]!r} but Warp {wp.__version__} has no CUDA device (built for CUDA {toolkit}, "
+        f"driver {driver or 'not loaded'}: the driver may be older than Warp needs; "
+        "`python -c 'import warp; warp.init()'` says why)"
+    )
+
+
+CUDA_UNUSABLE = _gpu_warp_cannot_use()
+NO_CUDA = pytest.mark.skipif(
+    not wp.is_cuda_available() and CUDA_UNUSABLE is None, reason="no CUDA device on this machine"
+)
+
+
+def _require_cuda(name: str) -> None:
+    if name.startswith("cuda") and CUDA_UNUSABLE is not None:
+        pytest.fail(CUDA_UNUSABLE)
+
+
 def _devices():
-    devices = [pytest.param("cpu", id="cpu")]
-    cuda = pytest.mark.skipif(not wp.is_cuda_available(), reason="no CUDA device on this machine")
-    devices.append(pytest.param("cuda:0", id="cuda", marks=cuda))
-    return devices
+    return [pytest.param("cpu", id="cpu"), pytest.param("cuda:0", id="cuda", marks=NO_CUDA)]
 
 
 @pytest.fixture(params=_devices())
 def device(request) -> str:
-    """Every Warp device test runs on: the CPU always, CUDA where there is a GPU (skipped otherwise)."""
+    """Every Warp device test runs on: the CPU always, CUDA where there is a GPU (skipped where there is
+    none; failed, with the reason, where nvidia-smi sees a GPU that Warp cannot use)."""
+    _require_cuda(request.param)
     return request.param
 
 
@@ -35,17 +67,17 @@ def _tracers():
     from goggles.render.embree import embree_available
 
     no_embree = pytest.mark.skipif(not embree_available(), reason="embreex is not installed")
-    cuda = pytest.mark.skipif(not wp.is_cuda_available(), reason="no CUDA device on this machine")
     return [
         pytest.param(("cpu", "warp"), id="cpu-warp"),
         pytest.param(("cpu", "embree"), id="cpu-embree", marks=no_embree),
-        pytest.param(("cuda:0", "warp"), id="cuda-warp", marks=cuda),
+        pytest.param(("cuda:0", "warp"), id="cuda-warp", marks=NO_CUDA),
     ]
 
 
 @pytest.fixture(params=_tracers())
 def tracer(request) -> tuple[str, str]:
     """A Warp device and the primary-ray backend that renders on it."""
+    _require_cuda(request.param[0])
     return request.param
 
 

@@ -78,8 +78,8 @@ def endpoints(config) -> ZmqEndpoints:
 class Running:
     """An engine running in a thread of this process."""
 
-    def __init__(self, config, duration=None):
-        self.engine = Engine(config, device="cpu")
+    def __init__(self, config, duration=None, device="cpu"):
+        self.engine = Engine(config, device=device)
         self.stop = threading.Event()
         self.error = None
         self.thread = threading.Thread(target=self._run, args=(duration,), daemon=True)
@@ -100,7 +100,7 @@ class Running:
             raise self.error
 
 
-def test_every_output_reaches_both_buses():
+def test_every_output_reaches_both_buses(device):
     lcm_port = free_port()
     config = run_config(lcm_port=lcm_port, scale=4.0)
     lcm_messages = {}
@@ -108,7 +108,7 @@ def test_every_output_reaches_both_buses():
     bus.subscribe("(clock|quad0/.*)", lambda channel, data: lcm_messages.setdefault(channel, decode_any(data)))
     client = Client(endpoints(config))
     client.subscribe()
-    running = Running(config, duration=1.5)
+    running = Running(config, duration=1.5, device=device)
     zmq_messages = {}
     deadline = time.monotonic() + 60
     while running.thread.is_alive() and time.monotonic() < deadline:
@@ -139,9 +139,9 @@ def test_every_output_reaches_both_buses():
     assert 5.0 < imu.linear_acceleration[2] < 25.0  # at rest or taking off: roughly +g up
 
 
-def _lockstep_flight():
+def _lockstep_flight(device):
     config = run_config(mode="lockstep", route=False)
-    running = Running(config)
+    running = Running(config, device=device)
     client = Client(endpoints(config))
     client.subscribe("quad0/stereo_left/depth", "quad0/state")
     time.sleep(0.3)  # PUB/SUB join
@@ -164,9 +164,9 @@ def _lockstep_flight():
     return depths, states
 
 
-def test_lockstep_is_deterministic():
-    first_depths, first_states = _lockstep_flight()
-    second_depths, second_states = _lockstep_flight()
+def test_lockstep_is_deterministic(device):
+    first_depths, first_states = _lockstep_flight(device)
+    second_depths, second_states = _lockstep_flight(device)
     # One frame per 32 steps, none lost: at step 0 and at the end of each of the 12 requests.
     assert len(first_depths) == 13 and len(second_depths) == 13
     assert [d.header.utime for d in first_depths] == [round(k * 32 / 960 * 1e6) for k in range(13)]
@@ -206,11 +206,11 @@ def test_auto_scale_holds_the_camera_interval_under_a_slow_renderer(monkeypatch)
     assert wall > 3.0  # 3 sim seconds could not be done in 3 wall seconds
 
 
-def test_malformed_inputs_are_counted_and_dropped():
+def test_malformed_inputs_are_counted_and_dropped(device):
     """10 000 malformed messages on every input channel of both buses: counted, dropped, engine alive."""
     lcm_port = free_port()
     config = run_config(lcm_port=lcm_port, scale=2.0, route=False)
-    running = Running(config, duration=None)
+    running = Running(config, duration=None, device=device)
     client = Client(endpoints(config))
     client.latest("quad0/state", timeout=2.0)  # join; then read nothing during the flood
     bus = lcm.LCM(config.lcm_url)
@@ -254,7 +254,7 @@ def test_malformed_inputs_are_counted_and_dropped():
     client.close()
 
 
-def test_live_mode_renders_from_poses_on_the_bus():
+def test_live_mode_renders_from_poses_on_the_bus(device):
     config = run_config(
         mode="live",
         cameras=[
@@ -270,7 +270,7 @@ def test_live_mode_renders_from_poses_on_the_bus():
             }
         ],
     )
-    running = Running(config, duration=4.0)
+    running = Running(config, duration=4.0, device=device)
     client = Client(endpoints(config))
     client.subscribe("quad0/front/depth")
     time.sleep(0.5)
@@ -351,7 +351,7 @@ def test_run_file_camera_from_calibration(tmp_path):
     assert config.cameras[0].model.width == 1024 and config.cameras[0].rate == 60.0
 
 
-def test_race_outputs_beacons_ranges_and_collisions(tmp_path):
+def test_race_outputs_beacons_ranges_and_collisions(tmp_path, device):
     """A run with the default course publishes beacon detections, altimeter ranges, and a collision
     when the vehicle is commanded into a gate."""
     from goggles.paths import default_course
@@ -379,7 +379,7 @@ def test_race_outputs_beacons_ranges_and_collisions(tmp_path):
 
     altimeter = RangeSensorConfig("quad0", "altimeter", FLIGHTGOGGLES_ALTIMETER, np.diag([1.0, -1.0, -1.0, 1.0]), 60.0)
     config = dataclasses.replace(config, course=default_course(), range_sensors=(altimeter,))
-    running = Running(config)
+    running = Running(config, device=device)
     client = Client(endpoints(config))
     for channel in ("quad0/front/beacons", "quad0/altimeter/ranges", "quad0/collision"):
         client.latest(channel, timeout=0.0)
@@ -402,14 +402,14 @@ def test_race_outputs_beacons_ranges_and_collisions(tmp_path):
     assert collision.normal[0] < -0.5  # pushed back from the bar's face towards -x
 
 
-def test_live_pose_extrapolation_is_bounded_by_the_horizon():
+def test_live_pose_extrapolation_is_bounded_by_the_horizon(device):
     import dataclasses
 
     from goggles.frames import transform as pose
 
     config = run_config(mode="live", cameras=[])
     for horizon, expected_ahead in ((0.05, 0.02), (0.01, 0.01), (0.0, 0.0)):
-        engine = Engine(dataclasses.replace(config, extrapolate=horizon, zmq=None), device="cpu")
+        engine = Engine(dataclasses.replace(config, extrapolate=horizon, zmq=None), device=device)
         vehicle = engine.vehicles["quad0"]
         now = 1.7e9  # an injected clock: the pose is exactly 20 ms old when it is carried forward
         turn = 0.02  # rad over the 20 ms between the two poses
@@ -429,8 +429,8 @@ def test_live_pose_extrapolation_is_bounded_by_the_horizon():
 @pytest.mark.parametrize(
     ("mode", "says"), [("sim", "fixed"), ("lockstep", "lockstep: client step requests"), ("live", "live (wall time")]
 )
-def test_status_line_says_what_drives_time(mode, says):
-    engine = Engine(run_config(mode=mode, scale=2.0, route=False), device="cpu")
+def test_status_line_says_what_drives_time(mode, says, device):
+    engine = Engine(run_config(mode=mode, scale=2.0, route=False), device=device)
     try:
         line = engine.status_line()
     finally:

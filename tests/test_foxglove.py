@@ -13,12 +13,12 @@ from goggles.preview.foxglove_sink import FoxgloveSink
 from tests.test_engine import free_port, run_config
 
 
-def test_foxglove_server_streams_images_transforms_and_scene():
+def test_foxglove_server_streams_images_transforms_and_scene(device):
     from websockets.sync.client import connect
 
     config = dataclasses.replace(run_config(scale=3.0, route=False), zmq=None, course=default_course())
     sink = FoxgloveSink(port=free_port())
-    engine = Engine(config, device="cpu", sinks=[sink])
+    engine = Engine(config, device=device, sinks=[sink])
     sink.set_scene(engine.scene_boxes)
     try:
         with connect(

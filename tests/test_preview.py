@@ -60,7 +60,7 @@ class DevTools:
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
-def test_preview_page_in_headless_chromium(tmp_path):
+def test_preview_page_in_headless_chromium(tmp_path, device):
     config = run_config(
         scale=2.0,
         cameras=[
@@ -76,9 +76,9 @@ def test_preview_page_in_headless_chromium(tmp_path):
             }
         ],
     )
-    engine = Running(config)
+    engine = Running(config, device=device)
     client = Client(endpoints(config))
-    source = FrameSource(client, "quad0", "stereo", scene=load_static_scene(default_scene()), device="cpu")
+    source = FrameSource(client, "quad0", "stereo", scene=load_static_scene(default_scene()), device=device)
     port = free_port()
     server = PreviewServer(source, port=port)
     stop = threading.Event()

@@ -56,14 +56,14 @@ def images(path) -> dict:
     return out
 
 
-def record_run(tmp_path, name="flight.mcap", duration=1.0) -> Path:
+def record_run(tmp_path, name="flight.mcap", duration=1.0, device="cpu") -> Path:
     from goggles.config import load_run_config
 
     run_file = tmp_path / "run.toml"
     run_file.write_text(RUN_FILE.replace("[run]", f'[run]\nscene = "{REPO / "assets/arena.toml"}"'))
     path = tmp_path / name
     recorder = Recorder(path, metadata={"run_file": run_file.read_text(), "run_file_path": str(run_file)})
-    engine = Engine(load_run_config(run_file), device="cpu", recorder=recorder)
+    engine = Engine(load_run_config(run_file), device=device, recorder=recorder)
     engine.run(duration=duration)
     engine.close()
     recorder.close()
@@ -71,13 +71,13 @@ def record_run(tmp_path, name="flight.mcap", duration=1.0) -> Path:
     return path
 
 
-def test_record_replay_record_gives_identical_image_bytes(tmp_path):
-    original = record_run(tmp_path)
+def test_record_replay_record_gives_identical_image_bytes(tmp_path, device):
+    original = record_run(tmp_path, device=device)
     assert "run_file" in read_metadata(original)
     channels = {channel for _, channel, _ in read_log(original)}
     assert {"clock", "quad0/imu", "quad0/state", "quad0/stereo_left/depth", "quad0/stereo_right/rgb"} <= channels
     replayed = tmp_path / "replayed.mcap"
-    result = replay_file(original, record=replayed)
+    result = replay_file(original, record=replayed, device=device)
     assert result.poses == 61  # 1 s of 60 Hz state
     first, second = images(original), images(replayed)
     assert len(first) == 4 * 31 and set(first) == set(second)  # 4 images per frame, 31 frames in 1 s
@@ -102,7 +102,7 @@ def test_replay_with_other_sensors_and_scene(tmp_path):
     assert len(segmentation) == 31 and segmentation[0].width == 32
 
 
-def test_real_lcm_logger_log_replays(tmp_path):
+def test_real_lcm_logger_log_replays(tmp_path, device):
     port = free_port()
     url = f"udpm://239.255.76.67:{port}?ttl=0&recv_buf_size=8388608"
     log_file = tmp_path / "flight.lcmlog"
@@ -111,7 +111,7 @@ def test_real_lcm_logger_log_replays(tmp_path):
     )
     time.sleep(0.5)
     config = dataclasses.replace(run_config(route=True, scale=20.0, lcm_port=port), zmq=None)
-    engine = Engine(config, device="cpu")
+    engine = Engine(config, device=device)
     engine.run(duration=1.0)
     engine.close()
     time.sleep(0.5)
