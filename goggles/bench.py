@@ -65,13 +65,15 @@ def bench_render(
     threads: int | None = None,
     device: str | None = None,
     backends: tuple[str, ...] = ("warp", "embree"),
+    bvh: str | None = None,
     seconds: float = 2.0,
 ) -> RenderBench:
     """Render the same views of a scene with each backend, and trace the same rays with bare Embree.
 
     Each backend renders twice: every output (closest hit, depth, range, normal, segmentation, shaded
     texture) and depth only (a depth camera). Embree alone only finds the closest hits, on the same
-    number of threads. A backend the device cannot run (Embree on CUDA) is left out.
+    number of threads. A backend the device cannot run (Embree on CUDA) is left out. ``bvh`` picks
+    Warp's BVH builder for the static mesh (``goggles.world.BVH_BUILDERS``; default per device).
     """
     import warp as wp
 
@@ -85,7 +87,7 @@ def bench_render(
     T_WB = scene.view if scene.view is not None else np.eye(4)
     T_WC = np.stack([camera_pose_from_body(T) for T in bench_views(T_WB, views)])
     camera = CameraModel.from_fov(width, height, vfov_deg)
-    world = DeviceScene(scene, device)
+    world = DeviceScene(scene, device, bvh=bvh)
     rates: dict[tuple[str, str], float] = {}
     for backend in backends:
         if backend == "embree" and world.device.is_cuda:

@@ -40,16 +40,16 @@ def render_both(world: DeviceScene, cameras, T_WC, **kwargs):
 
 
 def assert_same_images(warp, embree):
-    assert np.array_equal(warp.status, embree.status)
-    valid = np.isfinite(warp.depth)
-    assert valid.mean() > 0.2, "the views must see something"
-    assert np.array_equal(valid, np.isfinite(embree.depth))
-    np.testing.assert_allclose(embree.depth[valid], warp.depth[valid], rtol=1e-5)
-    np.testing.assert_allclose(embree.range[valid], warp.range[valid], rtol=1e-5)
-    assert np.array_equal(np.isnan(warp.depth), np.isnan(embree.depth))  # the stereo shadow
+    # The pixel status (hit, nothing, too close, stereo shadow) may differ only on ties: a shared edge,
+    # or a point exactly at the shadow test's threshold.
+    assert (warp.status != embree.status).mean() <= TIES
     ties = warp.face != embree.face
     assert ties.mean() <= TIES, f"{ties.sum()} of {ties.size} pixels hit different triangles"
     same = ~ties
+    valid = np.isfinite(warp.depth) & np.isfinite(embree.depth) & same
+    assert valid.mean() > 0.2, "the views must see something"
+    np.testing.assert_allclose(embree.depth[valid], warp.depth[valid], rtol=1e-5)
+    np.testing.assert_allclose(embree.range[valid], warp.range[valid], rtol=1e-5)
     assert np.array_equal(warp.segmentation[same], embree.segmentation[same])
     np.testing.assert_allclose(embree.normal_W[same], warp.normal_W[same], atol=1e-4)
     assert np.abs(warp.rgb[same].astype(int) - embree.rgb[same]).max() <= 1  # rounding of the last byte

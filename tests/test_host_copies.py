@@ -33,3 +33,24 @@ def test_one_copy_serves_every_reader_of_a_step(device):
     sim.contacts()
     sim.states()
     assert COPIES.count - before == 2  # one more step, one more copy
+
+
+def test_render_buffers_reach_in_process_consumers_without_a_copy(device):
+    """A learner in the same process takes the depth where it was rendered (DLPack: torch, JAX, CuPy,
+    or numpy on the CPU), with no host copy and no count."""
+    from goggles.render import CameraModel, Renderer
+    from goggles.world import DeviceScene
+    from tests.conftest import quad, scene_of
+
+    wall = quad([[5, 5, -5], [5, -5, -5], [5, -5, 5], [5, 5, 5]])
+    renderer = Renderer(DeviceScene(scene_of((wall, 1)), device), [CameraModel.from_fov(16, 12, 60.0)])
+    before = COPIES.count
+    renderer.render(np.array([[[0, 0, 1, 0], [-1, 0, 0, 0], [0, -1, 0, 0], [0, 0, 0, 1]]], float))
+    depth = renderer.buffers.depth
+    assert COPIES.count == before
+    if depth.device.is_cpu:
+        shared = np.from_dlpack(depth)
+        assert np.shares_memory(shared, depth.numpy()) and shared[0, 6, 8] == np.float32(5.0)
+    else:
+        assert depth.__dlpack_device__()[0] == 2  # kDLCUDA: the consumer gets device memory
+    renderer.close()

@@ -30,6 +30,12 @@ def add_parser(commands) -> None:
         help="render a generated fractal terrain of about this many triangles instead of --scene",
     )
     bench_render.add_argument(
+        "--bvh",
+        choices=["sah", "median", "lbvh"],
+        default=None,
+        help="Warp's BVH builder for the static mesh (default: SAH on CUDA, Warp's default on the CPU)",
+    )
+    bench_render.add_argument(
         "--backend",
         choices=["warp", "embree", "both"],
         default="both",
@@ -85,6 +91,7 @@ def cmd_bench_render(args) -> int:
         threads=args.threads,
         device=args.device,
         backends=("warp", "embree") if args.backend == "both" else (args.backend,),
+        bvh=args.bvh,
         seconds=args.seconds,
     )
     print(

@@ -133,6 +133,7 @@ class BeaconSensor:
         self._range = wp.zeros((n, m), dtype=float, device=d)
         self._visible = wp.zeros((n, m), dtype=wp.int32, device=d)
         self._results = [HostMirror(a) for a in (self._uv, self._range, self._visible)]
+        wp.load_module(detect_beacons_kernel.module, device=d)  # compiled now, not inside the first frame
         self._local = np.array([b.position for b in self.beacons], dtype=np.float64).reshape(-1, 3)
         self._actor = np.array([-1 if b.actor is None else b.actor for b in self.beacons], dtype=np.int64)
 

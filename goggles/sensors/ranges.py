@@ -110,6 +110,7 @@ class RangeSensor:
         d = scene.device
         self._directions = wp.array(model.directions().reshape(-1, 3), dtype=wp.vec3, device=d)
         self._buffers: dict[int, tuple] = {}
+        wp.load_module(measure_ranges_kernel.module, device=d)  # compiled now, not inside the first reading
         """Per batch size: the pose and reading arrays, allocated once (a sensor fires many times)."""
 
     def measure(self, T_WS: np.ndarray) -> np.ndarray:

@@ -4,6 +4,6 @@ read it; it depends on none of them.
 """
 
 from goggles.world.build import Beacon, World, build_world
-from goggles.world.device_scene import DeviceScene
+from goggles.world.device_scene import BVH_BUILDERS, DeviceScene
 
-__all__ = ["Beacon", "DeviceScene", "World", "build_world"]
+__all__ = ["BVH_BUILDERS", "Beacon", "DeviceScene", "World", "build_world"]

@@ -18,6 +18,9 @@ from goggles.world.queries import ActorData
 
 log = logging.getLogger(__name__)
 
+#: Warp's BVH builders.
+BVH_BUILDERS = ("sah", "median", "lbvh")
+
 
 class DeviceScene:
     """The world on one Warp device: the static BVH, actor shapes (one BVH each, in their own frames),
@@ -28,6 +31,9 @@ class DeviceScene:
         device: Warp device ("cpu", "cuda", "cuda:0", ...); None picks Warp's default.
         shapes: actor shapes that instances can be made of (``set_actors``).
         max_actors: most actor instances placed at once.
+        bvh: Warp's BVH builder for the static mesh ("sah", "median", "lbvh"); default SAH on CUDA (built
+            once, traced for the whole run: Warp's CUDA default, LBVH, builds faster but traces slower) and
+            Warp's default on the CPU (SAH there already). ``goggles bench render --bvh`` compares them.
     """
 
     def __init__(
@@ -37,8 +43,12 @@ class DeviceScene:
         *,
         shapes: Sequence[ActorShape] = (),
         max_actors: int = 64,
+        bvh: str | None = None,
     ):
         self.device = d = wp.get_device(device)
+        if bvh is not None and bvh not in BVH_BUILDERS:
+            raise ConfigError(f"BVH builder {bvh!r}: use one of {', '.join(BVH_BUILDERS)}")
+        self.bvh = bvh or ("sah" if d.is_cuda else None)
         self.name = scene.name
         self.num_faces = scene.num_faces
         self.max_actors = max_actors
@@ -51,7 +61,7 @@ class DeviceScene:
         self.points = wp.array(scene.vertices, dtype=wp.vec3, device=d)
         self.indices = wp.array(scene.faces.ravel(), dtype=wp.int32, device=d)
         log.info("building BVH over %d triangles on %s ...", scene.num_faces, d)
-        self.mesh = wp.Mesh(points=self.points, indices=self.indices)
+        self.mesh = wp.Mesh(points=self.points, indices=self.indices, bvh_constructor=self.bvh)
         for shape in shapes:
             self._append_shape(shape)
         wp.synchronize_device(d)
