@@ -21,6 +21,7 @@ from goggles.scene.assets import UNITS_M, UP_AXES
 from goggles.sensors.ranges import PRESETS as RANGE_PRESETS
 from goggles.sensors.ranges import RangeSensorModel
 from goggles.transport.buses import DEFAULT_LCM_URL, CurveServer, ZmqEndpoints
+from goggles.transport.ros2 import DISTROS, Ros2Settings
 
 CAMERA_OUTPUTS = ("depth", "range", "rgb", "segmentation", "beacons")
 IMAGE_OUTPUTS = ("depth", "range", "rgb", "segmentation")
@@ -112,6 +113,8 @@ class RunConfig:
     avatars: tuple[AvatarConfig, ...] = ()
     curve: CurveServer | None = None
     """CURVE keys for ZeroMQ endpoints exposed beyond this machine."""
+    ros2: Ros2Settings | None = None
+    """None: ROS 2 off."""
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -126,7 +129,9 @@ def load_run_config(path: str | Path) -> RunConfig:
 
 def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     """Build a RunConfig from parsed TOML (``path`` only names the file in errors and anchors paths)."""
-    top = Table(path, "top level", data, {"run", "clock", "lcm", "zmq", "vehicle", "camera", "range_sensor", "avatar"})
+    top = Table(
+        path, "top level", data, {"run", "clock", "lcm", "zmq", "ros2", "vehicle", "camera", "range_sensor", "avatar"}
+    )
     base = path.parent if path is not None else Path.cwd()
     run = Table(
         path, "[run]", data.get("run", {}), {"mode", "scene", "seed", "course", "perturb", "collisions", "extrapolate"}
@@ -156,6 +161,15 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         inputs=zmq.text("inputs", ZmqEndpoints.inputs),
         control=zmq.text("control", ZmqEndpoints.control),
     )
+
+    ros2 = Table(path, "[ros2]", data.get("ros2", {}), {"enabled", "namespace", "domain_id", "distro"})
+    distro = ros2.text("distro", "humble")
+    if distro not in DISTROS:
+        raise ros2.error("distro", f"one of {list(DISTROS)}")
+    domain_id = ros2.number("domain_id", 0)
+    if domain_id != int(domain_id) or not 0 <= domain_id <= 232:
+        raise ros2.error("domain_id", "an integer from 0 to 232 (ROS_DOMAIN_ID)")
+    ros2_settings = Ros2Settings(ros2.text("namespace", "/goggles"), int(domain_id), distro)
 
     vehicle_tables = top.get("vehicle", [])
     if not isinstance(vehicle_tables, list) or not vehicle_tables:
@@ -190,6 +204,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         cameras=cameras,
         lcm_url=lcm.text("url", DEFAULT_LCM_URL) if lcm.get("enabled", True) else None,
         zmq=endpoints if zmq.get("enabled", True) else None,
+        ros2=ros2_settings if ros2.get("enabled", False) else None,
         course=None if course is None else (base / course).resolve(),
         perturb=perturb,
         collisions=responses[collisions],

@@ -106,7 +106,7 @@ class Engine:
             self.world, config.cameras, config.physics_rate, built.beacons, config.seed, backend=backend
         )
         self.range_sensors = [(c, RangeSensor(self.world, c.model, seed=config.seed)) for c in config.range_sensors]
-        self.buses = open_buses(config.zmq, config.curve, config.lcm_url)
+        self.buses = open_buses(config)
         self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)
         self.inputs = InputHandler(self.buses, self.vehicles, self.crowd, sinks=self.sinks, log_time_ns=self._log_ns)
         self.counters = self.inputs.counters

@@ -239,16 +239,22 @@ class LcmBus:
         self.lcm.unsubscribe(self._subscription)
 
 
-def open_buses(zmq: ZmqEndpoints | None, curve: CurveServer | None, lcm_url: str | None) -> list:
-    """The buses a run asked for: ZeroMQ (bound at ``zmq``) and LCM (at ``lcm_url``); None: not that one."""
+def open_buses(config) -> list:
+    """The buses a run (``RunConfig``) asked for: ZeroMQ (bound at ``config.zmq``), LCM (at
+    ``config.lcm_url``) and ROS 2 over DDS (``config.ros2``); None: not that one."""
     buses: list = []
-    if zmq is not None:
-        buses.append(ZmqBus(zmq, curve=curve))
-    if lcm_url is not None:
-        try:
-            buses.append(LcmBus(lcm_url))
-        except Exception:
-            for bus in buses:
-                bus.close()
-            raise
+    try:
+        if config.zmq is not None:
+            buses.append(ZmqBus(config.zmq, curve=config.curve))
+        if config.lcm_url is not None:
+            buses.append(LcmBus(config.lcm_url))
+        if config.ros2 is not None:
+            from goggles.transport.ros2.bus import Ros2Bus
+
+            vehicles = [v.name for v in config.vehicles]
+            buses.append(Ros2Bus(config.ros2, config.cameras, config.range_sensors, vehicles))
+    except Exception:
+        for bus in buses:
+            bus.close()
+        raise
     return buses

@@ -1,0 +1,189 @@
+"""ROS 2 messages as CDR bytes (XCDR1, little-endian), written directly from goggles' values.
+
+This is the ROS 2 wire format (and a ROS 2 MCAP's payloads): a 4-byte encapsulation header
+(``00 01 00 00``, CDR little-endian), then the fields in their message-definition order, each
+aligned to its own size counted from the end of that header (8 for float64 in XCDR1); strings as a
+uint32 length including the NUL, the bytes and the NUL; sequences as a uint32 count and the elements;
+fixed arrays as the elements alone. Written here with ``struct`` (an image is one length and one
+copy of its pixels); checked byte for byte against rosbags' serialiser in the tests.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+
+#: CDR little-endian, XCDR1 (what ROS 2's DDS RMWs and rosbag2 write).
+ENCAPSULATION = b"\x00\x01\x00\x00"
+
+
+class CdrWriter:
+    """Appends aligned CDR fields; ``bytes()`` gives the message with its encapsulation header."""
+
+    def __init__(self):
+        self._parts: list[bytes] = [ENCAPSULATION]
+        self._size = 0  # bytes after the encapsulation header (alignment counts from there)
+
+    def _put(self, data: bytes) -> None:
+        self._parts.append(data)
+        self._size += len(data)
+
+    def _align(self, n: int) -> None:
+        pad = -self._size % n
+        if pad:
+            self._put(b"\0" * pad)
+
+    def scalar(self, fmt: str, value) -> None:
+        size = struct.calcsize(fmt)
+        self._align(size)
+        self._put(struct.pack("<" + fmt, value))
+
+    def array(self, fmt: str, values: Sequence) -> None:
+        """A fixed-size array: the elements, no count."""
+        if len(values):
+            self._align(struct.calcsize(fmt))
+            self._put(struct.pack(f"<{len(values)}{fmt}", *values))
+
+    def sequence(self, fmt: str, values: Sequence) -> None:
+        """A sequence: uint32 count, then the elements."""
+        self.scalar("I", len(values))
+        self.array(fmt, values)
+
+    def octets(self, data: bytes | memoryview) -> None:
+        """A sequence<uint8> (image pixels): count and bytes, copied once."""
+        self.scalar("I", len(data))
+        self._put(bytes(data))
+
+    def string(self, text: str) -> None:
+        raw = text.encode()
+        self.scalar("I", len(raw) + 1)
+        self._put(raw + b"\0")
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self._parts)
+
+
+def stamp(w: CdrWriter, utime: int) -> None:
+    """builtin_interfaces/Time from microseconds."""
+    sec, micro = divmod(int(utime), 1_000_000)
+    w.scalar("i", sec)
+    w.scalar("I", micro * 1000)
+
+
+def header(w: CdrWriter, utime: int, frame_id: str) -> None:
+    stamp(w, utime)
+    w.string(frame_id)
+
+
+def image(utime: int, frame_id: str, width: int, height: int, encoding: str, step: int, data) -> bytes:
+    """sensor_msgs/Image."""
+    w = CdrWriter()
+    header(w, utime, frame_id)
+    w.scalar("I", height)
+    w.scalar("I", width)
+    w.string(encoding)
+    w.scalar("B", 0)  # little-endian pixels
+    w.scalar("I", step)
+    w.octets(data)
+    return bytes(w)
+
+
+def camera_info(utime: int, frame_id: str, width: int, height: int, fx, fy, cx, cy, distortion, tx: float) -> bytes:
+    """sensor_msgs/CameraInfo, plumb_bob; ``tx`` = -fx * baseline for a stereo right camera, else 0."""
+    w = CdrWriter()
+    header(w, utime, frame_id)
+    w.scalar("I", height)
+    w.scalar("I", width)
+    w.string("plumb_bob")
+    w.sequence("d", list(distortion))
+    w.array("d", [fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0])
+    w.array("d", [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])
+    w.array("d", [fx, 0.0, cx, tx, 0.0, fy, cy, 0.0, 0.0, 0.0, 1.0, 0.0])
+    w.scalar("I", 0)  # binning
+    w.scalar("I", 0)
+    for _ in range(4):  # region of interest: the whole image
+        w.scalar("I", 0)
+    w.scalar("?", False)
+    return bytes(w)
+
+
+def imu(utime: int, frame_id: str, angular_velocity, linear_acceleration) -> bytes:
+    """sensor_msgs/Imu without an orientation estimate (orientation_covariance[0] = -1, REP 145)."""
+    w = CdrWriter()
+    header(w, utime, frame_id)
+    w.array("d", [0.0, 0.0, 0.0, 1.0])
+    w.array("d", [-1.0] + [0.0] * 8)
+    w.array("d", list(angular_velocity))
+    w.array("d", [0.0] * 9)
+    w.array("d", list(linear_acceleration))
+    w.array("d", [0.0] * 9)
+    return bytes(w)
+
+
+def odometry(utime: int, frame_id: str, child_frame_id: str, position, orientation_wxyz, linear_B, angular_B) -> bytes:
+    """nav_msgs/Odometry: pose in ``frame_id``, twist in ``child_frame_id`` (the body)."""
+    w = CdrWriter()
+    header(w, utime, frame_id)
+    w.string(child_frame_id)
+    w.array("d", list(position))
+    w.array("d", _xyzw(orientation_wxyz))
+    w.array("d", [0.0] * 36)
+    w.array("d", list(linear_B))
+    w.array("d", list(angular_B))
+    w.array("d", [0.0] * 36)
+    return bytes(w)
+
+
+def range_(utime: int, frame_id: str, field_of_view: float, min_range: float, max_range: float, value: float,
+           *, variance: float | None = None) -> bytes:  # fmt: skip
+    """sensor_msgs/Range (infrared); ``variance`` is the field Jazzy added (None: Humble's layout)."""
+    w = CdrWriter()
+    header(w, utime, frame_id)
+    w.scalar("B", 1)  # INFRARED: a time-of-flight sensor
+    w.scalar("f", field_of_view)
+    w.scalar("f", min_range)
+    w.scalar("f", max_range)
+    w.scalar("f", value)
+    if variance is not None:
+        w.scalar("f", variance)
+    return bytes(w)
+
+
+def tf_message(transforms: Sequence[tuple[int, str, str, Sequence[float], Sequence[float]]]) -> bytes:
+    """tf2_msgs/TFMessage of (utime, parent, child, translation, rotation (w, x, y, z))."""
+    w = CdrWriter()
+    w.scalar("I", len(transforms))
+    for utime, parent, child, translation, rotation_wxyz in transforms:
+        header(w, utime, parent)
+        w.string(child)
+        w.array("d", list(translation))
+        w.array("d", _xyzw(rotation_wxyz))
+    return bytes(w)
+
+
+def clock(utime: int) -> bytes:
+    """rosgraph_msgs/Clock."""
+    w = CdrWriter()
+    stamp(w, utime)
+    return bytes(w)
+
+
+def beacons(utime: int, frame_id: str, ids: Sequence[str], u, v, ranges) -> bytes:
+    """goggles_msgs/Beacons (``msg/Beacons.msg``)."""
+    w = CdrWriter()
+    header(w, utime, frame_id)
+    w.scalar("I", len(ids))
+    for beacon_id in ids:
+        w.string(beacon_id)
+    w.sequence("d", list(u))
+    w.sequence("d", list(v))
+    w.sequence("d", list(ranges))
+    return bytes(w)
+
+
+def _xyzw(wxyz) -> list[float]:
+    """ROS quaternions are (x, y, z, w); goggles' are (w, x, y, z)."""
+    q = np.asarray(wxyz, dtype=np.float64)
+    return [q[1], q[2], q[3], q[0]]
