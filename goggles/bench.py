@@ -211,21 +211,29 @@ def _free_port() -> int:
 
 
 def bench_latency(
-    *, width: int, height: int, rate: float = 30.0, seconds: float = 10.0, device: str | None = None
+    *,
+    width: int,
+    height: int,
+    rate: float = 30.0,
+    seconds: float = 10.0,
+    device: str | None = None,
+    transport: str = "zmq",
 ) -> LatencyBench:
-    """Run ``goggles run`` in live mode in its own process, send poses over ZeroMQ on loopback at the
-    camera rate, and time each pose until both depth images rendered from it have arrived."""
+    """Run ``goggles run`` in live mode in its own process, send poses at the camera rate, and time
+    each pose until both depth images rendered from it have arrived: over ZeroMQ on loopback, or
+    (``transport="ros2"``) as a ROS 2 PoseStamped in and sensor_msgs/Image out over DDS."""
     import os
+    import random
     import subprocess
     import sys
     import tempfile
 
-    from goggles.client import Client
     from goggles.transport.buses import ZmqEndpoints
 
     load_average = os.getloadavg()[0]
     ports = [_free_port() for _ in range(3)]
     endpoints = ZmqEndpoints(*(f"tcp://127.0.0.1:{p}" for p in ports))
+    domain = random.randint(20, 220)
     run_file = f"""
 [run]
 mode = "live"
@@ -235,6 +243,9 @@ enabled = false
 publish = "{endpoints.publish}"
 inputs = "{endpoints.inputs}"
 control = "{endpoints.control}"
+[ros2]
+enabled = {"true" if transport == "ros2" else "false"}
+domain_id = {domain}
 [[vehicle]]
 name = "quad0"
 start = [-4.0, 0.0, 1.5, 0.0]
@@ -257,8 +268,7 @@ max_depth = 50.0
         if device:
             command += ["--device", device]
         engine = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        client = Client(endpoints)
-        client.subscribe("quad0/stereo_left/depth", "quad0/stereo_right/depth")
+        client = _DdsClient(domain) if transport == "ros2" else _ZmqClient(endpoints)
         try:
             sent, arrived = _drive(client, engine, rate, seconds)
         finally:
@@ -278,6 +288,81 @@ max_depth = 50.0
         embree_ms=_embree_stereo_ms(width, height),
         load_average=load_average,
     )
+
+
+class _ZmqClient:
+    """The latency bench's side of ZeroMQ: poses out, the stereo depth images' pose stamps in."""
+
+    def __init__(self, endpoints):
+        from goggles.client import Client
+
+        self._client = Client(endpoints)
+        self._client.subscribe("quad0/stereo_left/depth", "quad0/stereo_right/depth")
+
+    def send_pose(self, position) -> int:
+        return self._client.send_pose("quad0", position, [1.0, 0.0, 0.0, 0.0])
+
+    def receive(self, timeout: float):
+        item = self._client.receive(timeout=timeout)
+        return None if item is None else (item[0], item[1].pose_utime)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class _DdsClient:
+    """The latency bench's side of ROS 2: PoseStamped out, the depth Images' stamps in (what a ROS 2
+    node would do; goggles' own DDS types, the same definitions any ROS 2 node has)."""
+
+    def __init__(self, domain: int):
+        import queue
+
+        from cyclonedds.core import Listener
+        from cyclonedds.domain import DomainParticipant
+        from cyclonedds.pub import DataWriter
+        from cyclonedds.qos import Policy, Qos
+        from cyclonedds.sub import DataReader
+        from cyclonedds.topic import Topic
+
+        from goggles.transport.ros2 import types as T
+
+        self._T = T
+        self._participant = DomainParticipant(domain)
+        sensor = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(5))
+        self._writer = DataWriter(
+            self._participant, Topic(self._participant, "rt/goggles/quad0/pose", T.PoseStamped), qos=sensor
+        )
+        self._arrivals: queue.Queue = queue.Queue()
+        self._readers = []
+        for side in ("left", "right"):
+            listener = Listener(on_data_available=lambda reader, side=side: self._take(reader, side))
+            topic = Topic(self._participant, f"rt/goggles/quad0/stereo/{side}/image_depth", T.ImageStamp)
+            self._readers.append(DataReader(self._participant, topic, qos=sensor, listener=listener))
+
+    def _take(self, reader, side: str) -> None:
+        for image in reader.take(N=16):
+            stamp = image.header.stamp
+            self._arrivals.put((side, stamp.sec * 1_000_000 + stamp.nanosec // 1000))
+
+    def send_pose(self, position) -> int:
+        T = self._T
+        utime = time.time_ns() // 1000
+        stamp = T.Time(utime // 1_000_000, (utime % 1_000_000) * 1000)
+        point = T.Point(*(float(v) for v in position))
+        self._writer.write(T.PoseStamped(T.Header(stamp, "map"), T.Pose(point, T.Quaternion(0.0, 0.0, 0.0, 1.0))))
+        return utime
+
+    def receive(self, timeout: float):
+        import queue
+
+        try:
+            return self._arrivals.get(timeout=max(timeout, 0.0)) if timeout > 0 else self._arrivals.get_nowait()
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        self._readers.clear()
+        self._participant = None
 
 
 def _embree_stereo_ms(width: int, height: int) -> float | None:
@@ -307,7 +392,8 @@ def _embree_stereo_ms(width: int, height: int) -> float | None:
 
 
 def _drive(client, engine, rate: float, seconds: float):
-    """Send poses at ``rate`` (after the engine answers) and collect arrival times by pose utime."""
+    """Send poses at ``rate`` (after the engine answers) and collect arrival times by pose utime
+    (``client``: ``send_pose(position) -> utime``, ``receive(timeout) -> (channel, pose utime) | None``)."""
     sent: dict[int, float] = {}
     arrived: dict[int, dict[str, float]] = {}
 
@@ -315,9 +401,9 @@ def _drive(client, engine, rate: float, seconds: float):
         item = client.receive(timeout=timeout)
         while item is not None:
             now = time.perf_counter()
-            channel, image = item
-            if image.pose_utime in sent:
-                arrived.setdefault(image.pose_utime, {})[channel] = now
+            channel, pose_utime = item
+            if pose_utime in sent:
+                arrived.setdefault(pose_utime, {})[channel] = now
             item = client.receive(timeout=0.0)
 
     # Wait for the engine to start (it renders from its start pose until poses arrive).
@@ -330,7 +416,7 @@ def _drive(client, engine, rate: float, seconds: float):
     k = 0
     while time.perf_counter() - start < seconds:
         position = [-4.0 + 0.5 * np.sin(0.5 * k * period), 0.3 * np.cos(0.7 * k * period), 1.5]
-        utime = client.send_pose("quad0", position, [1.0, 0.0, 0.0, 0.0])
+        utime = client.send_pose(position)
         sent[utime] = time.perf_counter()
         k += 1
         next_send = start + k * period

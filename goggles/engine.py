@@ -232,7 +232,7 @@ class Engine:
             periods = [g.period_steps * self.dt for g in self.groups] or [0.1]
             waits = [g.last_render_wall + 2.0 * p - now for g, p in zip(self.groups, periods)]
             timeout = max(0.0, min(waits + [0.01]))
-            self.zmq.wait(timeout) if self.zmq is not None else time.sleep(timeout)
+            self._wait_for_inputs(timeout)
             self._poll_inputs()
             now = time.perf_counter()
             self.step = int((time.time_ns() // 1000) * 1e-6 / self.dt)  # wall time, in physics steps
@@ -245,6 +245,18 @@ class Engine:
             if now - last_status > 1.0 and self._status:
                 last_status = now
                 self._status(self.status_line())
+
+    def _wait_for_inputs(self, timeout: float) -> None:
+        """Live mode: sleep until an input arrives on a bus that can say so, or ``timeout`` passes.
+        With two such buses (ZeroMQ and ROS 2) each is asked in turn, 0.5 ms at a time."""
+        waiters = [bus for bus in self.buses if hasattr(bus, "wait")]
+        if len(waiters) <= 1:
+            waiters[0].wait(timeout) if waiters else time.sleep(timeout)
+            return
+        deadline = time.perf_counter() + timeout
+        while not any(bus.wait(0.0005 if i == 0 else 0.0) for i, bus in enumerate(waiters)):
+            if time.perf_counter() >= deadline:
+                return
 
     def start_at(self, step: int) -> None:
         """Begin at ``step`` (a replayed log starts at its own time): events move to their next due step."""

@@ -67,6 +67,13 @@ def add_parser(commands) -> None:
     bench_latency.add_argument("--rate", type=float, default=30.0, help="camera and pose rate, Hz")
     bench_latency.add_argument("--seconds", type=float, default=10.0, help="how long to send poses")
     bench_latency.add_argument("--device", default=None, help="Warp device of the engine")
+    bench_latency.add_argument(
+        "--transport",
+        choices=["zmq", "ros2"],
+        default="zmq",
+        help="zmq: poses and images over ZeroMQ; ros2: PoseStamped in and Image out over DDS, measured next to "
+        "ZeroMQ in the same run (the last line is the DDS figure)",
+    )
     bench_latency.set_defaults(run=cmd_bench_latency)
 
 
@@ -122,15 +129,26 @@ def cmd_bench_dynamics(args) -> int:
 def cmd_bench_latency(args) -> int:
     from goggles.bench import bench_latency
 
-    result = bench_latency(
-        width=args.width, height=args.height, rate=args.rate, seconds=args.seconds, device=args.device
-    )
-    print(
-        f"live mode, stereo depth {result.width}x{result.height} at {args.rate:g} Hz over ZeroMQ on loopback: "
-        f"{result.frames} of {result.sent} poses came back as both images (FlightGoggles: ~23 ms)"
-    )
-    if result.embree_ms is not None:
-        print(f"bare Embree tracing the same stereo rays (no depth, no transport): {result.embree_ms:.2f} ms")
-    print(f"load average before the run: {result.load_average:.2f} (on {os.cpu_count()} cores)")
-    print(f"p50_ms={result.p50_ms:.2f} p99_ms={result.p99_ms:.2f} width={result.width} height={result.height}")
+    transports = ["zmq", "ros2"] if args.transport == "ros2" else ["zmq"]
+    for transport in transports:
+        result = bench_latency(
+            width=args.width,
+            height=args.height,
+            rate=args.rate,
+            seconds=args.seconds,
+            device=args.device,
+            transport=transport,
+        )
+        how = "ZeroMQ on loopback" if transport == "zmq" else "ROS 2 over DDS (Cyclone) on this machine"
+        print(
+            f"live mode, stereo depth {result.width}x{result.height} at {args.rate:g} Hz over {how}: "
+            f"{result.frames} of {result.sent} poses came back as both images (FlightGoggles: ~23 ms)"
+        )
+        if result.embree_ms is not None:
+            print(f"bare Embree tracing the same stereo rays (no depth, no transport): {result.embree_ms:.2f} ms")
+        print(f"load average before the run: {result.load_average:.2f} (on {os.cpu_count()} cores)")
+        print(
+            f"transport={transport} p50_ms={result.p50_ms:.2f} p99_ms={result.p99_ms:.2f} "
+            f"width={result.width} height={result.height}"
+        )
     return 0

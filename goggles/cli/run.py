@@ -32,6 +32,22 @@ def add_parser(commands) -> None:
     )
     run.add_argument("--lcm-url", default=None, help="LCM URL (e.g. memq:// or udpm://...?ttl=0)")
     run.add_argument("--no-lcm", action="store_true", help="publish on ZeroMQ only")
+    run.add_argument(
+        "--ros2",
+        nargs="?",
+        const="/goggles",
+        default=None,
+        metavar="NAMESPACE",
+        help="also speak ROS 2 over DDS (Cyclone DDS), topics under NAMESPACE (default /goggles); "
+        "see the README's ROS 2 section",
+    )
+    run.add_argument(
+        "--ros2-domain",
+        type=int,
+        default=None,
+        metavar="ID",
+        help="DDS domain (ROS_DOMAIN_ID; default: the run file's, or 0)",
+    )
     run.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
     add_backend_arg(run)
     run.add_argument(
@@ -101,6 +117,17 @@ def cmd_run(args) -> int:
 
         changes["zmq"] = (config.zmq or ZmqEndpoints()).exposed(args.expose)
         changes["curve"] = CurveServer(args.keys / "server.key_secret", args.keys / "clients")
+    if args.ros2 is not None or args.ros2_domain is not None:
+        from goggles.transport.ros2 import Ros2Settings
+
+        settings = config.ros2 or Ros2Settings()
+        if args.ros2 is not None:
+            settings = dataclasses.replace(settings, namespace=args.ros2)
+        if args.ros2_domain is not None:
+            if not 0 <= args.ros2_domain <= 232:
+                raise ConfigError(f"--ros2-domain {args.ros2_domain}: a DDS domain is 0 to 232")
+            settings = dataclasses.replace(settings, domain_id=args.ros2_domain)
+        changes["ros2"] = settings
     if args.no_lcm:
         changes["lcm_url"] = None
     elif args.lcm_url is not None:

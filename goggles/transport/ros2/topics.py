@@ -1,0 +1,160 @@
+"""Which ROS 2 topics, types and frames the engine's outputs become: one conversion, used by the live
+DDS bus (``bus.Ros2Bus``) and by ROS 2 recordings (``goggles.record``).
+
+Topics (ROS names; on DDS ``rt/<name>``), under a namespace (default ``/goggles``):
+
+    <ns>/<vehicle>/<camera>[/left|/right]/image_depth  sensor_msgs/Image 32FC1, metres, REP 118
+    .../image_color, image_range, image_segmentation   rgb8, 32FC1 metres, 32SC1 class ids
+    .../camera_info                                    sensor_msgs/CameraInfo (plumb_bob; right: P[3] = -fx B)
+    .../beacons                                        goggles_msgs/Beacons
+    <ns>/<vehicle>/imu                                 sensor_msgs/Imu (body FLU axes, no orientation)
+    <ns>/<vehicle>/odom                                nav_msgs/Odometry (ground truth, map -> base_link)
+    <ns>/<vehicle>/<range sensor>                      sensor_msgs/Range (single-zone sensors)
+    /tf, /tf_static, /clock                            map -> <vehicle>/base_link -> sensor frames; sim time
+
+Frames (REP 103/105): ``map`` (world ENU), ``<vehicle>/base_link`` (FLU), ``<vehicle>/<camera>_optical_frame``
+(z forward, x right, y down), ``<vehicle>/<range sensor>``. Images are stamped with the instant they show
+(live: the pose's time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import goggles_lcm
+from goggles.frames import matrix_to_quat, quat_to_matrix
+from goggles.render.camera import stereo_right_offset
+from goggles.transport.ros2 import Ros2Settings, cdr
+from goggles.transport.schema import Encoding
+
+#: The fixed world frame (ENU), as REP 105 names it.
+WORLD_FRAME = "map"
+
+#: What each kind of topic is, for DDS QoS and for recordings.
+SENSOR, TF, TF_STATIC, CLOCK = "sensor", "tf", "tf_static", "clock"
+
+_IMAGE_TOPICS = {
+    Encoding.DEPTH_F32: ("image_depth", "32FC1", 4),
+    Encoding.RANGE_F32: ("image_range", "32FC1", 4),
+    Encoding.RGB8: ("image_color", "rgb8", 3),
+    Encoding.SEGMENTATION_I32: ("image_segmentation", "32SC1", 4),
+}
+
+
+@dataclass(frozen=True)
+class RosMessage:
+    topic: str
+    """ROS name, e.g. ``/goggles/quad0/imu``."""
+    type_name: str
+    """e.g. ``sensor_msgs/msg/Imu``."""
+    kind: str
+    """SENSOR, TF, TF_STATIC or CLOCK (its QoS)."""
+    cdr: bytes
+
+
+@dataclass(frozen=True)
+class _Camera:
+    path: str
+    frame_id: str
+    tx: float
+    """CameraInfo P[3]: -fx * baseline for a stereo right camera, 0 otherwise."""
+
+
+def base_link(vehicle: str) -> str:
+    return f"{vehicle}/base_link"
+
+
+def namespace_of(settings: Ros2Settings) -> str:
+    """``/goggles`` from ``goggles``, ``/goggles/``, ``/goggles``; ``""`` for the root."""
+    inner = settings.namespace.strip("/")
+    return "/" + inner if inner else ""
+
+
+class Ros2Topics:
+    """The engine's outputs (LCM-encoded) as ROS 2 messages.
+
+    Args:
+        settings: namespace and ROS 2 distribution (Range's layout).
+        cameras, range_sensors: the run's (``RunConfig``): topic names, frames, sensor mounts.
+    """
+
+    def __init__(self, settings: Ros2Settings, cameras=(), range_sensors=()):
+        self.settings = settings
+        self.namespace = ns = namespace_of(settings)
+        self._cameras: dict[str, _Camera] = {}
+        mounts = []
+        for c in cameras:
+            if c.baseline is None:
+                eyes = [(c.name, "", c.T_BC, 0.0)]
+            else:
+                T_BR, tx = c.T_BC @ stereo_right_offset(c.baseline), -c.model.fx * c.baseline
+                eyes = [(f"{c.name}_left", "/left", c.T_BC, 0.0), (f"{c.name}_right", "/right", T_BR, tx)]
+            for channel_name, suffix, T_BC, tx in eyes:
+                frame = f"{c.vehicle}/{channel_name}_optical_frame"
+                self._cameras[f"{c.vehicle}/{channel_name}"] = _Camera(f"{ns}/{c.vehicle}/{c.name}{suffix}", frame, tx)
+                mounts.append((base_link(c.vehicle), frame, T_BC))
+        self._ranges = {}
+        for r in range_sensors:
+            frame = f"{r.vehicle}/{r.name}"
+            self._ranges[f"{r.vehicle}/{r.name}"] = (frame, float(np.radians(max(r.model.fov_deg))), r.model)
+            mounts.append((base_link(r.vehicle), frame, r.T_BS))
+        self._mounts = [(0, parent, child, T[:3, 3], matrix_to_quat(T[:3, :3])) for parent, child, T in mounts]
+        self._info_sent: dict[str, int] = {}
+
+    def static_transforms(self) -> list[RosMessage]:
+        """``/tf_static``: each sensor's mount on its vehicle."""
+        if not self._mounts:
+            return []
+        return [RosMessage("/tf_static", "tf2_msgs/msg/TFMessage", TF_STATIC, cdr.tf_message(self._mounts))]
+
+    def convert(self, m) -> list[RosMessage]:
+        """A decoded engine output as ROS 2 messages (none for what ROS has no topic for)."""
+        ns = self.namespace
+        if isinstance(m, goggles_lcm.image_t):
+            camera = self._cameras.get(m.camera)
+            kind = _IMAGE_TOPICS.get(m.encoding)
+            if camera is None or kind is None:
+                return []
+            leaf, encoding, size = kind
+            utime = m.pose_utime or m.header.utime  # the instant the image shows (live: the pose's time)
+            pixels = cdr.image(utime, camera.frame_id, m.width, m.height, encoding, m.width * size, m.data)
+            out = [RosMessage(f"{camera.path}/{leaf}", "sensor_msgs/msg/Image", SENSOR, pixels)]
+            if self._info_sent.get(m.camera) != utime:  # once per frame, whatever the outputs
+                self._info_sent[m.camera] = utime
+                info = cdr.camera_info(
+                    utime, camera.frame_id, m.width, m.height, m.fx, m.fy, m.cx, m.cy, m.distortion, camera.tx
+                )
+                out.append(RosMessage(f"{camera.path}/camera_info", "sensor_msgs/msg/CameraInfo", SENSOR, info))
+            return out
+        if isinstance(m, goggles_lcm.imu_t):
+            payload = cdr.imu(m.header.utime, base_link(m.vehicle), m.angular_velocity, m.linear_acceleration)
+            return [RosMessage(f"{ns}/{m.vehicle}/imu", "sensor_msgs/msg/Imu", SENSOR, payload)]
+        if isinstance(m, goggles_lcm.vehicle_state_t):
+            q = np.asarray(m.orientation)
+            R_WB = quat_to_matrix(q)
+            child = base_link(m.vehicle)
+            odom = cdr.odometry(
+                m.header.utime, WORLD_FRAME, child, m.position, q, R_WB.T @ np.asarray(m.velocity), m.angular_velocity
+            )
+            tf = cdr.tf_message([(m.header.utime, WORLD_FRAME, child, m.position, q)])
+            return [
+                RosMessage(f"{ns}/{m.vehicle}/odom", "nav_msgs/msg/Odometry", SENSOR, odom),
+                RosMessage("/tf", "tf2_msgs/msg/TFMessage", TF, tf),
+            ]
+        if isinstance(m, goggles_lcm.pose_t) and m.valid:
+            tf = cdr.tf_message([(m.header.utime, WORLD_FRAME, base_link(m.name), m.position, m.orientation)])
+            return [RosMessage("/tf", "tf2_msgs/msg/TFMessage", TF, tf)]
+        if isinstance(m, goggles_lcm.clock_t):
+            return [RosMessage("/clock", "rosgraph_msgs/msg/Clock", CLOCK, cdr.clock(m.header.utime))]
+        if isinstance(m, goggles_lcm.ranges_t) and m.sensor in self._ranges and m.num_ranges == 1:
+            frame, fov, model = self._ranges[m.sensor]
+            variance = model.sigma**2 if self.settings.distro == "jazzy" else None
+            payload = cdr.range_(m.header.utime, frame, fov, m.min_range, m.max_range, m.ranges[0], variance=variance)
+            return [RosMessage(f"{ns}/{m.sensor}", "sensor_msgs/msg/Range", SENSOR, payload)]
+        if isinstance(m, goggles_lcm.beacons_t) and m.camera in self._cameras:
+            camera = self._cameras[m.camera]
+            payload = cdr.beacons(m.header.utime, camera.frame_id, m.ids, m.u, m.v, m.range)
+            return [RosMessage(f"{camera.path}/beacons", "goggles_msgs/msg/Beacons", SENSOR, payload)]
+        return []
