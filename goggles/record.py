@@ -47,6 +47,8 @@ class Recorder:
             no measurable frame-rate cost, zstd 0.33x at 10-25 % fewer frames/s on two cores.
         on_error: called once, from the writer thread, with a one-line reason when writing fails
             (a full disk); recording stops there and what was written stays readable.
+        ros2: a ``goggles.transport.ros2.topics.Ros2Topics``: write the ROS 2 topics instead (schema
+            encoding ``ros2msg``, CDR payloads), which ``ros2 bag``, Foxglove and rosbags open. MCAP only.
 
     Raises:
         ConfigError: the path cannot be written (a directory, no permission, a read-only disk).
@@ -60,11 +62,15 @@ class Recorder:
         queue_size: int = 4096,
         compression: str = "lz4",
         on_error=None,
+        ros2=None,
     ):
         self.path = Path(path)
         self.format = log_format(self.path)
         if self.format == "mcap":
             require("mcap", "recording", "recording to MCAP")
+        if ros2 is not None and self.format != "mcap":
+            raise ConfigError(f"{self.path}: a ROS 2 recording is an MCAP file; record to FILE.mcap")
+        self._ros2 = ros2
         self.written = 0
         self.dropped = 0
         self.error: str | None = None
@@ -83,7 +89,7 @@ class Recorder:
                     raise ConfigError(f"recording compression {compression!r}: choose one of {sorted(kinds)}")
                 self._file = open(self.path, "wb")  # noqa: SIM115 (closed by close())
                 self._writer = Writer(self._file, chunk_size=CHUNK_BYTES, compression=kinds[compression])
-                self._writer.start(profile="goggles", library="goggles")
+                self._writer.start(profile="goggles" if ros2 is None else "ros2", library="goggles")
                 self._writer.add_metadata("goggles", metadata or {})
                 self._schemas: dict[bytes, int] = {}
                 self._channels: dict[str, int] = {}
@@ -133,11 +139,35 @@ class Recorder:
         if self.format == "lcm":
             self._event_log.write_event(log_time // 1000, channel, data)
             return
+        if self._ros2 is not None:
+            self._write_ros2(data, log_time, publish_time)
+            return
         channel_id = self._channels.get(channel)
         if channel_id is None:
             schema_id = self._schema(data[:8])
             channel_id = self._channels[channel] = self._writer.register_channel(channel, "lcm", schema_id)
         self._writer.add_message(channel_id, log_time, data, publish_time)
+
+    def _write_ros2(self, data: bytes, log_time: int, publish_time: int) -> None:
+        from goggles.transport.ros2.definitions import message_definition
+        from goggles.transport.schema import MalformedMessage, decode_any
+
+        try:
+            messages = self._ros2.convert(decode_any(data))
+        except MalformedMessage:
+            return
+        if not self._channels:  # the first message: the sensor mounts go first
+            messages = self._ros2.static_transforms() + messages
+        for message in messages:
+            if message.topic not in self._channels:
+                if message.type_name not in self._schemas:
+                    definition = message_definition(message.type_name, self._ros2.settings.distro)
+                    self._schemas[message.type_name] = self._writer.register_schema(
+                        message.type_name, "ros2msg", definition.encode()
+                    )
+                schema_id = self._schemas[message.type_name]
+                self._channels[message.topic] = self._writer.register_channel(message.topic, "cdr", schema_id)
+            self._writer.add_message(self._channels[message.topic], log_time, message.cdr, publish_time)
 
     def _schema(self, fingerprint: bytes) -> int:
         if fingerprint not in self._schemas:
@@ -223,23 +253,48 @@ def _read_lcm_log(path: Path) -> Iterator[tuple[int, str, bytes]]:
         raise ConfigError(f"{path}: not a readable LCM event log (no event could be read)")
 
 
-def _summary_channels(path: Path) -> dict[int, str]:
-    """Channel ids from the file's summary section (it repeats them all), or {} if it has none."""
+def _summary_channels(path: Path) -> tuple[dict[int, str], dict[int, str]]:
+    """Channel ids -> topics and message encodings, from the file's summary section (it repeats them
+    all), or empty if it has none."""
     from mcap.reader import make_reader
 
     try:
         with open(path, "rb") as f:
             summary = make_reader(f).get_summary()
     except Exception:  # a killed recording has no summary: the chunks name the channels
-        return {}
-    return {} if summary is None else {i: c.topic for i, c in summary.channels.items()}
+        return {}, {}
+    if summary is None:
+        return {}, {}
+    return (
+        {i: c.topic for i, c in summary.channels.items()},
+        {i: c.message_encoding for i, c in summary.channels.items()},
+    )
+
+
+def _odometry_body(topic: str) -> str:
+    """``quad0`` of ``/goggles/quad0/odom``."""
+    return topic.rsplit("/", 2)[-2]
+
+
+def _from_ros2(message, topic: str, with_odometry: set[str]) -> Iterator[tuple[int, str, bytes]]:
+    """A recorded ROS 2 message as what a replay reads (states and poses); the rest is skipped."""
+    from goggles.transport.ros2.readback import goggles_messages
+
+    try:
+        converted = goggles_messages(topic, message.data, with_odometry)
+    except Exception as exc:  # a damaged payload: named, and the rest goes on
+        log.warning("%s at %.3f s: not a readable ROS 2 message (%s); skipped", topic, message.log_time * 1e-9, exc)
+        return
+    for channel, data in converted:
+        yield message.log_time, channel, data
 
 
 def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
     from mcap.records import Channel, Chunk, Message
     from mcap.stream_reader import StreamReader, breakup_chunk
 
-    channels = _summary_channels(path)
+    channels, encodings = _summary_channels(path)
+    with_odometry = {_odometry_body(topic) for topic in channels.values() if topic.endswith("/odom")}
     damaged = orphans = 0
     with open(path, "rb") as f:
         reader = StreamReader(f, skip_magic=False, emit_chunks=True)
@@ -265,8 +320,13 @@ def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
                 for item in records:
                     if isinstance(item, Channel):
                         channels[item.id] = item.topic
+                        encodings[item.id] = item.message_encoding
+                        if item.topic.endswith("/odom"):
+                            with_odometry.add(_odometry_body(item.topic))
                     elif isinstance(item, Message):
-                        if item.channel_id in channels:
+                        if encodings.get(item.channel_id) == "cdr":  # a ROS 2 recording
+                            yield from _from_ros2(item, channels[item.channel_id], with_odometry)
+                        elif item.channel_id in channels:
                             yield item.log_time, channels[item.channel_id], item.data
                         else:
                             orphans += 1  # its channel was declared in a damaged chunk

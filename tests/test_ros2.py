@@ -349,3 +349,58 @@ def test_a_twist_from_ros2_flies_a_sim_vehicle():
         publisher.communicate(input="", timeout=30)
         running.stop.set()
         running.finish()
+
+
+# ---------------------------------------------------------------------- recordings
+
+
+def test_a_ros2_recording_opens_in_rosbags_and_replays_to_the_same_images(tmp_path):
+    from rosbags.highlevel import AnyReader
+
+    from goggles.replay import replay_file
+    from goggles.transport.schema import decode_any
+    from tests.test_record import _goggles, _run_file, read_log
+
+    recording = tmp_path / "flight.mcap"
+    result = _goggles("run", _run_file(tmp_path), "--duration", "1", "--record", recording, "--record-profile", "ros2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    recorded, imu, tf, static = {}, 0, set(), set()
+    with AnyReader([recording]) as reader:  # rosbags, on the single MCAP file
+        for connection, _, raw in reader.messages():
+            message = reader.deserialize(raw, connection.msgtype)
+            if connection.msgtype == "sensor_msgs/msg/Image":
+                stamp = message.header.stamp
+                recorded[(connection.topic, stamp.sec * 1_000_000 + stamp.nanosec // 1000)] = bytes(message.data)
+            elif connection.msgtype == "sensor_msgs/msg/Imu":
+                imu += 1
+            elif connection.topic in ("/tf", "/tf_static"):
+                frames = {(t.header.frame_id, t.child_frame_id) for t in message.transforms}
+                (tf if connection.topic == "/tf" else static).update(frames)
+    assert 230 <= imu <= 250  # 1 s at 240 Hz
+    assert ("map", "quad0/base_link") in tf and ("quad0/base_link", "quad0/stereo_left_optical_frame") in static
+    topics = {topic for topic, _ in recorded}
+    assert topics == {f"/goggles/quad0/stereo/{s}/image_{k}" for s in ("left", "right") for k in ("depth", "color")}
+
+    replayed = tmp_path / "replayed.mcap"
+    replay = replay_file(recording, record=replayed)
+    assert replay.error is None and replay.poses == 61
+    again = {}
+    names = {"depth": "image_depth", "rgb": "image_color"}
+    for _, channel, data in read_log(replayed):
+        if "/stereo_" in channel:
+            vehicle, camera, output = channel.split("/")
+            message = decode_any(data)
+            topic = f"/goggles/{vehicle}/stereo/{camera.split('_')[1]}/{names[output]}"
+            again[(topic, message.header.utime)] = message.data
+    assert set(again) == set(recorded) and len(recorded) == 4 * 31
+    assert all(again[key] == recorded[key] for key in recorded)
+
+
+def test_ros2_recordings_need_an_mcap_file(tmp_path):
+    from tests.test_record import _goggles, _run_file
+
+    result = _goggles(
+        "run", _run_file(tmp_path), "--duration", "0.1", "--record", tmp_path / "x.lcmlog", "--record-profile", "ros2"
+    )
+    assert result.returncode != 0 and "ROS 2 recording is an MCAP file" in result.stderr
+    assert "Traceback" not in result.stderr

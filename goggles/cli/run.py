@@ -86,6 +86,13 @@ def add_parser(commands) -> None:
         "zstd: 0.33x, 10-25%% slower on two cores)",
     )
     run.add_argument(
+        "--record-profile",
+        choices=["goggles", "ros2"],
+        default="goggles",
+        help="goggles: the LCM messages as published (default); ros2: the ROS 2 topics (ros2msg schemas, CDR), "
+        "which ros2 bag, Foxglove and rosbags open, and goggles replay reads back (MCAP only)",
+    )
+    run.add_argument(
         "--on-record-error",
         choices=["continue", "stop"],
         default="continue",
@@ -143,12 +150,21 @@ def cmd_run(args) -> int:
             if args.on_record_error == "stop":
                 stop.set()
 
+        ros2_topics = None
+        if args.record_profile == "ros2":
+            from goggles.errors import require
+            from goggles.transport.ros2 import Ros2Settings
+            from goggles.transport.ros2.topics import Ros2Topics
+
+            require("rosbags", "ros2", "ROS 2 recordings")
+            ros2_topics = Ros2Topics(config.ros2 or Ros2Settings(), config.cameras, config.range_sensors)
         run_path = args.config or default_run()
         recorder = Recorder(
             args.record,
             metadata={"run_file": Path(run_path).read_text(), "run_file_path": str(Path(run_path).resolve())},
             compression=args.record_compression,
             on_error=record_failed,
+            ros2=ros2_topics,
         )
     sinks = []
     if args.foxglove is not None:
