@@ -318,15 +318,17 @@ class _DdsClient:
         import queue
 
         from cyclonedds.core import Listener
-        from cyclonedds.domain import DomainParticipant
+        from cyclonedds.domain import Domain, DomainParticipant
         from cyclonedds.pub import DataWriter
         from cyclonedds.qos import Policy, Qos
         from cyclonedds.sub import DataReader
         from cyclonedds.topic import Topic
 
+        from goggles.transport.ros2 import LOCALHOST_ONLY_CONFIG
         from goggles.transport.ros2 import types as T
 
         self._T = T
+        self._domain = Domain(domain, LOCALHOST_ONLY_CONFIG)  # as the engine: this machine only
         self._participant = DomainParticipant(domain)
         sensor = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(5))
         self._writer = DataWriter(

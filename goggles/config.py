@@ -162,14 +162,17 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         control=zmq.text("control", ZmqEndpoints.control),
     )
 
-    ros2 = Table(path, "[ros2]", data.get("ros2", {}), {"enabled", "namespace", "domain_id", "distro"})
+    ros2 = Table(path, "[ros2]", data.get("ros2", {}), {"enabled", "namespace", "domain_id", "distro", "expose"})
     distro = ros2.text("distro", "humble")
     if distro not in DISTROS:
         raise ros2.error("distro", f"one of {list(DISTROS)}")
     domain_id = ros2.number("domain_id", 0)
     if domain_id != int(domain_id) or not 0 <= domain_id <= 232:
         raise ros2.error("domain_id", "an integer from 0 to 232 (ROS_DOMAIN_ID)")
-    ros2_settings = Ros2Settings(ros2.text("namespace", "/goggles"), int(domain_id), distro)
+    expose = ros2.get("expose", False)
+    if not isinstance(expose, bool):
+        raise ros2.error("expose", "true or false")
+    ros2_settings = Ros2Settings(ros2.text("namespace", "/goggles"), int(domain_id), distro, expose)
 
     vehicle_tables = top.get("vehicle", [])
     if not isinstance(vehicle_tables, list) or not vehicle_tables:

@@ -223,8 +223,15 @@ def domain() -> int:
 
 
 def peer(*args) -> subprocess.Popen:
+    """The peer in its own process, with Cyclone DDS configured as a ROS 2 node on this machine would be
+    to see goggles (``CYCLONEDDS_URI``, as the README says)."""
+    import os
+
+    from goggles.transport.ros2 import LOCALHOST_ONLY_CONFIG
+
     process = subprocess.Popen(
         [sys.executable, str(PEER), *map(str, args)],
+        env={**os.environ, "CYCLONEDDS_URI": LOCALHOST_ONLY_CONFIG},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -48,6 +48,12 @@ def add_parser(commands) -> None:
         metavar="ID",
         help="DDS domain (ROS_DOMAIN_ID; default: the run file's, or 0)",
     )
+    run.add_argument(
+        "--ros2-expose",
+        action="store_true",
+        help="speak ROS 2 beyond this machine (Cyclone DDS's own configuration: CYCLONEDDS_URI, or every "
+        "interface); without it, loopback only",
+    )
     run.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
     add_backend_arg(run)
     run.add_argument(
@@ -124,12 +130,14 @@ def cmd_run(args) -> int:
 
         changes["zmq"] = (config.zmq or ZmqEndpoints()).exposed(args.expose)
         changes["curve"] = CurveServer(args.keys / "server.key_secret", args.keys / "clients")
-    if args.ros2 is not None or args.ros2_domain is not None:
+    if args.ros2 is not None or args.ros2_domain is not None or args.ros2_expose:
         from goggles.transport.ros2 import Ros2Settings
 
         settings = config.ros2 or Ros2Settings()
         if args.ros2 is not None:
             settings = dataclasses.replace(settings, namespace=args.ros2)
+        if args.ros2_expose:
+            settings = dataclasses.replace(settings, expose=True)
         if args.ros2_domain is not None:
             if not 0 <= args.ros2_domain <= 232:
                 raise ConfigError(f"--ros2-domain {args.ros2_domain}: a DDS domain is 0 to 232")

@@ -12,10 +12,24 @@ from dataclasses import dataclass
 DISTROS = ("humble", "jazzy")
 
 
+#: Cyclone DDS on this machine only: the loopback interface, discovery by unicast to it (what
+#: ``ROS_LOCALHOST_ONLY=1`` means for ROS 2 nodes). A ROS 2 node on this machine sees goggles with
+#: ``CYCLONEDDS_URI`` set to this text; ``expose`` (``--ros2-expose``) uses Cyclone's own configuration.
+LOCALHOST_ONLY_CONFIG = (
+    "<CycloneDDS><Domain Id='any'><General><Interfaces><NetworkInterface address='127.0.0.1'/></Interfaces>"
+    "<AllowMulticast>false</AllowMulticast></General><Discovery><ParticipantIndex>auto</ParticipantIndex>"
+    "<MaxAutoParticipantIndex>60</MaxAutoParticipantIndex><Peers><Peer address='127.0.0.1'/></Peers>"
+    "</Discovery></Domain></CycloneDDS>"
+)
+
+
 @dataclass(frozen=True)
 class Ros2Settings:
-    """A run's ``[ros2]`` table: topics under ``namespace`` on DDS domain ``domain_id`` (ROS_DOMAIN_ID)."""
+    """A run's ``[ros2]`` table: topics under ``namespace`` on DDS domain ``domain_id`` (ROS_DOMAIN_ID),
+    on this machine only unless ``expose`` (then on the networks Cyclone DDS is configured for:
+    ``CYCLONEDDS_URI``, by default every interface)."""
 
     namespace: str = "/goggles"
     domain_id: int = 0
     distro: str = "humble"
+    expose: bool = False

@@ -23,7 +23,7 @@ import goggles_lcm
 from goggles.control_modes import ControlMode
 from goggles.errors import ConfigError, require
 from goggles.frames import quat_to_matrix
-from goggles.transport.ros2 import DISTROS, Ros2Settings
+from goggles.transport.ros2 import DISTROS, LOCALHOST_ONLY_CONFIG, Ros2Settings
 from goggles.transport.ros2 import types as T
 from goggles.transport.ros2.topics import CLOCK, SENSOR, TF, TF_STATIC, Ros2Topics
 from goggles.transport.schema import MalformedMessage, decode_any, header
@@ -67,6 +67,10 @@ class Ros2Bus:
             raise ConfigError(f"[ros2] namespace {settings.namespace!r} may not contain spaces")
         self.topics = Ros2Topics(settings, cameras, range_sensors)
         try:
+            from cyclonedds.domain import Domain
+
+            # The domain's configuration, held as long as the participant: this machine only by default.
+            self._domain = None if settings.expose else Domain(settings.domain_id, LOCALHOST_ONLY_CONFIG)
             self.participant = DomainParticipant(settings.domain_id)
         except Exception as exc:
             raise ConfigError(f"cannot join DDS domain {settings.domain_id}: {exc}") from exc
@@ -191,6 +195,7 @@ class Ros2Bus:
         self._readers.clear()
         self._writers.clear()
         self.participant = None
+        self._domain = None
 
 
 def _command(vehicle: str, mode: ControlMode, values) -> bytes:
