@@ -6,6 +6,7 @@ Each benchmark warms up, synchronizes the device, then times repeated work for a
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -426,3 +427,71 @@ def _drive(client, engine, rate: float, seconds: float):
             collect(remaining)
     collect(0.5)
     return sent, arrived
+
+
+@dataclass(frozen=True)
+class DatasetBench:
+    """Result of ``bench_dataset``: rendered frames per second of the same jobs with each worker count."""
+
+    frames_per_s: dict[int, float]
+    jobs: int
+    frames: int
+
+    def speedup(self, workers: int) -> float:
+        return self.frames_per_s[workers] / self.frames_per_s[min(self.frames_per_s)]
+
+
+def bench_dataset(
+    *, jobs: int = 8, workers: tuple[int, ...] = (1, 2), width: int = 320, height: int = 240, flight_s: float = 2.0
+) -> DatasetBench:
+    """Render the same ``jobs`` dataset jobs (one recorded flight of the default scene, a seed each) on a
+    local Ray cluster with each number of workers; workers are started and have built their world
+    (one warm-up job each) before the clock starts, so the figure is the steady state a long dataset
+    runs at."""
+    import tempfile
+
+    import ray
+
+    from goggles.config import load_run_config
+    from goggles.dataset import Job, SceneWorker
+    from goggles.engine import Engine
+    from goggles.paths import default_run
+    from goggles.record import Recorder
+
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        text = Path(default_run()).read_text()
+        rig = folder / "rig.toml"
+        rig.write_text(
+            text.replace('scene = "arena.toml"', f'scene = "{Path(default_run()).parent / "arena.toml"}"')
+            .replace("width = 320", f"width = {width}")
+            .replace("height = 240", f"height = {height}")
+        )
+        flight = folder / "flight.mcap"
+        recorder = Recorder(flight, metadata={"run_file": rig.read_text(), "run_file_path": str(rig)})
+        config = dataclasses.replace(load_run_config(rig), zmq=None, lcm_url=None, scale=None, max_scale=1e9)
+        engine = Engine(config, recorder=recorder)
+        engine.run(duration=flight_s)
+        engine.close()
+        recorder.close()
+        ray.init(num_cpus=max(workers), include_dashboard=False, log_to_driver=False)
+        try:
+            actor = ray.remote(num_cpus=1)(SceneWorker)
+            rates, frames = {}, 0
+            for n in workers:
+                output = folder / f"out{n}"
+                output.mkdir()
+                pool = [actor.remote(str(output), None) for _ in range(n)]
+                warm = [Job(str(flight), str(rig), None, 1000 + i) for i in range(n)]
+                ray.get([worker.render.remote(job) for worker, job in zip(pool, warm)])
+                batch = [Job(str(flight), str(rig), None, seed) for seed in range(jobs)]
+                start = time.perf_counter()
+                rows = list(ray.util.ActorPool(pool).map_unordered(lambda w, job: w.render.remote(job), batch))
+                elapsed = time.perf_counter() - start
+                frames = sum(row.get("frames", 0) for row in rows)
+                rates[n] = frames / elapsed
+                for worker in pool:
+                    ray.kill(worker)
+        finally:
+            ray.shutdown()
+    return DatasetBench(rates, jobs, frames)

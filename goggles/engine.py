@@ -37,7 +37,6 @@ from goggles.host_copies import COPIES
 from goggles.inputs import InputHandler
 from goggles.outputs import Outputs
 from goggles.scene.bvh import load_bvh
-from goggles.scene.gates import load_course
 from goggles.schedule import Schedule
 from goggles.sensors.ranges import RangeSensor
 from goggles.status import RateLog, StageTimes, describe_time, status_line
@@ -45,8 +44,8 @@ from goggles.transport import messages
 from goggles.transport.buses import ZmqBus, open_buses
 from goggles.transport.schema import MalformedMessage, decode_input
 from goggles.vehicles import Vehicle, make_vehicle
-from goggles.world import build_world
-from goggles.world.crowd import BUILD_INTERVAL_S, MAX_AVATARS, Crowd
+from goggles.world.build import build_run_world
+from goggles.world.crowd import BUILD_INTERVAL_S, Crowd
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +57,8 @@ class Engine:
         config: the run file's contents.
         device: Warp device for rendering and physics.
         backend: primary-ray tracer of the cameras (``goggles.render.BACKENDS``; auto: Embree on the CPU).
+        world: a ``goggles.world.World`` built for this run's scene and course (``build_run_world``) to
+            reuse instead of building one.
         status: called about once per wall second with a one-line status (the CLI prints it).
         recorder, sinks: where every published output and accepted input also goes
             (``write(channel, data, log_time_ns)``): a ``goggles.record.Recorder``, a Foxglove server.
@@ -69,6 +70,7 @@ class Engine:
         *,
         device=None,
         backend: str = "auto",
+        world=None,
         status: Callable[[str], None] | None = None,
         recorder=None,
         sinks=(),
@@ -81,10 +83,11 @@ class Engine:
         self.times = StageTimes()
         self.rates = RateLog()
         self._status = status
-        course = load_course(config.course) if config.course is not None else None
-        if course is not None and config.perturb is not None:
-            course = course.perturbed(config.perturb)
-        built = build_world(config.scene, course=course, device=device, spare_actors=MAX_AVATARS)
+        if world is None:
+            built = build_run_world(config, device)
+        else:  # another run's world, in the same scene and course (a dataset worker keeps it)
+            built = world
+            built.reset()
         self.built = built
         self.world = built.scene
         self.clips = [(a, load_bvh(a.bvh)) for a in config.avatars]

@@ -40,8 +40,9 @@ class ReplayResult:
     """Why this log could not be replayed (a batch goes on with the others), or None."""
 
 
-def replay_config(path: Path, sensors: Path | None, scene: Path | None):
-    """The run configuration of a replay: ``sensors`` or the recording's own, in REPLAY mode, no buses."""
+def replay_config(path: Path, sensors: Path | None, scene: Path | None, *, seed: int | None = None):
+    """The run configuration of a replay: ``sensors`` or the recording's own, in REPLAY mode, no buses;
+    ``seed`` (the sensors' noise) instead of the run file's."""
     if sensors is not None:
         config = load_run_config(sensors)
     else:
@@ -55,7 +56,9 @@ def replay_config(path: Path, sensors: Path | None, scene: Path | None):
             parse_toml(metadata["run_file"], f"{path}: the recorded run file"),
             Path(metadata.get("run_file_path", path)),
         )
-    changes = {"mode": ClockMode.REPLAY, "zmq": None, "lcm_url": None}
+    changes = {"mode": ClockMode.REPLAY, "zmq": None, "lcm_url": None, "ros2": None}
+    if seed is not None:
+        changes["seed"] = int(seed)
     if scene is not None:
         changes["scene"] = scene.resolve()
     return dataclasses.replace(config, **changes)
@@ -71,18 +74,21 @@ def replay_file(
     device=None,
     threads: int | None = None,
     progress=None,
+    seed: int | None = None,
+    world=None,
 ) -> ReplayResult:
-    """Replay one log (see the module docstring); ``threads`` caps CPU render threads (batch jobs use 1)."""
+    """Replay one log (see the module docstring); ``threads`` caps CPU render threads (batch jobs use 1);
+    ``seed`` replaces the run file's; ``world``: one already built for this run's scene (``Engine``)."""
     from goggles.engine import Engine
 
-    config = replay_config(Path(path), sensors, scene)
+    config = replay_config(Path(path), sensors, scene, seed=seed)
     recorder = None
     if record is not None:
         metadata = {"run_file": _config_text(sensors, path), "replayed_from": str(path)}
         recorder = Recorder(record, metadata=metadata)
     if threads is not None:
         os.environ.setdefault("GOGGLES_RENDER_THREADS", str(threads))
-    engine = Engine(config, device=device, recorder=recorder)
+    engine = Engine(config, device=device, recorder=recorder, world=world)
     start = time.perf_counter()
     last_time = [0.0]
 

@@ -268,3 +268,12 @@ def test_render_beacons_and_tof_outputs(tmp_path):
     tof = json.loads((tmp_path / "tof.json").read_text())
     assert tof["sensor"] == "flightgoggles-altimeter" and tof["max_range"] == 20.0
     assert 1.5 < tof["ranges"][0] < 2.1  # 1.8 m above the terrain near the pad
+
+
+def test_bench_dataset_last_lines():
+    pytest.importorskip("ray")
+    result = goggles("bench", "dataset", "--jobs", "2", "--width", "32", "--height", "24", "--flight", "0.3")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [dict(item.split("=") for item in line.split()) for line in result.stdout.splitlines() if "=" in line]
+    assert [line["workers"] for line in lines] == ["1", "2"]
+    assert all(float(line["frames_per_s"]) > 0 for line in lines) and float(lines[0]["speedup"]) == 1.0

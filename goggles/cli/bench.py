@@ -75,6 +75,19 @@ def add_parser(commands) -> None:
         "ZeroMQ in the same run (the last line is the DDS figure)",
     )
     bench_latency.set_defaults(run=cmd_bench_latency)
+    bench_dataset = benches.add_parser(
+        "dataset",
+        help="dataset jobs on a local Ray cluster: frames/s with 1 and 2 workers",
+        description="Record a flight of the default run, then render the same jobs (one per seed) on a local Ray "
+        "cluster with 1 and with N workers, each warmed up first. The last line is "
+        "'workers=<N> frames_per_s=<f> speedup=<f / f(1 worker)>'.",
+    )
+    bench_dataset.add_argument("--jobs", type=int, default=8, help="jobs per run (default %(default)s)")
+    bench_dataset.add_argument("--workers", type=int, default=2, help="the most workers (default %(default)s)")
+    bench_dataset.add_argument("--width", type=int, default=320)
+    bench_dataset.add_argument("--height", type=int, default=240)
+    bench_dataset.add_argument("--flight", type=float, default=2.0, help="seconds of recorded flight per job")
+    bench_dataset.set_defaults(run=cmd_bench_dataset)
 
 
 def cmd_bench_render(args) -> int:
@@ -151,4 +164,22 @@ def cmd_bench_latency(args) -> int:
             f"transport={transport} p50_ms={result.p50_ms:.2f} p99_ms={result.p99_ms:.2f} "
             f"width={result.width} height={result.height}"
         )
+    return 0
+
+
+def cmd_bench_dataset(args) -> int:
+    from goggles.bench import bench_dataset
+    from goggles.errors import require
+
+    require("ray", "ray", "goggles bench dataset")
+    if args.jobs < 1 or args.workers < 1:
+        raise ConfigError("--jobs and --workers must be at least 1")
+    counts = (1, args.workers) if args.workers > 1 else (1,)
+    result = bench_dataset(jobs=args.jobs, workers=counts, width=args.width, height=args.height, flight_s=args.flight)
+    print(
+        f"{result.jobs} jobs of {args.flight:g} s of flight ({result.frames} frames of {args.width}x{args.height} "
+        f"stereo depth + colour each run), local Ray cluster on {os.cpu_count()} cores"
+    )
+    for n, rate in result.frames_per_s.items():
+        print(f"workers={n} frames_per_s={rate:.1f} speedup={result.speedup(n):.2f}")
     return 0

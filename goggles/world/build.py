@@ -38,6 +38,10 @@ class World:
     def device(self):
         return self.scene.device
 
+    def reset(self) -> None:
+        """Only the gates placed, where they were built (a world reused by another run)."""
+        self.scene.set_actors(range(len(self.gate_poses)), self.gate_poses)
+
     def gate_boxes(self) -> list:
         """(gate name, [(T (4, 4), size (3,))]) of every gate's four bars in the world, for viewers."""
         entities = []
@@ -81,3 +85,15 @@ def build_world(
         for k, p in enumerate(gate.beacon_positions_G())
     ]
     return World(device_scene, course, poses, beacons)
+
+
+def build_run_world(config, device=None) -> World:
+    """The world a run (``RunConfig``) flies in: its scene, and its course's gates (shifted by the
+    run's ``perturb`` seed), with room for the avatars a run may bring."""
+    from goggles.scene.gates import load_course
+    from goggles.world.crowd import MAX_AVATARS
+
+    course = load_course(config.course) if config.course is not None else None
+    if course is not None and config.perturb is not None:
+        course = course.perturbed(config.perturb)
+    return build_world(config.scene, course=course, device=device, spare_actors=MAX_AVATARS)

@@ -1,0 +1,382 @@
+"""Datasets: many flights rendered again with other sensors, scenes and seeds, on this machine or a
+Ray cluster.
+
+A spec (TOML) lists jobs, as a product and/or one by one; each job replays a recorded flight (``log``)
+with a sensor rig (``rig``: a run file; default the flight's own), in a scene (default the rig's), with
+a seed (default the rig's), and writes ``<output>/<job>.mcap``. When a job finishes, a row goes into
+``<output>/manifest.jsonl``: the manifest is the truth, and a job in it is never redone. A job that
+fails for its own reason (a corrupt log) is written there with the reason, the others go on, and
+the next run of the spec tries it again.
+
+Backends run the same ``render_job``: a process pool here (``--workers``), or Ray (``--ray auto|ADDRESS``):
+one actor per worker slot (one CPU, or one GPU with ``device = "cuda"``) keeps the world it built
+(static scene, BVH, Embree scene) for the next job in the same scene, and jobs go out grouped by
+scene. A worker killed mid-job is restarted by Ray and its job run again; outputs are written under a
+temporary name and renamed when complete, so nothing half-written is ever taken for a result.
+
+Why MCAP per job: one self-describing file with the images, poses and the run file that made them,
+which goggles replays, Foxglove shows and ``goggles.record.read_log`` (or any MCAP reader) iterates.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from goggles.checks import Table, read_toml
+from goggles.config import IMAGE_OUTPUTS
+from goggles.errors import ConfigError, GogglesError
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.jsonl"
+
+
+@dataclass(frozen=True)
+class Job:
+    log: str
+    rig: str | None
+    scene: str | None
+    seed: int | None
+
+    @property
+    def id(self) -> str:
+        """Stable across runs: the same log, rig, scene and seed give the same id."""
+        digest = hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+        parts = [Path(self.log).stem, Path(self.rig).stem if self.rig else "recorded"]
+        parts += [Path(self.scene).stem if self.scene else "scene", f"s{self.seed}" if self.seed is not None else "s-"]
+        return "__".join(parts + [digest])
+
+    @property
+    def scene_key(self) -> str:
+        """Jobs with the same key can share a worker's world (grouping for Ray)."""
+        return self.scene or f"rig:{self.rig or self.log}"
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    path: Path
+    output: Path
+    jobs: tuple[Job, ...]
+    device: str | None = None
+    workers: int | None = None
+
+
+_SPEC_KEYS = {"dataset", "jobs", "job"}
+
+
+def load_dataset_spec(path: str | Path) -> DatasetSpec:
+    """Read and check a spec: every log, rig and scene must exist and load, before any job starts.
+
+    Raises:
+        ConfigError: naming the file and the key.
+    """
+    from goggles.config import load_run_config
+    from goggles.record import log_format
+
+    path = Path(path).resolve()
+    data = read_toml(path, "dataset spec")
+    top = Table(path, "top level", data, _SPEC_KEYS)
+    base = path.parent
+    dataset = Table(path, "[dataset]", data.get("dataset", {}), {"output", "device", "workers"})
+    output = (base / dataset.text("output", required=True)).resolve()
+    workers = dataset.get("workers")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise dataset.error("workers", "a positive integer")
+
+    def paths(table: Table, key: str, *, required: bool = False) -> list[str | None]:
+        values = table.get(key, required=required)
+        if values is None:
+            return [None]
+        values = [values] if isinstance(values, str) else values
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise table.error(key, "a path or a list of paths")
+        found: list[str | None] = []
+        for value in values:
+            matches = sorted(glob.glob(str(base / value))) if any(c in value for c in "*?[") else [str(base / value)]
+            if not matches or not all(Path(m).exists() for m in matches):
+                raise table.error(key, f"paths that exist ({value!r} {'does not' if matches else 'matches nothing'})")
+            found += [str(Path(m).resolve()) for m in matches]
+        return found
+
+    jobs: list[Job] = []
+    if "jobs" in data:
+        product = Table(path, "[jobs]", data["jobs"], {"logs", "rigs", "scenes", "seeds"})
+        seeds = product.get("seeds", [None])
+        if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+            if seeds != [None]:
+                raise product.error("seeds", "a list of integers")
+        for log_path in paths(product, "logs", required=True):
+            for rig in paths(product, "rigs"):
+                for scene in paths(product, "scenes"):
+                    jobs += [Job(log_path, rig, scene, seed) for seed in seeds]
+    for i, entry in enumerate(top.get("job", [])):
+        table = Table(path, f"[[job]] {i + 1}", entry, {"log", "rig", "scene", "seed"})
+        seed = table.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise table.error("seed", "an integer")
+        (log_path,) = paths(table, "log", required=True)
+        (rig,) = paths(table, "rig")
+        (scene,) = paths(table, "scene")
+        jobs.append(Job(log_path, rig, scene, seed))
+    if not jobs:
+        raise ConfigError(f"{path}: no jobs: give a [jobs] table (logs = [...]) or [[job]] tables")
+
+    checked: set[str] = set()
+    for job in jobs:  # every file once: logs readable as logs, rigs and scenes loadable
+        for kind, value in (("log", job.log), ("rig", job.rig), ("scene", job.scene)):
+            if value is None or value in checked:
+                continue
+            checked.add(value)
+            try:
+                if kind == "log":
+                    log_format(Path(value))
+                    if not Path(value).is_file():
+                        raise ConfigError(f"{value}: not a file")
+                elif kind == "rig":
+                    rig = load_run_config(value)
+                    if rig.scene is not None:
+                        _check_scene(rig.scene)
+                else:
+                    _check_scene(Path(value))
+            except GogglesError as exc:  # a scene's or rig's own error already names its file and key
+                raise ConfigError(f"{path}: {kind} {value} does not load: {exc}") from exc
+    ids = [job.id for job in jobs]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{path}: the same job is listed twice ({len(ids) - len(set(ids))} duplicate(s))")
+    return DatasetSpec(path, output, tuple(jobs), dataset.get("device"), workers)
+
+
+def _check_scene(path: Path) -> None:
+    """A scene loads: its file reads and every mesh it names is there (importing waits for a worker)."""
+    from goggles.scene import load_scene_spec
+
+    missing = [str(asset.path) for asset in load_scene_spec(path).assets if not asset.path.is_file()]
+    if missing:
+        raise ConfigError(f"{path}: mesh file(s) not found: {', '.join(missing)}")
+
+
+def read_manifest(output: Path) -> dict[str, dict]:
+    """The rows of jobs that finished (the last row of each job wins)."""
+    rows: dict[str, dict] = {}
+    manifest = Path(output) / MANIFEST
+    if manifest.is_file():
+        for line in manifest.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash: that job is simply not done
+            rows[row["job"]] = row
+    return rows
+
+
+# ---------------------------------------------------------------------- one job
+
+
+@dataclass
+class WorldCache:
+    """The worlds a worker built, kept for its next jobs in the same scene (a world that people
+    joined is not reused: they added shapes)."""
+
+    worlds: dict = field(default_factory=dict)
+
+    def get(self, config, device):
+        from goggles.world.build import build_run_world
+
+        key = (config.scene, config.course, config.perturb, str(device))
+        entry = self.worlds.get(key)
+        if entry is None:
+            world = build_run_world(config, device)
+            entry = self.worlds[key] = (world, len(world.scene.shapes))
+        return key, entry[0]
+
+    def release(self, key) -> None:
+        world, shapes = self.worlds.get(key, (None, 0))
+        if world is not None and len(world.scene.shapes) != shapes:
+            del self.worlds[key]
+
+
+def render_job(job: Job, output: Path, device=None, worlds: WorldCache | None = None) -> dict:
+    """Run one job; its manifest row (``status`` "done" with counts, or "failed" with the reason)."""
+    from goggles.replay import replay_config, replay_file
+
+    output = Path(output)
+    target = output / f"{job.id}.mcap"
+    partial = output / f"{job.id}.partial.mcap"  # renamed when complete
+    start = time.perf_counter()
+    row = {"job": job.id, **asdict(job), "output": target.name}
+    try:
+        world = key = None
+        if worlds is not None:
+            config = replay_config(Path(job.log), _path(job.rig), _path(job.scene), seed=job.seed)
+            key, world = worlds.get(config, device)
+        try:
+            result = replay_file(
+                Path(job.log),
+                sensors=_path(job.rig),
+                scene=_path(job.scene),
+                seed=job.seed,
+                record=partial,
+                device=device,
+                threads=1,
+                world=world,
+            )
+        finally:
+            if worlds is not None and key is not None:
+                worlds.release(key)
+        os.replace(partial, target)
+        row.update(status="done", poses=result.poses, messages=result.frames, frames=_frames(target))
+    except GogglesError as exc:  # this job's own fault: reported, the others go on
+        partial.unlink(missing_ok=True)
+        row.update(status="failed", error=str(exc))
+    row["seconds"] = round(time.perf_counter() - start, 3)
+    return row
+
+
+def _path(value: str | None) -> Path | None:
+    return None if value is None else Path(value)
+
+
+def _frames(path: Path) -> int:
+    """Image messages in a job's output."""
+    from mcap.reader import make_reader
+
+    with open(path, "rb") as f:
+        summary = make_reader(f).get_summary()
+    if summary is None or summary.statistics is None:
+        return 0
+    images = {i for i, c in summary.channels.items() if c.topic.rsplit("/", 1)[-1] in IMAGE_OUTPUTS}
+    return sum(n for i, n in summary.statistics.channel_message_counts.items() if i in images)
+
+
+# ---------------------------------------------------------------------- running a spec
+
+
+@dataclass
+class Progress:
+    """What a run has done, printed about once a second."""
+
+    total: int
+    done: int = 0
+    failed: int = 0
+    frames: int = 0
+    start: float = field(default_factory=time.perf_counter)
+    last: float = 0.0
+
+    def line(self) -> str:
+        elapsed = time.perf_counter() - self.start
+        rate = self.frames / elapsed if elapsed > 0 else 0.0
+        finished = self.done + self.failed
+        eta = elapsed / finished * (self.total - finished) if finished else float("nan")
+        return (
+            f"dataset: {finished}/{self.total} jobs ({self.failed} failed), {rate:.1f} frames/s, ETA {eta:.0f} s"
+            if finished
+            else f"dataset: 0/{self.total} jobs, starting"
+        )
+
+
+def run_dataset(
+    spec: DatasetSpec,
+    *,
+    ray_address: str | None = None,
+    workers: int | None = None,
+    report: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """Run the spec's jobs not in its manifest yet; the new manifest rows.
+
+    Args:
+        ray_address: None: processes on this machine; "auto" or an address: that Ray cluster
+            ("local" starts one here).
+        workers: worker processes (or Ray actors); default one per core (or per GPU).
+        report: called about once a second with a progress line.
+    """
+    spec.output.mkdir(parents=True, exist_ok=True)
+    done = {job_id for job_id, row in read_manifest(spec.output).items() if row.get("status") == "done"}
+    pending = sorted((job for job in spec.jobs if job.id not in done), key=lambda job: (job.scene_key, job.id))
+    progress = Progress(len(pending))
+    if not pending:
+        return []
+    workers = workers or spec.workers or os.cpu_count() or 1
+    backend = _run_on_ray if ray_address is not None else _run_locally
+    rows = []
+    with open(spec.output / MANIFEST, "a") as manifest:
+        for row in backend(pending, spec, workers, ray_address):
+            manifest.write(json.dumps(row) + "\n")
+            manifest.flush()
+            rows.append(row)
+            if row["status"] == "done":
+                progress.done += 1
+                progress.frames += row.get("frames", 0)
+            else:
+                progress.failed += 1
+                log.warning("job %s failed: %s", row["job"], row.get("error"))
+            if report is not None and (time.perf_counter() - progress.last > 1.0 or len(rows) == len(pending)):
+                progress.last = time.perf_counter()
+                report(progress.line())
+    return rows
+
+
+_WORLDS = WorldCache()
+
+
+def _local_job(args) -> dict:
+    job, output, device = args
+    return render_job(job, output, device, _WORLDS)
+
+
+def _run_locally(jobs: list[Job], spec: DatasetSpec, workers: int, _address) -> Iterable[dict]:
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    os.environ.setdefault("GOGGLES_RENDER_THREADS", "1")
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        futures = [pool.submit(_local_job, (job, spec.output, spec.device)) for job in jobs]
+        for future in as_completed(futures):
+            yield future.result()
+
+
+def _run_on_ray(jobs: list[Job], spec: DatasetSpec, workers: int, address: str) -> Iterable[dict]:
+    from goggles.errors import require
+
+    require("ray", "ray", "running datasets on Ray")
+    import ray
+
+    if not ray.is_initialized():
+        if address == "local":
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    gpu = spec.device is not None and spec.device.startswith("cuda")
+    actor = ray.remote(num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0, max_restarts=-1, max_task_retries=-1)(
+        SceneWorker
+    )
+    pool = [actor.remote(str(spec.output), spec.device) for _ in range(min(workers, len(jobs)))]
+    ray.get([worker.ready.remote() for worker in pool])
+    from ray.util import ActorPool
+
+    # Jobs go out in scene order, so a worker's next job tends to be in the world it holds.
+    yield from ActorPool(pool).map_unordered(lambda worker, job: worker.render.remote(job), jobs)
+
+
+class SceneWorker:
+    """A Ray actor: renders jobs one after another, keeping its worlds (``WorldCache``)."""
+
+    def __init__(self, output: str, device: str | None):
+        os.environ.setdefault("GOGGLES_RENDER_THREADS", "1")
+        import warp as wp
+
+        wp.config.quiet = True
+        self.output, self.device, self.worlds = Path(output), device, WorldCache()
+
+    def ready(self) -> int:
+        """The worker's process id, once it is up."""
+        return os.getpid()
+
+    def render(self, job: Job) -> dict:
+        return render_job(job, self.output, self.device, self.worlds)

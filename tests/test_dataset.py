@@ -1,0 +1,195 @@
+"""Datasets: a spec expands to its jobs, bad specs are refused before any job starts, the manifest is
+the truth (a second run does nothing), a failing job is reported while the others go on, outputs equal
+a plain replay's, and on a real local Ray cluster a worker killed mid-job is restarted and its job done
+once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from goggles.dataset import MANIFEST, load_dataset_spec, read_manifest, run_dataset
+from goggles.errors import ConfigError
+from goggles.record import read_log
+from goggles.replay import replay_file
+from goggles.transport.schema import decode_any
+from tests.test_record import RUN_FILE, record_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def flights(tmp_path_factory):
+    """Two recorded flights, a rig (their own run file) and a segmentation-only rig."""
+    folder = tmp_path_factory.mktemp("flights")
+    for name in ("a.mcap", "b.mcap"):
+        record_run(folder, name=name, duration=1.0)
+    (folder / "rig.toml").write_text(RUN_FILE.replace("[run]", f'[run]\nscene = "{REPO / "assets/arena.toml"}"'))
+    (folder / "seg.toml").write_text(
+        (folder / "rig.toml").read_text().replace('outputs = ["depth", "rgb"]', 'outputs = ["segmentation"]')
+    )
+    return folder
+
+
+def write_spec(folder: Path, text: str, name="spec.toml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def payloads(path: Path) -> dict:
+    out = {}
+    for _, channel, data in read_log(path):
+        if "/stereo" in channel:
+            out[(channel, decode_any(data).header.utime)] = decode_any(data).data
+    return out
+
+
+def test_a_spec_expands_to_its_jobs(flights, tmp_path):
+    spec = load_dataset_spec(
+        write_spec(
+            flights,
+            f"""
+[dataset]
+output = "{tmp_path / "out"}"
+[jobs]
+logs = ["*.mcap"]
+rigs = ["rig.toml", "seg.toml"]
+seeds = [0, 7]
+[[job]]
+log = "a.mcap"
+scene = "{REPO / "assets/arena.toml"}"
+""",
+        )
+    )
+    assert len(spec.jobs) == 2 * 2 * 2 + 1
+    assert {(Path(j.log).name, Path(j.rig).name, j.seed) for j in spec.jobs[:8]} == {
+        (log, rig, seed) for log in ("a.mcap", "b.mcap") for rig in ("rig.toml", "seg.toml") for seed in (0, 7)
+    }
+    assert spec.jobs[8].rig is None and spec.jobs[8].scene.endswith("arena.toml")
+    assert len({j.id for j in spec.jobs}) == 9 and spec.jobs[0].id == load_dataset_spec(spec.path).jobs[0].id
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ('[dataset]\noutput = "o"\ncolour = 1\n[jobs]\nlogs = ["a.mcap"]', "colour"),
+        ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["missing.mcap"]', "logs"),
+        ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nscenes = ["broken.toml"]', "broken.toml"),
+        ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nrigs = ["bad-rig.toml"]', "bad-rig.toml"),
+        ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nseeds = ["x"]', "seeds"),
+        ('[dataset]\noutput = "o"\n[[job]]\nlog = "a.mcap"\nspeed = 2', "speed"),
+        ('[dataset]\noutput = "o"', "no jobs"),
+    ],
+)
+def test_bad_specs_are_refused_before_any_job_starts(flights, body, says):
+    (flights / "broken.toml").write_text(
+        '[scene]\nname = "x"\n[[asset]]\nname = "a"\nfile = "nowhere.glb"\nunits = "m"\nup = "+z"\n'
+    )
+    (flights / "bad-rig.toml").write_text((flights / "rig.toml").read_text().replace("[clock]", "[clock]\nspeed = 3"))
+    spec = write_spec(flights, body, "bad.toml")
+    with pytest.raises(ConfigError, match=says) as error:
+        load_dataset_spec(spec)
+    assert "bad.toml" in str(error.value)
+    assert not (flights / "o").exists()  # nothing started
+    result = subprocess.run(
+        [sys.executable, "-m", "goggles.cli", "dataset", str(spec)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode != 0 and says in result.stderr and "Traceback" not in result.stderr
+
+
+def test_local_run_completes_resumes_and_reports_a_bad_log(flights, tmp_path):
+    (tmp_path / "corrupt.mcap").write_bytes(b"\x89MCAP0\r\n" + b"\x00" * 64)
+    spec = load_dataset_spec(
+        write_spec(
+            flights,
+            f"""
+[dataset]
+output = "{tmp_path / "out"}"
+[jobs]
+logs = ["a.mcap", "b.mcap", "{tmp_path / "corrupt.mcap"}"]
+rigs = ["rig.toml"]
+""",
+            "local.toml",
+        )
+    )
+    lines = []
+    rows = run_dataset(spec, workers=2, report=lines.append)
+    assert len(rows) == 3 and lines and lines[-1].startswith("dataset: 3/3 jobs (1 failed)")
+    by_log = {Path(r["log"]).name: r for r in rows}
+    assert by_log["corrupt.mcap"]["status"] == "failed" and "corrupt.mcap" in by_log["corrupt.mcap"]["error"]
+    done = by_log["a.mcap"]
+    assert done["status"] == "done" and done["frames"] == 4 * 31
+    # The job's images are those of a plain replay of the same log and rig.
+    reference = tmp_path / "reference.mcap"
+    replay_file(flights / "a.mcap", sensors=flights / "rig.toml", record=reference)
+    assert payloads(spec.output / done["output"]) == payloads(reference)
+    # The manifest is the truth: a second run redoes only the failed job (and it fails again).
+    again = run_dataset(spec, workers=2)
+    assert [Path(r["log"]).name for r in again] == ["corrupt.mcap"]
+    assert not list(spec.output.glob("*.partial.mcap"))
+
+
+def test_on_ray_a_killed_worker_is_restarted_and_its_job_done_once(flights, tmp_path):
+    pytest.importorskip("ray")
+    rig = flights / "big.toml"  # slower jobs, so the kill lands mid-job
+    text = (flights / "rig.toml").read_text()
+    rig.write_text(text.replace("width = 64", "width = 320").replace("height = 48", "height = 240"))
+    spec = write_spec(
+        flights,
+        f"""
+[dataset]
+output = "{tmp_path / "out"}"
+[jobs]
+logs = ["a.mcap", "b.mcap"]
+rigs = ["{rig}"]
+seeds = [1, 2]
+""",
+        "ray.toml",
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-m", "goggles.cli", "dataset", str(spec), "--ray", "local", "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    killed = None
+    deadline = time.monotonic() + 180
+    while killed is None and time.monotonic() < deadline and run.poll() is None:
+        if list((tmp_path / "out").glob("*.partial.mcap")):  # a job is being written: kill its worker
+            killed = _kill_a_rendering_worker()
+        time.sleep(0.01)
+    out, err = run.communicate(timeout=240)
+    assert killed is not None, f"no worker was caught rendering: {err[-2000:]}"
+    assert run.returncode == 0, err[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "out" / MANIFEST).read_text().splitlines()]
+    assert sorted(r["job"] for r in rows) == sorted(j.id for j in load_dataset_spec(spec).jobs)  # each once
+    assert all(r["status"] == "done" and r["frames"] == 4 * 31 for r in rows)
+    assert not list((tmp_path / "out").glob("*.partial.mcap"))
+    second = subprocess.run(
+        [sys.executable, "-m", "goggles.cli", "dataset", str(spec)], capture_output=True, text=True, timeout=120
+    )
+    assert "0 job(s) done, 0 failed, 4 already in the manifest" in second.stdout
+    assert len(read_manifest(tmp_path / "out")) == 4
+
+
+def _kill_a_rendering_worker() -> int | None:
+    """SIGKILL a Ray worker process that is running SceneWorker.render (its process title says so)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "SceneWorker.render" in title:
+            os.kill(int(entry.name), signal.SIGKILL)
+            return int(entry.name)
+    return None
