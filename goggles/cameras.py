@@ -14,6 +14,7 @@ from goggles.config import IMAGE_OUTPUTS, CameraConfig
 from goggles.host_copies import HostMirror, fetch
 from goggles.render import Renderer, Shading, stereo_right_offset
 from goggles.sensors.beacons import BeaconSensor
+from goggles.sensors.stereo_depth import StereoDepth
 from goggles.world import Beacon, DeviceScene
 
 
@@ -40,6 +41,8 @@ class CameraGroup:
     period_steps: int
     beacons: BeaconSensor | None = None
     """Beacon detections of the group's cameras, when any of them outputs beacons."""
+    depth: StereoDepth | None = None
+    """How the group's depth cameras measure depth (their ``depth_model``), when any has one."""
     last_render_wall: float = 0.0
     _host: dict[str, HostMirror] | None = None
 
@@ -61,6 +64,8 @@ class CameraGroup:
         (n, H, W[, 3]) each, on the host: copied into memory allocated once (pinned on CUDA), with one
         synchronisation, valid until the next render."""
         self.renderer.render(T_WC)
+        if self.depth is not None:
+            self.depth.apply(self.renderer.buffers.depth)
         if self._host is None:
             buffers = self.renderer.buffers
             self._host = {output: HostMirror(getattr(buffers, output)) for output in sorted(self.outputs())}
@@ -96,5 +101,15 @@ def camera_groups(
         detector = None
         if any("beacons" in m.config.outputs for m, _ in members):
             detector = BeaconSensor(scene, beacons, models, seed=seed)
-        groups.append(CameraGroup([m for m, _ in members], renderer, int(round(physics_rate / rate)), detector))
+        depth = None
+        if any(m.config.depth_model is not None for m, _ in members):
+            depth = StereoDepth(
+                [m.config.depth_model for m, _ in members],
+                [model.fx for model in models],
+                [m.config.baseline for m, _ in members],
+                scene.device,
+                seed=seed,
+            )
+        period = int(round(physics_rate / rate))
+        groups.append(CameraGroup([m for m, _ in members], renderer, period, detector, depth))
     return groups

@@ -20,6 +20,8 @@ from goggles.render.camera import CameraModel
 from goggles.scene.assets import UNITS_M, UP_AXES
 from goggles.sensors.ranges import PRESETS as RANGE_PRESETS
 from goggles.sensors.ranges import RangeSensorModel
+from goggles.sensors.stereo_depth import PRESETS as STEREO_DEPTH_MODELS
+from goggles.sensors.stereo_depth import StereoDepthModel
 from goggles.transport.buses import DEFAULT_LCM_URL, CurveServer, ZmqEndpoints
 from goggles.transport.ros2 import DISTROS, Ros2Settings
 
@@ -58,6 +60,8 @@ class CameraConfig:
     rate: float
     """Hz of sim time."""
     outputs: tuple[str, ...]
+    depth_model: StereoDepthModel | None = None
+    """How the depth is measured (``goggles.sensors.stereo_depth.PRESETS``); None: exact."""
 
 
 @dataclass(frozen=True)
@@ -277,6 +281,7 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
             "outputs",
             "min_depth",
             "max_depth",
+            "depth_model",
         },
     )
     vehicle = r.text("vehicle", required=True)
@@ -310,7 +315,17 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
         baseline=None if baseline is None else r.number("baseline", positive=True),
         rate=_divides(r, "rate", r.number("rate", 30.0, positive=True), physics_rate),
         outputs=tuple(outputs),
+        depth_model=_depth_model(r),
     )
+
+
+def _depth_model(r: Table) -> StereoDepthModel | None:
+    name = r.get("depth_model")
+    if name is None:
+        return None
+    if name not in STEREO_DEPTH_MODELS:
+        raise r.error("depth_model", f"one of {sorted(STEREO_DEPTH_MODELS)}")
+    return STEREO_DEPTH_MODELS[name]
 
 
 def _range_sensor(path, index: int, table, vehicles: set[str], physics_rate: float) -> RangeSensorConfig:

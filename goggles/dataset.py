@@ -349,7 +349,7 @@ def _run_on_ray(jobs: list[Job], spec: DatasetSpec, workers: int, address: str) 
 
     if not ray.is_initialized():
         if address == "local":
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+            ray.init(num_cpus=workers, log_to_driver=False)  # with its dashboard where ray[default] is installed
         else:
             ray.init(address=address, log_to_driver=False)
     gpu = spec.device is not None and spec.device.startswith("cuda")

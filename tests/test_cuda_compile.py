@@ -17,6 +17,7 @@ MODULES = [
     "goggles.render.invalid",
     "goggles.sensors.beacons",
     "goggles.sensors.ranges",
+    "goggles.sensors.stereo_depth",
     "goggles.scene.avatar",
 ]
 

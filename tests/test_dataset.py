@@ -173,6 +173,11 @@ seeds = [1, 2]
     assert sorted(r["job"] for r in rows) == sorted(j.id for j in load_dataset_spec(spec).jobs)  # each once
     assert all(r["status"] == "done" and r["frames"] == 4 * 31 for r in rows)
     assert not list((tmp_path / "out").glob("*.partial.mcap"))
+    # A job rendered on Ray gives the images a plain replay of the same log, rig and seed gives here.
+    first = rows[0]
+    reference = tmp_path / "reference.mcap"
+    replay_file(Path(first["log"]), sensors=rig, seed=first["seed"], record=reference)
+    assert payloads(tmp_path / "out" / first["output"]) == payloads(reference)
     second = subprocess.run(
         [sys.executable, "-m", "goggles.cli", "dataset", str(spec)], capture_output=True, text=True, timeout=120
     )

@@ -40,6 +40,13 @@ def add_parser(commands) -> None:
     )
     render.add_argument("--shading", choices=["sun", "unlit"], default="sun", help="intensity lighting")
     render.add_argument(
+        "--depth-model",
+        choices=["ideal", "d435", "d455"],
+        default="ideal",
+        help="how the depth is measured: ideal (exact), or a stereo camera's disparity noise, subpixel steps and "
+        "search range (Intel RealSense D435, D455; the baseline is --baseline, else the device's)",
+    )
+    render.add_argument(
         "--outputs",
         default="images",
         help="comma-separated: images (the .npy/.png files), beacons (beacons.json: id, u, v, range, "
@@ -102,6 +109,14 @@ def cmd_render(args) -> int:
             backend=args.backend,
         )
         renderer.render(np.stack(T_WC))
+        if args.depth_model != "ideal":
+            from goggles.sensors.stereo_depth import StereoDepth, stereo_depth_model
+
+            n = len(T_WC)
+            depth = StereoDepth(
+                [stereo_depth_model(args.depth_model)] * n, [camera.fx] * n, [args.baseline] * n, renderer.device
+            )
+            depth.apply(renderer.buffers.depth)
         images = renderer.images()
         renderer.close()
         for i, prefix in enumerate(["", "right_"][: len(T_WC)]):
