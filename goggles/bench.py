@@ -21,7 +21,8 @@ class RenderBench:
     """Result of ``bench_render``: primary rays per second of each goggles backend and of bare Embree."""
 
     rays_per_s: dict[tuple[str, str], float]
-    """(backend, outputs) -> rays per second of the full render; outputs is ``all`` or ``depth``."""
+    """(backend, outputs) -> rays per second of the full render; outputs is ``all`` (every output, no
+    shadows: the ideal render), ``depth``, or ``all+shadows`` (the sun's shadows too)."""
     embree_rays_per_s: float
     """Embree alone: closest hits of the same rays, on the same threads."""
     width: int
@@ -71,10 +72,11 @@ def bench_render(
 ) -> RenderBench:
     """Render the same views of a scene with each backend, and trace the same rays with bare Embree.
 
-    Each backend renders twice: every output (closest hit, depth, range, normal, segmentation, shaded
-    texture) and depth only (a depth camera). Embree alone only finds the closest hits, on the same
-    number of threads. A backend the device cannot run (Embree on CUDA) is left out. ``bvh`` picks
-    Warp's BVH builder for the static mesh (``goggles.world.BVH_BUILDERS``; default per device).
+    Each backend renders three times: every output (closest hit, depth, range, normal, segmentation,
+    shaded texture), depth only (a depth camera), and every output with the sun's shadows. Embree
+    alone only finds the closest hits, on the same number of threads. A backend the device cannot
+    run (Embree on CUDA) is left out. ``bvh`` picks Warp's BVH builder for the static mesh
+    (``goggles.world.BVH_BUILDERS``; default per device).
     """
     import warp as wp
 
@@ -93,9 +95,15 @@ def bench_render(
     for backend in backends:
         if backend == "embree" and world.device.is_cuda:
             continue
-        for outputs, shading in (("all", Shading.SUN), ("depth", Shading.NONE)):
-            chosen = {"depth"} if outputs == "depth" else {"depth", "range", "rgb", "segmentation", "normal_W", "face"}
-            renderer = Renderer(world, [camera], threads=threads, backend=backend, outputs=chosen, shading=shading)
+        every = {"depth", "range", "rgb", "segmentation", "normal_W", "face"}
+        for outputs, chosen, shading, shadows in (
+            ("all", every, Shading.SUN, False),
+            ("depth", {"depth"}, Shading.NONE, False),
+            ("all+shadows", every, Shading.SUN, True),
+        ):
+            renderer = Renderer(
+                world, [camera], threads=threads, backend=backend, outputs=chosen, shading=shading, shadows=shadows
+            )
 
             def render_views(renderer=renderer) -> None:
                 for T in T_WC:

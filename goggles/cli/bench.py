@@ -16,7 +16,8 @@ def add_parser(commands) -> None:
         help="primary rays per second of goggles' backends vs bare Embree on the same scene, rays and threads",
         description="Render the same views with each backend (every output, then depth only) and trace the same "
         "rays with bare Embree (closest hits only, embreex) on the same number of threads. One line per render: "
-        "'backend=<b> outputs=<all|depth> rays_per_s=<r> ratio=<r/embree>'; the last line is "
+        "'backend=<b> outputs=<all|depth|all+shadows> rays_per_s=<r> ratio=<r/embree>' (shadows also give "
+        "cost_vs_ideal, their time over the render without them); the last line is "
         "'embree_rays_per_s=<embree>'.",
     )
     add_camera_args(bench_render, 640, 480)
@@ -119,7 +120,13 @@ def cmd_bench_render(args) -> int:
         f"device {result.device}, {result.threads} threads"
     )
     for (backend, outputs), rate in result.rays_per_s.items():
-        print(f"backend={backend} outputs={outputs} rays_per_s={rate:.0f} ratio={result.ratio(backend, outputs):.3f}")
+        cost = ""
+        if outputs == "all+shadows":
+            cost = f" cost_vs_ideal={result.rays_per_s[backend, 'all'] / rate:.2f}"
+        print(
+            f"backend={backend} outputs={outputs} rays_per_s={rate:.0f} ratio={result.ratio(backend, outputs):.3f}"
+            + cost
+        )
     print(f"embree_rays_per_s={result.embree_rays_per_s:.0f}")
     return 0
 

@@ -9,9 +9,9 @@ as a status code; ``goggles.render.invalid`` turns codes into REP 118 values in 
 import warp as wp
 
 from goggles.render.projection import distortion5, inside_image, project_point
-from goggles.render.shading import SHADING_NONE, Lighting, albedo, shade
+from goggles.render.shading import SHADING_NONE, SHADING_UNLIT, Lighting, albedo, shade, sky_colour
 from goggles.world.appearance import SceneData
-from goggles.world.queries import ActorData, Hit, closer_actor_hit, static_hit
+from goggles.world.queries import ActorData, Hit, any_hit, closer_actor_hit, static_hit
 
 _DEFAULT_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
 wp.set_module_options(
@@ -36,6 +36,9 @@ STATUS_SHADOW = wp.constant(3)
 SHADOW_TOLERANCE = wp.constant(0.01)
 SHADOW_TOLERANCE_M = wp.constant(0.01)
 
+
+#: How far a shadow ray looks for what hides the sun, metres (beyond any scene).
+SUN_DISTANCE = wp.constant(1.0e5)
 
 #: Segmentation id of pixels that hit nothing.
 SEGMENT_NONE = wp.constant(0)
@@ -194,9 +197,10 @@ def render_cameras_kernel(
             if wanted.normal:
                 out.normal_W[c, y, x] = wp.vec3(0.0)
             if light.shading != SHADING_NONE:
-                out.rgb[c, y, x, 0] = to_byte(light.background[0])
-                out.rgb[c, y, x, 1] = to_byte(light.background[1])
-                out.rgb[c, y, x, 2] = to_byte(light.background[2])
+                sky = sky_colour(light, direction)
+                out.rgb[c, y, x, 0] = to_byte(sky[0])
+                out.rgb[c, y, x, 1] = to_byte(sky[1])
+                out.rgb[c, y, x, 2] = to_byte(sky[2])
             continue
 
         depth = hit.t * ray_C[2]
@@ -218,7 +222,13 @@ def render_cameras_kernel(
             if wanted.normal:
                 out.normal_W[c, y, x] = normal
             if light.shading != SHADING_NONE:
-                colour = shade(light, albedo(scene, hit.face, hit.u, hit.v), normal)
+                sunlit = float(1.0)  # noqa: UP018 (Warp: a variable the branch below may change)
+                if light.shadows and light.shading != SHADING_UNLIT and wp.dot(normal, light.sun_W) > 0.0:
+                    # One ray towards the sun, from just off the surface (1 mm + 1e-5 of the distance).
+                    start = cameras.p_WC[c] + direction * hit.t + normal * (1.0e-3 + 1.0e-5 * hit.t)
+                    if any_hit(scene.mesh, actors, start, light.sun_W, SUN_DISTANCE):
+                        sunlit = 0.0
+                colour = shade(light, albedo(scene, hit.face, hit.u, hit.v), normal, sunlit)
                 out.rgb[c, y, x, 0] = to_byte(colour[0])
                 out.rgb[c, y, x, 1] = to_byte(colour[1])
                 out.rgb[c, y, x, 2] = to_byte(colour[2])

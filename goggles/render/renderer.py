@@ -97,8 +97,11 @@ class Renderer:
         backend: primary-ray tracer, one of ``BACKENDS``.
         shading: lighting of the intensity image.
         sun_W: direction towards the sun, world frame (normalised here).
-        ambient: fraction of light that does not depend on the sun, [0, 1].
-        background_rgb: colour of pixels that hit nothing, [0, 1].
+        ambient: fraction of light that does not depend on the sun, [0, 1] (what a shadow keeps).
+        background_rgb: colour of pixels that hit nothing, [0, 1] (with a sky: at the horizon).
+        shadows: the sun casts shadows (one ray per lit point; SUN shading only).
+        sky_rgb: the sky's colour straight up, for a gradient from ``background_rgb`` at the horizon;
+            None: a uniform background.
     """
 
     def __init__(
@@ -112,6 +115,8 @@ class Renderer:
         sun_W: Sequence[float] = (0.35, 0.25, 0.9),
         ambient: float = 0.5,
         background_rgb: Sequence[float] = (0.62, 0.75, 0.90),
+        shadows: bool = True,
+        sky_rgb: Sequence[float] | None = None,
         outputs: Collection[str] = OUTPUTS,
         backend: str = "auto",
     ):
@@ -165,6 +170,9 @@ class Renderer:
         light.sun_W = wp.vec3(*(sun / np.linalg.norm(sun)))
         light.ambient = float(ambient)
         light.background = wp.vec3(*background_rgb)
+        light.shadows = bool(shadows)
+        light.sky = sky_rgb is not None
+        light.zenith = wp.vec3(*(sky_rgb if sky_rgb is not None else background_rgb))
         self._light = light
 
         wanted = kernels.OutputFlags()

@@ -13,7 +13,8 @@ class Shading(IntEnum):
     UNLIT = 0
     """Albedo only: texture x base colour x vertex colour."""
     SUN = 1
-    """Albedo x (ambient + (1 - ambient) x max(0, n . sun)), the sun a directional light."""
+    """Albedo x (ambient + (1 - ambient) x max(0, n . sun)), the sun a directional light (0 in its
+    shadow, when the renderer casts shadows)."""
     NONE = 2
     """No intensity image (depth-only cameras): the colour buffer is left untouched, and faster."""
 
@@ -30,7 +31,12 @@ class Lighting:
     """Unit vector towards the sun, world frame."""
     ambient: float
     background: wp.vec3
-    """Colour of pixels that hit nothing, [0, 1]."""
+    """Colour of pixels that hit nothing, [0, 1]; with a sky, its colour at the horizon."""
+    shadows: bool
+    """Cast a ray to the sun from every lit point: shadowed points get the ambient light only."""
+    sky: bool
+    """Pixels that hit nothing show a gradient from ``background`` (horizon) to ``zenith``."""
+    zenith: wp.vec3
 
 
 @wp.func
@@ -98,9 +104,18 @@ def albedo(scene: SceneData, face: int, u: float, v: float) -> wp.vec3:
 
 
 @wp.func
-def shade(light: Lighting, colour: wp.vec3, normal_W: wp.vec3) -> wp.vec3:
-    """Lit colour of a surface with camera-facing unit normal ``normal_W``."""
+def shade(light: Lighting, colour: wp.vec3, normal_W: wp.vec3, sunlit: float) -> wp.vec3:
+    """Lit colour of a surface with camera-facing unit normal ``normal_W``; ``sunlit`` 0 in shadow, else 1."""
     if light.shading == SHADING_UNLIT:
         return colour
-    lambert = wp.max(wp.dot(normal_W, light.sun_W), 0.0)
+    lambert = wp.max(wp.dot(normal_W, light.sun_W), 0.0) * sunlit
     return colour * (light.ambient + (1.0 - light.ambient) * lambert)
+
+
+@wp.func
+def sky_colour(light: Lighting, direction_W: wp.vec3) -> wp.vec3:
+    """What a ray that hit nothing sees: the background, or the sky's gradient with elevation."""
+    if not light.sky:
+        return light.background
+    up = wp.clamp(direction_W[2], 0.0, 1.0)
+    return light.background * (1.0 - up) + light.zenith * up
