@@ -5,10 +5,10 @@ Two primary-ray backends, one set of output kernels:
 * ``warp``: Warp's BVH traversal in the render kernel. On CUDA one launch covers every pixel of
   every camera. On the CPU a Warp launch runs on one thread but releases the GIL, so image rows are
   interleaved across a pool of threads (row k to thread k mod T, balancing sky rows against ground).
-* ``embree`` (CPU): the rows are cut into chunks that a pool of threads takes in turn; per chunk a
-  Warp kernel writes the world-frame rays, Embree finds their closest static hits (SIMD traversal,
-  2-3x Warp's per thread), and ``shade_traced_kernel`` adds the actors and writes every output with
-  the same ``write_pixel`` as the Warp kernel.
+* ``embree`` (CPU): the rows are cut into chunks that a pool of threads takes in turn; per chunk
+  ``make_rays_kernel`` writes the world-frame rays, Embree finds their closest static hits (SIMD
+  traversal, 2-3x Warp's per thread), and the same ``render_cameras_kernel`` reads those hits, adds
+  the actors and writes every output.
 
 ``auto`` is Embree on the CPU when embreex is installed, Warp otherwise. Outputs that nobody asked
 for (``outputs=``) are neither allocated nor written.
@@ -84,7 +84,8 @@ def choose_backend(backend: str, device) -> str:
 
 
 class Renderer:
-    """Renders a batch of same-size cameras against a DeviceScene, all in one launch per thread.
+    """Renders a batch of same-size cameras against a DeviceScene (one launch on CUDA; on the CPU a
+    launch per worker thread, or per chunk of rows with Embree).
 
     Args:
         scene: the uploaded static scene; the renderer uses its device.
