@@ -22,7 +22,8 @@ class RenderBench:
 
     rays_per_s: dict[tuple[str, str], float]
     """(backend, outputs) -> rays per second of the full render; outputs is ``all`` (every output, no
-    shadows: the ideal render), ``depth``, or ``all+shadows`` (the sun's shadows too)."""
+    shadows: the ideal render), ``depth``, ``all+shadows`` (the sun's shadows too) or
+    ``all+shadows+noise`` (and a camera's noise)."""
     embree_rays_per_s: float
     """Embree alone: closest hits of the same rays, on the same threads."""
     width: int
@@ -73,7 +74,8 @@ def bench_render(
     """Render the same views of a scene with each backend, and trace the same rays with bare Embree.
 
     Each backend renders three times: every output (closest hit, depth, range, normal, segmentation,
-    shaded texture), depth only (a depth camera), and every output with the sun's shadows. Embree
+    shaded texture), depth only (a depth camera), every output with the sun's shadows, and with a
+    global-shutter camera's noise and vignetting on top (``GLOBAL_SHUTTER``). Embree
     alone only finds the closest hits, on the same number of threads. A backend the device cannot
     run (Embree on CUDA) is left out. ``bvh`` picks Warp's BVH builder for the static mesh
     (``goggles.world.BVH_BUILDERS``; default per device).
@@ -84,6 +86,7 @@ def bench_render(
     from goggles.render import CameraModel, Renderer, Shading
     from goggles.render.embree import EmbreeTracer
     from goggles.scene import load_static_scene
+    from goggles.sensors.camera_noise import GLOBAL_SHUTTER, CameraNoise
     from goggles.world import DeviceScene
 
     scene = scene_path if isinstance(scene_path, StaticScene) else load_static_scene(scene_path)
@@ -100,14 +103,18 @@ def bench_render(
             ("all", every, Shading.SUN, False),
             ("depth", {"depth"}, Shading.NONE, False),
             ("all+shadows", every, Shading.SUN, True),
+            ("all+shadows+noise", every, Shading.SUN, True),
         ):
             renderer = Renderer(
                 world, [camera], threads=threads, backend=backend, outputs=chosen, shading=shading, shadows=shadows
             )
+            noise = CameraNoise([GLOBAL_SHUTTER], renderer) if outputs.endswith("noise") else None
 
-            def render_views(renderer=renderer) -> None:
+            def render_views(renderer=renderer, noise=noise) -> None:
                 for T in T_WC:
                     renderer.render(T[None])
+                    if noise is not None:
+                        noise.apply()
                 wp.synchronize_device(renderer.device)
 
             rates[backend, outputs] = views * width * height / _time(render_views, seconds)

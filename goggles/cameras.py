@@ -14,6 +14,7 @@ from goggles.config import IMAGE_OUTPUTS, CameraConfig
 from goggles.host_copies import HostMirror, fetch
 from goggles.render import Renderer, Shading, stereo_right_offset
 from goggles.sensors.beacons import BeaconSensor
+from goggles.sensors.camera_noise import CameraNoise
 from goggles.sensors.stereo_depth import StereoDepth
 from goggles.world import Beacon, DeviceScene
 
@@ -43,6 +44,8 @@ class CameraGroup:
     """Beacon detections of the group's cameras, when any of them outputs beacons."""
     depth: StereoDepth | None = None
     """How the group's depth cameras measure depth (their ``depth_model``), when any has one."""
+    noise: CameraNoise | None = None
+    """The group's colour sensors (their ``noise_model``), when any has one."""
     last_render_wall: float = 0.0
     _host: dict[str, HostMirror] | None = None
 
@@ -65,7 +68,9 @@ class CameraGroup:
         synchronisation, valid until the next render."""
         self.renderer.render(T_WC)
         if self.depth is not None:
-            self.depth.apply(self.renderer.buffers.depth)
+            self.depth.apply()
+        if self.noise is not None:
+            self.noise.apply()
         if self._host is None:
             buffers = self.renderer.buffers
             self._host = {output: HostMirror(getattr(buffers, output)) for output in sorted(self.outputs())}
@@ -103,13 +108,11 @@ def camera_groups(
             detector = BeaconSensor(scene, beacons, models, seed=seed)
         depth = None
         if any(m.config.depth_model is not None for m, _ in members):
-            depth = StereoDepth(
-                [m.config.depth_model for m, _ in members],
-                [model.fx for model in models],
-                [m.config.baseline for m, _ in members],
-                scene.device,
-                seed=seed,
-            )
+            models = [m.config.depth_model for m, _ in members]
+            depth = StereoDepth(models, renderer, [m.config.baseline for m, _ in members], seed=seed)
+        noise = None
+        if "rgb" in published and any(m.config.noise_model is not None for m, _ in members):
+            noise = CameraNoise([m.config.noise_model for m, _ in members], renderer, seed=seed)
         period = int(round(physics_rate / rate))
-        groups.append(CameraGroup([m for m, _ in members], renderer, period, detector, depth))
+        groups.append(CameraGroup([m for m, _ in members], renderer, period, detector, depth, noise))
     return groups

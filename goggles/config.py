@@ -18,6 +18,8 @@ from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, quat_to_matrix
 from goggles.render.camera import CameraModel
 from goggles.scene.assets import UNITS_M, UP_AXES
+from goggles.sensors.camera_noise import PRESETS as CAMERA_NOISE_MODELS
+from goggles.sensors.camera_noise import CameraNoiseModel
 from goggles.sensors.ranges import PRESETS as RANGE_PRESETS
 from goggles.sensors.ranges import RangeSensorModel
 from goggles.sensors.stereo_depth import PRESETS as STEREO_DEPTH_MODELS
@@ -62,6 +64,8 @@ class CameraConfig:
     outputs: tuple[str, ...]
     depth_model: StereoDepthModel | None = None
     """How the depth is measured (``goggles.sensors.stereo_depth.PRESETS``); None: exact."""
+    noise_model: CameraNoiseModel | None = None
+    """The colour's sensor (``goggles.sensors.camera_noise.PRESETS``); None: ideal."""
 
 
 @dataclass(frozen=True)
@@ -282,6 +286,7 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
             "min_depth",
             "max_depth",
             "depth_model",
+            "noise_model",
         },
     )
     vehicle = r.text("vehicle", required=True)
@@ -316,7 +321,17 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
         rate=_divides(r, "rate", r.number("rate", 30.0, positive=True), physics_rate),
         outputs=tuple(outputs),
         depth_model=_depth_model(r),
+        noise_model=_noise_model(r),
     )
+
+
+def _noise_model(r: Table) -> CameraNoiseModel | None:
+    name = r.get("noise_model")
+    if name is None:
+        return None
+    if name not in CAMERA_NOISE_MODELS:
+        raise r.error("noise_model", f"one of {sorted(CAMERA_NOISE_MODELS)}")
+    return CAMERA_NOISE_MODELS[name]
 
 
 def _depth_model(r: Table) -> StereoDepthModel | None:

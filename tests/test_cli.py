@@ -76,7 +76,8 @@ def test_bench_render_reports_both_backends_and_bare_embree():
     lines = [dict(item.split("=") for item in line.split()) for line in result.stdout.splitlines() if "=" in line]
     assert float(lines[-1]["embree_rays_per_s"]) > 1e4
     renders = {(f["backend"], f["outputs"]): f for f in lines[:-1]}
-    assert set(renders) == {(b, o) for b in ("warp", "embree") for o in ("all", "depth", "all+shadows")}
+    kinds = ("all", "depth", "all+shadows", "all+shadows+noise")
+    assert set(renders) == {(b, o) for b in ("warp", "embree") for o in kinds}
     for fields in renders.values():
         # Every render traced rays, within a sane factor of Embree on the same rays and threads.
         assert float(fields["rays_per_s"]) > 1e4 and 0.05 < float(fields["ratio"]) < 5.0

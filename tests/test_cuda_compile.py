@@ -18,6 +18,7 @@ MODULES = [
     "goggles.sensors.beacons",
     "goggles.sensors.ranges",
     "goggles.sensors.stereo_depth",
+    "goggles.sensors.camera_noise",
     "goggles.scene.avatar",
 ]
 

@@ -25,11 +25,11 @@ def wall_depth(device, distance: float, model, seed=0, frames=1):
     half = 10.0 * distance  # wide enough to fill the view at any distance
     wall = quad([[distance, half, -half], [distance, -half, -half], [distance, -half, half], [distance, half, half]])
     renderer = Renderer(DeviceScene(scene_of((wall, 1)), device), [CAMERA], outputs={"depth"}, shading=Shading.NONE)
-    noise = StereoDepth([model], [CAMERA.fx], [None], renderer.device, seed=seed)
+    noise = StereoDepth([model], renderer, [None], seed=seed)
     out = []
     for _ in range(frames):
         renderer.render(camera_pose_from_body(np.eye(4))[None])
-        noise.apply(renderer.buffers.depth)
+        noise.apply()
         out.append(renderer.buffers.depth.numpy()[0].copy())
     renderer.close()
     return out

@@ -16,8 +16,8 @@ def add_parser(commands) -> None:
         help="primary rays per second of goggles' backends vs bare Embree on the same scene, rays and threads",
         description="Render the same views with each backend (every output, then depth only) and trace the same "
         "rays with bare Embree (closest hits only, embreex) on the same number of threads. One line per render: "
-        "'backend=<b> outputs=<all|depth|all+shadows> rays_per_s=<r> ratio=<r/embree>' (shadows also give "
-        "cost_vs_ideal, their time over the render without them); the last line is "
+        "'backend=<b> outputs=<all|depth|all+shadows|all+shadows+noise> rays_per_s=<r> ratio=<r/embree>' (the "
+        "realistic ones also give cost_vs_ideal, their time over the ideal render); the last line is "
         "'embree_rays_per_s=<embree>'.",
     )
     add_camera_args(bench_render, 640, 480)
@@ -121,7 +121,7 @@ def cmd_bench_render(args) -> int:
     )
     for (backend, outputs), rate in result.rays_per_s.items():
         cost = ""
-        if outputs == "all+shadows":
+        if outputs.startswith("all+"):
             cost = f" cost_vs_ideal={result.rays_per_s[backend, 'all'] / rate:.2f}"
         print(
             f"backend={backend} outputs={outputs} rays_per_s={rate:.0f} ratio={result.ratio(backend, outputs):.3f}"

@@ -40,6 +40,12 @@ def add_parser(commands) -> None:
     )
     render.add_argument("--shading", choices=["sun", "unlit"], default="sun", help="intensity lighting")
     render.add_argument(
+        "--noise-model",
+        choices=["ideal", "global-shutter", "small-pixel"],
+        default="ideal",
+        help="the colour camera's sensor: shot and read noise, ADC steps and vignetting (ideal: none)",
+    )
+    render.add_argument(
         "--depth-model",
         choices=["ideal", "d435", "d455"],
         default="ideal",
@@ -113,10 +119,11 @@ def cmd_render(args) -> int:
             from goggles.sensors.stereo_depth import StereoDepth, stereo_depth_model
 
             n = len(T_WC)
-            depth = StereoDepth(
-                [stereo_depth_model(args.depth_model)] * n, [camera.fx] * n, [args.baseline] * n, renderer.device
-            )
-            depth.apply(renderer.buffers.depth)
+            StereoDepth([stereo_depth_model(args.depth_model)] * n, renderer, [args.baseline] * n).apply()
+        if args.noise_model != "ideal":
+            from goggles.sensors.camera_noise import CameraNoise, camera_noise_model
+
+            CameraNoise([camera_noise_model(args.noise_model)] * len(T_WC), renderer).apply()
         images = renderer.images()
         renderer.close()
         for i, prefix in enumerate(["", "right_"][: len(T_WC)]):

@@ -222,6 +222,11 @@ class Renderer:
     def num_cameras(self) -> int:
         return len(self.cameras)
 
+    @property
+    def rays_C(self) -> wp.array:
+        """(n, H, W) unit ray of every pixel in its camera's optical frame (sensor models read it)."""
+        return self._cameras.rays_C
+
     def render(self, T_WC: np.ndarray) -> None:
         """Trace every camera from its pose; results stay in ``self.buffers`` on the device.
 
@@ -331,6 +336,13 @@ class Renderer:
                 work(item)
         else:
             list(self._pool.map(work, items))
+
+    def launch_rows(self, kernel, inputs: list, outputs: list) -> None:
+        """Launch a per-pixel kernel over the batch's pixels as the renderer launches its own (sensor
+        models after the render use it). The kernel's tid is (camera, k, block) and its inputs end with
+        ``row_stride, row_offset, span``: it covers rows ``row_offset + k * row_stride``, ``span``
+        pixels per thread from column ``block * span``."""
+        self._launch_all(kernel, inputs, outputs)
 
     def _launch_all(self, kernel, inputs: list, outputs: list) -> None:
         """Launch ``kernel`` over every pixel: once on CUDA (a thread per pixel); on the CPU once per

@@ -55,16 +55,19 @@ def stereo_depth_model(name: str) -> StereoDepthModel:
 
 @wp.kernel
 def stereo_depth_kernel(
-    depth: wp.array3d(dtype=float),
     focal_baseline: wp.array(dtype=float),
     sigma: wp.array(dtype=float),
     step: wp.array(dtype=float),
     search: wp.array(dtype=float),
     seed: int,
+    row_stride: int,
+    row_offset: int,
     span: int,
+    depth: wp.array3d(dtype=float),
 ):
-    """Re-measure each valid depth through its disparity (``span`` pixels of a row per thread)."""
-    c, y, block = wp.tid()
+    """Re-measure each valid depth through its disparity (rows as ``Renderer.launch_rows`` gives)."""
+    c, k, block = wp.tid()
+    y = row_offset + k * row_stride
     fb = focal_baseline[c]
     if fb <= 0.0:
         return  # no model on this camera
@@ -90,25 +93,28 @@ def stereo_depth_kernel(
 
 
 class StereoDepth:
-    """Applies stereo depth models to a render's depth, per camera of a batch.
+    """Applies stereo depth models to a renderer's depth, per camera of its batch.
 
     Args:
         models: per camera, a model or None (left exact).
-        focal_px: per camera, fx in pixels.
+        renderer: the ``goggles.render.Renderer`` whose depth is re-measured (its cameras' fx).
         baselines: per camera, the rig's baseline in metres, or None (a mono camera: the model's).
         seed: seed of the noise; each ``apply`` draws anew, reproducibly.
     """
 
-    def __init__(self, models, focal_px, baselines, device, seed: int = 0):
+    def __init__(self, models, renderer, baselines, seed: int = 0):
         fb, sigma, step, search = [], [], [], []
-        for model, f, baseline in zip(models, focal_px, baselines):
+        for model, camera, baseline in zip(models, renderer.cameras, baselines):
+            f = camera.fx
             if model is None or model is IDEAL:
                 model, f = IDEAL, 0.0  # fb = 0: the kernel leaves this camera alone
             fb.append(f * (baseline if baseline is not None else model.baseline_m))
             sigma.append(model.subpixel_sigma_px)
             step.append(model.subpixel_step_px)
             search.append(model.search_range_px)
+        device = renderer.device
         self.active = any(v > 0 for v in fb)
+        self._renderer = renderer
         self._fb = wp.array(fb, dtype=float, device=device)
         self._sigma = wp.array(sigma, dtype=float, device=device)
         self._step = wp.array(step, dtype=float, device=device)
@@ -116,17 +122,12 @@ class StereoDepth:
         self._seed, self._frames = seed, 0
         wp.load_module(stereo_depth_kernel.module, device=device)
 
-    def apply(self, depth: wp.array) -> None:
-        """Re-measure ``depth`` (n, H, W) in place."""
+    def apply(self) -> None:
+        """Re-measure the renderer's last depth image in place."""
         if not self.active:
             return
-        n, height, width = depth.shape
-        span = 1 if depth.device.is_cuda else width
         seed = (self._seed * 1_000_003 + self._frames) % (2**31)
         self._frames += 1
-        wp.launch(
-            stereo_depth_kernel,
-            dim=(n, height, width // span),
-            inputs=[depth, self._fb, self._sigma, self._step, self._search, seed, span],
-            device=depth.device,
-        )
+        r = self._renderer
+        inputs = [self._fb, self._sigma, self._step, self._search, seed]
+        r.launch_rows(stereo_depth_kernel, inputs, [r.buffers.depth])

@@ -1,0 +1,125 @@
+"""A camera's pixels, not a pinhole's: photons become electrons with shot noise, the readout adds read
+noise, the ADC quantises, and the lens darkens the corners.
+
+Each colour value the renderer shades is taken as the irradiance (1 = the pixel's full well); the
+electrons it collects are Poisson-distributed (shot noise), the readout adds Gaussian read noise,
+the gain maps the full well onto the ADC's range, and the ADC rounds to its bits; the image keeps 8
+bits. So the noise variance in ADC units follows the photon transfer curve, var = g·mean + (g·σ_read)²
+(g the gain in DN per electron). Natural vignetting darkens a pixel by cos⁴ of its ray's angle to the
+optical axis, scaled by the lens's strength. Applied on the device right after the render, seeded per
+frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import warp as wp
+
+from goggles.errors import ConfigError
+
+wp.set_module_options({"enable_backward": False})
+
+
+@dataclass(frozen=True)
+class CameraNoiseModel:
+    name: str
+    full_well_e: float
+    """Electrons at saturation (irradiance 1)."""
+    read_noise_e: float
+    """Temporal dark noise, electrons RMS."""
+    adc_bits: int
+    vignetting: float
+    """0: none; 1: the full natural cos⁴ falloff."""
+    source: str
+
+    @property
+    def gain_dn_per_e(self) -> float:
+        return (2**self.adc_bits - 1) / self.full_well_e
+
+
+#: A global-shutter machine-vision camera (Sony IMX264-class, as in FLIR Blackfly S and Basler ace): EMVA
+#: 1288 reports of those cameras give ≈ 10.4 ke- saturation and ≈ 2.3 e- temporal dark noise, 12-bit ADC;
+#: vignetting of a typical C-mount lens at full aperture (half the natural falloff).
+GLOBAL_SHUTTER = CameraNoiseModel(
+    "global-shutter", 10_400.0, 2.3, 12, 0.5, "EMVA 1288 data of IMX264 cameras (FLIR Blackfly S)"
+)
+#: A small-pixel rolling-shutter CMOS (IMX219-class, phone and Raspberry Pi cameras): a few thousand
+#: electrons of full well, a few of read noise, 10-bit ADC, a wide lens's strong vignetting. Orders of
+#: magnitude: confirm against your sensor's datasheet.
+SMALL_PIXEL = CameraNoiseModel("small-pixel", 4_500.0, 3.0, 10, 1.0, "typical small-pixel CMOS (orders of magnitude)")
+
+PRESETS = {m.name: m for m in (GLOBAL_SHUTTER, SMALL_PIXEL)}
+
+
+def camera_noise_model(name: str) -> CameraNoiseModel:
+    if name not in PRESETS:
+        raise ConfigError(f"camera noise model {name!r}: choose one of {sorted(PRESETS)}")
+    return PRESETS[name]
+
+
+@wp.kernel
+def camera_noise_kernel(
+    rays_C: wp.array3d(dtype=wp.vec3),
+    full_well: wp.array(dtype=float),
+    read_noise: wp.array(dtype=float),
+    full_scale: wp.array(dtype=float),
+    vignetting: wp.array(dtype=float),
+    seed: int,
+    row_stride: int,
+    row_offset: int,
+    span: int,
+    rgb: wp.array4d(dtype=wp.uint8),
+):
+    """Expose, read out and digitise ``span`` pixels of a row (rows as ``Renderer.launch_rows`` gives)."""
+    c, k, block = wp.tid()
+    y = row_offset + k * row_stride
+    well = full_well[c]
+    if well <= 0.0:
+        return  # an ideal camera
+    width = rgb.shape[2]
+    read = read_noise[c]
+    for column in range(span):
+        x = block * span + column
+        cos_theta = rays_C[c, y, x][2]
+        falloff = 1.0 - vignetting[c] * (1.0 - cos_theta * cos_theta * cos_theta * cos_theta)
+        state = wp.rand_init(seed, (c * rgb.shape[1] + y) * width + x)
+        # Four standard normals from two Box-Muller pairs (one logarithm and one sine/cosine each).
+        r0 = wp.sqrt(-2.0 * wp.log(wp.max(wp.randf(state), 1.0e-12)))
+        a0 = 6.283185307 * wp.randf(state)
+        r1 = wp.sqrt(-2.0 * wp.log(wp.max(wp.randf(state), 1.0e-12)))
+        a1 = 6.283185307 * wp.randf(state)
+        normals = wp.vec4(r0 * wp.cos(a0), r0 * wp.sin(a0), r1 * wp.cos(a1), r1 * wp.sin(a1))
+        for channel in range(3):
+            mean = float(rgb[c, y, x, channel]) / 255.0 * falloff * well
+            if mean < 50.0:  # Poisson where it is visibly not Gaussian; then read noise
+                electrons = float(wp.poisson(state, mean)) + read * normals[channel]
+            else:  # shot and read noise as one Gaussian of variance mean + read^2
+                electrons = mean + wp.sqrt(mean + read * read) * normals[channel]
+            dn = wp.clamp(wp.round(electrons / well * full_scale[c]), 0.0, full_scale[c])  # the ADC
+            rgb[c, y, x, channel] = wp.uint8(wp.round(dn / full_scale[c] * 255.0))
+
+
+class CameraNoise:
+    """Applies camera noise models to a renderer's colour, per camera of its batch (None: left ideal)."""
+
+    def __init__(self, models, renderer, seed: int = 0):
+        device = renderer.device
+        self.active = any(m is not None for m in models)
+        self._renderer = renderer
+        self._well = wp.array([m.full_well_e if m else 0.0 for m in models], dtype=float, device=device)
+        self._read = wp.array([m.read_noise_e if m else 0.0 for m in models], dtype=float, device=device)
+        self._scale = wp.array([2.0**m.adc_bits - 1.0 if m else 255.0 for m in models], dtype=float, device=device)
+        self._vignetting = wp.array([m.vignetting if m else 0.0 for m in models], dtype=float, device=device)
+        self._seed, self._frames = seed, 0
+        wp.load_module(camera_noise_kernel.module, device=device)
+
+    def apply(self) -> None:
+        """Expose the renderer's last colour image in place."""
+        if not self.active:
+            return
+        seed = (self._seed * 1_000_003 + self._frames) % (2**31)
+        self._frames += 1
+        r = self._renderer
+        inputs = [r.rays_C, self._well, self._read, self._scale, self._vignetting, seed]
+        r.launch_rows(camera_noise_kernel, inputs, [r.buffers.rgb])
