@@ -52,8 +52,10 @@ class CameraBatch:
 
     rays_C: wp.array3d(dtype=wp.vec3)
     """(n, H, W) unit ray directions, optical frame."""
-    R_WC: wp.array(dtype=wp.mat33)
-    p_WC: wp.array(dtype=wp.vec3)
+    R_WC: wp.array2d(dtype=wp.mat33)
+    """(n, H) orientation of each camera when each row was exposed (all rows alike: a global shutter)."""
+    p_WC: wp.array2d(dtype=wp.vec3)
+    """(n, H) position of each camera when each row was exposed."""
     partner: wp.array(dtype=wp.int32)
     """Camera that must also see a point for this camera's depth of it to be valid (stereo), or -1."""
     intrinsics: wp.array(dtype=wp.vec4)
@@ -179,14 +181,14 @@ def render_cameras_kernel(
     for column in range(span):
         x = block * span + column
         ray_C = cameras.rays_C[c, y, x]
-        direction = cameras.R_WC[c] * ray_C
+        direction = cameras.R_WC[c, y] * ray_C
         reach = cameras.max_depth[c] / ray_C[2]
         if traced.used:
             hit = traced_hit(traced, c, y, k, x, reach)
         else:
-            hit = static_hit(scene.mesh, cameras.p_WC[c], direction, reach)
+            hit = static_hit(scene.mesh, cameras.p_WC[c, y], direction, reach)
         if visible > 0:
-            hit = closer_actor_hit(actors, candidates, visible, cameras.p_WC[c], direction, hit)
+            hit = closer_actor_hit(actors, candidates, visible, cameras.p_WC[c, y], direction, hit)
 
         if not hit.result:
             out.status[c, y, x] = wp.int8(STATUS_NO_HIT)
@@ -225,7 +227,7 @@ def render_cameras_kernel(
                 sunlit = float(1.0)  # noqa: UP018 (Warp: a variable the branch below may change)
                 if light.shadows and light.shading != SHADING_UNLIT and wp.dot(normal, light.sun_W) > 0.0:
                     # One ray towards the sun, from just off the surface (1 mm + 1e-5 of the distance).
-                    start = cameras.p_WC[c] + direction * hit.t + normal * (1.0e-3 + 1.0e-5 * hit.t)
+                    start = cameras.p_WC[c, y] + direction * hit.t + normal * (1.0e-3 + 1.0e-5 * hit.t)
                     if any_hit(scene.mesh, actors, start, light.sun_W, SUN_DISTANCE):
                         sunlit = 0.0
                 colour = shade(light, albedo(scene, hit.face, hit.u, hit.v), normal, sunlit)
@@ -242,7 +244,7 @@ def make_rays_kernel(
     tracer on the CPU (computed as ``render_cameras_kernel`` computes them); a thread per row."""
     k = wp.tid()
     y = first_row + k
-    R = cameras.R_WC[c]
+    R = cameras.R_WC[c, y]
     max_depth = cameras.max_depth[c]
     for x in range(direction.shape[2]):
         ray_C = cameras.rays_C[c, y, x]
@@ -277,8 +279,8 @@ def mark_stereo_shadow_kernel(cameras: CameraBatch, row_stride: int, row_offset:
         if int(status[c, y, x]) != STATUS_HIT:
             continue
         ray_C = cameras.rays_C[c, y, x]
-        p_W = cameras.p_WC[c] + cameras.R_WC[c] * (ray_C * (depth[c, y, x] / ray_C[2]))
-        p_P = wp.transpose(cameras.R_WC[partner]) * (p_W - cameras.p_WC[partner])
+        p_W = cameras.p_WC[c, y] + cameras.R_WC[c, y] * (ray_C * (depth[c, y, x] / ray_C[2]))
+        p_P = wp.transpose(cameras.R_WC[partner, y]) * (p_W - cameras.p_WC[partner, y])  # the partner's same row
         visible = False
         if p_P[2] > 0.0:
             uv = project_point(p_P, cameras.intrinsics[partner], cameras.distortion[partner])
@@ -295,3 +297,37 @@ def mark_stereo_shadow_kernel(cameras: CameraBatch, row_stride: int, row_offset:
                 visible = farthest >= p_P[2] * (1.0 - SHADOW_TOLERANCE) - SHADOW_TOLERANCE_M
         if not visible:
             status[c, y, x] = wp.int8(STATUS_SHADOW)
+
+
+@wp.kernel
+def accumulate_rgb_kernel(
+    row_stride: int, row_offset: int, span: int, rgb: wp.array4d(dtype=wp.uint8), total: wp.array3d(dtype=wp.vec3)
+):
+    """Add a sub-frame's colour to the exposure's running sum (rows as ``Renderer.launch_rows`` gives)."""
+    c, k, block = wp.tid()
+    y = row_offset + k * row_stride
+    for column in range(span):
+        x = block * span + column
+        total[c, y, x] = total[c, y, x] + wp.vec3(
+            float(rgb[c, y, x, 0]), float(rgb[c, y, x, 1]), float(rgb[c, y, x, 2])
+        )
+
+
+@wp.kernel
+def average_rgb_kernel(
+    count: float,
+    row_stride: int,
+    row_offset: int,
+    span: int,
+    total: wp.array3d(dtype=wp.vec3),
+    rgb: wp.array4d(dtype=wp.uint8),
+):
+    """The exposure's colour: the mean of its sub-frames."""
+    c, k, block = wp.tid()
+    y = row_offset + k * row_stride
+    for column in range(span):
+        x = block * span + column
+        mean = total[c, y, x] / count
+        rgb[c, y, x, 0] = wp.uint8(wp.clamp(mean[0] + 0.5, 0.0, 255.0))
+        rgb[c, y, x, 1] = wp.uint8(wp.clamp(mean[1] + 0.5, 0.0, 255.0))
+        rgb[c, y, x, 2] = wp.uint8(wp.clamp(mean[2] + 0.5, 0.0, 255.0))

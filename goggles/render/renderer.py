@@ -147,8 +147,8 @@ class Renderer:
 
         batch = kernels.CameraBatch()
         batch.rays_C = wp.array(np.stack([c.ray_directions() for c in cameras]), dtype=wp.vec3, device=d)
-        batch.R_WC = wp.zeros(n, dtype=wp.mat33, device=d)
-        batch.p_WC = wp.zeros(n, dtype=wp.vec3, device=d)
+        batch.R_WC = wp.zeros((n, height), dtype=wp.mat33, device=d)
+        batch.p_WC = wp.zeros((n, height), dtype=wp.vec3, device=d)
         batch.partner = wp.array(partner, dtype=wp.int32, device=d)
         batch.intrinsics = wp.array([(c.fx, c.fy, c.cx, c.cy) for c in cameras], dtype=wp.vec4, device=d)
         batch.distortion = wp.array([c.distortion for c in cameras], dtype=kernels.distortion5, device=d)
@@ -195,6 +195,9 @@ class Renderer:
         out.face = buffer("face", wp.int32)
         self.buffers = out
         self._chunks: list[tuple[int, int, int]] = []
+        self._rolling = False
+        self._exposure: wp.array | None = None
+        """The running sum of an exposure's sub-frame colours (allocated by the first blurred render)."""
         self._untraced = _untraced(d)
         if self.backend == "embree":
             self._prepare_embree()
@@ -212,7 +215,7 @@ class Renderer:
         self._directions = wp.zeros((n, h, w), dtype=wp.vec3, device=d)
         self._reach = wp.zeros((n, h, w), dtype=float, device=d)
         self._direction_view, self._reach_view = self._directions.numpy(), self._reach.numpy()
-        self._origins = np.zeros((n, 3), np.float32)
+        self._origins = np.zeros((n, h, 3), np.float32)
         # Faces are needed for every output but depth (and the stereo shadow, which reads depth).
         self._need_faces = bool(self.outputs & {"rgb", "segmentation", "normal_W", "face"})
         rows = min(h, max(-(-4096 // w), -(-n * h // (self.threads * 4))))
@@ -227,26 +230,29 @@ class Renderer:
         """(n, H, W) unit ray of every pixel in its camera's optical frame (sensor models read it)."""
         return self._cameras.rays_C
 
-    def render(self, T_WC: np.ndarray) -> None:
+    def render(self, T_WC: np.ndarray, T_WC_last_row: np.ndarray | None = None) -> None:
         """Trace every camera from its pose; results stay in ``self.buffers`` on the device.
 
         Args:
-            T_WC: (n, 4, 4) poses of the camera optical frames in the world, metres.
+            T_WC: (n, 4, 4) poses of the camera optical frames in the world, metres: when the first
+                row was exposed (all rows, for a global shutter).
+            T_WC_last_row: (n, 4, 4) poses when the last row was exposed (a rolling shutter): row y
+                sees the world from the pose a fraction y / (H - 1) of the way there (position
+                interpolated, rotation along the shortest arc); None: a global shutter.
 
         Raises:
             ConfigError: if the poses have the wrong shape or are not finite rigid transforms.
         """
-        T_WC = np.asarray(T_WC, dtype=np.float64)
-        if T_WC.shape != (self.num_cameras, 4, 4) or not np.all(np.isfinite(T_WC)):
-            raise ConfigError(f"camera poses must be a finite ({self.num_cameras}, 4, 4) array, got {T_WC.shape}")
-        R = T_WC[:, :3, :3]
-        if not np.allclose(R @ R.transpose(0, 2, 1), np.eye(3), atol=1e-5):
-            raise ConfigError("camera poses must have orthonormal rotations")
-        self._cameras.R_WC.assign(R.astype(np.float32))
-        self._cameras.p_WC.assign(T_WC[:, :3, 3].astype(np.float32))
+        T_WC = self._checked(T_WC)
+        rows = np.broadcast_to(T_WC[:, None], (self.num_cameras, self.height, 4, 4))
+        if T_WC_last_row is not None:
+            rows = _row_poses(T_WC, self._checked(T_WC_last_row), self.height)
+        self._cameras.R_WC.assign(rows[..., :3, :3].astype(np.float32))
+        self._cameras.p_WC.assign(rows[..., :3, 3].astype(np.float32))
+        self._rolling = T_WC_last_row is not None
         if self.backend == "embree":
-            self._origins[:] = T_WC[:, :3, 3]
-        self._cull_actors(T_WC)
+            self._origins = rows[..., :3, 3].astype(np.float32)  # (n, H, 3)
+        self._cull_actors(T_WC if T_WC_last_row is None else np.concatenate([T_WC, T_WC_last_row]))
 
         if self.backend == "embree":
             self._pool_map(self._trace_rows, self._chunks)
@@ -257,9 +263,45 @@ class Renderer:
         b = self.buffers
         self._launch_all(invalid.write_invalid_kernel, [b.status], [b.depth, b.range, self._wanted.range])
 
+    def render_exposure(self, T_open: np.ndarray, T_close: np.ndarray, subframes: int) -> None:
+        """Render an exposure with motion blur: the colour is the mean of ``subframes`` renders at poses
+        evenly spread between the shutter opening (``T_open``) and closing (``T_close``), (n, 4, 4)
+        each; the other outputs are those of the sub-frame nearest mid-exposure.
+
+        Raises:
+            ConfigError: fewer than one sub-frame, or no colour output to blur.
+        """
+        if subframes < 1:
+            raise ConfigError(f"an exposure needs at least one sub-frame, got {subframes}")
+        T_open, T_close = self._checked(T_open), self._checked(T_close)
+        if subframes == 1 or "rgb" not in self.outputs:
+            self.render(_pose_at(T_open, T_close, 0.5))
+            return
+        if self._exposure is None:
+            n, h, w = self.num_cameras, self.height, self.width
+            self._exposure = wp.zeros((n, h, w), dtype=wp.vec3, device=self.device)
+        self._exposure.zero_()
+        fractions = (np.arange(subframes) + 0.5) / subframes
+        order = np.argsort(-np.abs(fractions - 0.5))  # the one nearest mid-exposure last
+        for fraction in fractions[order]:
+            self.render(_pose_at(T_open, T_close, fraction))
+            self.launch_rows(kernels.accumulate_rgb_kernel, [], [self.buffers.rgb, self._exposure])
+        self.launch_rows(kernels.average_rgb_kernel, [float(subframes)], [self._exposure, self.buffers.rgb])
+
+    def _checked(self, T_WC) -> np.ndarray:
+        T_WC = np.asarray(T_WC, dtype=np.float64)
+        if T_WC.shape != (self.num_cameras, 4, 4) or not np.all(np.isfinite(T_WC)):
+            raise ConfigError(f"camera poses must be a finite ({self.num_cameras}, 4, 4) array, got {T_WC.shape}")
+        R = T_WC[:, :3, :3]
+        if not np.allclose(R @ R.transpose(0, 2, 1), np.eye(3), atol=1e-5):
+            raise ConfigError("camera poses must have orthonormal rotations")
+        return T_WC
+
     def _cull_actors(self, T_WC: np.ndarray) -> None:
         """List, per camera, the actor instances whose boxes are not wholly outside its view: behind
-        it, beyond its max depth, or past one side of its frustum (conservative: a box corner test)."""
+        it, beyond its max depth, or past one side of its frustum (conservative: a box corner test).
+        ``T_WC`` may hold a second pose per camera (a rolling shutter's last row): a box is culled
+        only when it is outside both views."""
         boxes = self.scene.actor_boxes
         if len(boxes) == 0:
             if self._culled_any:
@@ -268,18 +310,22 @@ class Renderer:
             return
         pick = np.array([[i, j, k] for i in (0, 1) for j in (0, 1) for k in (0, 1)])
         corners = np.stack([boxes[:, pick[:, axis], axis] for axis in range(3)], axis=-1)  # (k, 8, 3)
+        n = self.num_cameras
         R, p = T_WC[:, :3, :3], T_WC[:, :3, 3]
-        local = np.einsum("nji,nkcj->nkci", R, corners[None] - p[:, None, None])  # (n, k, 8, 3) camera frame
+        local = np.einsum("nji,nkcj->nkci", R, corners[None] - p[:, None, None])  # (m, k, 8, 3) camera frame
         x, y, z = local[..., 0], local[..., 1], local[..., 2]
         low, high = self._view_slopes[:, 0, :, None, None], self._view_slopes[:, 1, :, None, None]  # (n, 2, 1, 1)
+        low, high = np.tile(low, (len(T_WC) // n, 1, 1, 1)), np.tile(high, (len(T_WC) // n, 1, 1, 1))
+        max_depth = np.tile(self._max_depth, len(T_WC) // n)
         outside = (
             (z <= 0).all(-1)
-            | (z > self._max_depth[:, None, None]).all(-1)
+            | (z > max_depth[:, None, None]).all(-1)
             | (x < low[:, 0] * z).all(-1)
             | (x > high[:, 0] * z).all(-1)
             | (y < low[:, 1] * z).all(-1)
             | (y > high[:, 1] * z).all(-1)
         )
+        outside = outside.reshape(-1, n, outside.shape[-1]).all(axis=0)  # outside every pose given
         index = np.zeros(self._culling.index.shape, np.int32)
         count = np.zeros(self.num_cameras, np.int32)
         for c, hidden in enumerate(outside):
@@ -296,7 +342,10 @@ class Renderer:
         d = self.device
         rays = [self._cameras, c, first, self._directions, self._reach]
         wp.launch(kernels.make_rays_kernel, dim=dim[0], inputs=rays, device=d)
-        origins = np.broadcast_to(self._origins[c], (dim[0] * dim[1], 3))  # one origin, no per-ray copy
+        if self._rolling:  # a rolling shutter: each row from its own position
+            origins = np.repeat(self._origins[c, first:end], dim[1], axis=0)
+        else:
+            origins = np.broadcast_to(self._origins[c, 0], (dim[0] * dim[1], 3))  # one origin, no per-ray copy
         directions = self._direction_view[c, first:end].reshape(-1, 3)
         reach = self._reach_view[c, first:end].reshape(-1)
         traced = kernels.TracedRows()
@@ -385,6 +434,28 @@ def _untraced(device) -> kernels.TracedRows:
     traced.v = wp.zeros((1, 1), dtype=float, device=device)
     traced.normal_W = wp.zeros((1, 1), dtype=wp.vec3, device=device)
     return traced
+
+
+def _pose_at(T_first: np.ndarray, T_last: np.ndarray, fraction: float) -> np.ndarray:
+    """(n, 4, 4) poses a ``fraction`` of the way from ``T_first`` to ``T_last``."""
+    return _interpolate(T_first, T_last, np.array([fraction]))[:, 0]
+
+
+def _row_poses(T_first: np.ndarray, T_last: np.ndarray, height: int) -> np.ndarray:
+    """(n, H, 4, 4) pose of each row: row y a fraction y / (H - 1) from the first row's pose to the last's."""
+    return _interpolate(T_first, T_last, np.linspace(0.0, 1.0, height) if height > 1 else np.zeros(1))
+
+
+def _interpolate(T_first: np.ndarray, T_last: np.ndarray, fractions: np.ndarray) -> np.ndarray:
+    """(n, len(fractions), 4, 4): position linearly, rotation along the shortest arc."""
+    from scipy.spatial.transform import Rotation
+
+    out = np.repeat(np.eye(4)[None, None], len(T_first), axis=0).repeat(len(fractions), axis=1)
+    for c, (A, B) in enumerate(zip(T_first, T_last)):
+        turn = Rotation.from_matrix(A[:3, :3].T @ B[:3, :3]).as_rotvec()
+        out[c, :, :3, :3] = A[:3, :3] @ Rotation.from_rotvec(fractions[:, None] * turn).as_matrix()
+        out[c, :, :3, 3] = A[:3, 3] + fractions[:, None] * (B[:3, 3] - A[:3, 3])
+    return out
 
 
 #: Bytes a rendered pixel takes at its peak: ray table, every output on the device, their host copies
