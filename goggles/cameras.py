@@ -62,11 +62,30 @@ class CameraGroup:
     def outputs(self) -> set[str]:
         return {o for c in self.cameras for o in c.config.outputs if o in IMAGE_OUTPUTS}
 
-    def render(self, T_WC: np.ndarray) -> dict[str, np.ndarray]:
+    def render(self, T_WC: np.ndarray, moving=None) -> dict[str, np.ndarray]:
         """Render every camera from its (n, 4, 4) pose; the image outputs any of them publishes,
         (n, H, W[, 3]) each, on the host: copied into memory allocated once (pinned on CUDA), with one
-        synchronisation, valid until the next render."""
-        self.renderer.render(T_WC)
+        synchronisation, valid until the next render.
+
+        ``moving(dt)`` gives the (n, 4, 4) poses ``dt`` seconds from the frame's time (dt an (n,)
+        array, <= 0), for cameras with an exposure time (motion blur) or a rolling shutter: the last
+        row ends its exposure at the frame's time, the first ``readout_s`` earlier.
+        """
+        exposure = np.array([c.config.exposure_s for c in self.cameras])
+        readout = np.array([c.config.readout_s for c in self.cameras])
+        if moving is None or not (exposure.any() or readout.any()):
+            self.renderer.render(T_WC)
+        elif not exposure.any():
+            self.renderer.render(moving(-readout), moving(np.zeros_like(readout)))
+        else:
+            subframes = max(c.config.blur_subframes for c in self.cameras)
+            self.renderer.render_exposure(
+                moving(-readout - exposure),
+                moving(-readout),
+                subframes,
+                T_open_last_row=moving(-exposure),
+                T_close_last_row=moving(np.zeros_like(exposure)),
+            )
         if self.depth is not None:
             self.depth.apply()
         if self.noise is not None:

@@ -66,6 +66,11 @@ class CameraConfig:
     """How the depth is measured (``goggles.sensors.stereo_depth.PRESETS``); None: exact."""
     noise_model: CameraNoiseModel | None = None
     """The colour's sensor (``goggles.sensors.camera_noise.PRESETS``); None: ideal."""
+    exposure_s: float = 0.0
+    """Shutter open time ending at the frame's time, s (motion blur over ``blur_subframes``); 0: instantaneous."""
+    blur_subframes: int = 8
+    readout_s: float = 0.0
+    """Rolling shutter: time from the first row's exposure to the last's, s; 0: a global shutter."""
 
 
 @dataclass(frozen=True)
@@ -287,6 +292,9 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
             "max_depth",
             "depth_model",
             "noise_model",
+            "exposure_s",
+            "blur_subframes",
+            "readout_s",
         },
     )
     vehicle = r.text("vehicle", required=True)
@@ -322,7 +330,17 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
         outputs=tuple(outputs),
         depth_model=_depth_model(r),
         noise_model=_noise_model(r),
+        exposure_s=r.number("exposure_s", 0.0, minimum=0.0, unit="s"),
+        blur_subframes=_blur_subframes(r),
+        readout_s=r.number("readout_s", 0.0, minimum=0.0, unit="s"),
     )
+
+
+def _blur_subframes(r: Table) -> int:
+    value = r.get("blur_subframes", 8)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 256:
+        raise r.error("blur_subframes", "an integer from 1 to 256")
+    return value
 
 
 def _noise_model(r: Table) -> CameraNoiseModel | None:

@@ -43,7 +43,7 @@ from goggles.status import RateLog, StageTimes, describe_time, status_line
 from goggles.transport import messages
 from goggles.transport.buses import ZmqBus, open_buses
 from goggles.transport.schema import MalformedMessage, decode_input
-from goggles.vehicles import Vehicle, make_vehicle
+from goggles.vehicles import Vehicle, make_vehicle, pose_after
 from goggles.world.build import build_run_world
 from goggles.world.crowd import BUILD_INTERVAL_S, Crowd
 
@@ -285,6 +285,15 @@ class Engine:
     def _utime(self) -> int:
         return int(round(self.step * self.dt * 1e6))
 
+    def _camera_poses_after(self, group: CameraGroup, T_WC: np.ndarray, dt: np.ndarray) -> np.ndarray:
+        """Each camera's pose ``dt[i]`` seconds from the frame's, along its vehicle's motion."""
+        return np.stack(
+            [
+                pose_after(self.vehicles[c.vehicle], T @ np.linalg.inv(c.T_BC), float(d)) @ c.T_BC
+                for c, T, d in zip(group.cameras, T_WC, dt)
+            ]
+        )
+
     def _camera_pose(self, camera: Camera) -> np.ndarray:
         return self.vehicles[camera.vehicle].pose(self.config.extrapolate) @ camera.T_BC
 
@@ -301,7 +310,7 @@ class Engine:
         self._pose_people()
         t = time.perf_counter()
         poses = np.stack([self._camera_pose(c) for c in group.cameras])
-        images = group.render(poses)
+        images = group.render(poses, lambda dt: self._camera_poses_after(group, poses, dt))
         self.times.add("render", time.perf_counter() - t)
         utime = self._utime() if self.mode != ClockMode.LIVE else time.time_ns() // 1000
         detections = group.beacons.detect(poses, self.built.gate_poses) if group.beacons is not None else []

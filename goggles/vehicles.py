@@ -46,6 +46,29 @@ class Vehicle:
         return extrapolated(self, extrapolate, time.time() if now is None else now)
 
 
+def pose_after(vehicle: Vehicle, T_WB: np.ndarray, dt: float) -> np.ndarray:
+    """``T_WB`` moved ``dt`` seconds along the vehicle's present motion (velocity and body rates of a
+    simulated vehicle; a live one's last two poses): the poses a camera sees during an exposure."""
+    if vehicle.sim is not None:
+        s = vehicle.sim.states()
+        velocity, turn_W = s.velocity[0], T_WB[:3, :3] @ s.rates[0]
+    elif vehicle.previous is not None and vehicle.pose_utime > vehicle.previous[1]:
+        T0, u0 = vehicle.previous
+        span = (vehicle.pose_utime - u0) * 1e-6
+        import cv2
+
+        velocity = (vehicle.T_WB[:3, 3] - T0[:3, 3]) / span
+        turn_W = cv2.Rodrigues(vehicle.T_WB[:3, :3] @ T0[:3, :3].T)[0].ravel() / span
+    else:
+        return T_WB
+    import cv2
+
+    T = T_WB.copy()
+    T[:3, 3] += velocity * dt
+    T[:3, :3] = cv2.Rodrigues(np.asarray(turn_W, dtype=np.float64) * dt)[0] @ T_WB[:3, :3]
+    return T
+
+
 def extrapolated(vehicle: Vehicle, horizon: float, now: float) -> np.ndarray:
     """The live pose carried forward to ``now`` from its recent motion, at most ``horizon`` seconds
     (0: off). Pose time stamps are the bridge's wall clock: the machines' clocks must agree."""

@@ -263,19 +263,36 @@ class Renderer:
         b = self.buffers
         self._launch_all(invalid.write_invalid_kernel, [b.status], [b.depth, b.range, self._wanted.range])
 
-    def render_exposure(self, T_open: np.ndarray, T_close: np.ndarray, subframes: int) -> None:
+    def render_exposure(
+        self,
+        T_open: np.ndarray,
+        T_close: np.ndarray,
+        subframes: int,
+        *,
+        T_open_last_row: np.ndarray | None = None,
+        T_close_last_row: np.ndarray | None = None,
+    ) -> None:
         """Render an exposure with motion blur: the colour is the mean of ``subframes`` renders at poses
         evenly spread between the shutter opening (``T_open``) and closing (``T_close``), (n, 4, 4)
-        each; the other outputs are those of the sub-frame nearest mid-exposure.
+        each; the other outputs are those of the sub-frame nearest mid-exposure. With a rolling
+        shutter, the last row's opening and closing poses are given too (see ``render``).
 
         Raises:
-            ConfigError: fewer than one sub-frame, or no colour output to blur.
+            ConfigError: fewer than one sub-frame.
         """
         if subframes < 1:
             raise ConfigError(f"an exposure needs at least one sub-frame, got {subframes}")
         T_open, T_close = self._checked(T_open), self._checked(T_close)
+        rolling = T_open_last_row is not None and T_close_last_row is not None
+        if rolling:
+            T_open_last_row, T_close_last_row = self._checked(T_open_last_row), self._checked(T_close_last_row)
+
+        def render_at(fraction: float) -> None:
+            last = _pose_at(T_open_last_row, T_close_last_row, fraction) if rolling else None
+            self.render(_pose_at(T_open, T_close, fraction), last)
+
         if subframes == 1 or "rgb" not in self.outputs:
-            self.render(_pose_at(T_open, T_close, 0.5))
+            render_at(0.5)
             return
         if self._exposure is None:
             n, h, w = self.num_cameras, self.height, self.width
@@ -284,7 +301,7 @@ class Renderer:
         fractions = (np.arange(subframes) + 0.5) / subframes
         order = np.argsort(-np.abs(fractions - 0.5))  # the one nearest mid-exposure last
         for fraction in fractions[order]:
-            self.render(_pose_at(T_open, T_close, fraction))
+            render_at(fraction)
             self.launch_rows(kernels.accumulate_rgb_kernel, [], [self.buffers.rgb, self._exposure])
         self.launch_rows(kernels.average_rgb_kernel, [float(subframes)], [self._exposure, self.buffers.rgb])
 
