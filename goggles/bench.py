@@ -510,3 +510,36 @@ def bench_dataset(
         finally:
             ray.shutdown()
     return DatasetBench(rates, jobs, frames)
+
+
+@dataclass(frozen=True)
+class LidarBench:
+    """Result of ``bench_lidar``: time per scan, wall and CPU (all threads)."""
+
+    model: str
+    points: int
+    wall_ms: float
+    cpu_ms: float
+    backend: str
+
+
+def bench_lidar(model_name: str = "os1-64", *, scans: int = 50, backend: str = "auto", device=None) -> LidarBench:
+    """Scan the default scene from its viewpoint ``scans`` times, the sensor turning a little between
+    scans; wall and process CPU time per scan (the renderer's threads included)."""
+    from goggles.paths import default_scene
+    from goggles.scene import load_static_scene
+    from goggles.sensors.lidar import Lidar, lidar_model
+    from goggles.world import DeviceScene
+
+    scene = load_static_scene(default_scene())
+    lidar = Lidar(DeviceScene(scene, device), lidar_model(model_name), backend=backend)
+    poses = bench_views(scene.view if scene.view is not None else np.eye(4), scans)
+    lidar.scan(poses[0])  # warm-up
+    wall, cpu = time.perf_counter(), time.process_time()
+    for T in poses:
+        lidar.scan(T)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    points = lidar.model.points_per_scan
+    result = LidarBench(model_name, points, wall / scans * 1e3, cpu / scans * 1e3, lidar.renderer.backend)
+    lidar.close()
+    return result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from goggles.cli.common import add_camera_args
+from goggles.cli.common import add_backend_arg, add_camera_args
 from goggles.errors import ConfigError
 
 
@@ -76,6 +76,17 @@ def add_parser(commands) -> None:
         "ZeroMQ in the same run (the last line is the DDS figure)",
     )
     bench_latency.set_defaults(run=cmd_bench_latency)
+    bench_lidar = benches.add_parser(
+        "lidar",
+        help="LiDAR scans of the default scene: milliseconds of wall and CPU time per scan",
+        description="Scan the default scene with a LiDAR preset from its viewpoint, turning between scans; the last "
+        "line is 'model=<m> points=<n> ms_per_scan=<wall> cpu_ms_per_scan=<process CPU, all threads>'.",
+    )
+    bench_lidar.add_argument("--model", default="os1-64", help="preset: vlp16, os1-64, os1-128, os0-128, mid360")
+    bench_lidar.add_argument("--scans", type=int, default=50)
+    bench_lidar.add_argument("--device", default=None, help="Warp device")
+    add_backend_arg(bench_lidar)
+    bench_lidar.set_defaults(run=cmd_bench_lidar)
     bench_dataset = benches.add_parser(
         "dataset",
         help="dataset jobs on a local Ray cluster: frames/s with 1 and 2 workers",
@@ -189,4 +200,20 @@ def cmd_bench_dataset(args) -> int:
     )
     for n, rate in result.frames_per_s.items():
         print(f"workers={n} frames_per_s={rate:.1f} speedup={result.speedup(n):.2f}")
+    return 0
+
+
+def cmd_bench_lidar(args) -> int:
+    from goggles.bench import bench_lidar
+    from goggles.sensors.lidar import lidar_model
+
+    lidar_model(args.model)  # a one-line error for an unknown preset
+    if args.scans < 1:
+        raise ConfigError("--scans must be at least 1")
+    result = bench_lidar(args.model, scans=args.scans, backend=args.backend, device=args.device)
+    print(f"{result.model}: {result.points} points per scan, {result.backend} backend, {os.cpu_count()} cores")
+    print(
+        f"model={result.model} points={result.points} ms_per_scan={result.wall_ms:.2f} "
+        f"cpu_ms_per_scan={result.cpu_ms:.2f}"
+    )
     return 0

@@ -9,7 +9,7 @@ as a status code; ``goggles.render.invalid`` turns codes into REP 118 values in 
 import warp as wp
 
 from goggles.render.projection import distortion5, inside_image, project_point
-from goggles.render.shading import SHADING_NONE, SHADING_UNLIT, Lighting, albedo, shade, sky_colour
+from goggles.render.shading import SHADING_LIDAR, SHADING_NONE, SHADING_UNLIT, Lighting, albedo, shade, sky_colour
 from goggles.world.appearance import SceneData
 from goggles.world.queries import ActorData, Hit, any_hit, closer_actor_hit, static_hit
 
@@ -64,6 +64,8 @@ class CameraBatch:
     """OpenCV k1, k2, p1, p2, k3."""
     min_depth: wp.array(dtype=float)
     max_depth: wp.array(dtype=float)
+    radial: wp.array(dtype=wp.int32)
+    """1: limits and depth along the ray (a LiDAR's range), 0: along the optical axis (a camera's depth)."""
 
 
 @wp.struct
@@ -178,11 +180,15 @@ def render_cameras_kernel(
     y = row_offset + k * row_stride
     visible = culling.count[c]
     candidates = culling.index[c]
+    radial = cameras.radial[c] != 0
     for column in range(span):
         x = block * span + column
         ray_C = cameras.rays_C[c, y, x]
         direction = cameras.R_WC[c, y] * ray_C
-        reach = cameras.max_depth[c] / ray_C[2]
+        along = ray_C[2]  # depth per metre of ray: the optical axis component, or 1 for a radial sensor
+        if radial:
+            along = 1.0
+        reach = cameras.max_depth[c] / along
         if traced.used:
             hit = traced_hit(traced, c, y, k, x, reach)
         else:
@@ -205,7 +211,7 @@ def render_cameras_kernel(
                 out.rgb[c, y, x, 2] = to_byte(sky[2])
             continue
 
-        depth = hit.t * ray_C[2]
+        depth = hit.t * along
         status = STATUS_HIT
         if depth < cameras.min_depth[c]:
             status = STATUS_TOO_CLOSE
@@ -223,7 +229,9 @@ def render_cameras_kernel(
                 normal = -normal
             if wanted.normal:
                 out.normal_W[c, y, x] = normal
-            if light.shading != SHADING_NONE:
+            if light.shading == SHADING_LIDAR:
+                colour = albedo(scene, hit.face, hit.u, hit.v) * wp.dot(normal, -direction)
+            elif light.shading != SHADING_NONE:
                 sunlit = float(1.0)  # noqa: UP018 (Warp: a variable the branch below may change)
                 if light.shadows and light.shading != SHADING_UNLIT and wp.dot(normal, light.sun_W) > 0.0:
                     # One ray towards the sun, from just off the surface (1 mm + 1e-5 of the distance).
@@ -246,10 +254,14 @@ def make_rays_kernel(
     y = first_row + k
     R = cameras.R_WC[c, y]
     max_depth = cameras.max_depth[c]
+    radial = cameras.radial[c] != 0
     for x in range(direction.shape[2]):
         ray_C = cameras.rays_C[c, y, x]
         direction[c, y, x] = R * ray_C
-        reach[c, y, x] = max_depth / ray_C[2]
+        if radial:
+            reach[c, y, x] = max_depth
+        else:
+            reach[c, y, x] = max_depth / ray_C[2]
 
 
 @wp.func

@@ -154,9 +154,12 @@ class Renderer:
         batch.distortion = wp.array([c.distortion for c in cameras], dtype=kernels.distortion5, device=d)
         batch.min_depth = wp.array([c.min_depth for c in cameras], dtype=float, device=d)
         batch.max_depth = wp.array([c.max_depth for c in cameras], dtype=float, device=d)
+        self._radial = np.array([bool(getattr(c, "radial", False)) for c in cameras])
+        batch.radial = wp.array(self._radial.astype(np.int32), dtype=wp.int32, device=d)
         self._cameras = batch
         rays = np.stack([c.ray_directions() for c in cameras]).reshape(n, -1, 3)
-        slopes = rays[..., :2] / rays[..., 2:]  # x/z and y/z: the view's extent, distortion included
+        with np.errstate(divide="ignore", invalid="ignore"):  # radial sensors look every way: never culled
+            slopes = rays[..., :2] / rays[..., 2:]  # x/z and y/z: the view's extent, distortion included
         self._view_slopes = np.stack([slopes.min(axis=1), slopes.max(axis=1)], axis=1)  # (n, 2, 2)
         self._max_depth = np.array([c.max_depth for c in cameras])
         culling = kernels.ActorCulling()
@@ -263,6 +266,13 @@ class Renderer:
         b = self.buffers
         self._launch_all(invalid.write_invalid_kernel, [b.status], [b.depth, b.range, self._wanted.range])
 
+    def set_rays(self, directions) -> None:
+        """New ray tables, (H, W, 3) per camera, for the next renders (a LiDAR whose pattern moves)."""
+        rays = np.stack([np.asarray(r, dtype=np.float32) for r in directions])
+        if rays.shape != (self.num_cameras, self.height, self.width, 3):
+            raise ConfigError(f"ray tables must be {(self.num_cameras, self.height, self.width, 3)}, got {rays.shape}")
+        self._cameras.rays_C.assign(rays)
+
     def render_exposure(
         self,
         T_open: np.ndarray,
@@ -343,6 +353,7 @@ class Renderer:
             | (y > high[:, 1] * z).all(-1)
         )
         outside = outside.reshape(-1, n, outside.shape[-1]).all(axis=0)  # outside every pose given
+        outside[self._radial] = False  # a LiDAR sees all around
         index = np.zeros(self._culling.index.shape, np.int32)
         count = np.zeros(self.num_cameras, np.int32)
         for c, hidden in enumerate(outside):

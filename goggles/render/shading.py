@@ -17,10 +17,13 @@ class Shading(IntEnum):
     shadow, when the renderer casts shadows)."""
     NONE = 2
     """No intensity image (depth-only cameras): the colour buffer is left untouched, and faster."""
+    LIDAR = 3
+    """A LiDAR's return: albedo x the cosine of the incidence (the sensor is its own light)."""
 
 
 SHADING_UNLIT = wp.constant(int(Shading.UNLIT))
 SHADING_NONE = wp.constant(int(Shading.NONE))
+SHADING_LIDAR = wp.constant(int(Shading.LIDAR))
 
 
 @wp.struct

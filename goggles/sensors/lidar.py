@@ -1,0 +1,186 @@
+"""LiDAR: spinning multi-beam sensors (Ouster, Velodyne) and a non-repetitive rosette (Livox), traced
+by the renderer as a camera whose "pixels" are the sensor's rays.
+
+A spinning sensor fires all its beams at one azimuth, then the next, over one revolution per scan;
+a rosette sensor draws a pattern that shifts from scan to scan. Each point is measured at its own
+time during the scan, from where the sensor is then (no de-skew, as the real sensors report), so a
+moving sensor's scan is smeared as its motion predicts. The renderer's rows are the firing times
+(azimuths, or rosette points) and its columns the beams; ranges follow REP 117 (+inf beyond max
+range, -inf closer than min range); intensity is the surface's albedo times the cosine of incidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from goggles.errors import ConfigError
+
+#: The golden ratio's fractional part and its square root's: irrational steps, so a rosette never repeats.
+_STEP_A, _STEP_B = 0.6180339887498949, 0.7548776662466927
+#: A rosette's points are traced in rows of this many, each row from one pose (0.5 ms apart at
+#: 200k points/s): rows of one point would cost a thread launch each.
+ROSETTE_ROW = 100
+
+
+@dataclass(frozen=True)
+class LidarModel:
+    name: str
+    elevations_deg: tuple[float, ...]
+    """Spinning: each beam's elevation; rosette: (lowest, highest)."""
+    columns: int
+    """Spinning: azimuths per revolution; rosette: points per scan."""
+    rate_hz: float
+    min_range: float
+    max_range: float
+    pattern: str = "spin"
+    source: str = ""
+
+    @property
+    def beams(self) -> int:
+        """Columns of the renderer's table: the beams of a spinning sensor, a row of a rosette."""
+        return len(self.elevations_deg) if self.pattern == "spin" else ROSETTE_ROW
+
+    @property
+    def points_per_scan(self) -> int:
+        return len(self.elevations_deg) * self.columns if self.pattern == "spin" else self.columns
+
+    def rays(self, scan: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Directions (rows, beams, 3) in the sensor frame (x forward, z up) and the firing time of each
+        row, seconds from the start of the scan (rows, ). A rosette's rows are runs of ``ROSETTE_ROW``
+        consecutive points."""
+        rows = np.arange(self.columns)
+        times = rows / (self.columns * self.rate_hz)
+        if self.pattern == "spin":
+            azimuth = 2.0 * np.pi * rows / self.columns  # counter-clockwise from +x, seen from above
+            elevation = np.radians(np.asarray(self.elevations_deg))[None, :]
+            azimuth = azimuth[:, None]
+        else:  # rosette: irrational steps in azimuth and elevation, shifted each scan
+            k = rows + scan * self.columns
+            azimuth = (2.0 * np.pi * ((k * _STEP_A) % 1.0))[:, None]
+            low, high = np.radians(self.elevations_deg)
+            swing = 0.5 - 0.5 * np.cos(2.0 * np.pi * ((k * _STEP_B) % 1.0))
+            elevation = (low + (high - low) * swing)[:, None]
+        directions = np.stack(
+            np.broadcast_arrays(
+                np.cos(elevation) * np.cos(azimuth), np.cos(elevation) * np.sin(azimuth), np.sin(elevation)
+            ),
+            axis=-1,
+        )
+        if self.pattern != "spin":  # (points, 1, 3) -> runs of ROSETTE_ROW points, timed at their first
+            if self.columns % ROSETTE_ROW:
+                raise ConfigError(f"LiDAR {self.name}: a rosette's points per scan must be a multiple of {ROSETTE_ROW}")
+            directions = directions.reshape(-1, ROSETTE_ROW, 3)
+            times = times[::ROSETTE_ROW]
+        return directions, times
+
+
+def _uniform(count: int, low: float, high: float) -> tuple[float, ...]:
+    return tuple(np.linspace(low, high, count))
+
+
+#: Velodyne VLP-16: 16 beams from -15 to +15 degrees in 2 degree steps, 0.2 degrees at 10 Hz, 100 m.
+VLP16 = LidarModel("vlp16", _uniform(16, -15.0, 15.0), 1800, 10.0, 0.5, 100.0, source="Velodyne VLP-16 datasheet")
+#: Ouster OS1-64/128: beams evenly over 45 degrees (+/-22.5; each unit's exact angles are in its
+#: metadata, beam_altitude_angles), 1024 columns at 10 Hz, 120 m.
+OS1_64 = LidarModel("os1-64", _uniform(64, -22.5, 22.5), 1024, 10.0, 0.3, 120.0, source="Ouster OS1 datasheet")
+OS1_128 = LidarModel("os1-128", _uniform(128, -22.5, 22.5), 1024, 10.0, 0.3, 120.0, source="Ouster OS1 datasheet")
+#: Ouster OS0-128: 90 degrees of vertical field, 50 m.
+OS0_128 = LidarModel("os0-128", _uniform(128, -45.0, 45.0), 1024, 10.0, 0.3, 50.0, source="Ouster OS0 datasheet")
+#: Livox Mid-360: a non-repetitive pattern over 360 x (-7 .. 52) degrees, 200k points/s at 10 Hz, 40 m.
+MID360 = LidarModel("mid360", (-7.0, 52.0), 20_000, 10.0, 0.1, 40.0, "rosette", "Livox Mid-360 datasheet")
+
+PRESETS = {m.name: m for m in (VLP16, OS1_64, OS1_128, OS0_128, MID360)}
+
+
+def lidar_model(name: str) -> LidarModel:
+    if name not in PRESETS:
+        raise ConfigError(f"LiDAR {name!r}: choose one of {sorted(PRESETS)}")
+    return PRESETS[name]
+
+
+class RayTable:
+    """A LiDAR's rays as the renderer's camera: ``height`` firing times x ``width`` beams, ranges
+    limited radially (not along an optical axis)."""
+
+    radial = True
+    distortion = (0.0, 0.0, 0.0, 0.0, 0.0)
+    fx = fy = 1.0
+    cx = cy = 0.0
+
+    def __init__(self, directions: np.ndarray, min_range: float, max_range: float):
+        self._directions = np.asarray(directions, dtype=np.float32)
+        self.height, self.width = self._directions.shape[:2]
+        self.min_depth, self.max_depth = float(min_range), float(max_range)
+
+    def ray_directions(self) -> np.ndarray:
+        return self._directions
+
+
+@dataclass
+class LidarScan:
+    """One scan: ranges (REP 117) and intensities per (firing time, beam), and the points."""
+
+    range: np.ndarray
+    """(rows, beams) float32 metres."""
+    intensity: np.ndarray
+    """(rows, beams) float32, albedo x cos(incidence), 0 where nothing was hit."""
+    time: np.ndarray
+    """(rows,) seconds from the start of the scan."""
+    directions: np.ndarray
+    """(rows, beams, 3) unit rays, sensor frame at each point's time."""
+
+    @property
+    def ring(self) -> np.ndarray:
+        """(rows, beams) the beam index of each point."""
+        return np.broadcast_to(np.arange(self.range.shape[1]), self.range.shape)
+
+    def points(self) -> np.ndarray:
+        """(k, 3) valid points in the sensor frame, each where the sensor was when it measured it."""
+        valid = np.isfinite(self.range)
+        return self.directions[valid] * self.range[valid][:, None]
+
+
+class Lidar:
+    """A LiDAR on a world: ``scan`` from the sensor's pose at the start and at the end of the scan.
+
+    Args:
+        scene: the world (``goggles.world.DeviceScene``).
+        model: a preset (``PRESETS``) or your own.
+        backend: the renderer's primary-ray tracer (``auto``: Embree on the CPU).
+    """
+
+    def __init__(self, scene, model: LidarModel, *, backend: str = "auto", threads: int | None = None):
+        from goggles.render import Renderer, Shading
+
+        self.model = model
+        self._scan = 0
+        directions, self._times = model.rays(0)
+        self._table = RayTable(directions, model.min_range, model.max_range)
+        self.renderer = Renderer(
+            scene,
+            [self._table],
+            shading=Shading.LIDAR,
+            outputs={"depth", "rgb"},
+            backend=backend,
+            threads=threads,
+            shadows=False,
+        )
+
+    def scan(self, T_WS_start: np.ndarray, T_WS_end: np.ndarray | None = None) -> LidarScan:
+        """One scan, each point from the sensor's pose at its firing time (poses interpolated from the
+        scan's start to its end; None: the sensor stands still)."""
+        directions = self._table.ray_directions()
+        if self.model.pattern != "spin":
+            directions, _ = self.model.rays(self._scan)
+            self.renderer.set_rays([directions])
+        self._scan += 1
+        T_end = T_WS_start if T_WS_end is None else T_WS_end
+        self.renderer.render(np.asarray(T_WS_start)[None], np.asarray(T_end)[None])
+        images = self.renderer.images()
+        intensity = images.rgb[0].astype(np.float32).mean(axis=-1) / 255.0
+        return LidarScan(images.depth[0], intensity, self._times, np.asarray(directions))
+
+    def close(self) -> None:
+        self.renderer.close()
