@@ -170,8 +170,8 @@ def render_cameras_kernel(
 
     The closest static hit comes from Warp's BVH here, or from another tracer (``traced.used``:
     Embree, one chunk of rows of one camera per launch); the actors in the camera's view are always
-    found here (Warp BVHs, ``culling``), and every
-    output is written by the code below whoever traced. On the CPU a thread takes a whole row
+    found here (Warp BVHs, ``culling``), and every output is written by the code below whoever
+    traced. On the CPU a thread takes a whole row
     (``span`` = width): Warp copies the struct arguments into every thread, which would cost more
     per pixel than writing a depth image. On CUDA ``span`` is 1.
     """
@@ -229,16 +229,18 @@ def render_cameras_kernel(
                 normal = -normal
             if wanted.normal:
                 out.normal_W[c, y, x] = normal
-            if light.shading == SHADING_LIDAR:
-                colour = albedo(scene, hit.face, hit.u, hit.v) * wp.dot(normal, -direction)
-            elif light.shading != SHADING_NONE:
-                sunlit = float(1.0)  # noqa: UP018 (Warp: a variable the branch below may change)
-                if light.shadows and light.shading != SHADING_UNLIT and wp.dot(normal, light.sun_W) > 0.0:
-                    # One ray towards the sun, from just off the surface (1 mm + 1e-5 of the distance).
-                    start = cameras.p_WC[c, y] + direction * hit.t + normal * (1.0e-3 + 1.0e-5 * hit.t)
-                    if any_hit(scene.mesh, actors, start, light.sun_W, SUN_DISTANCE):
-                        sunlit = 0.0
-                colour = shade(light, albedo(scene, hit.face, hit.u, hit.v), normal, sunlit)
+            if light.shading != SHADING_NONE:
+                colour = albedo(scene, hit.face, hit.u, hit.v)
+                if light.shading == SHADING_LIDAR:  # the sensor is the light: cos of the incidence
+                    colour = colour * wp.dot(normal, -direction)
+                else:
+                    sunlit = float(1.0)  # noqa: UP018 (Warp: a variable the branch below may change)
+                    if light.shadows and light.shading != SHADING_UNLIT and wp.dot(normal, light.sun_W) > 0.0:
+                        # One ray towards the sun, from just off the surface (1 mm + 1e-5 of the distance).
+                        start = cameras.p_WC[c, y] + direction * hit.t + normal * (1.0e-3 + 1.0e-5 * hit.t)
+                        if any_hit(scene.mesh, actors, start, light.sun_W, SUN_DISTANCE):
+                            sunlit = 0.0
+                    colour = shade(light, colour, normal, sunlit)
                 out.rgb[c, y, x, 0] = to_byte(colour[0])
                 out.rgb[c, y, x, 1] = to_byte(colour[1])
                 out.rgb[c, y, x, 2] = to_byte(colour[2])
