@@ -20,6 +20,8 @@ from goggles.render.camera import CameraModel
 from goggles.scene.assets import UNITS_M, UP_AXES
 from goggles.sensors.camera_noise import PRESETS as CAMERA_NOISE_MODELS
 from goggles.sensors.camera_noise import CameraNoiseModel
+from goggles.sensors.lidar import PRESETS as LIDAR_PRESETS
+from goggles.sensors.lidar import LidarModel
 from goggles.sensors.ranges import PRESETS as RANGE_PRESETS
 from goggles.sensors.ranges import RangeSensorModel
 from goggles.sensors.stereo_depth import PRESETS as STEREO_DEPTH_MODELS
@@ -85,6 +87,19 @@ class RangeSensorConfig:
 
 
 @dataclass(frozen=True)
+class LidarConfig:
+    vehicle: str
+    name: str
+    model: LidarModel
+    T_BS: np.ndarray
+    """(4, 4) sensor pose in the body frame (x forward, z up: the spin axis)."""
+
+    @property
+    def rate(self) -> float:
+        return self.model.rate_hz
+
+
+@dataclass(frozen=True)
 class AvatarConfig:
     """A human played from a BVH clip, in sim time (or wall time in live mode)."""
 
@@ -126,6 +141,7 @@ class RunConfig:
     avatars: tuple[AvatarConfig, ...] = ()
     curve: CurveServer | None = None
     """CURVE keys for ZeroMQ endpoints exposed beyond this machine."""
+    lidars: tuple[LidarConfig, ...] = ()
     ros2: Ros2Settings | None = None
     """None: ROS 2 off."""
 
@@ -142,9 +158,8 @@ def load_run_config(path: str | Path) -> RunConfig:
 
 def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     """Build a RunConfig from parsed TOML (``path`` only names the file in errors and anchors paths)."""
-    top = Table(
-        path, "top level", data, {"run", "clock", "lcm", "zmq", "ros2", "vehicle", "camera", "range_sensor", "avatar"}
-    )
+    tables = {"run", "clock", "lcm", "zmq", "ros2", "vehicle", "camera", "range_sensor", "lidar", "avatar"}
+    top = Table(path, "top level", data, tables)
     base = path.parent if path is not None else Path.cwd()
     run = Table(
         path, "[run]", data.get("run", {}), {"mode", "scene", "seed", "course", "perturb", "collisions", "extrapolate"}
@@ -225,6 +240,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         perturb=perturb,
         collisions=responses[collisions],
         range_sensors=ranges,
+        lidars=tuple(_lidar(path, i, c, set(names), physics_rate) for i, c in enumerate(top.get("lidar", []))),
         extrapolate=run.number("extrapolate", 0.0),
         avatars=tuple(_avatar(path, base, i, a) for i, a in enumerate(top.get("avatar", []))),
         curve=CurveServer((base / zmq.text("curve_secret_key")).resolve(), (base / zmq.text("curve_clients")).resolve())
@@ -383,6 +399,23 @@ def _range_sensor(path, index: int, table, vehicles: set[str], physics_rate: flo
         T_BS=T_BS,
         rate=_divides(r, "rate", r.number("rate", 60.0, positive=True), physics_rate),
     )
+
+
+def _lidar(path, index: int, table, vehicles: set[str], physics_rate: float) -> LidarConfig:
+    r = Table(path, f"[[lidar]] #{index + 1}", table, {"vehicle", "name", "preset", "position", "rpy_deg"})
+    vehicle = r.text("vehicle", required=True)
+    if vehicle not in vehicles:
+        raise r.error("vehicle", f"one of the vehicles {sorted(vehicles)}")
+    preset = r.text("preset", "os1-64")
+    if preset not in LIDAR_PRESETS:
+        raise r.error("preset", f"one of {sorted(LIDAR_PRESETS)}")
+    model = LIDAR_PRESETS[preset]
+    _divides(r, "preset", model.rate_hz, physics_rate)
+    roll, pitch, yaw = np.radians(r.vector("rpy_deg", 3, [0.0, 0.0, 0.0]))
+    T_BS = np.eye(4)
+    T_BS[:3, :3] = quat_to_matrix(quat_from_euler(roll, pitch, yaw))
+    T_BS[:3, 3] = r.vector("position", 3, [0.0, 0.0, 0.1])
+    return LidarConfig(vehicle=vehicle, name=r.text("name", required=True), model=model, T_BS=T_BS)
 
 
 def _avatar(path, base: Path, index: int, table) -> AvatarConfig:

@@ -38,6 +38,7 @@ from goggles.inputs import InputHandler
 from goggles.outputs import Outputs
 from goggles.scene.bvh import load_bvh
 from goggles.schedule import Schedule
+from goggles.sensors.lidar import Lidar
 from goggles.sensors.ranges import RangeSensor
 from goggles.status import RateLog, StageTimes, describe_time, status_line
 from goggles.transport import messages
@@ -109,6 +110,7 @@ class Engine:
             self.world, config.cameras, config.physics_rate, built.beacons, config.seed, backend=backend
         )
         self.range_sensors = [(c, RangeSensor(self.world, c.model, seed=config.seed)) for c in config.range_sensors]
+        self.lidars = [(c, Lidar(self.world, c.model, backend=backend)) for c in config.lidars]
         self.buses = open_buses(config)
         self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)
         self.inputs = InputHandler(self.buses, self.vehicles, self.crowd, sinks=self.sinks, log_time_ns=self._log_ns)
@@ -131,6 +133,9 @@ class Engine:
             schedule.every(group.period_steps, lambda g=group: self._render(g), group.name)
         for c, sensor in self.range_sensors:
             schedule.every(round(rate / c.rate), lambda c=c, s=sensor: self._publish_ranges(c, s), c.name)
+        for c, lidar in self.lidars:
+            name = f"{c.vehicle}/{c.name}"
+            schedule.every(round(rate / c.rate), lambda c=c, s=lidar: self._publish_lidar(c, s), name)
         schedule.every(round(rate / 10.0) or 1, self._publish_clock, "clock")
         return schedule
 
@@ -328,6 +333,16 @@ class Engine:
         self.outputs.ranges(name, config.model, sensor.measure(T_WS[None])[0].ravel(), self._utime())
         self.rates.note(name, self.step * self.dt)
 
+    def _publish_lidar(self, config, lidar) -> None:
+        """A scan over the coming revolution, each point from where the sensor will be when it fires."""
+        vehicle = self.vehicles[config.vehicle]
+        T_WB = vehicle.pose(self.config.extrapolate)
+        last = (lidar.model.columns - 1) / (lidar.model.columns * lidar.model.rate_hz)  # the last firing
+        scan = lidar.scan(T_WB @ config.T_BS, pose_after(vehicle, T_WB, last) @ config.T_BS)
+        name = f"{config.vehicle}/{config.name}"
+        self.outputs.lidar(name, config.model, scan, self._utime())
+        self.rates.note(name, self.step * self.dt)
+
     def _publish_collision(self, vehicle: Vehicle, contact) -> None:
         self.outputs.collision(vehicle.name, contact, int(round(contact.step * self.dt * 1e6)))
 
@@ -387,6 +402,8 @@ class Engine:
     def close(self) -> None:
         for group in self.groups:
             group.renderer.close()
+        for _, lidar in self.lidars:
+            lidar.close()
         for vehicle in self.vehicles.values():
             if vehicle.sim is not None:
                 vehicle.sim.close()

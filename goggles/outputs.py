@@ -60,6 +60,10 @@ class Outputs:
         channel = f"{sensor}/ranges"
         self.publish(channel, messages.ranges_message(utime, self.seq(channel), sensor, model, readings))
 
+    def lidar(self, sensor: str, model, scan, utime: int) -> None:
+        channel = f"{sensor}/lidar"
+        self.publish(channel, messages.lidar_message(utime, self.seq(channel), sensor, model, scan))
+
     def collision(self, vehicle: str, contact, utime: int) -> None:
         channel = f"{vehicle}/collision"
         self.publish(channel, messages.collision_message(utime, self.seq(channel), vehicle, contact))

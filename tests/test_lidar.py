@@ -91,3 +91,57 @@ def test_a_rosette_does_not_repeat_and_keeps_to_its_field(device):
     assert not np.allclose(first.directions, second.directions)  # the next scan samples new directions
     expected = wall_distance(np.array([0, 0, 1.0]), second.directions.astype(float))
     np.testing.assert_allclose(second.range, expected, rtol=2e-5)
+
+
+def test_a_run_files_lidar_is_published_and_recorded_for_ros2(tmp_path):
+    """[[lidar]] in a run file: a lidar_t per scan at the preset's rate on the buses, and PointCloud2s
+    in a ROS 2 recording that rosbags reads."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from goggles.record import read_log
+    from goggles.transport.schema import decode_any
+
+    repo = Path(__file__).resolve().parents[1]
+    run = tmp_path / "run.toml"
+    run.write_text(
+        f"""
+[run]
+scene = "{repo / "assets/arena.toml"}"
+[clock]
+scale = 20.0
+[lcm]
+enabled = false
+[zmq]
+enabled = false
+[[vehicle]]
+name = "quad0"
+start = [0.0, 0.0, 0.1, 0.0]
+[[lidar]]
+vehicle = "quad0"
+name = "lidar"
+preset = "vlp16"
+"""
+    )
+    for profile in ("goggles", "ros2"):
+        out = tmp_path / f"{profile}.mcap"
+        command = [sys.executable, "-m", "goggles.cli", "run", str(run), "--duration", "1", "--record", str(out)]
+        result = subprocess.run([*command, "--record-profile", profile], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+    scans = [decode_any(d) for _, c, d in read_log(tmp_path / "goggles.mcap") if c == "quad0/lidar/lidar"]
+    assert len(scans) == 11  # 10 Hz over 1 s, from t = 0
+    first = scans[0]
+    points = np.c_[first.x, first.y, first.z]
+    distance = np.linalg.norm(points, axis=1)
+    assert first.num_points > 5000 and np.all((distance >= VLP16.min_range) & (distance <= VLP16.max_range + 1e-3))
+    assert set(first.ring) <= set(range(16)) and 0.0 <= min(first.time) and max(first.time) < 0.1
+
+    rosbags = pytest.importorskip("rosbags.highlevel")
+    with rosbags.AnyReader([tmp_path / "ros2.mcap"]) as reader:
+        clouds = [c for c in reader.connections if c.msgtype == "sensor_msgs/msg/PointCloud2"]
+        assert [c.topic for c in clouds] == ["/goggles/quad0/lidar/points"]
+        _, _, raw = next(iter(reader.messages(connections=clouds)))
+        cloud = reader.deserialize(raw, "sensor_msgs/msg/PointCloud2")
+    assert cloud.header.frame_id == "quad0/lidar" and cloud.width == first.num_points
+    assert [f.name for f in cloud.fields] == ["x", "y", "z", "intensity", "time", "ring"]

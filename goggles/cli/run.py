@@ -165,7 +165,7 @@ def cmd_run(args) -> int:
             from goggles.transport.ros2.topics import Ros2Topics
 
             require("rosbags", "ros2", "ROS 2 recordings")
-            ros2_topics = Ros2Topics(config.ros2 or Ros2Settings(), config.cameras, config.range_sensors)
+            ros2_topics = Ros2Topics(config.ros2 or Ros2Settings(), config.cameras, config.range_sensors, config.lidars)
         run_path = args.config or default_run()
         recorder = Recorder(
             args.record,

@@ -252,7 +252,7 @@ def open_buses(config) -> list:
             from goggles.transport.ros2.bus import Ros2Bus
 
             vehicles = [v.name for v in config.vehicles]
-            buses.append(Ros2Bus(config.ros2, config.cameras, config.range_sensors, vehicles))
+            buses.append(Ros2Bus(config.ros2, config.cameras, config.range_sensors, vehicles, lidars=config.lidars))
     except Exception:
         for bus in buses:
             bus.close()

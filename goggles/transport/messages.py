@@ -68,6 +68,22 @@ def ranges_message(utime: int, seq: int, sensor: str, model, readings: np.ndarra
     return message
 
 
+def lidar_message(utime: int, seq: int, sensor: str, model, scan) -> goggles_lcm.lidar_t:
+    """A scan's valid points (sensor frame, each where the sensor was when it fired)."""
+    valid = np.isfinite(scan.range)
+    points = scan.directions[valid] * scan.range[valid][:, None]
+    message = goggles_lcm.lidar_t()
+    message.header = header(utime, seq)
+    message.sensor = sensor
+    message.min_range, message.max_range = model.min_range, model.max_range
+    message.num_points = int(valid.sum())
+    message.x, message.y, message.z = (points[:, i].astype(np.float32).tolist() for i in range(3))
+    message.intensity = scan.intensity[valid].astype(np.float32).tolist()
+    message.time = np.broadcast_to(scan.time[:, None], scan.range.shape)[valid].astype(np.float32).tolist()
+    message.ring = scan.ring[valid].astype(np.int16).tolist()
+    return message
+
+
 def collision_message(utime: int, seq: int, vehicle: str, contact) -> goggles_lcm.collision_t:
     message = goggles_lcm.collision_t()
     message.header = header(utime, seq)

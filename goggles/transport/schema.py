@@ -28,6 +28,7 @@ TYPES = {
         goggles_lcm.header_t,
         goggles_lcm.image_t,
         goggles_lcm.imu_t,
+        goggles_lcm.lidar_t,
         goggles_lcm.pose_t,
         goggles_lcm.ranges_t,
         goggles_lcm.scene_edit_t,

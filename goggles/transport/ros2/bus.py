@@ -39,6 +39,7 @@ DDS_TYPES = {
     "tf2_msgs/msg/TFMessage": T.TFMessage,
     "rosgraph_msgs/msg/Clock": T.Clock,
     "goggles_msgs/msg/Beacons": T.Beacons,
+    "sensor_msgs/msg/PointCloud2": T.PointCloud2,
 }
 
 
@@ -47,12 +48,12 @@ class Ros2Bus:
 
     Args:
         settings: namespace, domain and ROS 2 distribution.
-        cameras, range_sensors: the run's (``RunConfig``), for topics, frames and sensor mounts.
+        cameras, range_sensors, lidars: the run's (``RunConfig``), for topics, frames and sensor mounts.
         vehicles: names whose pose and commands are read.
         extra_poses: more bodies whose ``<ns>/<name>/pose`` becomes a pose input (tracked objects).
     """
 
-    def __init__(self, settings: Ros2Settings, cameras=(), range_sensors=(), vehicles=(), extra_poses=()):
+    def __init__(self, settings: Ros2Settings, cameras=(), range_sensors=(), vehicles=(), extra_poses=(), lidars=()):
         require("cyclonedds", "ros2", "ROS 2 over DDS")
         from cyclonedds.core import Listener
         from cyclonedds.domain import DomainParticipant
@@ -65,7 +66,7 @@ class Ros2Bus:
             raise ConfigError(f"[ros2] distro {settings.distro!r}: use one of {', '.join(DISTROS)}")
         if any(c.isspace() for c in settings.namespace):
             raise ConfigError(f"[ros2] namespace {settings.namespace!r} may not contain spaces")
-        self.topics = Ros2Topics(settings, cameras, range_sensors)
+        self.topics = Ros2Topics(settings, cameras, range_sensors, lidars)
         try:
             from cyclonedds.domain import Domain
 

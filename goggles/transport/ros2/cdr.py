@@ -163,6 +163,46 @@ def tf_message(transforms: Sequence[tuple[int, str, str, Sequence[float], Sequen
     return bytes(w)
 
 
+#: sensor_msgs/PointField data types.
+FLOAT32, UINT16 = 7, 4
+#: The point layout of a LiDAR cloud: Velodyne's driver convention (ring, time in s from the scan's
+#: start), which LiDAR odometry (LIO-SAM, FAST-LIO) and Autoware read; 2 bytes of padding.
+POINT_FIELDS = (("x", 0, FLOAT32), ("y", 4, FLOAT32), ("z", 8, FLOAT32), ("intensity", 12, FLOAT32),
+                ("time", 16, FLOAT32), ("ring", 20, UINT16))  # fmt: skip
+POINT_STEP = 24
+POINT_DTYPE = np.dtype(
+    {
+        "names": [name for name, _, _ in POINT_FIELDS],
+        "formats": ["<f4"] * 5 + ["<u2"],
+        "offsets": [offset for _, offset, _ in POINT_FIELDS],
+        "itemsize": POINT_STEP,
+    }
+)
+
+
+def point_cloud(utime: int, frame_id: str, x, y, z, intensity, time, ring) -> bytes:
+    """sensor_msgs/PointCloud2 of valid points (is_dense), one row."""
+    points = np.zeros(len(x), POINT_DTYPE)
+    for name, values in zip(("x", "y", "z", "intensity", "time", "ring"), (x, y, z, intensity, time, ring)):
+        points[name] = values
+    w = CdrWriter()
+    header(w, utime, frame_id)
+    w.scalar("I", 1)
+    w.scalar("I", len(points))
+    w.scalar("I", len(POINT_FIELDS))
+    for name, offset, datatype in POINT_FIELDS:
+        w.string(name)
+        w.scalar("I", offset)
+        w.scalar("B", datatype)
+        w.scalar("I", 1)
+    w.scalar("?", False)
+    w.scalar("I", POINT_STEP)
+    w.scalar("I", POINT_STEP * len(points))
+    w.octets(points.tobytes())
+    w.scalar("?", True)
+    return bytes(w)
+
+
 def clock(utime: int) -> bytes:
     """rosgraph_msgs/Clock."""
     w = CdrWriter()

@@ -10,6 +10,7 @@ Topics (ROS names; on DDS ``rt/<name>``), under a namespace (default ``/goggles`
     <ns>/<vehicle>/imu                                 sensor_msgs/Imu (body FLU axes, no orientation)
     <ns>/<vehicle>/odom                                nav_msgs/Odometry (ground truth, map -> base_link)
     <ns>/<vehicle>/<range sensor>                      sensor_msgs/Range (single-zone sensors)
+    <ns>/<vehicle>/<lidar>/points                      sensor_msgs/PointCloud2 (x y z intensity time ring)
     /tf, /tf_static, /clock                            map -> <vehicle>/base_link -> sensor frames; sim time
 
 Frames (REP 103/105): ``map`` (world ENU), ``<vehicle>/base_link`` (FLU), ``<vehicle>/<camera>_optical_frame``
@@ -77,10 +78,10 @@ class Ros2Topics:
 
     Args:
         settings: namespace and ROS 2 distribution (Range's layout).
-        cameras, range_sensors: the run's (``RunConfig``): topic names, frames, sensor mounts.
+        cameras, range_sensors, lidars: the run's (``RunConfig``): topic names, frames, sensor mounts.
     """
 
-    def __init__(self, settings: Ros2Settings, cameras=(), range_sensors=()):
+    def __init__(self, settings: Ros2Settings, cameras=(), range_sensors=(), lidars=()):
         self.settings = settings
         self.namespace = ns = namespace_of(settings)
         self._cameras: dict[str, _Camera] = {}
@@ -100,6 +101,8 @@ class Ros2Topics:
             frame = f"{r.vehicle}/{r.name}"
             self._ranges[f"{r.vehicle}/{r.name}"] = (frame, float(np.radians(max(r.model.fov_deg))), r.model)
             mounts.append((base_link(r.vehicle), frame, r.T_BS))
+        for lidar in lidars:
+            mounts.append((base_link(lidar.vehicle), f"{lidar.vehicle}/{lidar.name}", lidar.T_BS))
         self._mounts = [(0, parent, child, T[:3, 3], matrix_to_quat(T[:3, :3])) for parent, child, T in mounts]
         self._info_sent: dict[str, int] = {}
 
@@ -153,6 +156,9 @@ class Ros2Topics:
             variance = model.sigma**2 if self.settings.distro == "jazzy" else None
             payload = cdr.range_(m.header.utime, frame, fov, m.min_range, m.max_range, m.ranges[0], variance=variance)
             return [RosMessage(f"{ns}/{m.sensor}", "sensor_msgs/msg/Range", SENSOR, payload)]
+        if isinstance(m, goggles_lcm.lidar_t):
+            cloud = cdr.point_cloud(m.header.utime, m.sensor, m.x, m.y, m.z, m.intensity, m.time, m.ring)
+            return [RosMessage(f"{ns}/{m.sensor}/points", "sensor_msgs/msg/PointCloud2", SENSOR, cloud)]
         if isinstance(m, goggles_lcm.beacons_t) and m.camera in self._cameras:
             camera = self._cameras[m.camera]
             payload = cdr.beacons(m.header.utime, camera.frame_id, m.ids, m.u, m.v, m.range)

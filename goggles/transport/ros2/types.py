@@ -174,6 +174,27 @@ class RangeJazzy(IdlStruct, typename="sensor_msgs::msg::dds_::Range_"):
 
 
 @dataclass
+class PointField(IdlStruct, typename="sensor_msgs::msg::dds_::PointField_"):
+    name: str
+    offset: t.uint32
+    datatype: t.uint8
+    count: t.uint32
+
+
+@dataclass
+class PointCloud2(IdlStruct, typename="sensor_msgs::msg::dds_::PointCloud2_"):
+    header: Header
+    height: t.uint32
+    width: t.uint32
+    fields: t.sequence[PointField]
+    is_bigendian: bool
+    point_step: t.uint32
+    row_step: t.uint32
+    data: t.sequence[t.uint8]
+    is_dense: bool
+
+
+@dataclass
 class Clock(IdlStruct, typename="rosgraph_msgs::msg::dds_::Clock_"):
     clock: Time
 
