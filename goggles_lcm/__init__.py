@@ -11,10 +11,10 @@ from .command_t import command_t as command_t
 from .header_t import header_t as header_t
 from .image_t import image_t as image_t
 from .imu_t import imu_t as imu_t
+from .lidar_t import lidar_t as lidar_t
 from .pose_t import pose_t as pose_t
 from .ranges_t import ranges_t as ranges_t
 from .scene_edit_t import scene_edit_t as scene_edit_t
 from .skeleton_t import skeleton_t as skeleton_t
 from .step_t import step_t as step_t
 from .vehicle_state_t import vehicle_state_t as vehicle_state_t
-from .lidar_t import lidar_t as lidar_t
