@@ -278,3 +278,16 @@ def test_bench_dataset_last_lines():
     lines = [dict(item.split("=") for item in line.split()) for line in result.stdout.splitlines() if "=" in line]
     assert [line["workers"] for line in lines] == ["1", "2"]
     assert all(float(line["frames_per_s"]) > 0 for line in lines) and float(lines[0]["speedup"]) == 1.0
+
+
+def test_render_sensor_presets(tmp_path):
+    import numpy as np
+
+    args = ["render", "--width", "64", "--height", "48", "--baseline", "0.05"]
+    goggles(*args, "--out", str(tmp_path / "ideal"))
+    goggles(*args, "--sensor-preset", "realistic", "--out", str(tmp_path / "real"))
+    goggles(*args, "--sensor-preset", "realistic", "--depth-model", "ideal", "--out", str(tmp_path / "exact"))
+    ideal, real = np.load(tmp_path / "ideal/depth.npy"), np.load(tmp_path / "real/depth.npy")
+    both = np.isfinite(ideal) & np.isfinite(real)
+    assert both.mean() > 0.3 and np.abs(ideal[both] - real[both]).max() > 0.01  # D435 noise on the depth
+    assert np.array_equal(np.load(tmp_path / "exact/depth.npy"), ideal, equal_nan=True)  # an explicit flag wins

@@ -58,7 +58,7 @@ def add_parser(commands) -> None:
     bench_dynamics.set_defaults(run=cmd_bench_dynamics)
     bench_latency = benches.add_parser(
         "latency",
-        help="pose sent -> stereo depth received, over ZeroMQ on loopback",
+        help="pose sent -> stereo depth received, over ZeroMQ on loopback (or ROS 2 over DDS)",
         description="Start 'goggles run' in live mode in its own process with a stereo depth camera, send poses "
         "over ZeroMQ at the camera rate, and time each pose until both depth images rendered from it arrive. "
         "The last line is 'p50_ms=<x> p99_ms=<y> width=<W> height=<H>'.",

@@ -42,15 +42,24 @@ def add_parser(commands) -> None:
     render.add_argument(
         "--noise-model",
         choices=["ideal", "global-shutter", "small-pixel"],
-        default="ideal",
-        help="the colour camera's sensor: shot and read noise, ADC steps and vignetting (ideal: none)",
+        default=None,
+        help="the colour camera's sensor: shot and read noise, ADC steps and vignetting (ideal: none; default: "
+        "the --sensor-preset's)",
     )
     render.add_argument(
         "--depth-model",
         choices=["ideal", "d435", "d455"],
-        default="ideal",
+        default=None,
         help="how the depth is measured: ideal (exact), or a stereo camera's disparity noise, subpixel steps and "
-        "search range (Intel RealSense D435, D455; the baseline is --baseline, else the device's)",
+        "search range (Intel RealSense D435, D455; the baseline is --baseline, else the device's; default: the "
+        "--sensor-preset's)",
+    )
+    render.add_argument(
+        "--sensor-preset",
+        choices=["ideal", "realistic"],
+        default="ideal",
+        help="ideal: exact depth, noiseless colour, no shadows; realistic: D435 depth, a global-shutter camera's "
+        "noise and the sun's shadows (what the demo run uses)",
     )
     render.add_argument(
         "--outputs",
@@ -105,25 +114,29 @@ def cmd_render(args) -> int:
         T_WC.append(T_WC[0] @ stereo_right_offset(args.baseline))
         partner = [1, -1]
     names = ["left", "right"][: len(T_WC)]
+    realistic = args.sensor_preset == "realistic"
+    depth_model = args.depth_model or ("d435" if realistic else "ideal")
+    noise_model = args.noise_model or ("global-shutter" if realistic else "ideal")
     if "images" in outputs:
         renderer = Renderer(
             world,
             [camera] * len(T_WC),
             shadow_partner=partner,
             threads=args.threads,
+            shadows=realistic,
             shading=Shading[args.shading.upper()],
             backend=args.backend,
         )
         renderer.render(np.stack(T_WC))
-        if args.depth_model != "ideal":
+        if depth_model != "ideal":
             from goggles.sensors.stereo_depth import StereoDepth, stereo_depth_model
 
             n = len(T_WC)
-            StereoDepth([stereo_depth_model(args.depth_model)] * n, renderer, [args.baseline] * n).apply()
-        if args.noise_model != "ideal":
+            StereoDepth([stereo_depth_model(depth_model)] * n, renderer, [args.baseline] * n).apply()
+        if noise_model != "ideal":
             from goggles.sensors.camera_noise import CameraNoise, camera_noise_model
 
-            CameraNoise([camera_noise_model(args.noise_model)] * len(T_WC), renderer).apply()
+            CameraNoise([camera_noise_model(noise_model)] * len(T_WC), renderer).apply()
         images = renderer.images()
         renderer.close()
         for i, prefix in enumerate(["", "right_"][: len(T_WC)]):

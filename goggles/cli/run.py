@@ -12,11 +12,12 @@ from goggles.errors import ConfigError
 def add_parser(commands) -> None:
     run = commands.add_parser(
         "run",
-        help="run the engine: sources -> world -> renderer -> sensors -> ZeroMQ and LCM",
+        help="run the engine: sources -> world -> renderer -> sensors -> ZeroMQ and LCM (and ROS 2)",
         description="Run the engine from a run file (default: assets/run-demo.toml, the Mars arena with a "
-        "simulated fg-quad flying a loop, stereo depth and IMU on both buses). Prints a status line each second; "
-        "Ctrl-C stops it cleanly. Channels: clock, <vehicle>/state, <vehicle>/imu, <vehicle>/<camera>/<output>; "
-        "inputs <vehicle>/command and pose/<vehicle>.",
+        "simulated fg-quad flying a loop, stereo depth and colour and IMU on both buses). Prints a status line each "
+        "second; Ctrl-C stops it cleanly. Channels: clock, <vehicle>/state, <vehicle>/imu, "
+        "<vehicle>/<camera>/<output>, <vehicle>/<sensor>/ranges, <vehicle>/<lidar>/lidar; inputs <vehicle>/command "
+        "and pose/<vehicle>. With --ros2 the same go out as ROS 2 topics (see the README's ROS 2 section).",
     )
     run.add_argument("config", nargs="?", type=Path, default=None, help="run file (TOML)")
     run.add_argument(
