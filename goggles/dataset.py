@@ -236,6 +236,10 @@ def render_job(job: Job, output: Path, device=None, worlds: WorldCache | None = 
     except GogglesError as exc:  # this job's own fault: reported, the others go on
         partial.unlink(missing_ok=True)
         row.update(status="failed", error=str(exc))
+    except Exception as exc:  # an unforeseen one too: a dataset goes on, and the reason is kept
+        log.exception("job %s", job.id)
+        partial.unlink(missing_ok=True)
+        row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
     row["seconds"] = round(time.perf_counter() - start, 3)
     return row
 

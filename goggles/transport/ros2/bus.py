@@ -3,7 +3,7 @@
 LCM's: ``publish(channel, bytes)`` takes the engine's encoded outputs, ``receive_inputs`` gives
 (channel, bytes) inputs, so validation, counting and dropping stay where they are for every bus.
 
-Inputs: ``<ns>/<name>/pose`` (geometry_msgs/PoseStamped: a live vehicle's or tracked body's pose, as
+Inputs: ``<ns>/<vehicle>/pose`` (geometry_msgs/PoseStamped: a live vehicle's pose, as
 mocap4r2 or vrpn_mocap publish), ``<ns>/<vehicle>/cmd_vel`` (geometry_msgs/Twist: world ENU velocity,
 angular.z a yaw rate), ``<ns>/<vehicle>/cmd_rates`` (goggles_msgs/RatesThrust).
 
@@ -49,14 +49,13 @@ class Ros2Bus:
     Args:
         settings: namespace, domain and ROS 2 distribution.
         cameras, range_sensors, lidars: the run's (``RunConfig``), for topics, frames and sensor mounts.
-        vehicles: names whose pose and commands are read.
-        extra_poses: more bodies whose ``<ns>/<name>/pose`` becomes a pose input (tracked objects).
+        vehicles: names whose pose (``<ns>/<name>/pose``) and commands are read.
     """
 
-    def __init__(self, settings: Ros2Settings, cameras=(), range_sensors=(), vehicles=(), extra_poses=(), lidars=()):
+    def __init__(self, settings: Ros2Settings, cameras=(), range_sensors=(), vehicles=(), lidars=()):
         require("cyclonedds", "ros2", "ROS 2 over DDS")
         from cyclonedds.core import Listener
-        from cyclonedds.domain import DomainParticipant
+        from cyclonedds.domain import Domain, DomainParticipant
         from cyclonedds.qos import Policy, Qos
         from cyclonedds.sub import DataReader
         from cyclonedds.topic import Topic
@@ -68,8 +67,6 @@ class Ros2Bus:
             raise ConfigError(f"[ros2] namespace {settings.namespace!r} may not contain spaces")
         self.topics = Ros2Topics(settings, cameras, range_sensors, lidars)
         try:
-            from cyclonedds.domain import Domain
-
             # The domain's configuration, held as long as the participant: this machine only by default.
             self._domain = None if settings.expose else Domain(settings.domain_id, LOCALHOST_ONLY_CONFIG)
             self.participant = DomainParticipant(settings.domain_id)
@@ -98,7 +95,7 @@ class Ros2Bus:
         self.arrived = threading.Event()
         """Set by DDS's thread when an input sample arrives (``wait``)."""
         listener = Listener(on_data_available=lambda _reader: self.arrived.set())
-        inputs = [(name, "pose", T.PoseStamped) for name in (*vehicles, *extra_poses)]
+        inputs = [(name, "pose", T.PoseStamped) for name in vehicles]
         inputs += [(v, "cmd_vel", T.Twist) for v in vehicles] + [(v, "cmd_rates", T.RatesThrust) for v in vehicles]
         self._readers = []
         qos = self._qos["input"]
