@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import warp as wp
 
 from goggles.errors import ConfigError
@@ -65,6 +66,7 @@ def camera_noise_kernel(
     read_noise: wp.array(dtype=float),
     full_scale: wp.array(dtype=float),
     vignetting: wp.array(dtype=float),
+    normal_table: wp.array(dtype=float),
     seed: int,
     row_stride: int,
     row_offset: int,
@@ -84,12 +86,12 @@ def camera_noise_kernel(
         cos_theta = rays_C[c, y, x][2]
         falloff = 1.0 - vignetting[c] * (1.0 - cos_theta * cos_theta * cos_theta * cos_theta)
         state = wp.rand_init(seed, (c * rgb.shape[1] + y) * width + x)
-        # Four standard normals from two Box-Muller pairs (one logarithm and one sine/cosine each).
-        r0 = wp.sqrt(-2.0 * wp.log(wp.max(wp.randf(state), 1.0e-12)))
-        a0 = 6.283185307 * wp.randf(state)
-        r1 = wp.sqrt(-2.0 * wp.log(wp.max(wp.randf(state), 1.0e-12)))
-        a1 = 6.283185307 * wp.randf(state)
-        normals = wp.vec4(r0 * wp.cos(a0), r0 * wp.sin(a0), r1 * wp.cos(a1), r1 * wp.sin(a1))
+        # Three standard normals from one random word: three 10-bit indices into a table of the normal
+        # distribution's quantiles (an image's noise needs no finer draws, and this costs no logarithm).
+        bits = int(wp.randi(state))
+        normals = wp.vec3(
+            normal_table[bits & 1023], normal_table[(bits >> 10) & 1023], normal_table[(bits >> 20) & 1023]
+        )
         for channel in range(3):
             mean = float(rgb[c, y, x, channel]) / 255.0 * falloff * well
             if mean < 50.0:  # Poisson where it is visibly not Gaussian; then read noise
@@ -111,6 +113,7 @@ class CameraNoise:
         self._read = wp.array([m.read_noise_e if m else 0.0 for m in models], dtype=float, device=device)
         self._scale = wp.array([2.0**m.adc_bits - 1.0 if m else 255.0 for m in models], dtype=float, device=device)
         self._vignetting = wp.array([m.vignetting if m else 0.0 for m in models], dtype=float, device=device)
+        self._normals = wp.array(_normal_quantiles(1024), dtype=float, device=device)
         self._seed, self._frames = seed, 0
         wp.load_module(camera_noise_kernel.module, device=device)
 
@@ -121,5 +124,13 @@ class CameraNoise:
         seed = (self._seed * 1_000_003 + self._frames) % (2**31)
         self._frames += 1
         r = self._renderer
-        inputs = [r.rays_C, self._well, self._read, self._scale, self._vignetting, seed]
+        inputs = [r.rays_C, self._well, self._read, self._scale, self._vignetting, self._normals, seed]
         r.launch_rows(camera_noise_kernel, inputs, [r.buffers.rgb])
+
+
+def _normal_quantiles(count: int) -> np.ndarray:
+    """The standard normal's quantiles at (i + 0.5) / count, scaled to unit variance exactly."""
+    from scipy.stats import norm
+
+    table = norm.ppf((np.arange(count) + 0.5) / count)
+    return (table / table.std()).astype(np.float32)
