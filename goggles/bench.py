@@ -22,8 +22,8 @@ class RenderBench:
 
     rays_per_s: dict[tuple[str, str], float]
     """(backend, outputs) -> rays per second of the full render; outputs is ``all`` (every output, no
-    shadows: the ideal render), ``depth``, ``all+shadows`` (the sun's shadows too) or
-    ``all+shadows+noise`` (and a camera's noise)."""
+    shadows: the ideal render), ``depth``, ``all+shadows`` (the sun's shadows too),
+    ``all+shadows+noise`` (and a camera's noise) or ``all+blur4`` (motion blur of four sub-frames)."""
     embree_rays_per_s: float
     """Embree alone: closest hits of the same rays, on the same threads."""
     width: int
@@ -74,8 +74,9 @@ def bench_render(
     """Render the same views of a scene with each backend, and trace the same rays with bare Embree.
 
     Each backend renders three times: every output (closest hit, depth, range, normal, segmentation,
-    shaded texture), depth only (a depth camera), every output with the sun's shadows, and with a
-    global-shutter camera's noise and vignetting on top (``GLOBAL_SHUTTER``). Embree
+    shaded texture), depth only (a depth camera), every output with the sun's shadows, with a
+    global-shutter camera's noise and vignetting on top (``GLOBAL_SHUTTER``), and motion blur of four
+    sub-frames. Embree
     alone only finds the closest hits, on the same number of threads. A backend the device cannot
     run (Embree on CUDA) is left out. ``bvh`` picks Warp's BVH builder for the static mesh
     (``goggles.world.BVH_BUILDERS``; default per device).
@@ -104,15 +105,23 @@ def bench_render(
             ("depth", {"depth"}, Shading.NONE, False),
             ("all+shadows", every, Shading.SUN, True),
             ("all+shadows+noise", every, Shading.SUN, True),
+            ("all+blur4", every, Shading.SUN, False),
         ):
             renderer = Renderer(
                 world, [camera], threads=threads, backend=backend, outputs=chosen, shading=shading, shadows=shadows
             )
             noise = CameraNoise([GLOBAL_SHUTTER], renderer) if outputs.endswith("noise") else None
 
-            def render_views(renderer=renderer, noise=noise) -> None:
+            blur = 4 if outputs.endswith("blur4") else 0
+
+            def render_views(renderer=renderer, noise=noise, blur=blur) -> None:
                 for T in T_WC:
-                    renderer.render(T[None])
+                    if blur:  # a 4-sub-frame exposure while the camera slides 5 cm sideways
+                        moved = T.copy()
+                        moved[:3, 3] += T[:3, 0] * 0.05
+                        renderer.render_exposure(T[None], moved[None], blur)
+                    else:
+                        renderer.render(T[None])
                     if noise is not None:
                         noise.apply()
                 wp.synchronize_device(renderer.device)

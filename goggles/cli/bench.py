@@ -14,10 +14,11 @@ def add_parser(commands) -> None:
     bench_render = benches.add_parser(
         "render",
         help="primary rays per second of goggles' backends vs bare Embree on the same scene, rays and threads",
-        description="Render the same views with each backend (every output, then depth only) and trace the same "
-        "rays with bare Embree (closest hits only, embreex) on the same number of threads. One line per render: "
-        "'backend=<b> outputs=<all|depth|all+shadows|all+shadows+noise> rays_per_s=<r> ratio=<r/embree>' (the "
-        "realistic ones also give cost_vs_ideal, their time over the ideal render); the last line is "
+        description="Render the same views with each backend (every output; depth only; with shadows; with shadows "
+        "and camera noise; with motion blur of 4 sub-frames) and trace the same rays with bare Embree (closest hits "
+        "only, embreex) on the same number of threads. One line per render: 'backend=<b> outputs=<kind> "
+        "rays_per_s=<r> ratio=<r/embree>' (the realistic ones also give cost_vs_ideal, their time over the ideal "
+        "render); the last line is "
         "'embree_rays_per_s=<embree>'.",
     )
     add_camera_args(bench_render, 640, 480)
