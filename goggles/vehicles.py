@@ -48,21 +48,20 @@ class Vehicle:
 
 def pose_after(vehicle: Vehicle, T_WB: np.ndarray, dt: float) -> np.ndarray:
     """``T_WB`` moved ``dt`` seconds along the vehicle's present motion (velocity and body rates of a
-    simulated vehicle; a live one's last two poses): the poses a camera sees during an exposure."""
+    simulated vehicle; a live one's last two poses): the poses a camera sees during an exposure, and
+    a live pose carried forward."""
+    import cv2
+
     if vehicle.sim is not None:
         s = vehicle.sim.states()
         velocity, turn_W = s.velocity[0], T_WB[:3, :3] @ s.rates[0]
     elif vehicle.previous is not None and vehicle.pose_utime > vehicle.previous[1]:
         T0, u0 = vehicle.previous
         span = (vehicle.pose_utime - u0) * 1e-6
-        import cv2
-
         velocity = (vehicle.T_WB[:3, 3] - T0[:3, 3]) / span
         turn_W = cv2.Rodrigues(vehicle.T_WB[:3, :3] @ T0[:3, :3].T)[0].ravel() / span
     else:
         return T_WB
-    import cv2
-
     T = T_WB.copy()
     T[:3, 3] += velocity * dt
     T[:3, :3] = cv2.Rodrigues(np.asarray(turn_W, dtype=np.float64) * dt)[0] @ T_WB[:3, :3]
@@ -74,18 +73,8 @@ def extrapolated(vehicle: Vehicle, horizon: float, now: float) -> np.ndarray:
     (0: off). Pose time stamps are the bridge's wall clock: the machines' clocks must agree."""
     if horizon <= 0 or vehicle.previous is None or vehicle.stale:
         return vehicle.T_WB
-    T0, u0 = vehicle.previous
-    span = (vehicle.pose_utime - u0) * 1e-6
-    if span <= 0:
-        return vehicle.T_WB
     ahead = min(horizon, max(0.0, now - vehicle.pose_utime * 1e-6))
-    T = vehicle.T_WB.copy()
-    T[:3, 3] += (vehicle.T_WB[:3, 3] - T0[:3, 3]) * (ahead / span)
-    import cv2
-
-    rotation = cv2.Rodrigues(vehicle.T_WB[:3, :3] @ T0[:3, :3].T)[0].ravel()  # world-frame turn over the span
-    T[:3, :3] = cv2.Rodrigues(rotation * (ahead / span))[0] @ vehicle.T_WB[:3, :3]
-    return T
+    return pose_after(vehicle, vehicle.T_WB, ahead)
 
 
 def make_vehicle(v, *, simulate: bool, world, dt: float, seed: int, collisions) -> Vehicle:
