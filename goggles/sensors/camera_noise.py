@@ -18,6 +18,7 @@ import numpy as np
 import warp as wp
 
 from goggles.errors import ConfigError
+from goggles.sensors import draw_seed
 
 wp.set_module_options({"enable_backward": False})
 
@@ -121,7 +122,7 @@ class CameraNoise:
         """Expose the renderer's last colour image in place."""
         if not self.active:
             return
-        seed = (self._seed * 1_000_003 + self._frames) % (2**31)
+        seed = draw_seed(self._seed, self._frames)
         self._frames += 1
         r = self._renderer
         inputs = [r.rays_C, self._well, self._read, self._scale, self._vignetting, self._normals, seed]

@@ -15,6 +15,7 @@ import warp as wp
 
 from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, fetch
+from goggles.sensors import draw_seed
 from goggles.world import DeviceScene
 from goggles.world.queries import ActorData, closest_hit
 
@@ -131,7 +132,7 @@ class RangeSensor:
         R_WS.assign(T_WS[:, :3, :3].astype(np.float32))
         p_WS.assign(T_WS[:, :3, 3].astype(np.float32))
         # Each call's noise stream is seeded by (seed, call number): new draws, the same on a rerun.
-        seed = (self._seed * 1_000_003 + self._calls) % (2**31)
+        seed = draw_seed(self._seed, self._calls)
         self._calls += 1
         wp.launch(
             measure_ranges_kernel,

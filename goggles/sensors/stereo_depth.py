@@ -17,6 +17,7 @@ import numpy as np
 import warp as wp
 
 from goggles.errors import ConfigError
+from goggles.sensors import draw_seed
 
 wp.set_module_options({"enable_backward": False})
 
@@ -126,7 +127,7 @@ class StereoDepth:
         """Re-measure the renderer's last depth image in place."""
         if not self.active:
             return
-        seed = (self._seed * 1_000_003 + self._frames) % (2**31)
+        seed = draw_seed(self._seed, self._frames)
         self._frames += 1
         r = self._renderer
         inputs = [self._fb, self._sigma, self._step, self._search, seed]
