@@ -73,12 +73,12 @@ def bench_render(
 ) -> RenderBench:
     """Render the same views of a scene with each backend, and trace the same rays with bare Embree.
 
-    Each backend renders three times: every output (closest hit, depth, range, normal, segmentation,
-    shaded texture), depth only (a depth camera), every output with the sun's shadows, with a
-    global-shutter camera's noise and vignetting on top (``GLOBAL_SHUTTER``), and motion blur of four
-    sub-frames. Embree
-    alone only finds the closest hits, on the same number of threads. A backend the device cannot
-    run (Embree on CUDA) is left out. ``bvh`` picks Warp's BVH builder for the static mesh
+    The views are one batch of cameras, rendered together as a camera group or a swarm's cameras
+    are (one launch on CUDA). Each backend renders: every output (closest hit, depth, range, normal,
+    segmentation, shaded texture), depth only (a depth camera), every output with the sun's shadows,
+    with a global-shutter camera's noise and vignetting on top (``GLOBAL_SHUTTER``), and motion blur
+    of four sub-frames. Embree alone only finds the closest hits, on the same number of threads. A
+    backend the device cannot run (Embree on CUDA) is left out. ``bvh`` picks Warp's BVH builder for the static mesh
     (``goggles.world.BVH_BUILDERS``; default per device).
     """
     import warp as wp
@@ -108,22 +108,27 @@ def bench_render(
             ("all+blur4", every, Shading.SUN, False),
         ):
             renderer = Renderer(
-                world, [camera], threads=threads, backend=backend, outputs=chosen, shading=shading, shadows=shadows
+                world,
+                [camera] * views,
+                threads=threads,
+                backend=backend,
+                outputs=chosen,
+                shading=shading,
+                shadows=shadows,
             )
-            noise = CameraNoise([GLOBAL_SHUTTER], renderer) if outputs.endswith("noise") else None
+            noise = CameraNoise([GLOBAL_SHUTTER] * views, renderer) if outputs.endswith("noise") else None
 
             blur = 4 if outputs.endswith("blur4") else 0
+            moved = T_WC.copy()  # a 4-sub-frame exposure while the cameras slide 5 cm sideways
+            moved[:, :3, 3] += T_WC[:, :3, 0] * 0.05
 
-            def render_views(renderer=renderer, noise=noise, blur=blur) -> None:
-                for T in T_WC:
-                    if blur:  # a 4-sub-frame exposure while the camera slides 5 cm sideways
-                        moved = T.copy()
-                        moved[:3, 3] += T[:3, 0] * 0.05
-                        renderer.render_exposure(T[None], moved[None], blur)
-                    else:
-                        renderer.render(T[None])
-                    if noise is not None:
-                        noise.apply()
+            def render_views(renderer=renderer, noise=noise, blur=blur, moved=moved) -> None:
+                if blur:
+                    renderer.render_exposure(T_WC, moved, blur)
+                else:
+                    renderer.render(T_WC)
+                if noise is not None:
+                    noise.apply()
                 wp.synchronize_device(renderer.device)
 
             rates[backend, outputs] = views * width * height / _time(render_views, seconds)

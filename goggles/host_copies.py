@@ -54,7 +54,7 @@ def fetch(mirrors: Sequence[HostMirror]) -> list[np.ndarray]:
     """Copy every mirror's device array to the host with one synchronisation; their host arrays."""
     for mirror in mirrors:
         mirror.start()
-    devices = {mirror.source.device for mirror in mirrors if mirror.source.device.is_cuda}
-    for device in devices:
+    devices = {str(mirror.source.device): mirror.source.device for mirror in mirrors if mirror.source.device.is_cuda}
+    for device in devices.values():  # Warp's Device is not hashable: keyed by its name
         wp.synchronize_device(device)
     return [mirror.array for mirror in mirrors]

@@ -23,12 +23,9 @@ MODULES = [
 ]
 
 
-@pytest.mark.parametrize("arch", [80, 89, 90])
-@pytest.mark.parametrize("name", MODULES)
-def test_kernels_compile_for_cuda(name, arch):
+def _compile(module, name: str, arch: int) -> None:
     if not hasattr(wp, "compile_aot_module"):
         pytest.skip("this Warp has no ahead-of-time compiler")
-    module = importlib.import_module(name)
     start = time.perf_counter()
     try:
         wp.compile_aot_module(module, arch=arch)
@@ -37,6 +34,25 @@ def test_kernels_compile_for_cuda(name, arch):
             pytest.skip(f"NVRTC is not available here: {exc}")
         raise
     print(f"{name} for sm_{arch}: {time.perf_counter() - start:.2f} s (0 when cached)")
+
+
+@pytest.mark.parametrize("arch", [80, 89, 90])
+@pytest.mark.parametrize("name", MODULES)
+def test_kernels_compile_for_cuda(name, arch):
+    _compile(importlib.import_module(name), name, arch)
+
+
+#: The render kernel's variants that CUDA can run (Embree's ``use_traced`` is CPU-only): actors, shading, shadows.
+RENDER_VARIANTS = [(a, s, d) for a in (False, True) for s in (False, True) for d in (False, True)]
+
+
+@pytest.mark.parametrize("actors, shading, shadows", RENDER_VARIANTS)
+def test_render_kernel_variants_compile_for_cuda(actors, shading, shadows):
+    from goggles.render.kernels import render_kernel
+
+    kernel = render_kernel(False, actors, shading, shadows)
+    assert kernel.module.options["enable_backward"] is False
+    _compile(kernel.module, f"render_kernel(actors={actors}, shading={shading}, shadows={shadows})", 90)
 
 
 def test_every_kernel_module_is_checked():

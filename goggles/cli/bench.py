@@ -22,7 +22,7 @@ def add_parser(commands) -> None:
         "'embree_rays_per_s=<embree>'.",
     )
     add_camera_args(bench_render, 640, 480)
-    bench_render.add_argument("--views", type=int, default=8, help="views around the scene's viewpoint")
+    bench_render.add_argument("--views", type=int, default=8, help="views around the viewpoint, one batch of cameras")
     bench_render.add_argument("--seconds", type=float, default=2.0, help="minimum timing per render, s")
     bench_render.add_argument(
         "--terrain",

@@ -22,7 +22,7 @@ def write_invalid_kernel(
     out_range: wp.array3d(dtype=float),
     write_range: bool,
 ):
-    """REP 118 values where the status says so; rows as in ``kernels.render_cameras_kernel``."""
+    """REP 118 values where the status says so; rows as in ``kernels.render_kernel``."""
     c, k, block = wp.tid()
     y = row_offset + k * row_stride
     for column in range(span):

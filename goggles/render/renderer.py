@@ -7,7 +7,7 @@ Two primary-ray backends, one set of output kernels:
   interleaved across a pool of threads (row k to thread k mod T, balancing sky rows against ground).
 * ``embree`` (CPU): the rows are cut into chunks that a pool of threads takes in turn; per chunk
   ``make_rays_kernel`` writes the world-frame rays, Embree finds their closest static hits (SIMD
-  traversal, 2-3x Warp's per thread), and the same ``render_cameras_kernel`` reads those hits, adds
+  traversal, 2-3x Warp's per thread), and the same ``kernels.render_kernel`` reads those hits, adds
   the actors and writes every output.
 
 ``auto`` is Embree on the CPU when embreex is installed, Warp otherwise. Outputs that nobody asked
@@ -204,9 +204,27 @@ class Renderer:
         self._untraced = _untraced(d)
         if self.backend == "embree":
             self._prepare_embree()
-        # Compile/load before any worker thread launches, so threads never race on a module load.
+        # Compile/load before any worker thread launches, so threads never race on a module load: the
+        # render kernel without actors, and with them when the scene has actor shapes.
         wp.load_module(kernels, device=d)
         wp.load_module(invalid, device=d)
+        self._loaded: set[wp.Kernel] = set()
+        self._kernel = self._render_kernel(actors=False)
+        if scene.shapes:
+            self._render_kernel(actors=True)
+
+    def _render_kernel(self, actors: bool | None = None) -> wp.Kernel:
+        """The render kernel for this renderer's features (and actors, when any are placed now),
+        loaded here on the calling thread."""
+        if actors is None:
+            actors = self.scene.actors.count > 0
+        kernel = kernels.render_kernel(
+            self.backend == "embree", actors, self._light.shading != Shading.NONE, self._light.shadows
+        )
+        if kernel not in self._loaded:
+            wp.load_module(kernel.module, device=self.device)
+            self._loaded.add(kernel)
+        return kernel
 
     def _prepare_embree(self) -> None:
         """The Embree scene, the ray buffers (Warp arrays with numpy views of the same memory), and the
@@ -257,10 +275,11 @@ class Renderer:
             self._origins = rows[..., :3, 3].astype(np.float32)  # (n, H, 3)
         self._cull_actors(T_WC if T_WC_last_row is None else np.concatenate([T_WC, T_WC_last_row]))
 
+        self._kernel = self._render_kernel()
         if self.backend == "embree":
             self._pool_map(self._trace_rows, self._chunks)
         else:
-            self._launch_all(kernels.render_cameras_kernel, [*self._render_inputs(self._untraced), 0], [self.buffers])
+            self._launch_all(self._kernel, [*self._render_inputs(self._untraced), 0], [self.buffers])
         if self._has_partners:
             self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras], [self.buffers])
         b = self.buffers
@@ -395,7 +414,7 @@ class Renderer:
                 self._untraced.normal_W,
             )
         wp.launch(
-            kernels.render_cameras_kernel,
+            self._kernel,
             dim=(1, dim[0], 1),
             inputs=[*self._render_inputs(traced), c, 1, first, dim[1]],
             outputs=[self.buffers],
