@@ -7,6 +7,7 @@ Each benchmark warms up, synchronizes the device, then times repeated work for a
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -557,3 +558,74 @@ def bench_lidar(model_name: str = "os1-64", *, scans: int = 50, backend: str = "
     result = LidarBench(model_name, points, wall / scans * 1e3, cpu / scans * 1e3, lidar.renderer.backend)
     lidar.close()
     return result
+
+
+@dataclass(frozen=True)
+class EnvsBench:
+    """Result of ``bench_envs``: batched learning-environment throughput against single environments."""
+
+    envs: int
+    steps_per_s: float
+    """Environment steps per second (all environments together): one camera frame each."""
+    single_steps_per_s: float
+    """The same work done by one single-environment instance, stepped N times per batch step."""
+    memory_per_env_kb: float
+    memory_growth_kb: float
+    """Process memory (CPU) or Warp's device memory (CUDA) gained between the first and the last step."""
+    device: str
+
+    @property
+    def vs_single(self) -> float:
+        return self.steps_per_s / self.single_steps_per_s
+
+
+def _memory_kb(device) -> float:
+    """Warp's device memory in use on CUDA, the process's resident memory on the CPU, kB."""
+    import warp as wp
+
+    if device.is_cuda:
+        return wp.get_mempool_used_mem_current(device) / 1024.0
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1024.0
+
+
+def bench_envs(
+    envs: int, *, width: int, height: int, steps: int = 200, device: str | None = None, progress=None
+) -> EnvsBench:
+    """Step ``envs`` hovering vehicles with depth cameras of ``width`` x ``height`` in the default scene
+    for ``steps`` steps, then one environment alone for as many environment-steps as time allows."""
+    import torch
+    import warp as wp
+
+    from goggles.envs import DroneVectorEnv
+    from goggles.paths import default_scene
+    from goggles.render import CameraModel
+    from goggles.scene import load_static_scene
+    from goggles.world import DeviceScene
+
+    scene = DeviceScene(load_static_scene(default_scene()), device)
+    camera = CameraModel.from_fov(width, height, 80.0)
+
+    def run(n: int, count: int) -> tuple[float, float, float]:
+        before = _memory_kb(scene.device)
+        env = DroneVectorEnv(n, camera=camera, scene=scene, device=str(scene.device))
+        env.reset(seed=0)
+        action = torch.zeros((n, 4), device=env.torch_device)
+        for _ in range(3):
+            env.step(action)
+        wp.synchronize_device(scene.device)
+        first = _memory_kb(scene.device)
+        start = time.perf_counter()
+        for k in range(count):
+            env.step(action)
+            if progress is not None and k % 50 == 0:
+                progress(n, k, count)
+        wp.synchronize_device(scene.device)
+        elapsed = time.perf_counter() - start
+        growth = _memory_kb(scene.device) - first
+        env.close()
+        return n * count / elapsed, (first - before) / n, growth
+
+    batched, per_env, growth = run(envs, steps)
+    single, _, _ = run(1, max(20, steps))
+    return EnvsBench(envs, batched, single, per_env, growth, str(scene.device))

@@ -13,6 +13,7 @@ import warp as wp
 
 MODULES = [
     "goggles.dynamics.kernels",
+    "goggles.envs.kernels",
     "goggles.render.kernels",
     "goggles.render.invalid",
     "goggles.sensors.beacons",

@@ -1,8 +1,9 @@
-"""goggles bench render|dynamics|latency: benchmarks against a peer measured in the same run."""
+"""goggles bench render|dynamics|latency|lidar|dataset|envs: benchmarks against a peer measured in the same run."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 from goggles.cli.common import add_backend_arg, add_camera_args
 from goggles.errors import ConfigError
@@ -101,6 +102,20 @@ def add_parser(commands) -> None:
     bench_dataset.add_argument("--height", type=int, default=240)
     bench_dataset.add_argument("--flight", type=float, default=2.0, help="seconds of recorded flight per job")
     bench_dataset.set_defaults(run=cmd_bench_dataset)
+    bench_envs = benches.add_parser(
+        "envs",
+        help="batched learning environments against one at a time",
+        description="Step N hovering vehicles with a depth camera each (goggles.envs.DroneVectorEnv) in the "
+        "default scene, then one environment alone for the same work. The last line is 'envs=<N> "
+        "steps_per_s=<environment steps/s> frames_per_s=<camera frames/s> device=<d> vs_single=<batched over "
+        "single throughput> memory_per_env_kb=<k> memory_growth_kb=<k>'.",
+    )
+    bench_envs.add_argument("--envs", type=int, default=64, help="environments in the batch")
+    bench_envs.add_argument("--width", type=int, default=64)
+    bench_envs.add_argument("--height", type=int, default=48)
+    bench_envs.add_argument("--steps", type=int, default=200, help="batched steps timed")
+    bench_envs.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
+    bench_envs.set_defaults(run=cmd_bench_envs)
 
 
 def cmd_bench_render(args) -> int:
@@ -216,5 +231,32 @@ def cmd_bench_lidar(args) -> int:
     print(
         f"model={result.model} points={result.points} ms_per_scan={result.wall_ms:.2f} "
         f"cpu_ms_per_scan={result.cpu_ms:.2f}"
+    )
+    return 0
+
+
+def cmd_bench_envs(args) -> int:
+    from goggles.bench import bench_envs
+    from goggles.errors import require
+
+    require("torch", "learning", "goggles bench envs")
+    require("gymnasium", "learning", "goggles bench envs")
+    if args.envs < 1 or args.steps < 1 or args.width < 1 or args.height < 1:
+        raise ConfigError("--envs, --steps, --width and --height must be at least 1")
+
+    def progress(n: int, k: int, count: int) -> None:
+        print(f"  {n} env(s): step {k}/{count}", file=sys.stderr, flush=True)
+
+    result = bench_envs(
+        args.envs, width=args.width, height=args.height, steps=args.steps, device=args.device, progress=progress
+    )
+    print(
+        f"{result.envs} hovering vehicles with {args.width}x{args.height} depth cameras on {result.device}: "
+        f"{result.steps_per_s:.0f} env steps/s batched, {result.single_steps_per_s:.0f} one at a time"
+    )
+    print(
+        f"envs={result.envs} steps_per_s={result.steps_per_s:.1f} frames_per_s={result.steps_per_s:.1f} "
+        f"device={result.device} vs_single={result.vs_single:.2f} memory_per_env_kb={result.memory_per_env_kb:.1f} "
+        f"memory_growth_kb={result.memory_growth_kb:.1f}"
     )
     return 0

@@ -99,7 +99,7 @@ def filter_step(P: float, Q: float, y: wp.vec3, dy: wp.vec3, u: wp.vec3, dt: flo
 
 @wp.kernel
 def step_vehicles_kernel(
-    af: AirframeParams,
+    airframes: wp.array(dtype=AirframeParams),
     settings: SimSettings,
     actors: ActorData,
     first: int,
@@ -108,8 +108,10 @@ def step_vehicles_kernel(
     state: VehicleState,
 ):
     """Advance vehicle ``first + tid`` by ``steps`` physics steps; ``first_step`` is the global step
-    index of the first one (it decides which steps sample the IMU)."""
+    index of the first one (it decides which steps sample the IMU). Each vehicle has its own
+    parameters (``airframes[i]``: domain randomisation draws them per vehicle)."""
     i = first + wp.tid()
+    af = airframes[i]
     x = Rigid()
     x.p = state.position[i]
     x.v = state.velocity[i]
@@ -197,6 +199,48 @@ def step_vehicles_kernel(
     state.imu_gyro[i] = imu_gyro
     state.rng[i] = rng
     state.crashed[i] = crashed
+
+
+@wp.kernel
+def reset_vehicles_kernel(
+    mask: wp.array(dtype=wp.int32),
+    position: wp.array(dtype=wp.vec3),
+    attitude: wp.array(dtype=wp.quat),
+    rotor_speed: wp.array(dtype=float),
+    seed: int,
+    first_index: int,
+    episode: wp.array(dtype=wp.int32),
+    gravity: float,
+    state: VehicleState,
+):
+    """Put the vehicles whose ``mask`` is set at rest at ``position``/``attitude`` with every rotor at
+    ``rotor_speed`` (hover), clear their biases, filters and contacts, and give each a new random
+    stream from (seed, first_index + vehicle, episode): an episode replays the same way whatever the
+    others do, and in a batch that starts at another index."""
+    i = wp.tid()
+    if mask[i] == 0:
+        return
+    state.position[i] = position[i]
+    state.start_position[i] = position[i]
+    state.attitude[i] = attitude[i]
+    state.start_attitude[i] = attitude[i]
+    state.velocity[i] = wp.vec3(0.0)
+    state.rates[i] = wp.vec3(0.0)
+    spin = vec8()
+    for r in range(8):
+        spin[r] = rotor_speed[i]
+    state.rotor_speed[i] = spin
+    state.accel_bias[i] = wp.vec3(0.0)
+    state.gyro_bias[i] = wp.vec3(0.0)
+    state.imu_accel[i] = wp.quat_rotate_inv(attitude[i], wp.vec3(0.0, 0.0, gravity))
+    state.imu_gyro[i] = wp.vec3(0.0)
+    state.filter_y[i] = wp.vec3(0.0)
+    state.filter_dy[i] = wp.vec3(0.0)
+    state.integral[i] = wp.vec3(0.0)
+    state.crashed[i] = 0
+    state.contact_step[i] = -1
+    state.rng[i] = wp.rand_init(seed, (first_index + i) * 65536 + episode[i])
+    episode[i] = episode[i] + 1
 
 
 @wp.kernel

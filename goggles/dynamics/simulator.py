@@ -152,7 +152,12 @@ class MultirotorSim:
         settings.disturbances = int(disturbances)
         settings.imu_noise = int(imu_noise)
         self.settings = settings
-        self.params = _params(airframe, dt, dt * self.imu_decimation, imu_mount)
+        self._imu_mount = imu_mount
+        self.airframes: list[Airframe] = [airframe] * n
+        """Each vehicle's airframe: ``airframe`` until ``set_airframes`` gives one its own values."""
+        nominal = _params(airframe, dt, dt * self.imu_decimation, imu_mount)
+        self._param_rows = [nominal] * n
+        self.airframe_params = wp.array(self._param_rows, dtype=AirframeParams, device=d)
 
         state = kernels.VehicleState()
         for name in (
@@ -232,6 +237,48 @@ class MultirotorSim:
         self.step_count = 0
         self._changed()
 
+    def set_airframes(self, airframes: Sequence[Airframe], vehicles: Sequence[int] | None = None) -> None:
+        """Give vehicles their own parameters (domain randomisation): ``airframes[k]`` for vehicle
+        ``vehicles[k]`` (default every vehicle in order). The simulated body and its controller both
+        use them; each must have the batch's rotor count.
+
+        Raises:
+            ConfigError: a count or rotor layout that does not fit the batch.
+        """
+        vehicles = range(self.num_vehicles) if vehicles is None else [int(v) for v in vehicles]
+        if len(airframes) != len(vehicles) or any(not 0 <= v < self.num_vehicles for v in vehicles):
+            raise ConfigError(f"{len(airframes)} airframes for vehicles {list(vehicles)} of {self.num_vehicles}")
+        for v, af in zip(vehicles, airframes):
+            if af.num_rotors != self.airframe.num_rotors:
+                raise ConfigError(
+                    f"airframe {af.name!r} has {af.num_rotors} rotors, the batch {self.airframe.num_rotors}"
+                )
+            self.airframes[v] = af
+            self._param_rows[v] = _params(af, self.dt, self.dt * self.imu_decimation, self._imu_mount)
+        self.airframe_params.assign(wp.array(self._param_rows, dtype=AirframeParams, device="cpu"))
+
+    def reset_where(
+        self,
+        mask: wp.array,
+        position: wp.array,
+        attitude: wp.array,
+        rotor_speed: wp.array,
+        episode: wp.array,
+        first_index: int = 0,
+    ) -> None:
+        """Reset, on the device and without a host copy, the vehicles whose ``mask`` (n,) int32 is set:
+        at rest at ``position`` (n,) vec3 and ``attitude`` (n,) Warp quat (x, y, z, w), rotors at
+        ``rotor_speed`` (n,) rad/s, their random streams re-seeded from (seed, ``first_index`` + vehicle,
+        ``episode``), and ``episode`` counts up. The others go on untouched (a vector environment's autoreset)."""
+        wp.launch(
+            kernels.reset_vehicles_kernel,
+            dim=self.num_vehicles,
+            inputs=[mask, position, attitude, rotor_speed, self.seed, int(first_index), episode, GRAVITY],
+            outputs=[self.state_arrays],
+            device=self.device,
+        )
+        self._changed()
+
     def _rows(self, value, width: int, what: str, default: float) -> np.ndarray:
         n = self.num_vehicles
         if value is None:
@@ -285,7 +332,7 @@ class MultirotorSim:
             kernels.step_vehicles_kernel,
             dim=count,
             inputs=[
-                self.params,
+                self.airframe_params,
                 self.settings,
                 self.world.actors if self.world is not None else self._no_actors,
                 int(first),

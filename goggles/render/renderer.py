@@ -166,6 +166,7 @@ class Renderer:
         culling.count = wp.zeros(n, dtype=wp.int32, device=d)
         culling.index = wp.zeros((n, max(1, scene.max_actors)), dtype=wp.int32, device=d)
         self._culling, self._culled_any = culling, False
+        self._posed_actors = -1  # the actor count render_posed listed for every camera (-1: none listed)
 
         self.outputs = frozenset({"depth", "status", *outputs} - ({"rgb"} if shading == Shading.NONE else set()))
         light = Lighting()
@@ -274,7 +275,31 @@ class Renderer:
         if self.backend == "embree":
             self._origins = rows[..., :3, 3].astype(np.float32)  # (n, H, 3)
         self._cull_actors(T_WC if T_WC_last_row is None else np.concatenate([T_WC, T_WC_last_row]))
+        self._trace()
 
+    @property
+    def camera_poses(self) -> tuple[wp.array, wp.array]:
+        """The device arrays ``render`` fills, (n, H) each: every row's camera orientation R_WC (mat33)
+        and position p_WC (vec3). A kernel may write them and call ``render_posed``."""
+        return self._cameras.R_WC, self._cameras.p_WC
+
+    def render_posed(self) -> None:
+        """Render from the poses already written into ``camera_poses`` on the device (a learning
+        environment's kernel): nothing crosses to the host. Every placed actor is tested (no culling,
+        which needs the poses on the host). Warp backend only."""
+        if self.backend != "warp":
+            raise ConfigError("render_posed needs the warp backend (Embree reads its rays on the host)")
+        count = self.scene.actors.count
+        if count != self._posed_actors:
+            index = np.zeros(self._culling.index.shape, np.int32)
+            index[:, :count] = np.arange(count)
+            self._culling.index.assign(index)
+            self._culling.count.fill_(count)
+            self._posed_actors, self._culled_any = count, True
+        self._rolling = False
+        self._trace()
+
+    def _trace(self) -> None:
         self._kernel = self._render_kernel()
         if self.backend == "embree":
             self._pool_map(self._trace_rows, self._chunks)
@@ -352,7 +377,7 @@ class Renderer:
         if len(boxes) == 0:
             if self._culled_any:
                 self._culling.count.zero_()
-                self._culled_any = False
+                self._culled_any, self._posed_actors = False, -1
             return
         pick = np.array([[i, j, k] for i in (0, 1) for j in (0, 1) for k in (0, 1)])
         corners = np.stack([boxes[:, pick[:, axis], axis] for axis in range(3)], axis=-1)  # (k, 8, 3)
@@ -380,7 +405,7 @@ class Renderer:
             index[c, : len(visible)], count[c] = visible, len(visible)
         self._culling.index.assign(index)
         self._culling.count.assign(count)
-        self._culled_any = True
+        self._culled_any, self._posed_actors = True, -1
 
     def _trace_rows(self, chunk: tuple[int, int, int]) -> None:
         """Embree backend: rows [first, end) of camera c, from rays to every output."""

@@ -1,0 +1,143 @@
+"""Domain randomisation drawn per episode from a TOML table: scale factors on the airframe and the
+IMU noise, offsets on the camera mounting.
+
+    [airframe]                      # factors on the nominal value
+    mass = { uniform = [0.85, 1.15] }
+    inertia = { uniform = [0.85, 1.15] }
+    motor_time_constant = { normal = [1.0, 0.1] }
+    thrust_coefficient = { uniform = [0.9, 1.1] }
+    torque_coefficient = { uniform = [0.9, 1.1] }
+    drag = { uniform = [0.5, 1.5] }
+    [imu]
+    noise = { uniform = [0.5, 2.0] }   # factor on the noise densities and bias walks
+    [camera]
+    pitch_deg = { normal = [0.0, 2.0] }   # added to the mounting pitch (positive: nose up)
+
+Each environment draws from its own stream (seed, environment, episode), so an episode is the same
+whatever the other environments do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from goggles.checks import finite_vector, read_toml
+from goggles.dynamics.airframe import Airframe, allocation_matrix
+from goggles.errors import ConfigError
+
+#: Every randomisable value: table -> key -> value when the table leaves it out (1: the nominal
+#: airframe, 0: no camera offset).
+PARAMETERS = {
+    "airframe": {
+        "mass": 1.0,
+        "inertia": 1.0,
+        "motor_time_constant": 1.0,
+        "thrust_coefficient": 1.0,
+        "torque_coefficient": 1.0,
+        "drag": 1.0,
+    },
+    "imu": {"noise": 1.0},
+    "camera": {"pitch_deg": 0.0},
+}
+
+
+@dataclass(frozen=True)
+class Distribution:
+    kind: str
+    """'uniform' (low, high) or 'normal' (mean, standard deviation)."""
+    a: float
+    b: float
+
+    def draw(self, rng: np.random.Generator) -> float:
+        return float(rng.uniform(self.a, self.b) if self.kind == "uniform" else rng.normal(self.a, self.b))
+
+
+@dataclass(frozen=True)
+class Randomization:
+    """What to draw per episode: ``"table.key"`` -> its distribution (the rest keep their default)."""
+
+    distributions: dict[str, Distribution] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Randomization:
+        path = Path(path)
+        return cls.from_tables(read_toml(path, "randomisation file"), str(path))
+
+    @classmethod
+    def from_tables(cls, tables: dict, where: str = "randomisation") -> Randomization:
+        """Raises ConfigError naming ``where`` and the key for anything it cannot draw from."""
+        found = {}
+        for table, entries in tables.items():
+            if table not in PARAMETERS:
+                raise ConfigError(f"{where}: unknown table [{table}]; use one of {sorted(PARAMETERS)}")
+            if not isinstance(entries, dict):
+                raise ConfigError(f"{where}: [{table}] must be a table")
+            for key, spec in entries.items():
+                if key not in PARAMETERS[table]:
+                    raise ConfigError(f"{where}: [{table}] unknown key {key!r}; allowed: {sorted(PARAMETERS[table])}")
+                found[f"{table}.{key}"] = _distribution(spec, f"{where}: [{table}] {key}")
+        return cls(found)
+
+    def draw(self, seed: int, environment: int, episode: int) -> dict[str, float]:
+        """Every parameter's value for one episode of one environment (defaults where not randomised)."""
+        rng = np.random.default_rng([seed, environment, episode])
+        values = {f"{t}.{k}": default for t, keys in PARAMETERS.items() for k, default in keys.items()}
+        for name, distribution in sorted(self.distributions.items()):
+            values[name] = distribution.draw(rng)
+        return values
+
+
+def _distribution(spec, where: str) -> Distribution:
+    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in ("uniform", "normal"):
+        raise ConfigError(f"{where} must be {{ uniform = [low, high] }} or {{ normal = [mean, std] }}")
+    kind, bounds = next(iter(spec.items()))
+    pair = finite_vector(bounds, 2)
+    if pair is None:
+        raise ConfigError(f"{where}: {kind} needs two finite numbers, got {bounds!r}")
+    if kind == "uniform" and pair[0] > pair[1]:
+        raise ConfigError(f"{where}: uniform low {pair[0]} exceeds high {pair[1]}")
+    if kind == "normal" and pair[1] < 0:
+        raise ConfigError(f"{where}: normal standard deviation {pair[1]} is negative")
+    return Distribution(kind, float(pair[0]), float(pair[1]))
+
+
+def randomized_airframe(nominal: Airframe, values: dict[str, float]) -> Airframe:
+    """The nominal airframe with the drawn factors applied (allocation rebuilt for the new torque
+    to thrust ratio). Factors must stay positive.
+
+    Raises:
+        ConfigError: a drawn factor that is not positive (a distribution reaching below 0).
+    """
+    for name in ("mass", "inertia", "motor_time_constant", "thrust_coefficient", "torque_coefficient", "drag"):
+        if values[f"airframe.{name}"] <= 0:
+            raise ConfigError(f"randomisation drew airframe.{name} = {values[f'airframe.{name}']:.3g}: must be > 0")
+    if values["imu.noise"] < 0:
+        raise ConfigError(f"randomisation drew imu.noise = {values['imu.noise']:.3g}: must be >= 0")
+    cf = nominal.thrust_coefficient * values["airframe.thrust_coefficient"]
+    cm = nominal.torque_coefficient * values["airframe.torque_coefficient"]
+    tau, drag, noise = values["airframe.motor_time_constant"], values["airframe.drag"], values["imu.noise"]
+    imu = nominal.imu
+    return dataclasses.replace(
+        nominal,
+        mass=nominal.mass * values["airframe.mass"],
+        inertia=nominal.inertia * values["airframe.inertia"],
+        thrust_coefficient=cf,
+        torque_coefficient=cm,
+        allocation=allocation_matrix(nominal.rotor_positions, nominal.rotor_axes, nominal.rotor_spins, cm / cf),
+        time_constant_up=nominal.time_constant_up * tau,
+        time_constant_down=nominal.time_constant_down * tau,
+        drag_coefficient=nominal.drag_coefficient * drag,
+        linear_drag_body=nominal.linear_drag_body * drag,
+        quadratic_drag_body=nominal.quadratic_drag_body * drag,
+        imu=dataclasses.replace(
+            imu,
+            accel_noise=tuple(np.multiply(imu.accel_noise, noise)),
+            gyro_noise=tuple(np.multiply(imu.gyro_noise, noise)),
+            accel_bias_walk=tuple(np.multiply(imu.accel_bias_walk, noise)),
+            gyro_bias_walk=tuple(np.multiply(imu.gyro_bias_walk, noise)),
+        ),
+    )

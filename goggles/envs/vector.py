@@ -1,0 +1,335 @@
+"""A Gymnasium vector environment of N multirotors in one simulator, with torch tensors on its device.
+
+Every environment's physics advances in one launch, every camera renders in one launch over one
+shared static scene (one BVH), and observations, rewards and the done flags are Warp arrays that
+torch sees without a copy (``wp.to_torch``). Autoreset is Gymnasium's next-step mode: an
+environment that ended is reset on the device at the following ``step`` (its action then ignored,
+its reward 0) and the others go on. Nothing crosses to the host per step, except one flag checking
+the actions are finite, and the done mask when domain randomisation draws new airframes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium
+import numpy as np
+import torch
+import warp as wp
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from goggles.dynamics.airframe import load_airframe
+from goggles.dynamics.control import ControlMode
+from goggles.dynamics.model import vec8
+from goggles.dynamics.simulator import GRAVITY, MultirotorSim
+from goggles.envs import kernels
+from goggles.envs.randomization import Randomization, randomized_airframe
+from goggles.errors import ConfigError
+from goggles.frames import R_BODY_OPTICAL
+from goggles.render import CameraModel, Renderer, Shading
+
+
+@dataclass(frozen=True)
+class Control:
+    """How a normalised action in [-1, 1] becomes the simulator's command: offset + scale * action,
+    and the collective-thrust column (if any) in units of the vehicle's hover thrust."""
+
+    mode: ControlMode
+    scale: tuple[float, ...]
+    offset: tuple[float, ...]
+    thrust_column: int = -1
+
+
+#: The action spaces: rates (collective thrust 0..2x hover, body rates +-6 rad/s), velocity (+-3 m/s,
+#: yaw +-pi), position (+-5 m around the origin, yaw +-pi).
+CONTROLS = {
+    "rates": Control(ControlMode.RATES, (1.0, 6.0, 6.0, 6.0), (1.0, 0.0, 0.0, 0.0), thrust_column=0),
+    "velocity": Control(ControlMode.VELOCITY, (3.0, 3.0, 3.0, np.pi), (0.0, 0.0, 0.0, 0.0)),
+    "position": Control(ControlMode.POSITION, (5.0, 5.0, 5.0, np.pi), (0.0, 0.0, 0.0, 0.0)),
+}
+
+
+@dataclass(frozen=True)
+class HoverTask:
+    """Reach and hold a target: each episode starts within ``spawn_radius`` of ``spawn`` (box
+    half-size, m) with a random heading, and its target lies within ``target_radius`` of the start.
+    Straying ``max_distance`` from the target or crashing ends the episode; ``episode_s`` truncates it."""
+
+    spawn: tuple[float, float, float] = (0.0, 0.0, 1.5)
+    spawn_radius: float = 0.5
+    target_radius: float = 1.0
+    max_distance: float = 4.0
+    episode_s: float = 5.0
+
+
+class DroneVectorEnv(VectorEnv):
+    """N multirotors of one airframe learning a task, as a Gymnasium 1.x vector environment.
+
+    Observations are a dict of torch tensors on the simulator's device: ``state`` (N, 19) float32
+    (target - position, velocity, attitude w x y z, body rates, IMU specific force and rates) and,
+    with a camera, ``depth`` (N, H, W) float32 metres (0 where nothing was measured). Actions are
+    (N, 4) float32 tensors in [-1, 1] (see ``CONTROLS``); rewards (N,) float32, terminated and
+    truncated (N,) bool tensors.
+
+    Args:
+        num_envs: environments (vehicles).
+        task: what is rewarded (``HoverTask``).
+        airframe: preset name or TOML path.
+        control: ``rates``, ``velocity`` or ``position``.
+        camera: a depth camera on each vehicle (looking along body +x), or None.
+        scene: the static world the cameras see and the vehicles collide with (a
+            ``goggles.world.DeviceScene`` on ``device``); None: the floor plane only.
+        physics_per_action: 960 Hz physics steps per action (8: a 120 Hz policy).
+        randomization: what each episode draws (``Randomization``), or None.
+        seed: default seed (``reset(seed=)`` replaces it).
+        first_env: index of the first environment in the random streams: a slice of a larger batch
+            (another process, another machine) replays exactly that slice.
+        device: Warp device ("cpu", "cuda:0").
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(
+        self,
+        num_envs: int,
+        *,
+        task: HoverTask | None = None,
+        airframe: str = "fg-quad",
+        control: str = "rates",
+        camera: CameraModel | None = None,
+        scene=None,
+        physics_per_action: int = 8,
+        randomization: Randomization | None = None,
+        seed: int = 0,
+        first_env: int = 0,
+        device: str | None = None,
+    ):
+        if num_envs < 1:
+            raise ConfigError(f"num_envs must be >= 1, got {num_envs}")
+        if control not in CONTROLS:
+            raise ConfigError(f"control {control!r}: use one of {', '.join(CONTROLS)}")
+        if physics_per_action < 1:
+            raise ConfigError(f"physics_per_action must be >= 1, got {physics_per_action}")
+        self.num_envs = n = num_envs
+        self.task = task or HoverTask()
+        self.control = CONTROLS[control]
+        self.physics_per_action = physics_per_action
+        self.randomization = randomization
+        self.seed, self.first_env = int(seed), int(first_env)
+        self.device = d = wp.get_device(device)
+        if scene is not None and scene.device != d:
+            raise ConfigError(f"the scene is on {scene.device}, the environments on {d}: use one device")
+        self.nominal = load_airframe(airframe)
+        self.sim = MultirotorSim(self.nominal, n, device=d, world=scene, seed=self.seed)
+        self.max_steps = max(1, int(round(self.task.episode_s / (self.sim.dt * physics_per_action))))
+
+        self._mask = wp.ones(n, dtype=wp.int32, device=d)  # every environment starts by a reset
+        self._no_mask = wp.zeros(n, dtype=wp.int32, device=d)
+        self._episode = wp.zeros(n, dtype=wp.int32, device=d)
+        self._steps = wp.zeros(n, dtype=wp.int32, device=d)
+        self._start_p = wp.zeros(n, dtype=wp.vec3, device=d)
+        self._start_q = wp.zeros(n, dtype=wp.quat, device=d)
+        self._target = wp.zeros(n, dtype=wp.vec3, device=d)
+        self._hover_speed = wp.full(n, self.nominal.hover_speed, dtype=float, device=d)
+        self._hover_thrust = wp.full(n, self.nominal.mass * GRAVITY, dtype=float, device=d)
+        self._R_BC = wp.array(np.tile(R_BODY_OPTICAL, (n, 1, 1)).astype(np.float32), dtype=wp.mat33, device=d)
+        self._state = wp.zeros((n, 19), dtype=wp.float32, device=d)
+        self._reward = wp.zeros(n, dtype=wp.float32, device=d)
+        self._terminated = wp.zeros(n, dtype=wp.bool, device=d)
+        self._truncated = wp.zeros(n, dtype=wp.bool, device=d)
+        self._drawn: dict[str, np.ndarray] = {}
+        self._episode_host = np.zeros(n, np.int64)  # episodes drawn per environment (randomisation)
+
+        self.renderer = None
+        spaces = {"state": gymnasium.spaces.Box(-np.inf, np.inf, (19,), np.float32)}
+        if camera is not None:
+            if scene is None:
+                raise ConfigError("a camera needs a scene to see: pass scene=DeviceScene(...)")
+            self.renderer = Renderer(scene, [camera] * n, outputs={"depth"}, shading=Shading.NONE, backend="warp")
+            self._depth = wp.zeros((n, camera.height, camera.width), dtype=wp.float32, device=d)
+            spaces["depth"] = gymnasium.spaces.Box(0.0, camera.max_depth, (camera.height, camera.width), np.float32)
+        self.single_observation_space = gymnasium.spaces.Dict(spaces)
+        self.single_action_space = gymnasium.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.observation_space = gymnasium.vector.utils.batch_space(self.single_observation_space, n)
+        self.action_space = gymnasium.vector.utils.batch_space(self.single_action_space, n)
+        self.torch_device = torch.device(wp.device_to_torch(d))
+        self._observations = {"state": wp.to_torch(self._state)}
+        if self.renderer is not None:
+            self._observations["depth"] = wp.to_torch(self._depth)
+        self._outputs = (wp.to_torch(self._reward), wp.to_torch(self._terminated), wp.to_torch(self._truncated))
+        self.sim.set_command(self.control.mode, np.asarray(self.control.offset) * self._thrust_units())
+
+    # ------------------------------------------------------------------ Gymnasium API
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Start a new episode in every environment; ``seed`` makes every episode after it reproducible."""
+        if seed is not None:
+            self.seed = int(seed)
+            self.sim.seed = self.seed
+            self._episode.zero_()
+            self._episode_host[:] = 0
+        self._mask.fill_(1)
+        self._start_episodes(np.ones(self.num_envs, bool))
+        self._mask.zero_()
+        self._steps.zero_()
+        self._observe()
+        return self._observations, self._info()
+
+    def step(self, actions: torch.Tensor):
+        """Apply (N, 4) actions for ``physics_per_action`` physics steps; the environments that ended at
+        the previous step are reset instead (their action ignored, their reward 0, their observation
+        the new episode's first)."""
+        actions = self._checked(actions)
+        d = self.device
+        c = self.control
+        wp.launch(
+            kernels.commands_kernel,
+            dim=self.num_envs,
+            inputs=[
+                wp.from_torch(actions),
+                vec8(*_padded(c.scale)),
+                vec8(*_padded(c.offset)),
+                self._hover_thrust,
+                c.thrust_column,
+                self._mask,
+            ],
+            outputs=[self.sim.state_arrays],
+            device=d,
+        )
+        self.sim.state_arrays.mode.fill_(int(c.mode))
+        self.sim.step(self.physics_per_action)
+        # The environments that ended last step start anew after the physics, so what they return is
+        # exactly their first observation.
+        resetting = None
+        if self.randomization is not None:  # new airframes are drawn on the host: the one copy per step
+            resetting = self._mask.numpy().astype(bool)
+        self._start_episodes(resetting)
+        t = self.task
+        wp.launch(
+            kernels.hover_reward_kernel,
+            dim=self.num_envs,
+            inputs=[self.sim.state_arrays, self._target, self._steps, self.max_steps, t.max_distance, self._mask],
+            outputs=[self._reward, self._terminated, self._truncated],
+            device=d,
+        )
+        self._observe()
+        info = self._info()
+        wp.launch(
+            kernels.mask_from_done_kernel,
+            dim=self.num_envs,
+            inputs=[self._terminated, self._truncated],
+            outputs=[self._mask],
+            device=d,
+        )
+        reward, terminated, truncated = self._outputs
+        return self._observations, reward, terminated, truncated, info
+
+    def close(self, **kwargs) -> None:
+        self.sim.close()
+        if self.renderer is not None:
+            self.renderer.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _checked(self, actions) -> torch.Tensor:
+        """The actions as a contiguous float32 tensor on the device; a clear error before any kernel runs."""
+        if not isinstance(actions, torch.Tensor):
+            raise ConfigError(f"actions must be a torch.Tensor on {self.torch_device}, got {type(actions).__name__}")
+        if actions.device != self.torch_device:
+            raise ConfigError(f"actions are on {actions.device}, the environments on {self.torch_device}")
+        if tuple(actions.shape) != (self.num_envs, 4):
+            raise ConfigError(f"actions must have shape ({self.num_envs}, 4), got {tuple(actions.shape)}")
+        if not actions.is_floating_point():
+            raise ConfigError(f"actions must be floating point, got {actions.dtype}")
+        actions = actions.to(torch.float32).contiguous()
+        if not bool(torch.isfinite(actions).all()):
+            raise ConfigError("actions must be finite (NaN or inf found); nothing was stepped")
+        return actions
+
+    def _thrust_units(self) -> np.ndarray:
+        units = np.ones(4)
+        if self.control.thrust_column >= 0:
+            units[self.control.thrust_column] = self.nominal.mass * GRAVITY
+        return units
+
+    def _start_episodes(self, resetting: np.ndarray | None) -> None:
+        """Reset the environments in ``self._mask`` on the device (``resetting``: the same on the host,
+        needed only to draw new airframes)."""
+        t = self.task
+        if self.randomization is not None and resetting is not None and resetting.any():
+            self._randomize(np.flatnonzero(resetting))
+        wp.launch(
+            kernels.draw_starts_kernel,
+            dim=self.num_envs,
+            inputs=[
+                self._mask,
+                self.seed,
+                self.first_env,
+                self._episode,
+                wp.vec3(*t.spawn),
+                t.spawn_radius,
+                t.target_radius,
+            ],
+            outputs=[self._start_p, self._start_q, self._target],
+            device=self.device,
+        )
+        self.sim.reset_where(
+            self._mask, self._start_p, self._start_q, self._hover_speed, self._episode, first_index=self.first_env
+        )
+
+    def _randomize(self, envs: np.ndarray) -> None:
+        values = [self.randomization.draw(self.seed, self.first_env + int(i), int(self._episode_host[i])) for i in envs]
+        self._episode_host[envs] += 1
+        airframes = [randomized_airframe(self.nominal, v) for v in values]
+        self.sim.set_airframes(airframes, envs)
+        hover_speed, hover_thrust = self._hover_speed.numpy(), self._hover_thrust.numpy()
+        R_BC = self._R_BC.numpy()
+        for i, af, v in zip(envs, airframes, values):
+            hover_speed[i], hover_thrust[i] = af.hover_speed, af.mass * GRAVITY
+            pitch = np.radians(v["camera.pitch_deg"])
+            R_up = np.array([[np.cos(pitch), 0, -np.sin(pitch)], [0, 1, 0], [np.sin(pitch), 0, np.cos(pitch)]])
+            R_BC[i] = R_up.T @ R_BODY_OPTICAL  # nose up by pitch: a rotation of -pitch about body y
+            for name, value in v.items():
+                self._drawn.setdefault(
+                    name, np.ones(self.num_envs) if "camera" not in name else np.zeros(self.num_envs)
+                )
+                self._drawn[name][i] = value
+        self._hover_speed.assign(hover_speed)
+        self._hover_thrust.assign(hover_thrust)
+        self._R_BC.assign(R_BC)
+
+    def _observe(self) -> None:
+        d = self.device
+        wp.launch(
+            kernels.observe_kernel,
+            dim=self.num_envs,
+            inputs=[self.sim.state_arrays, self._target],
+            outputs=[self._state],
+            device=d,
+        )
+        if self.renderer is not None:
+            R_WC, p_WC = self.renderer.camera_poses
+            wp.launch(
+                kernels.camera_poses_kernel,
+                dim=(self.num_envs, self.renderer.height),
+                inputs=[self.sim.state_arrays, self._R_BC, wp.vec3(0.0)],
+                outputs=[R_WC, p_WC],
+                device=d,
+            )
+            self.renderer.render_posed()
+            b = self.renderer.buffers
+            wp.launch(
+                kernels.depth_observation_kernel,
+                dim=self._depth.shape,
+                inputs=[b.status, b.depth],
+                outputs=[self._depth],
+                device=d,
+            )
+
+    def _info(self) -> dict:
+        """The drawn randomisation values per environment (host arrays), when there is randomisation."""
+        return {"randomization": {k: v.copy() for k, v in self._drawn.items()}} if self._drawn else {}
+
+
+def _padded(values) -> list[float]:
+    return [float(v) for v in values] + [0.0] * (8 - len(values))
