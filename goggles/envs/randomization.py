@@ -43,6 +43,8 @@ PARAMETERS = {
     "imu": {"noise": 1.0},
     "camera": {"pitch_deg": 0.0},
 }
+#: The same by ``table.key`` name.
+DEFAULTS = {f"{table}.{key}": value for table, keys in PARAMETERS.items() for key, value in keys.items()}
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class Randomization:
     def draw(self, seed: int, environment: int, episode: int) -> dict[str, float]:
         """Every parameter's value for one episode of one environment (defaults where not randomised)."""
         rng = np.random.default_rng([seed, environment, episode])
-        values = {f"{t}.{k}": default for t, keys in PARAMETERS.items() for k, default in keys.items()}
+        values = dict(DEFAULTS)
         for name, distribution in sorted(self.distributions.items()):
             values[name] = distribution.draw(rng)
         return values

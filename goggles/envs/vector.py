@@ -23,7 +23,7 @@ from goggles.dynamics.control import ControlMode
 from goggles.dynamics.model import vec8
 from goggles.dynamics.simulator import GRAVITY, MultirotorSim
 from goggles.envs import kernels
-from goggles.envs.randomization import Randomization, randomized_airframe
+from goggles.envs.randomization import DEFAULTS, Randomization, randomized_airframe
 from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL
 from goggles.render import CameraModel, Renderer, Shading
@@ -124,7 +124,6 @@ class DroneVectorEnv(VectorEnv):
         self.max_steps = max(1, int(round(self.task.episode_s / (self.sim.dt * physics_per_action))))
 
         self._mask = wp.ones(n, dtype=wp.int32, device=d)  # every environment starts by a reset
-        self._no_mask = wp.zeros(n, dtype=wp.int32, device=d)
         self._episode = wp.zeros(n, dtype=wp.int32, device=d)
         self._steps = wp.zeros(n, dtype=wp.int32, device=d)
         self._start_p = wp.zeros(n, dtype=wp.vec3, device=d)
@@ -157,7 +156,9 @@ class DroneVectorEnv(VectorEnv):
         if self.renderer is not None:
             self._observations["depth"] = wp.to_torch(self._depth)
         self._outputs = (wp.to_torch(self._reward), wp.to_torch(self._terminated), wp.to_torch(self._truncated))
+        # The mode is set once here; each step writes only the commands.
         self.sim.set_command(self.control.mode, np.asarray(self.control.offset) * self._thrust_units())
+        self._scale, self._offset = vec8(*_padded(self.control.scale)), vec8(*_padded(self.control.offset))
 
     # ------------------------------------------------------------------ Gymnasium API
 
@@ -187,8 +188,8 @@ class DroneVectorEnv(VectorEnv):
             dim=self.num_envs,
             inputs=[
                 wp.from_torch(actions),
-                vec8(*_padded(c.scale)),
-                vec8(*_padded(c.offset)),
+                self._scale,
+                self._offset,
                 self._hover_thrust,
                 c.thrust_column,
                 self._mask,
@@ -196,7 +197,6 @@ class DroneVectorEnv(VectorEnv):
             outputs=[self.sim.state_arrays],
             device=d,
         )
-        self.sim.state_arrays.mode.fill_(int(c.mode))
         self.sim.step(self.physics_per_action)
         # The environments that ended last step start anew after the physics, so what they return is
         # exactly their first observation.
@@ -290,9 +290,7 @@ class DroneVectorEnv(VectorEnv):
             R_up = np.array([[np.cos(pitch), 0, -np.sin(pitch)], [0, 1, 0], [np.sin(pitch), 0, np.cos(pitch)]])
             R_BC[i] = R_up.T @ R_BODY_OPTICAL  # nose up by pitch: a rotation of -pitch about body y
             for name, value in v.items():
-                self._drawn.setdefault(
-                    name, np.ones(self.num_envs) if "camera" not in name else np.zeros(self.num_envs)
-                )
+                self._drawn.setdefault(name, np.full(self.num_envs, DEFAULTS[name]))
                 self._drawn[name][i] = value
         self._hover_speed.assign(hover_speed)
         self._hover_thrust.assign(hover_thrust)
