@@ -37,7 +37,7 @@ def test_spaces_and_tensor_observations(arena):
     env = DroneVectorEnv(3, camera=CAMERA, scene=DeviceScene(arena, "cpu"), device="cpu")
     observations, _ = env.reset(seed=0)
     assert env.single_action_space.shape == (4,) and env.action_space.shape == (3, 4)
-    assert observations["state"].shape == (3, 19) and observations["state"].dtype == torch.float32
+    assert observations["state"].shape == (3, 24) and observations["state"].dtype == torch.float32
     assert observations["depth"].shape == (3, 24, 32) and torch.isfinite(observations["depth"]).all()
     assert observations["depth"].max() > 0.5  # the arena is in view
     assert env.metadata["autoreset_mode"] == gymnasium.vector.AutoresetMode.NEXT_STEP
@@ -119,6 +119,61 @@ def test_autoreset_touches_only_the_environments_that_ended():
     assert torch.equal(observations["state"][1:], reference["state"][1:])  # the reset left the others alone
     falling.close()
     steady.close()
+
+
+def test_same_step_autoreset_returns_the_new_episode_and_keeps_the_last_observation():
+    """Same-step: the step where environment 0 ends returns its new episode's first observation, its
+    last one in info["final_obs"]; the others equal a run where it never ended, and step counting
+    restarts (the new episode lasts as long as a fresh one)."""
+    task = HoverTask(target_radius=0.0, max_distance=0.3, episode_s=0.6)
+    same = gymnasium.vector.AutoresetMode.SAME_STEP
+    falling = DroneVectorEnv(3, task=task, autoreset=same, device="cpu")
+    steady = DroneVectorEnv(3, task=task, autoreset=same, device="cpu")
+    assert falling.metadata["autoreset_mode"] == same
+    falling.reset(seed=4)
+    steady.reset(seed=4)
+    fall = torch.zeros(3, 4)
+    fall[0, 0] = -1.0
+    steps = 0
+    for _ in range(100):
+        observations, reward, terminated, truncated, info = falling.step(fall)
+        reference, *_ = steady.step(torch.zeros(3, 4))
+        steps += 1
+        assert torch.equal(observations["state"][1:], reference["state"][1:])
+        if terminated[0]:
+            break
+    assert terminated[0] and not terminated[1:].any() and steps <= falling.max_steps
+    final = info["final_obs"]["state"][0]
+    assert final[:3].norm() > 0.3  # it had left its box, falling
+    assert torch.allclose(observations["state"][0, :6], torch.zeros(6), atol=1e-6)  # anew: at its target, at rest
+    assert info["_final_obs"].tolist() == [True, False, False]
+    length = 0
+    for _ in range(falling.max_steps):  # the new episode runs its full length: its step count restarted
+        observations, reward, terminated, truncated, info = falling.step(torch.zeros(3, 4))
+        length += 1
+        if truncated[0]:
+            break
+    assert length == falling.max_steps and truncated[0] and reward[0] > 0.9
+    falling.close()
+    steady.close()
+
+
+def test_state_observation_holds_the_attitude_as_a_rotation_matrix():
+    """Columns 6..14 are R_WB row-major, checked against trimesh's quaternion matrix of the simulator's
+    attitude; columns 0..2 are target - position."""
+    from trimesh.transformations import quaternion_matrix
+
+    env = DroneVectorEnv(4, device="cpu")
+    env.reset(seed=2)
+    for _ in range(5):
+        observations, *_ = env.step(torch.tensor([[0.0, 1.0, -0.5, 0.3]] * 4))
+    states = env.sim.states()
+    state = observations["state"].numpy()
+    for i in range(4):
+        R = quaternion_matrix(states.attitude[i])[:3, :3]  # (w, x, y, z)
+        np.testing.assert_allclose(state[i, 6:15].reshape(3, 3), R, atol=1e-5)
+        np.testing.assert_allclose(state[i, :3], env._target.numpy()[i] - states.position[i], atol=1e-5)
+    env.close()
 
 
 @pytest.mark.parametrize(

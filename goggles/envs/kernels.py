@@ -46,6 +46,7 @@ def draw_starts_kernel(
     position: wp.array(dtype=wp.vec3),
     attitude: wp.array(dtype=wp.quat),
     target: wp.array(dtype=wp.vec3),
+    steps: wp.array(dtype=wp.int32),
 ):
     """A new episode's start and target for the vehicles being reset: the start uniform in a box of
     half-size ``spawn_radius`` around ``spawn`` with a random heading, the target uniform in a box of
@@ -56,6 +57,7 @@ def draw_starts_kernel(
     rng = wp.rand_init(seed + 7919, (first_index + i) * 65536 + episode[i])
     start = spawn + spawn_radius * wp.vec3(wp.randf(rng, -1.0, 1.0), wp.randf(rng, -1.0, 1.0), wp.randf(rng, -1.0, 1.0))
     yaw = wp.randf(rng, -3.14159265, 3.14159265)
+    steps[i] = 0
     position[i] = start
     attitude[i] = wp.quat_from_axis_angle(wp.vec3(0.0, 0.0, 1.0), yaw)
     target[i] = start + target_radius * wp.vec3(
@@ -63,42 +65,31 @@ def draw_starts_kernel(
     )
 
 
+#: Columns of the state observation (see ``observe_kernel``).
+STATE_SIZE = 24
+
+
 @wp.kernel
 def observe_kernel(state: VehicleState, target: wp.array(dtype=wp.vec3), out: wp.array2d(dtype=wp.float32)):
-    """The state observation: target - position (world, m), velocity (world, m/s), attitude
-    (w, x, y, z), body rates (rad/s), and the IMU's specific force (m/s^2) and rates (rad/s)."""
+    """The state observation: target - position (world, m), velocity (world, m/s), the attitude as
+    the body-to-world rotation matrix (row-major: continuous, where a quaternion's q / -q is not),
+    body rates (rad/s), and the IMU's specific force (m/s^2) and rates (rad/s)."""
     i = wp.tid()
     e = target[i] - state.position[i]
     v = state.velocity[i]
-    q = state.attitude[i]
+    R = wp.quat_to_matrix(state.attitude[i])
     w = state.rates[i]
     a = state.imu_accel[i]
     g = state.imu_gyro[i]
-    values = wp.vector(
-        e[0],
-        e[1],
-        e[2],
-        v[0],
-        v[1],
-        v[2],
-        q[3],
-        q[0],
-        q[1],
-        q[2],
-        w[0],
-        w[1],
-        w[2],
-        a[0],
-        a[1],
-        a[2],
-        g[0],
-        g[1],
-        g[2],
-        length=19,
-        dtype=wp.float32,
-    )
-    for j in range(19):
-        out[i, j] = values[j]
+    for j in range(3):
+        out[i, j] = e[j]
+        out[i, 3 + j] = v[j]
+        out[i, 6 + 3 * j] = R[j, 0]
+        out[i, 7 + 3 * j] = R[j, 1]
+        out[i, 8 + 3 * j] = R[j, 2]
+        out[i, 15 + j] = w[j]
+        out[i, 18 + j] = a[j]
+        out[i, 21 + j] = g[j]
 
 
 @wp.kernel
@@ -115,14 +106,13 @@ def hover_reward_kernel(
 ):
     """Reaching and holding a target: reward 1 / (1 + d^2) - 0.05 |rates| per step (d: distance to
     the target, m); a crash or straying ``max_distance`` from the target ends the episode, the time
-    limit truncates it. Vehicles that were reset this step report reward 0 and neither (next-step
-    autoreset)."""
+    limit truncates it. Vehicles that were reset this step (next-step autoreset) report reward 0 and
+    neither."""
     i = wp.tid()
     if reset_mask[i] != 0:
         reward[i] = 0.0
         terminated[i] = False
         truncated[i] = False
-        steps[i] = 0
         return
     steps[i] = steps[i] + 1
     d = wp.length(target[i] - state.position[i])
@@ -162,6 +152,7 @@ def depth_observation_kernel(
 def mask_from_done_kernel(
     terminated: wp.array(dtype=wp.bool), truncated: wp.array(dtype=wp.bool), mask: wp.array(dtype=wp.int32)
 ):
-    """Environments that ended this step reset at the next (Gymnasium's next-step autoreset)."""
+    """The environments that ended this step: reset at the next (next-step autoreset) or at once
+    (same-step)."""
     i = wp.tid()
     mask[i] = wp.where(terminated[i] or truncated[i], 1, 0)

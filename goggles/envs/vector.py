@@ -2,10 +2,13 @@
 
 Every environment's physics advances in one launch, every camera renders in one launch over one
 shared static scene (one BVH), and observations, rewards and the done flags are Warp arrays that
-torch sees without a copy (``wp.to_torch``). Autoreset is Gymnasium's next-step mode: an
-environment that ended is reset on the device at the following ``step`` (its action then ignored,
-its reward 0) and the others go on. Nothing crosses to the host per step, except one flag checking
-the actions are finite, and the done mask when domain randomisation draws new airframes.
+torch sees without a copy (``wp.to_torch``): the same tensors every step, rewritten in place, so a
+caller keeping an observation past the next ``step`` clones it. An environment that ended is reset
+on the device, the others go on: at the following ``step`` (Gymnasium's next-step autoreset, the
+default: that step's action is ignored and its reward 0) or within the same ``step`` (same-step, as
+Isaac Lab and most GPU RL libraries expect: the final observation is in ``info["final_obs"]``).
+Nothing crosses to the host per step, except one flag checking the actions are finite, and the done
+mask when domain randomisation draws new airframes.
 """
 
 from __future__ import annotations
@@ -65,8 +68,9 @@ class HoverTask:
 class DroneVectorEnv(VectorEnv):
     """N multirotors of one airframe learning a task, as a Gymnasium 1.x vector environment.
 
-    Observations are a dict of torch tensors on the simulator's device: ``state`` (N, 19) float32
-    (target - position, velocity, attitude w x y z, body rates, IMU specific force and rates) and,
+    Observations are a dict of torch tensors on the simulator's device: ``state`` (N, 24) float32
+    (target - position, velocity, the body-to-world rotation matrix row-major, body rates, IMU specific
+    force and rates) and,
     with a camera, ``depth`` (N, H, W) float32 metres (0 where nothing was measured). Actions are
     (N, 4) float32 tensors in [-1, 1] (see ``CONTROLS``); rewards (N,) float32, terminated and
     truncated (N,) bool tensors.
@@ -81,6 +85,10 @@ class DroneVectorEnv(VectorEnv):
             ``goggles.world.DeviceScene`` on ``device``); None: the floor plane only.
         physics_per_action: 960 Hz physics steps per action (8: a 120 Hz policy).
         randomization: what each episode draws (``Randomization``), or None.
+        autoreset: ``AutoresetMode.NEXT_STEP`` (default) or ``AutoresetMode.SAME_STEP`` (the reset
+            observation returned with the done flags; the ended episodes' last observations in
+            ``info["final_obs"]``, a dict like the observation, and which in ``info["_final_obs"]``;
+            with a camera, that step renders twice).
         seed: default seed (``reset(seed=)`` replaces it).
         first_env: index of the first environment in the random streams: a slice of a larger batch
             (another process, another machine) replays exactly that slice.
@@ -100,6 +108,7 @@ class DroneVectorEnv(VectorEnv):
         scene=None,
         physics_per_action: int = 8,
         randomization: Randomization | None = None,
+        autoreset: AutoresetMode = AutoresetMode.NEXT_STEP,
         seed: int = 0,
         first_env: int = 0,
         device: str | None = None,
@@ -110,6 +119,9 @@ class DroneVectorEnv(VectorEnv):
             raise ConfigError(f"control {control!r}: use one of {', '.join(CONTROLS)}")
         if physics_per_action < 1:
             raise ConfigError(f"physics_per_action must be >= 1, got {physics_per_action}")
+        if autoreset not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
+            raise ConfigError(f"autoreset {autoreset!r}: use AutoresetMode.NEXT_STEP or AutoresetMode.SAME_STEP")
+        self.metadata = {"autoreset_mode": autoreset}
         self.num_envs = n = num_envs
         self.task = task or HoverTask()
         self.control = CONTROLS[control]
@@ -132,7 +144,7 @@ class DroneVectorEnv(VectorEnv):
         self._hover_speed = wp.full(n, self.nominal.hover_speed, dtype=float, device=d)
         self._hover_thrust = wp.full(n, self.nominal.mass * GRAVITY, dtype=float, device=d)
         self._R_BC = wp.array(np.tile(R_BODY_OPTICAL, (n, 1, 1)).astype(np.float32), dtype=wp.mat33, device=d)
-        self._state = wp.zeros((n, 19), dtype=wp.float32, device=d)
+        self._state = wp.zeros((n, kernels.STATE_SIZE), dtype=wp.float32, device=d)
         self._reward = wp.zeros(n, dtype=wp.float32, device=d)
         self._terminated = wp.zeros(n, dtype=wp.bool, device=d)
         self._truncated = wp.zeros(n, dtype=wp.bool, device=d)
@@ -140,7 +152,7 @@ class DroneVectorEnv(VectorEnv):
         self._episode_host = np.zeros(n, np.int64)  # episodes drawn per environment (randomisation)
 
         self.renderer = None
-        spaces = {"state": gymnasium.spaces.Box(-np.inf, np.inf, (19,), np.float32)}
+        spaces = {"state": gymnasium.spaces.Box(-np.inf, np.inf, (kernels.STATE_SIZE,), np.float32)}
         if camera is not None:
             if scene is None:
                 raise ConfigError("a camera needs a scene to see: pass scene=DeviceScene(...)")
@@ -156,6 +168,9 @@ class DroneVectorEnv(VectorEnv):
         if self.renderer is not None:
             self._observations["depth"] = wp.to_torch(self._depth)
         self._outputs = (wp.to_torch(self._reward), wp.to_torch(self._terminated), wp.to_torch(self._truncated))
+        self._final = None
+        if autoreset == AutoresetMode.SAME_STEP:  # the ended episodes' last observations, kept apart
+            self._final = {k: torch.empty_like(v) for k, v in self._observations.items()}
         # The mode is set once here; each step writes only the commands.
         self.sim.set_command(self.control.mode, np.asarray(self.control.offset) * self._thrust_units())
         self._scale, self._offset = vec8(*_padded(self.control.scale)), vec8(*_padded(self.control.offset))
@@ -172,14 +187,14 @@ class DroneVectorEnv(VectorEnv):
         self._mask.fill_(1)
         self._start_episodes(np.ones(self.num_envs, bool))
         self._mask.zero_()
-        self._steps.zero_()
         self._observe()
         return self._observations, self._info()
 
     def step(self, actions: torch.Tensor):
-        """Apply (N, 4) actions for ``physics_per_action`` physics steps; the environments that ended at
-        the previous step are reset instead (their action ignored, their reward 0, their observation
-        the new episode's first)."""
+        """Apply (N, 4) actions for ``physics_per_action`` physics steps. Next-step autoreset: the
+        environments that ended at the previous step are reset instead (their action ignored, their
+        reward 0, their observation the new episode's first). Same-step: those that end now are reset
+        before returning."""
         actions = self._checked(actions)
         d = self.device
         c = self.control
@@ -198,12 +213,10 @@ class DroneVectorEnv(VectorEnv):
             device=d,
         )
         self.sim.step(self.physics_per_action)
-        # The environments that ended last step start anew after the physics, so what they return is
-        # exactly their first observation.
-        resetting = None
-        if self.randomization is not None:  # new airframes are drawn on the host: the one copy per step
-            resetting = self._mask.numpy().astype(bool)
-        self._start_episodes(resetting)
+        if self._final is None:
+            # The environments that ended last step start anew after the physics, so what they
+            # return is exactly their first observation.
+            self._start_episodes(self._resetting())
         t = self.task
         wp.launch(
             kernels.hover_reward_kernel,
@@ -222,6 +235,13 @@ class DroneVectorEnv(VectorEnv):
             device=d,
         )
         reward, terminated, truncated = self._outputs
+        if self._final is not None:  # same-step: keep the last observations, then start anew now
+            for name, value in self._observations.items():
+                self._final[name].copy_(value)
+            self._start_episodes(self._resetting())
+            self._mask.zero_()
+            self._observe()
+            info = self._info() | {"final_obs": self._final, "_final_obs": terminated | truncated}
         return self._observations, reward, terminated, truncated, info
 
     def close(self, **kwargs) -> None:
@@ -245,6 +265,10 @@ class DroneVectorEnv(VectorEnv):
         if not bool(torch.isfinite(actions).all()):
             raise ConfigError("actions must be finite (NaN or inf found); nothing was stepped")
         return actions
+
+    def _resetting(self) -> np.ndarray | None:
+        """The reset mask on the host, when new airframes are to be drawn there (else None: no copy)."""
+        return self._mask.numpy().astype(bool) if self.randomization is not None else None
 
     def _thrust_units(self) -> np.ndarray:
         units = np.ones(4)
@@ -270,7 +294,7 @@ class DroneVectorEnv(VectorEnv):
                 t.spawn_radius,
                 t.target_radius,
             ],
-            outputs=[self._start_p, self._start_q, self._target],
+            outputs=[self._start_p, self._start_q, self._target, self._steps],
             device=self.device,
         )
         self.sim.reset_where(
