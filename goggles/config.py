@@ -46,6 +46,9 @@ class VehicleConfig:
     """m: distance at which the next waypoint is taken."""
     imu_rate: float
     """Hz; must divide the physics rate."""
+    imu_batch: int
+    """IMU samples delivered together (1: each as it is sampled). A batch waits on the device and
+    reaches the host in one copy, as an IMU's FIFO does; each message keeps its sample's time."""
     state_rate: float
     """Hz of ground-truth state messages."""
     floor_z: float
@@ -261,8 +264,11 @@ def _vehicle(path, index: int, table, physics_rate: float) -> VehicleConfig:
         path,
         f"[[vehicle]] #{index + 1}",
         table,
-        {"name", "preset", "start", "route", "route_tolerance", "imu_rate", "state_rate", "floor_z"},
+        {"name", "preset", "start", "route", "route_tolerance", "imu_rate", "imu_batch", "state_rate", "floor_z"},
     )
+    imu_batch = r.get("imu_batch", 1)
+    if isinstance(imu_batch, bool) or not isinstance(imu_batch, int) or not 1 <= imu_batch <= 64:
+        raise r.error("imu_batch", "an integer from 1 to 64 (IMU samples delivered together)")
     start = r.get("start", [0.0, 0.0, 0.0, 0.0])
     if isinstance(start, list) and len(start) == 3:
         start = [*start, 0.0]
@@ -282,6 +288,7 @@ def _vehicle(path, index: int, table, physics_rate: float) -> VehicleConfig:
         route=tuple(route),
         route_tolerance=r.number("route_tolerance", 0.4, positive=True),
         imu_rate=_divides(r, "imu_rate", r.number("imu_rate", 240.0, positive=True), physics_rate),
+        imu_batch=imu_batch,
         state_rate=_divides(r, "state_rate", r.number("state_rate", 60.0, positive=True), physics_rate),
         floor_z=r.number("floor_z", 0.0),
     )

@@ -127,8 +127,9 @@ class Engine:
         schedule, rate = Schedule(), self.config.physics_rate
         for vehicle, v in zip(self.vehicles.values(), self.config.vehicles):
             if vehicle.sim is not None:
-                schedule.every(round(rate / v.state_rate), lambda x=vehicle: self._publish_state(x), f"{v.name}/state")
+                # The IMU first: a batch it completes comes in the copy the state then reads.
                 schedule.every(round(rate / v.imu_rate), lambda x=vehicle: self._publish_imu(x), f"{v.name}/imu")
+                schedule.every(round(rate / v.state_rate), lambda x=vehicle: self._publish_state(x), f"{v.name}/state")
         for group in self.groups:
             schedule.every(group.period_steps, lambda g=group: self._render(g), group.name)
         for c, sensor in self.range_sensors:
@@ -179,18 +180,24 @@ class Engine:
         if limit_step is not None:
             next_step = min(next_step, limit_step)
         interval = (next_step - self.step) * self.dt
-        if next_step > self.step:
+        stepped = next_step > self.step
+        if stepped:
             t = time.perf_counter()
             for vehicle in self.vehicles.values():
                 vehicle.sim.step(next_step - self.step)
             self.step = next_step
             self.times.add("physics", time.perf_counter() - t)
-            for vehicle in self.vehicles.values():
+        self.schedule.run_due(self.step)
+        for vehicle in self.vehicles.values() if stepped else ():
+            # Contacts and queued IMU samples wait on the device until an event has copied the state
+            # anyway (each keeps its own time): no copy of their own.
+            if vehicle.sim.host_current:
+                if vehicle.imu_utimes:
+                    self._flush_imu(vehicle)
                 contacts = vehicle.sim.contacts()
                 if contacts and not vehicle.in_contact:
                     self._publish_collision(vehicle, contacts[0])
                 vehicle.in_contact = bool(contacts)
-        self.schedule.run_due(self.step)
         if self.mode == ClockMode.SIM:
             self.clock.record_work(interval, time.perf_counter() - start)
             self.clock.pace(self.step * self.dt)
@@ -347,8 +354,23 @@ class Engine:
         self.outputs.collision(vehicle.name, contact, int(round(contact.step * self.dt * 1e6)))
 
     def _publish_imu(self, vehicle: Vehicle) -> None:
-        self.outputs.imu(vehicle.name, vehicle.sim.states(), self._utime())
+        """The IMU sample of this instant, published now, or queued on the device and published with
+        its batch (``[[vehicle]] imu_batch``): one copy per batch instead of one per sample."""
+        sim = vehicle.sim
+        if sim.imu_queue == 1:
+            s = sim.states()
+            self.outputs.imu(vehicle.name, s.imu_accel[0], s.imu_gyro[0], self._utime())
+        else:
+            vehicle.imu_utimes.append(self._utime())
+            if sim.record_imu() == sim.imu_queue:
+                self._flush_imu(vehicle)
         self.rates.note("imu", self.step * self.dt)
+
+    def _flush_imu(self, vehicle: Vehicle) -> None:
+        """Publish the IMU samples queued on the device, each with its own time."""
+        for utime, sample in zip(vehicle.imu_utimes, vehicle.sim.take_imu()[:, 0]):
+            self.outputs.imu(vehicle.name, sample[:3], sample[3:], utime)
+        vehicle.imu_utimes.clear()
 
     def _publish_state(self, vehicle: Vehicle) -> None:
         """The vehicle's ground truth; its pilot then takes the next waypoint if it reached one."""

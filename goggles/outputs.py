@@ -68,9 +68,9 @@ class Outputs:
         channel = f"{vehicle}/collision"
         self.publish(channel, messages.collision_message(utime, self.seq(channel), vehicle, contact))
 
-    def imu(self, vehicle: str, states, utime: int) -> None:
+    def imu(self, vehicle: str, accel: np.ndarray, gyro: np.ndarray, utime: int) -> None:
         channel = f"{vehicle}/imu"
-        self.publish(channel, messages.imu_message(utime, self.seq(channel), vehicle, states))
+        self.publish(channel, messages.imu_message(utime, self.seq(channel), vehicle, accel, gyro))
 
     def state(self, vehicle: str, states, utime: int) -> None:
         channel = f"{vehicle}/state"

@@ -30,6 +30,8 @@ class Vehicle:
     """Live mode: the pose source flagged this body lost; its last pose is kept."""
     previous: tuple[np.ndarray, int] | None = None
     """Live mode: the pose before the last one, with its utime (for extrapolation)."""
+    imu_utimes: list[int] = field(default_factory=list)
+    """Times of the IMU samples waiting on the device (``[[vehicle]] imu_batch``)."""
 
     def set_pose(self, T_WB: np.ndarray, utime: int, *, keep_previous: bool = False) -> None:
         """A pose from outside (a bus input keeps the previous one for extrapolation)."""
@@ -90,6 +92,7 @@ def make_vehicle(v, *, simulate: bool, world, dt: float, seed: int, collisions) 
             dt=dt,
             seed=seed,
             imu_rate=v.imu_rate,
+            imu_queue=v.imu_batch,
             world=world,
             collisions=collisions,
             floor_z=v.floor_z,

@@ -54,3 +54,67 @@ def test_render_buffers_reach_in_process_consumers_without_a_copy(device):
     else:
         assert depth.__dlpack_device__()[0] == 2  # kDLCUDA: the consumer gets device memory
     renderer.close()
+
+
+class _Kept:
+    """A sink keeping every message the engine writes, in order."""
+
+    def __init__(self):
+        self.messages: list[tuple[str, bytes]] = []
+
+    def write(self, channel: str, data: bytes, log_time_ns: int) -> None:
+        self.messages.append((channel, bytes(data)))
+
+
+def test_imu_batches_publish_the_same_samples_in_fewer_copies(device):
+    """``imu_batch = 4``: the IMU samples wait on the device and come with the state's copy; every
+    IMU and state message is byte for byte the one an unbatched run publishes, with fewer copies."""
+    import dataclasses
+
+    import goggles_lcm
+    from goggles.engine import Engine
+    from tests.test_engine import run_config
+
+    def _fields(message):  # all but the wall-clock stamp
+        values = {k: getattr(message, k) for k in message.__slots__ if k != "header"}
+        return message.header.seq, message.header.utime, values
+
+    kept, copies = {}, {}
+    for batch in (1, 4):
+        config = dataclasses.replace(run_config(scale=1000.0, imu_batch=batch), zmq=None)
+        sink = _Kept()
+        engine = Engine(config, device=device, sinks=[sink])
+        before = COPIES.count
+        engine.run(duration=0.5)
+        copies[batch] = COPIES.count - before
+        engine.close()
+        kept[batch] = {
+            channel: [_fields(kind.decode(data)) for name, data in sink.messages if name == channel]
+            for channel, kind in (("quad0/imu", goggles_lcm.imu_t), ("quad0/state", goggles_lcm.vehicle_state_t))
+        }
+    assert len(kept[1]["quad0/imu"]) >= 119  # 240 Hz for 0.5 s
+    assert kept[4] == kept[1]
+    assert copies[4] <= copies[1] - 80  # 120 IMU samples in 0.5 s: 90 of their copies saved
+
+
+def test_a_contact_between_state_copies_is_kept_until_read(device):
+    """Contacts latch on the device until the host takes them: one touched in a step nobody read is
+    reported at the next read, with the step it happened at, then cleared."""
+    from goggles.world import DeviceScene
+    from tests.conftest import quad, scene_of
+
+    floor = quad([[-5, -5, 0], [5, -5, 0], [5, 5, 0], [-5, 5, 0]])
+    world = DeviceScene(scene_of((floor, 1)), device)
+    sim = MultirotorSim(load_airframe("fg-quad"), 1, device=device, world=world, floor_z=None, seed=1)
+    sim.reset(position=[0.0, 0.0, 0.3], rotor_speed=0.0)
+    for _ in range(400):  # falls onto the floor mesh, nobody reading
+        sim.step(1)
+        if sim.state_arrays.contact_step.numpy()[0] >= 0:
+            break
+    touched = int(sim.state_arrays.contact_step.numpy()[0])
+    assert touched >= 0
+    sim.step(200)  # more steps: the first contact is kept
+    (report,) = sim.contacts()
+    assert report.step == touched and report.normal[2] > 0.9
+    assert sim.contacts() == []  # taken
+    assert int(sim.state_arrays.contact_step.numpy()[0]) == -1

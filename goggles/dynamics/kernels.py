@@ -72,7 +72,8 @@ def randn3(rng: wp.uint32):
 def record_contact(
     state: VehicleState, i: int, step: int, af: AirframeParams, settings: SimSettings, actors: ActorData, x: Rigid
 ) -> int:
-    """Check the vehicle's shape against the world; record the launch's first contact. Returns the
+    """Check the vehicle's shape against the world; record the first contact since the host last
+    read them (``MultirotorSim.contacts``), so none is lost between reads. Returns the
     response to apply: 0 none, else the settings' response (a contact faster than the crash speed)."""
     contact = vehicle_contact(af, settings, actors, x)
     if not contact.found:
@@ -131,7 +132,6 @@ def step_vehicles_kernel(
     dt = settings.dt
     limit = wp.vec3(af.rate_integrator_limit)
     crashed = state.crashed[i]
-    state.contact_step[i] = -1
     for k in range(steps):
         if crashed != 0:
             break  # a crashed vehicle stays where it stopped until reset
@@ -277,6 +277,8 @@ def filter_response_kernel(
 
 #: Columns of the packed host copy of the state (``pack_states_kernel``), float64 so step indices stay exact.
 PACKED_COLUMNS = 36
+#: Columns of one IMU sample held on the device until the host takes a batch of them.
+IMU_COLUMNS = 6
 
 
 @wp.func
@@ -309,3 +311,12 @@ def pack_states_kernel(state: VehicleState, out: wp.array2d(dtype=wp.float64)):
     put_vec3(out, i, 29, state.contact_point[i])
     put_vec3(out, i, 32, state.contact_normal[i])
     out[i, 35] = wp.float64(state.contact_depth[i])
+
+
+@wp.kernel
+def record_imu_kernel(state: VehicleState, column: int, out: wp.array2d(dtype=wp.float64)):
+    """The present IMU sample (accel, gyro) into the packed rows' sample queue at ``column``: samples
+    wait on the device and reach the host with the next state copy."""
+    i = wp.tid()
+    put_vec3(out, i, column, state.imu_accel[i])
+    put_vec3(out, i, column + 3, state.imu_gyro[i])

@@ -112,11 +112,14 @@ class MultirotorSim:
         imu_mount: np.ndarray | None = None,
         disturbances: bool = True,
         imu_noise: bool = True,
+        imu_queue: int = 1,
         seed: int = 0,
         threads: int | None = None,
     ):
         if num_vehicles < 1:
             raise ConfigError(f"num_vehicles must be >= 1, got {num_vehicles}")
+        if not 1 <= imu_queue <= 64:
+            raise ConfigError(f"imu_queue must be 1..64 samples, got {imu_queue}")
         if not (np.isfinite(dt) and 0.0 < dt <= 0.1):
             raise ConfigError(f"physics step dt={dt} s must be in (0, 0.1]")
         decimation = 1 if imu_rate is None else (1.0 / dt) / imu_rate
@@ -186,7 +189,11 @@ class MultirotorSim:
         state.contact_normal = wp.zeros(n, dtype=wp.vec3, device=d)
         state.contact_depth = wp.zeros(n, dtype=float, device=d)
         self.state_arrays = state
-        self._packed = wp.zeros((n, kernels.PACKED_COLUMNS), dtype=wp.float64, device=d)
+        # The packed rows carry a queue of IMU samples (record_imu) after the state: one copy brings both.
+        self.imu_queue, self._imu_queued = imu_queue, 0
+        self._contacts_read = -1  # the host copy whose contacts were taken (and cleared on the device)
+        columns = kernels.PACKED_COLUMNS + kernels.IMU_COLUMNS * imu_queue
+        self._packed = wp.zeros((n, columns), dtype=wp.float64, device=d)
         self._packed_host = HostMirror(self._packed)
         self._no_actors = _empty_actors(d)
         wp.load_module(kernels, device=d)
@@ -382,14 +389,51 @@ class MultirotorSim:
         self._states = states
         return states
 
+    @property
+    def host_current(self) -> bool:
+        """Whether the host copy shows the present device state (reading it now costs no copy)."""
+        return self._packed_version == self._version
+
     def contacts(self) -> list[ContactReport]:
-        """First contact of each vehicle that touched the world during the last ``step`` call."""
+        """First contact of each vehicle that touched the world since contacts were last taken; taking
+        them clears them on the device."""
         rows = self._host_rows()
+        if self._contacts_read == self._packed_version:
+            return []
+        self._contacts_read = self._packed_version
         steps = rows[:, 28]
+        touched = np.flatnonzero(steps >= 0)
+        if touched.size:
+            self.state_arrays.contact_step.fill_(-1)
         return [
             ContactReport(int(i), int(steps[i]), rows[i, 29:32].copy(), rows[i, 32:35].copy(), float(rows[i, 35]))
-            for i in np.flatnonzero(steps >= 0)
+            for i in touched
         ]
+
+    def record_imu(self) -> int:
+        """Keep the present IMU sample on the device, for ``take_imu``; returns the samples queued.
+        No copy: a batch of samples reaches the host in one."""
+        if self._imu_queued == self.imu_queue:
+            raise RuntimeError(f"the IMU queue holds {self.imu_queue} samples: take_imu() first")
+        column = kernels.PACKED_COLUMNS + kernels.IMU_COLUMNS * self._imu_queued
+        wp.launch(
+            kernels.record_imu_kernel,
+            dim=self.num_vehicles,
+            inputs=[self.state_arrays, column],
+            outputs=[self._packed],
+            device=self.device,
+        )
+        self._imu_queued += 1
+        self._packed_version = -1  # the host copy no longer holds every queued sample
+        return self._imu_queued
+
+    def take_imu(self) -> np.ndarray:
+        """The queued IMU samples, (samples, vehicles, 6): accel (m/s^2) then gyro (rad/s), IMU frame,
+        oldest first (one copy, shared with ``states``); the queue is then empty."""
+        rows = self._host_rows()
+        count, self._imu_queued = self._imu_queued, 0
+        queue = rows[:, kernels.PACKED_COLUMNS : kernels.PACKED_COLUMNS + kernels.IMU_COLUMNS * count]
+        return queue.reshape(self.num_vehicles, count, kernels.IMU_COLUMNS).transpose(1, 0, 2).copy()
 
     def close(self) -> None:
         if self._pool is not None:

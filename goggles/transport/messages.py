@@ -95,12 +95,13 @@ def collision_message(utime: int, seq: int, vehicle: str, contact) -> goggles_lc
     return message
 
 
-def imu_message(utime: int, seq: int, vehicle: str, states, row: int = 0) -> goggles_lcm.imu_t:
+def imu_message(utime: int, seq: int, vehicle: str, accel: np.ndarray, gyro: np.ndarray) -> goggles_lcm.imu_t:
+    """One IMU sample: specific force (m/s^2) and rates (rad/s) in the IMU frame."""
     message = goggles_lcm.imu_t()
     message.header = header(utime, seq)
     message.vehicle = vehicle
-    message.linear_acceleration = states.imu_accel[row].tolist()
-    message.angular_velocity = states.imu_gyro[row].tolist()
+    message.linear_acceleration = np.asarray(accel, dtype=float).tolist()
+    message.angular_velocity = np.asarray(gyro, dtype=float).tolist()
     return message
 
 
