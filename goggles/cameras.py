@@ -47,7 +47,7 @@ class CameraGroup:
     noise: CameraNoise | None = None
     """The group's colour sensors (their ``noise_model``), when any has one."""
     last_render_wall: float = 0.0
-    _host: dict[str, HostMirror] | None = None
+    _host: HostMirror | None = None
 
     @property
     def name(self) -> str:
@@ -90,10 +90,13 @@ class CameraGroup:
             self.depth.apply()
         if self.noise is not None:
             self.noise.apply()
-        if self._host is None:
-            buffers = self.renderer.buffers
-            self._host = {output: HostMirror(getattr(buffers, output)) for output in sorted(self.outputs())}
-        return dict(zip(self._host, fetch(list(self._host.values()))))
+        if not self.outputs():  # beacons only
+            return {}
+        if self._host is None:  # the published outputs lie side by side on the device: one copy
+            self._host = HostMirror(self.renderer.block(self.outputs()))
+        (block,) = fetch([self._host])
+        start = min(self.renderer.layout[o].offset for o in self.outputs())
+        return {output: self.renderer.layout[output].view(block, start) for output in self.outputs()}
 
 
 def camera_groups(

@@ -118,3 +118,35 @@ def test_a_contact_between_state_copies_is_kept_until_read(device):
     assert report.step == touched and report.normal[2] > 0.9
     assert sim.contacts() == []  # taken
     assert int(sim.state_arrays.contact_step.numpy()[0]) == -1
+
+
+def test_published_outputs_come_in_one_copy(device):
+    """The outputs a renderer was asked for lie side by side in its device block: one copy brings
+    them, and each host view equals that output (checked against the renderer's own copies)."""
+    from goggles.render import CameraModel, Renderer
+    from goggles.world import DeviceScene
+    from tests.conftest import quad, scene_of
+
+    wall = quad([[5, 5, -5], [5, -5, -5], [5, -5, 5], [5, 5, 5]])
+    asked = {"depth", "rgb", "segmentation"}
+    renderer = Renderer(
+        DeviceScene(scene_of((wall, 1)), device), [CameraModel.from_fov(16, 12, 60.0)] * 2, outputs=asked
+    )
+    pose = np.array([[0, 0, 1, 0], [-1, 0, 0, 0], [0, -1, 0, 0], [0, 0, 0, 1]], float)
+    renderer.render(np.stack([pose, pose]))
+    mirror = HostMirror(renderer.block(asked))
+    before = COPIES.count
+    (block,) = fetch([mirror])
+    assert COPIES.count - before == 1
+    start = min(renderer.layout[name].offset for name in asked)
+    images = renderer.images()
+    for name in asked:
+        np.testing.assert_array_equal(renderer.layout[name].view(block, start), getattr(images, name))
+    assert float(images.depth[0, 6, 8]) == 5.0 and images.segmentation[1, 6, 8] == 1
+    try:
+        renderer.block({"depth", "normal_W"})  # never asked for: not beside the others
+    except ValueError as exc:
+        assert "side by side" in str(exc)
+    else:
+        raise AssertionError("a block of outputs that are not side by side")
+    renderer.close()

@@ -21,6 +21,7 @@ import os
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import warp as wp
@@ -37,6 +38,21 @@ log = logging.getLogger(__name__)
 #: Every output a render can write; ``depth`` and ``status`` are always written.
 OUTPUTS = ("depth", "range", "rgb", "segmentation", "normal_W", "face", "status")
 BACKENDS = ("auto", "warp", "embree")
+_ALIGN = 256  # bytes between outputs in the device block (CUDA's allocation alignment)
+
+
+class BlockSpan(NamedTuple):
+    """Where an output lies in the renderer's device block, and its host view's type and shape."""
+
+    offset: int
+    size: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    def view(self, block: np.ndarray, start: int) -> np.ndarray:
+        """This output inside a host copy of the block's bytes from ``start`` on."""
+        begin = self.offset - start
+        return block[begin : begin + self.size].view(self.dtype).reshape(self.shape)
 
 
 @dataclass
@@ -185,18 +201,34 @@ class Renderer:
         wanted.normal, wanted.face = "normal_W" in self.outputs, "face" in self.outputs
         self._wanted = wanted
 
-        def buffer(name: str, dtype, channels: tuple = ()) -> wp.array:
-            """An output's buffer; one placeholder element for an output that is never written."""
-            return wp.zeros((n, height, width, *channels) if name in self.outputs else (1, 1, 1, *channels), dtype, d)
-
+        # Every output lives in one device block, the asked-for ones first and side by side, so that
+        # a reader copies those (``block``) in one transfer. An output never written gets one element.
+        kinds = {  # Warp dtype, its channels; NumPy dtype, the host's channels
+            "status": (wp.int8, (), np.int8, ()),
+            "depth": (float, (), np.float32, ()),
+            "range": (float, (), np.float32, ()),
+            "rgb": (wp.uint8, (3,), np.uint8, (3,)),
+            "segmentation": (wp.int32, (), np.int32, ()),
+            "normal_W": (wp.vec3, (), np.float32, (3,)),
+            "face": (wp.int32, (), np.int32, ()),
+        }
+        asked = set(outputs)
+        order = sorted(kinds, key=lambda name: (name not in asked, name not in self.outputs, name))
+        self.layout: dict[str, BlockSpan] = {}
+        """Where each output lies in ``block``, in block order."""
+        end = 0
+        for name in order:
+            dtype, channels, np_dtype, host_channels = kinds[name]
+            shape = (n, height, width) if name in self.outputs else (1, 1, 1)
+            size = int(np.prod(shape + channels)) * wp.types.type_size_in_bytes(dtype)
+            self.layout[name] = BlockSpan(end, size, np.dtype(np_dtype), shape + host_channels)
+            end = -(-(end + size) // _ALIGN) * _ALIGN
+        self._block = wp.zeros(end, dtype=wp.uint8, device=d)
         out = kernels.ImageBuffers()
-        out.status = buffer("status", wp.int8)
-        out.depth = buffer("depth", float)
-        out.range = buffer("range", float)
-        out.rgb = buffer("rgb", wp.uint8, (3,))
-        out.segmentation = buffer("segmentation", wp.int32)
-        out.normal_W = buffer("normal_W", wp.vec3)
-        out.face = buffer("face", wp.int32)
+        for name, (dtype, channels, _, _) in kinds.items():
+            span = self.layout[name]
+            shape = span.shape[:3] + channels
+            setattr(out, name, wp.array(ptr=self._block.ptr + span.offset, dtype=dtype, shape=shape, device=d))
         self.buffers = out
         self._chunks: list[tuple[int, int, int]] = []
         self._rolling = False
@@ -481,6 +513,16 @@ class Renderer:
             outputs=outputs,
             device=self.device,
         )
+
+    def block(self, names) -> wp.array:
+        """The bytes of the outputs ``names`` (asked for at construction), side by side in the device
+        block: one copy brings all of them (``layout`` says where each lies)."""
+        order = list(self.layout)
+        places = sorted(order.index(name) for name in names)
+        if not places or places[-1] - places[0] + 1 != len(places):
+            raise ValueError(f"outputs {sorted(names)} are not side by side: ask for them at construction")
+        first, last = self.layout[order[places[0]]], self.layout[order[places[-1]]]
+        return self._block[first.offset : last.offset + last.size]
 
     def images(self) -> Images:
         """Copy the last render's outputs to the host (copies: the next render does not change them)."""
