@@ -570,6 +570,7 @@ class EnvsBench:
     single_steps_per_s: float
     """The same work done by one single-environment instance, stepped N times per batch step."""
     memory_per_env_kb: float
+    """Device memory the batch allocated (arrays it owns, the shared scene apart), per environment."""
     memory_growth_kb: float
     """Process memory (CPU) or Warp's device memory (CUDA) gained between the first and the last step."""
     device: str
@@ -577,6 +578,31 @@ class EnvsBench:
     @property
     def vs_single(self) -> float:
         return self.steps_per_s / self.single_steps_per_s
+
+
+def owned_device_bytes(root, shared=()) -> int:
+    """Bytes of the Warp allocations reachable from ``root``'s attributes (arrays, structs of arrays,
+    and the objects, lists and dicts holding them), each counted once; views and ``shared`` objects
+    (a scene every environment uses) are not counted."""
+    import warp as wp
+
+    seen, total, stack = {id(s) for s in shared}, 0, [root]
+    while stack:
+        value = stack.pop()
+        if id(value) in seen or value is None or isinstance(value, (str, bytes, int, float, bool, type)):
+            continue
+        seen.add(id(value))
+        if isinstance(value, wp.array):
+            total += value.capacity if value.deleter is not None else 0  # views own nothing
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+        elif hasattr(value, "_cls") and hasattr(value._cls, "vars"):  # a Warp struct instance
+            stack.extend(getattr(value, name) for name in value._cls.vars)
+        elif type(value).__module__.startswith("goggles."):
+            stack.extend(vars(value).values() if hasattr(value, "__dict__") else ())
+    return total
 
 
 def _memory_kb(device) -> float:
@@ -607,7 +633,6 @@ def bench_envs(
     camera = CameraModel.from_fov(width, height, 80.0)
 
     def run(n: int, count: int) -> tuple[float, float, float]:
-        before = _memory_kb(scene.device)
         env = DroneVectorEnv(n, camera=camera, scene=scene, device=str(scene.device))
         env.reset(seed=0)
         action = torch.zeros((n, 4), device=env.torch_device)
@@ -615,6 +640,7 @@ def bench_envs(
             env.step(action)
         wp.synchronize_device(scene.device)
         first = _memory_kb(scene.device)
+        owned = owned_device_bytes(env, shared=[scene])
         start = time.perf_counter()
         for k in range(count):
             env.step(action)
@@ -624,7 +650,7 @@ def bench_envs(
         elapsed = time.perf_counter() - start
         growth = _memory_kb(scene.device) - first
         env.close()
-        return n * count / elapsed, (first - before) / n, growth
+        return n * count / elapsed, owned / 1024.0 / n, growth
 
     batched, per_env, growth = run(envs, steps)
     single, _, _ = run(1, max(20, steps))

@@ -77,6 +77,29 @@ def test_backends_agree_on_the_default_scan():
     print(f"default scan: {ties} tie(s) in {warp.face.size} pixels")
 
 
+def test_posed_renders_equal_renders_from_host_poses_with_both_backends():
+    """``render_posed`` (poses written on the device, as the learning environments do) gives the
+    image ``render`` gives from the same poses, with the warp and the embree backend."""
+    scene = load_static_scene(default_scene())
+    world = DeviceScene(scene, "cpu")
+    camera = CameraModel.from_fov(48, 36, 70.0)
+    poses = np.stack([camera_pose_from_body(T) for T in bench_views(scene.view, 3)])
+    for backend in ("warp", "embree"):
+        renderer = Renderer(world, [camera] * 3, backend=backend, outputs={"depth", "segmentation"})
+        renderer.render(poses)
+        expected = renderer.images()
+        renderer.render(np.broadcast_to(np.eye(4), poses.shape))  # elsewhere
+        R_WC, p_WC = renderer.camera_poses
+        R_WC.assign(np.broadcast_to(poses[:, None, :3, :3], (3, 36, 3, 3)).astype(np.float32))
+        p_WC.assign(np.broadcast_to(poses[:, None, :3, 3], (3, 36, 3)).astype(np.float32))
+        renderer.render_posed()
+        posed = renderer.images()
+        assert np.isfinite(expected.depth).mean() > 0.3  # the ground below the horizon
+        np.testing.assert_array_equal(posed.depth, expected.depth)
+        np.testing.assert_array_equal(posed.segmentation, expected.segmentation)
+        renderer.close()
+
+
 def test_backends_agree_on_a_generated_terrain():
     scene = terrain_scene(20_000, seed=3)
     world = DeviceScene(scene, "cpu")

@@ -247,3 +247,21 @@ def test_memory_does_not_grow_over_ten_thousand_steps():
     assert env.sim.step_count >= 10_200 * 8
     assert _memory_kb(env.device) - before < 4096  # kB: nothing allocated per step
     env.close()
+
+
+def test_memory_per_environment_counts_what_the_batch_owns(arena):
+    """The benchmark's figure: the arrays an environment batch allocated, per environment, growing
+    with the pixels and not with the shared scene (whose BVH alone is megabytes)."""
+    from goggles.bench import owned_device_bytes
+
+    scene = DeviceScene(arena, "cpu")
+    small = DroneVectorEnv(4, camera=CameraModel.from_fov(32, 24, 80.0), scene=scene, device="cpu")
+    large = DroneVectorEnv(4, camera=CameraModel.from_fov(64, 48, 80.0), scene=scene, device="cpu")
+    per_small, per_large = (owned_device_bytes(e, shared=[scene]) / 4 for e in (small, large))
+    pixels = 64 * 48
+    # depth observation 4 B, rendered depth 4 B, status 1 B, the ray table 12 B per pixel at least
+    assert 21 * pixels < per_large < 200 * pixels
+    assert per_large - per_small > 21 * (pixels - 32 * 24)
+    assert owned_device_bytes(scene) > 10 * per_large  # the scene is not in the figure
+    small.close()
+    large.close()

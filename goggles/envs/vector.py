@@ -1,7 +1,8 @@
 """A Gymnasium vector environment of N multirotors in one simulator, with torch tensors on its device.
 
-Every environment's physics advances in one launch, every camera renders in one launch over one
-shared static scene (one BVH), and observations, rewards and the done flags are Warp arrays that
+Every environment's physics advances in one launch, every camera renders in one batch over one
+shared static scene (one BVH; one launch on CUDA, Embree's threads on the CPU), and observations,
+rewards and the done flags are Warp arrays that
 torch sees without a copy (``wp.to_torch``): the same tensors every step, rewritten in place, so a
 caller keeping an observation past the next ``step`` clones it. An environment that ended is reset
 on the device, the others go on: at the following ``step`` (Gymnasium's next-step autoreset, the
@@ -156,7 +157,7 @@ class DroneVectorEnv(VectorEnv):
         if camera is not None:
             if scene is None:
                 raise ConfigError("a camera needs a scene to see: pass scene=DeviceScene(...)")
-            self.renderer = Renderer(scene, [camera] * n, outputs={"depth"}, shading=Shading.NONE, backend="warp")
+            self.renderer = Renderer(scene, [camera] * n, outputs={"depth"}, shading=Shading.NONE)
             self._depth = wp.zeros((n, camera.height, camera.width), dtype=wp.float32, device=d)
             spaces["depth"] = gymnasium.spaces.Box(0.0, camera.max_depth, (camera.height, camera.width), np.float32)
         self.single_observation_space = gymnasium.spaces.Dict(spaces)

@@ -318,9 +318,10 @@ class Renderer:
     def render_posed(self) -> None:
         """Render from the poses already written into ``camera_poses`` on the device (a learning
         environment's kernel): nothing crosses to the host. Every placed actor is tested (no culling,
-        which needs the poses on the host). Warp backend only."""
-        if self.backend != "warp":
-            raise ConfigError("render_posed needs the warp backend (Embree reads its rays on the host)")
+        which needs the poses on the host). The embree backend (CPU only) reads the positions where the
+        kernel wrote them: host memory."""
+        if self.backend == "embree":
+            self._origins = self._cameras.p_WC.numpy()  # a view on the CPU, (n, H, 3)
         count = self.scene.actors.count
         if count != self._posed_actors:
             index = np.zeros(self._culling.index.shape, np.int32)
