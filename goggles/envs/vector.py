@@ -4,12 +4,12 @@ Every environment's physics advances in one launch, every camera renders in one 
 shared static scene (one BVH; one launch on CUDA, Embree's threads on the CPU), and observations,
 rewards and the done flags are Warp arrays that torch sees without a copy (``wp.to_torch``): the
 same tensors every step, rewritten in place, so a caller keeping an observation past the next
-``step`` clones it. An environment that ended is reset
-on the device, the others go on: at the following ``step`` (Gymnasium's next-step autoreset, the
-default: that step's action is ignored and its reward 0) or within the same ``step`` (same-step, as
-Isaac Lab and most GPU RL libraries expect: the final observation is in ``info["final_obs"]``).
-Nothing crosses to the host per step, except one flag checking the actions are finite, and the done
-mask when domain randomisation draws new airframes.
+``step`` clones it. An environment that ended is reset on the device, the others go on: at the
+following ``step`` (Gymnasium's next-step autoreset, the default: that step's action is ignored and
+its reward 0) or within the same ``step`` (same-step, as Isaac Lab and most GPU RL libraries expect:
+the final observation is in ``info["final_obs"]``). Nothing crosses to the host per step, except one
+flag checking the actions are finite, and the done mask when domain randomisation draws new
+airframes.
 """
 
 from __future__ import annotations
