@@ -2,6 +2,7 @@
 
 from goggles.envs.randomization import Randomization
 from goggles.envs.single import DroneEnv
-from goggles.envs.vector import CONTROLS, DroneVectorEnv, HoverTask
+from goggles.envs.tasks import DepthFlightTask, HoverTask, RaceTask
+from goggles.envs.vector import CONTROLS, DroneVectorEnv
 
-__all__ = ["CONTROLS", "DroneEnv", "DroneVectorEnv", "HoverTask", "Randomization"]
+__all__ = ["CONTROLS", "DepthFlightTask", "DroneEnv", "DroneVectorEnv", "HoverTask", "RaceTask", "Randomization"]

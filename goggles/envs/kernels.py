@@ -156,3 +156,214 @@ def mask_from_done_kernel(
     (same-step)."""
     i = wp.tid()
     mask[i] = wp.where(terminated[i] or truncated[i], 1, 0)
+
+
+@wp.kernel
+def draw_course_kernel(
+    mask: wp.array(dtype=wp.int32),
+    seed: int,
+    first_index: int,
+    episode: wp.array(dtype=wp.int32),
+    nominal_position: wp.array(dtype=wp.vec3),
+    nominal_yaw: wp.array(dtype=float),
+    bounds: wp.array(dtype=wp.vec3),
+    start: wp.vec3,
+    start_yaw: float,
+    spawn_radius: float,
+    gate_position: wp.array2d(dtype=wp.vec3),
+    gate_yaw: wp.array2d(dtype=float),
+    next_gate: wp.array(dtype=wp.int32),
+    position: wp.array(dtype=wp.vec3),
+    attitude: wp.array(dtype=wp.quat),
+    target: wp.array(dtype=wp.vec3),
+    steps: wp.array(dtype=wp.int32),
+    previous: wp.array(dtype=wp.vec3),
+):
+    """A new race for the vehicles being reset: every gate shifted uniformly within its bounds (dx, dy
+    in m, dyaw in rad), the start within ``spawn_radius`` of the course's, heading along its yaw; drawn
+    from (seed, environment, episode)."""
+    i = wp.tid()
+    if mask[i] == 0:
+        return
+    rng = wp.rand_init(seed + 104729, (first_index + i) * 65536 + episode[i])
+    for k in range(gate_position.shape[1]):
+        b = bounds[k]
+        shift = wp.vec3(wp.randf(rng, -1.0, 1.0) * b[0], wp.randf(rng, -1.0, 1.0) * b[1], 0.0)
+        gate_position[i, k] = nominal_position[k] + shift
+        gate_yaw[i, k] = nominal_yaw[k] + wp.randf(rng, -1.0, 1.0) * b[2]
+    jitter = wp.vec3(wp.randf(rng, -1.0, 1.0), wp.randf(rng, -1.0, 1.0), wp.randf(rng, -1.0, 1.0))
+    position[i] = start + spawn_radius * jitter
+    previous[i] = position[i]
+    attitude[i] = wp.quat_from_axis_angle(wp.vec3(0.0, 0.0, 1.0), start_yaw)
+    next_gate[i] = 0
+    target[i] = gate_position[i, 0]
+    steps[i] = 0
+
+
+@wp.func
+def gate_local(p: wp.vec3, centre: wp.vec3, yaw: float) -> wp.vec3:
+    """``p`` in a gate's frame (x through the opening, z up)."""
+    d = p - centre
+    c = wp.cos(yaw)
+    s = wp.sin(yaw)
+    return wp.vec3(c * d[0] + s * d[1], -s * d[0] + c * d[1], d[2])
+
+
+@wp.func
+def passes_gate(p: wp.vec3, centre: wp.vec3, yaw: float, opening: wp.vec2) -> bool:
+    """The AlphaPilot pass rule: inside the bounding box of the opening's corners inflated by 0.1 m,
+    and within 0.3 m of the gate plane."""
+    c = wp.cos(yaw)
+    s = wp.sin(yaw)
+    w = opening[0] * 0.5
+    h = opening[1] * 0.5
+    half = wp.vec3(wp.abs(s) * w + 0.1, wp.abs(c) * w + 0.1, h + 0.1)  # the corners' box, inflated
+    d = p - centre
+    inside = wp.abs(d[0]) <= half[0] and wp.abs(d[1]) <= half[1] and wp.abs(d[2]) <= half[2]
+    return inside and wp.abs(gate_local(p, centre, yaw)[0]) <= 0.3
+
+
+@wp.func
+def hits_frame(
+    p: wp.vec3, centre: wp.vec3, yaw: float, opening: wp.vec2, bar: float, depth: float, radius: float
+) -> bool:
+    """The vehicle (a sphere of ``radius``) touches the gate's frame: within the bars' slab and their
+    outer square, but not clear inside the opening."""
+    q = gate_local(p, centre, yaw)
+    w = opening[0] * 0.5
+    h = opening[1] * 0.5
+    if wp.abs(q[0]) > depth * 0.5 + radius:
+        return False
+    if wp.abs(q[1]) > w + bar + radius or wp.abs(q[2]) > h + bar + radius:
+        return False
+    return wp.abs(q[1]) > w - radius or wp.abs(q[2]) > h - radius
+
+
+@wp.kernel
+def race_reward_kernel(
+    state: VehicleState,
+    gate_position: wp.array2d(dtype=wp.vec3),
+    gate_yaw: wp.array2d(dtype=float),
+    opening: wp.array(dtype=wp.vec2),
+    frame: wp.vec3,
+    next_gate: wp.array(dtype=wp.int32),
+    previous: wp.array(dtype=wp.vec3),
+    steps: wp.array(dtype=wp.int32),
+    max_steps: int,
+    weights: wp.vec3,
+    max_distance: float,
+    reset_mask: wp.array(dtype=wp.int32),
+    target: wp.array(dtype=wp.vec3),
+    reward: wp.array(dtype=wp.float32),
+    terminated: wp.array(dtype=wp.bool),
+    truncated: wp.array(dtype=wp.bool),
+):
+    """Progress towards the next gate (the distance gained this step, m, times weights[0]), a bonus
+    weights[1] per gate passed by the AlphaPilot rule, in order; touching any gate's frame (``frame``:
+    bar width, depth, vehicle radius), crashing, or straying ``max_distance`` from the next gate costs
+    weights[2] and ends the episode, as does the last gate (success); the course's time limit
+    truncates it."""
+    i = wp.tid()
+    p = state.position[i]
+    if reset_mask[i] != 0:
+        reward[i] = 0.0
+        terminated[i] = False
+        truncated[i] = False
+        return
+    steps[i] = steps[i] + 1
+    gates = gate_position.shape[1]
+    k = next_gate[i]
+    g = gate_position[i, k]
+    r = weights[0] * (wp.length(g - previous[i]) - wp.length(g - p))
+    if passes_gate(p, g, gate_yaw[i, k], opening[k]):
+        r = r + weights[1]
+        k = k + 1
+        next_gate[i] = k
+    crashed = state.crashed[i] != 0
+    for j in range(gates):
+        if hits_frame(p, gate_position[i, j], gate_yaw[i, j], opening[j], frame[0], frame[1], frame[2]):
+            crashed = True
+    done = k >= gates
+    if not done:
+        target[i] = gate_position[i, k]
+        if wp.length(gate_position[i, k] - p) > max_distance:
+            crashed = True
+    if crashed:
+        r = r - weights[2]
+    reward[i] = r
+    previous[i] = p
+    terminated[i] = crashed or done
+    truncated[i] = not (crashed or done) and steps[i] >= max_steps
+
+
+@wp.kernel
+def draw_goal_kernel(
+    mask: wp.array(dtype=wp.int32),
+    seed: int,
+    first_index: int,
+    episode: wp.array(dtype=wp.int32),
+    start: wp.vec3,
+    start_radius: float,
+    goal: wp.vec3,
+    goal_radius: float,
+    heading_jitter: float,
+    position: wp.array(dtype=wp.vec3),
+    attitude: wp.array(dtype=wp.quat),
+    target: wp.array(dtype=wp.vec3),
+    steps: wp.array(dtype=wp.int32),
+    previous: wp.array(dtype=wp.vec3),
+):
+    """A new flight for the vehicles being reset: the start and the goal each uniform in a box of the
+    given half-size, the vehicle facing the goal within +-``heading_jitter`` rad."""
+    i = wp.tid()
+    if mask[i] == 0:
+        return
+    rng = wp.rand_init(seed + 15485863, (first_index + i) * 65536 + episode[i])
+    p = start + start_radius * wp.vec3(wp.randf(rng, -1.0, 1.0), wp.randf(rng, -1.0, 1.0), wp.randf(rng, -1.0, 1.0))
+    g = goal + goal_radius * wp.vec3(wp.randf(rng, -1.0, 1.0), wp.randf(rng, -1.0, 1.0), wp.randf(rng, -1.0, 1.0))
+    yaw = wp.atan2(g[1] - p[1], g[0] - p[0]) + wp.randf(rng, -1.0, 1.0) * heading_jitter
+    position[i] = p
+    previous[i] = p
+    attitude[i] = wp.quat_from_axis_angle(wp.vec3(0.0, 0.0, 1.0), yaw)
+    target[i] = g
+    steps[i] = 0
+
+
+@wp.kernel
+def goal_reward_kernel(
+    state: VehicleState,
+    target: wp.array(dtype=wp.vec3),
+    previous: wp.array(dtype=wp.vec3),
+    steps: wp.array(dtype=wp.int32),
+    max_steps: int,
+    weights: wp.vec3,
+    reach: float,
+    reset_mask: wp.array(dtype=wp.int32),
+    reward: wp.array(dtype=wp.float32),
+    terminated: wp.array(dtype=wp.bool),
+    truncated: wp.array(dtype=wp.bool),
+):
+    """Progress towards the goal (distance gained this step, m, times weights[0]); reaching it (within
+    ``reach`` m) earns weights[1] and ends the episode, a crash costs weights[2] and ends it; the time
+    limit truncates it."""
+    i = wp.tid()
+    p = state.position[i]
+    if reset_mask[i] != 0:
+        reward[i] = 0.0
+        terminated[i] = False
+        truncated[i] = False
+        return
+    steps[i] = steps[i] + 1
+    g = target[i]
+    d = wp.length(g - p)
+    r = weights[0] * (wp.length(g - previous[i]) - d)
+    reached = d <= reach
+    crashed = state.crashed[i] != 0
+    if reached:
+        r = r + weights[1]
+    if crashed:
+        r = r - weights[2]
+    reward[i] = r
+    previous[i] = p
+    terminated[i] = reached or crashed
+    truncated[i] = not (reached or crashed) and steps[i] >= max_steps

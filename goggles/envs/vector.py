@@ -28,6 +28,7 @@ from goggles.dynamics.model import vec8
 from goggles.dynamics.simulator import GRAVITY, MultirotorSim
 from goggles.envs import kernels
 from goggles.envs.randomization import DEFAULTS, Randomization, randomized_airframe
+from goggles.envs.tasks import Episodes, HoverTask
 from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL
 from goggles.render import CameraModel, Renderer, Shading
@@ -53,19 +54,6 @@ CONTROLS = {
 }
 
 
-@dataclass(frozen=True)
-class HoverTask:
-    """Reach and hold a target: each episode starts within ``spawn_radius`` of ``spawn`` (box
-    half-size, m) with a random heading, and its target lies within ``target_radius`` of the start.
-    Straying ``max_distance`` from the target or crashing ends the episode; ``episode_s`` truncates it."""
-
-    spawn: tuple[float, float, float] = (0.0, 0.0, 1.5)
-    spawn_radius: float = 0.5
-    target_radius: float = 1.0
-    max_distance: float = 4.0
-    episode_s: float = 5.0
-
-
 class DroneVectorEnv(VectorEnv):
     """N multirotors of one airframe learning a task, as a Gymnasium 1.x vector environment.
 
@@ -78,7 +66,8 @@ class DroneVectorEnv(VectorEnv):
 
     Args:
         num_envs: environments (vehicles).
-        task: what is rewarded (``HoverTask``).
+        task: what is rewarded: ``HoverTask`` (default), ``DepthFlightTask``, ``RaceTask`` (see
+            ``goggles.envs.tasks``).
         airframe: preset name or TOML path.
         control: ``rates``, ``velocity`` or ``position``.
         camera: a depth camera on each vehicle (looking along body +x), or None.
@@ -102,7 +91,7 @@ class DroneVectorEnv(VectorEnv):
         self,
         num_envs: int,
         *,
-        task: HoverTask | None = None,
+        task=None,
         airframe: str = "fg-quad",
         control: str = "rates",
         camera: CameraModel | None = None,
@@ -134,21 +123,13 @@ class DroneVectorEnv(VectorEnv):
             raise ConfigError(f"the scene is on {scene.device}, the environments on {d}: use one device")
         self.nominal = load_airframe(airframe)
         self.sim = MultirotorSim(self.nominal, n, device=d, world=scene, seed=self.seed)
-        self.max_steps = max(1, int(round(self.task.episode_s / (self.sim.dt * physics_per_action))))
-
-        self._mask = wp.ones(n, dtype=wp.int32, device=d)  # every environment starts by a reset
-        self._episode = wp.zeros(n, dtype=wp.int32, device=d)
-        self._steps = wp.zeros(n, dtype=wp.int32, device=d)
-        self._start_p = wp.zeros(n, dtype=wp.vec3, device=d)
-        self._start_q = wp.zeros(n, dtype=wp.quat, device=d)
-        self._target = wp.zeros(n, dtype=wp.vec3, device=d)
+        self.episodes = Episodes.zeros(n, d)  # every environment starts by a reset (mask 1)
+        self._prepared = self.task.prepare(self)
+        self.max_steps = max(1, int(round(self.task.time_limit(self._prepared) / (self.sim.dt * physics_per_action))))
         self._hover_speed = wp.full(n, self.nominal.hover_speed, dtype=float, device=d)
         self._hover_thrust = wp.full(n, self.nominal.mass * GRAVITY, dtype=float, device=d)
         self._R_BC = wp.array(np.tile(R_BODY_OPTICAL, (n, 1, 1)).astype(np.float32), dtype=wp.mat33, device=d)
         self._state = wp.zeros((n, kernels.STATE_SIZE), dtype=wp.float32, device=d)
-        self._reward = wp.zeros(n, dtype=wp.float32, device=d)
-        self._terminated = wp.zeros(n, dtype=wp.bool, device=d)
-        self._truncated = wp.zeros(n, dtype=wp.bool, device=d)
         self._drawn: dict[str, np.ndarray] = {}
         self._episode_host = np.zeros(n, np.int64)  # episodes drawn per environment (randomisation)
 
@@ -168,7 +149,8 @@ class DroneVectorEnv(VectorEnv):
         self._observations = {"state": wp.to_torch(self._state)}
         if self.renderer is not None:
             self._observations["depth"] = wp.to_torch(self._depth)
-        self._outputs = (wp.to_torch(self._reward), wp.to_torch(self._terminated), wp.to_torch(self._truncated))
+        e = self.episodes
+        self._outputs = (wp.to_torch(e.reward), wp.to_torch(e.terminated), wp.to_torch(e.truncated))
         self._final = None
         if autoreset == AutoresetMode.SAME_STEP:  # the ended episodes' last observations, kept apart
             self._final = {k: torch.empty_like(v) for k, v in self._observations.items()}
@@ -183,11 +165,11 @@ class DroneVectorEnv(VectorEnv):
         if seed is not None:
             self.seed = int(seed)
             self.sim.seed = self.seed
-            self._episode.zero_()
+            self.episodes.episode.zero_()
             self._episode_host[:] = 0
-        self._mask.fill_(1)
+        self.episodes.mask.fill_(1)
         self._start_episodes(np.ones(self.num_envs, bool))
-        self._mask.zero_()
+        self.episodes.mask.zero_()
         self._observe()
         return self._observations, self._info()
 
@@ -208,7 +190,7 @@ class DroneVectorEnv(VectorEnv):
                 self._offset,
                 self._hover_thrust,
                 c.thrust_column,
-                self._mask,
+                self.episodes.mask,
             ],
             outputs=[self.sim.state_arrays],
             device=d,
@@ -218,21 +200,14 @@ class DroneVectorEnv(VectorEnv):
             # The environments that ended last step start anew after the physics, so what they
             # return is exactly their first observation.
             self._start_episodes(self._resetting())
-        t = self.task
-        wp.launch(
-            kernels.hover_reward_kernel,
-            dim=self.num_envs,
-            inputs=[self.sim.state_arrays, self._target, self._steps, self.max_steps, t.max_distance, self._mask],
-            outputs=[self._reward, self._terminated, self._truncated],
-            device=d,
-        )
+        self.task.score(self, self._prepared)
         self._observe()
         info = self._info()
         wp.launch(
             kernels.mask_from_done_kernel,
             dim=self.num_envs,
-            inputs=[self._terminated, self._truncated],
-            outputs=[self._mask],
+            inputs=[self.episodes.terminated, self.episodes.truncated],
+            outputs=[self.episodes.mask],
             device=d,
         )
         reward, terminated, truncated = self._outputs
@@ -240,7 +215,7 @@ class DroneVectorEnv(VectorEnv):
             for name, value in self._observations.items():
                 self._final[name].copy_(value)
             self._start_episodes(self._resetting())
-            self._mask.zero_()
+            self.episodes.mask.zero_()
             self._observe()
             info = self._info() | {"final_obs": self._final, "_final_obs": terminated | truncated}
         return self._observations, reward, terminated, truncated, info
@@ -269,7 +244,7 @@ class DroneVectorEnv(VectorEnv):
 
     def _resetting(self) -> np.ndarray | None:
         """The reset mask on the host, when new airframes are to be drawn there (else None: no copy)."""
-        return self._mask.numpy().astype(bool) if self.randomization is not None else None
+        return self.episodes.mask.numpy().astype(bool) if self.randomization is not None else None
 
     def _thrust_units(self) -> np.ndarray:
         units = np.ones(4)
@@ -278,28 +253,14 @@ class DroneVectorEnv(VectorEnv):
         return units
 
     def _start_episodes(self, resetting: np.ndarray | None) -> None:
-        """Reset the environments in ``self._mask`` on the device (``resetting``: the same on the host,
+        """Reset the environments in ``episodes.mask`` on the device (``resetting``: the same on the host,
         needed only to draw new airframes)."""
-        t = self.task
+        e = self.episodes
         if self.randomization is not None and resetting is not None and resetting.any():
             self._randomize(np.flatnonzero(resetting))
-        wp.launch(
-            kernels.draw_starts_kernel,
-            dim=self.num_envs,
-            inputs=[
-                self._mask,
-                self.seed,
-                self.first_env,
-                self._episode,
-                wp.vec3(*t.spawn),
-                t.spawn_radius,
-                t.target_radius,
-            ],
-            outputs=[self._start_p, self._start_q, self._target, self._steps],
-            device=self.device,
-        )
+        self.task.begin(self, self._prepared)
         self.sim.reset_where(
-            self._mask, self._start_p, self._start_q, self._hover_speed, self._episode, first_index=self.first_env
+            e.mask, e.start_position, e.start_attitude, self._hover_speed, e.episode, first_index=self.first_env
         )
 
     def _randomize(self, envs: np.ndarray) -> None:
@@ -326,7 +287,7 @@ class DroneVectorEnv(VectorEnv):
         wp.launch(
             kernels.observe_kernel,
             dim=self.num_envs,
-            inputs=[self.sim.state_arrays, self._target],
+            inputs=[self.sim.state_arrays, self.episodes.target],
             outputs=[self._state],
             device=d,
         )
