@@ -44,7 +44,7 @@ from goggles.status import RateLog, StageTimes, describe_time, status_line
 from goggles.transport import messages
 from goggles.transport.buses import ZmqBus, open_buses
 from goggles.transport.schema import MalformedMessage, decode_input
-from goggles.vehicles import Vehicle, make_vehicle, pose_after
+from goggles.vehicles import Fleet, Vehicle, make_vehicles, pose_after
 from goggles.world.build import build_run_world
 from goggles.world.crowd import BUILD_INTERVAL_S, Crowd
 
@@ -100,12 +100,14 @@ class Engine:
             build_interval=BUILD_INTERVAL_S * real_time,
         )
         simulate = self.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
-        self.vehicles = {
-            v.name: make_vehicle(
-                v, simulate=simulate, world=self.world, dt=self.dt, seed=config.seed, collisions=config.collisions
-            )
-            for v in config.vehicles
-        }
+        self.vehicles, self.fleets = make_vehicles(
+            config.vehicles,
+            simulate=simulate,
+            world=self.world,
+            dt=self.dt,
+            seed=config.seed,
+            collisions=config.collisions,
+        )
         self.groups = camera_groups(
             self.world, config.cameras, config.physics_rate, built.beacons, config.seed, backend=backend
         )
@@ -125,10 +127,12 @@ class Engine:
     def _schedule(self) -> Schedule:
         """The periodic events, in the order they run when due together."""
         schedule, rate = Schedule(), self.config.physics_rate
+        imu_rates = {v.name: v.imu_rate for v in self.config.vehicles}
+        for fleet in self.fleets:  # the IMU first: a batch it completes comes in the copy the state then reads
+            period = round(rate / imu_rates[fleet.vehicles[0].name])
+            schedule.every(period, lambda f=fleet: self._publish_imu(f), f"{fleet.vehicles[0].name}/imu")
         for vehicle, v in zip(self.vehicles.values(), self.config.vehicles):
             if vehicle.sim is not None:
-                # The IMU first: a batch it completes comes in the copy the state then reads.
-                schedule.every(round(rate / v.imu_rate), lambda x=vehicle: self._publish_imu(x), f"{v.name}/imu")
                 schedule.every(round(rate / v.state_rate), lambda x=vehicle: self._publish_state(x), f"{v.name}/state")
         for group in self.groups:
             schedule.every(group.period_steps, lambda g=group: self._render(g), group.name)
@@ -183,21 +187,23 @@ class Engine:
         stepped = next_step > self.step
         if stepped:
             t = time.perf_counter()
-            for vehicle in self.vehicles.values():
-                vehicle.sim.step(next_step - self.step)
+            for fleet in self.fleets:  # one launch per fleet
+                fleet.sim.step(next_step - self.step)
             self.step = next_step
             self.times.add("physics", time.perf_counter() - t)
         self.schedule.run_due(self.step)
-        for vehicle in self.vehicles.values() if stepped else ():
+        for fleet in self.fleets if stepped else ():
             # Contacts and queued IMU samples wait on the device until an event has copied the state
             # anyway (each keeps its own time): no copy of their own.
-            if vehicle.sim.host_current:
-                if vehicle.imu_utimes:
-                    self._flush_imu(vehicle)
-                contacts = vehicle.sim.contacts()
-                if contacts and not vehicle.in_contact:
-                    self._publish_collision(vehicle, contacts[0])
-                vehicle.in_contact = bool(contacts)
+            if fleet.sim.host_current:
+                if fleet.imu_utimes:
+                    self._flush_imu(fleet)
+                contacts = {c.vehicle: c for c in fleet.sim.contacts()}
+                for vehicle in fleet.vehicles:
+                    contact = contacts.get(vehicle.row)
+                    if contact is not None and not vehicle.in_contact:
+                        self._publish_collision(vehicle, contact)
+                    vehicle.in_contact = contact is not None
         if self.mode == ClockMode.SIM:
             self.clock.record_work(interval, time.perf_counter() - start)
             self.clock.pace(self.step * self.dt)
@@ -353,33 +359,36 @@ class Engine:
     def _publish_collision(self, vehicle: Vehicle, contact) -> None:
         self.outputs.collision(vehicle.name, contact, int(round(contact.step * self.dt * 1e6)))
 
-    def _publish_imu(self, vehicle: Vehicle) -> None:
-        """The IMU sample of this instant, published now, or queued on the device and published with
-        its batch (``[[vehicle]] imu_batch``): one copy per batch instead of one per sample."""
-        sim = vehicle.sim
+    def _publish_imu(self, fleet: Fleet) -> None:
+        """The IMU samples of this instant, published now, or queued on the device and published with
+        their batch (``[[vehicle]] imu_batch``): one copy per batch instead of one per sample."""
+        sim = fleet.sim
         if sim.imu_queue == 1:
-            s = sim.states()
-            self.outputs.imu(vehicle.name, s.imu_accel[0], s.imu_gyro[0], self._utime())
+            s, utime = sim.states(), self._utime()
+            for vehicle in fleet.vehicles:
+                self.outputs.imu(vehicle.name, s.imu_accel[vehicle.row], s.imu_gyro[vehicle.row], utime)
         else:
-            vehicle.imu_utimes.append(self._utime())
+            fleet.imu_utimes.append(self._utime())
             if sim.record_imu() == sim.imu_queue:
-                self._flush_imu(vehicle)
+                self._flush_imu(fleet)
         self.rates.note("imu", self.step * self.dt)
 
-    def _flush_imu(self, vehicle: Vehicle) -> None:
+    def _flush_imu(self, fleet: Fleet) -> None:
         """Publish the IMU samples queued on the device, each with its own time."""
-        for utime, sample in zip(vehicle.imu_utimes, vehicle.sim.take_imu()[:, 0]):
-            self.outputs.imu(vehicle.name, sample[:3], sample[3:], utime)
-        vehicle.imu_utimes.clear()
+        for utime, samples in zip(fleet.imu_utimes, fleet.sim.take_imu()):
+            for vehicle in fleet.vehicles:
+                sample = samples[vehicle.row]
+                self.outputs.imu(vehicle.name, sample[:3], sample[3:], utime)
+        fleet.imu_utimes.clear()
 
     def _publish_state(self, vehicle: Vehicle) -> None:
         """The vehicle's ground truth; its pilot then takes the next waypoint if it reached one."""
         states = vehicle.sim.states()
-        self.outputs.state(vehicle.name, states, self._utime())
+        self.outputs.state(vehicle.name, states, self._utime(), row=vehicle.row)
         if vehicle.pilot is not None and not vehicle.external_control:
-            target = vehicle.pilot.update(states.position[0])
+            target = vehicle.pilot.update(states.position[vehicle.row])
             if target is not None:
-                vehicle.sim.set_command(ControlMode.POSITION, target)
+                vehicle.sim.set_command(ControlMode.POSITION, target, vehicles=[vehicle.row])
 
     def achieved_rates(self) -> dict[str, float]:
         """Event rates over their recent history, Hz of sim time."""
@@ -426,8 +435,7 @@ class Engine:
             group.renderer.close()
         for _, lidar in self.lidars:
             lidar.close()
-        for vehicle in self.vehicles.values():
-            if vehicle.sim is not None:
-                vehicle.sim.close()
+        for fleet in self.fleets:
+            fleet.sim.close()
         for bus in self.buses:
             bus.close()

@@ -138,7 +138,7 @@ class InputHandler:
             self.counters.ignored += 1
             return
         try:
-            vehicle.sim.set_command(ControlMode(message.mode), message.values)
+            vehicle.sim.set_command(ControlMode(message.mode), message.values, vehicles=[vehicle.row])
         except Exception as exc:  # wrong value count for the mode, zero quaternion...
             raise MalformedMessage(str(exc)) from exc
         vehicle.external_control = True

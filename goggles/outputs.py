@@ -72,9 +72,9 @@ class Outputs:
         channel = f"{vehicle}/imu"
         self.publish(channel, messages.imu_message(utime, self.seq(channel), vehicle, accel, gyro))
 
-    def state(self, vehicle: str, states, utime: int) -> None:
+    def state(self, vehicle: str, states, utime: int, row: int = 0) -> None:
         channel = f"{vehicle}/state"
-        self.publish(channel, messages.state_message(utime, self.seq(channel), vehicle, states))
+        self.publish(channel, messages.state_message(utime, self.seq(channel), vehicle, states, row))
 
     def clock(self, mode: int, scale: float, rates: dict[str, float], utime: int) -> None:
         self.publish("clock", messages.clock_message(utime, self.seq("clock"), mode, scale, rates))

@@ -1,5 +1,6 @@
-"""A vehicle of a run: simulated (its own ``MultirotorSim``) or placed by poses from outside (mocap,
-recordings), with the pilot that flies its route and its live-pose bookkeeping."""
+"""The vehicles of a run: simulated, in fleets (the vehicles of one airframe, floor and IMU set-up
+share one ``MultirotorSim``: one physics launch for a swarm), or placed by poses from outside (mocap,
+recordings); with the pilot that flies each one's route and its live-pose bookkeeping."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from goggles.pilots import RoutePilot
 class Vehicle:
     name: str
     sim: MultirotorSim | None
-    """None: the pose comes from outside (live mode, replay)."""
+    """Its fleet's simulator (None: the pose comes from outside: live mode, replay)."""
+    row: int = 0
+    """Its index in the simulator."""
     pilot: RoutePilot | None = None
     """Flies the run file's route until a client sends a command."""
     external_control: bool = False
@@ -30,8 +33,6 @@ class Vehicle:
     """Live mode: the pose source flagged this body lost; its last pose is kept."""
     previous: tuple[np.ndarray, int] | None = None
     """Live mode: the pose before the last one, with its utime (for extrapolation)."""
-    imu_utimes: list[int] = field(default_factory=list)
-    """Times of the IMU samples waiting on the device (``[[vehicle]] imu_batch``)."""
 
     def set_pose(self, T_WB: np.ndarray, utime: int, *, keep_previous: bool = False) -> None:
         """A pose from outside (a bus input keeps the previous one for extrapolation)."""
@@ -44,7 +45,7 @@ class Vehicle:
         ``now`` (wall time, s; default the clock)."""
         if self.sim is not None:
             s = self.sim.states()
-            return transform(s.position[0], s.attitude[0])
+            return transform(s.position[self.row], s.attitude[self.row])
         return extrapolated(self, extrapolate, time.time() if now is None else now)
 
 
@@ -56,7 +57,7 @@ def pose_after(vehicle: Vehicle, T_WB: np.ndarray, dt: float) -> np.ndarray:
 
     if vehicle.sim is not None:
         s = vehicle.sim.states()
-        velocity, turn_W = s.velocity[0], T_WB[:3, :3] @ s.rates[0]
+        velocity, turn_W = s.velocity[vehicle.row], T_WB[:3, :3] @ s.rates[vehicle.row]
     elif vehicle.previous is not None and vehicle.pose_utime > vehicle.previous[1]:
         T0, u0 = vehicle.previous
         span = (vehicle.pose_utime - u0) * 1e-6
@@ -79,26 +80,63 @@ def extrapolated(vehicle: Vehicle, horizon: float, now: float) -> np.ndarray:
     return pose_after(vehicle, vehicle.T_WB, ahead)
 
 
-def make_vehicle(v, *, simulate: bool, world, dt: float, seed: int, collisions) -> Vehicle:
-    """The vehicle of a run file's ``[[vehicle]]`` entry ``v``: simulated in ``world`` (at rest on its
-    floor, or hovering when it starts in the air, flying its route), or placed from outside."""
-    start_q = np.array([np.cos(v.start[3] / 2.0), 0.0, 0.0, np.sin(v.start[3] / 2.0)])  # heading only
-    sim = None
-    if simulate:
+@dataclass
+class Fleet:
+    """Simulated vehicles sharing one simulator (and so one IMU schedule and queue)."""
+
+    sim: MultirotorSim
+    vehicles: list[Vehicle]
+    imu_utimes: list[int] = field(default_factory=list)
+    """Times of the IMU samples waiting on the device (``[[vehicle]] imu_batch``)."""
+
+
+def make_vehicles(configs, *, simulate: bool, world, dt: float, seed: int, collisions) -> tuple[dict, list[Fleet]]:
+    """The vehicles of a run file's ``[[vehicle]]`` entries, by name, and the fleets of the simulated
+    ones: a simulator per airframe, floor and IMU set-up, each vehicle at rest on its floor or hovering
+    where it starts in the air, flying towards its route's first waypoint; or placed from outside."""
+    vehicles, fleets = {}, []
+    groups: dict[tuple, list] = {}
+    for v in configs:
+        groups.setdefault((v.preset, v.floor_z, v.imu_rate, v.imu_batch), []).append(v)
+        start_q = _heading(v.start[3])
+        vehicles[v.name] = Vehicle(
+            v.name,
+            None,
+            RoutePilot(v.route, v.route_tolerance) if v.route else None,
+            T_WB=transform(v.start[:3], start_q),
+        )
+    if not simulate:
+        return vehicles, fleets
+    for (preset, floor_z, imu_rate, imu_batch), members in groups.items():
+        airframe = load_airframe(preset)
         sim = MultirotorSim(
-            load_airframe(v.preset),
-            1,
+            airframe,
+            len(members),
             device=world.device,
             dt=dt,
             seed=seed,
-            imu_rate=v.imu_rate,
-            imu_queue=v.imu_batch,
+            imu_rate=imu_rate,
+            imu_queue=imu_batch,
             world=world,
             collisions=collisions,
-            floor_z=v.floor_z,
+            floor_z=floor_z,
         )
-        airborne = v.start[2] > 0.0
-        sim.reset(position=v.start[:3], attitude=start_q, rotor_speed=sim.airframe.hover_speed if airborne else 0.0)
-        sim.set_command(ControlMode.POSITION, v.route[0] if v.route else v.start)
-    pilot = RoutePilot(v.route, v.route_tolerance) if v.route else None
-    return Vehicle(v.name, sim, pilot, T_WB=transform(v.start[:3], start_q))
+        N = airframe.num_rotors
+        sim.reset(
+            position=[v.start[:3] for v in members],
+            attitude=[_heading(v.start[3]) for v in members],
+            rotor_speed=[[airframe.hover_speed if v.start[2] > 0.0 else 0.0] * N for v in members],
+        )
+        sim.set_command(ControlMode.POSITION, [v.route[0] if v.route else v.start for v in members])
+        fleet = Fleet(sim, [])
+        for row, v in enumerate(members):
+            vehicle = vehicles[v.name]
+            vehicle.sim, vehicle.row = sim, row
+            fleet.vehicles.append(vehicle)
+        fleets.append(fleet)
+    return vehicles, fleets
+
+
+def _heading(yaw: float) -> np.ndarray:
+    """(w, x, y, z) of a heading alone."""
+    return np.array([np.cos(yaw / 2.0), 0.0, 0.0, np.sin(yaw / 2.0)])

@@ -3,6 +3,7 @@ slowed renderer, malformed input floods, live mode from bus poses."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -16,6 +17,7 @@ from goggles.client import Client, image_array
 from goggles.config import parse_run_config
 from goggles.dynamics import ControlMode
 from goggles.engine import Engine
+from goggles.errors import ConfigError
 from goggles.render import Renderer
 from goggles.status import OTHER_CHANNELS
 from goggles.transport.buses import ZmqEndpoints
@@ -437,3 +439,63 @@ def test_status_line_says_what_drives_time(mode, says, device):
         engine.close()
     assert f"scale={'-' if mode != 'live' else ''}" in line and says in line, line
     assert "auto" not in line
+
+
+def test_a_swarm_of_one_airframe_flies_in_one_simulator(device):
+    """Three quads of one airframe share one simulator (one physics launch per advance) and a hexa gets
+    its own; each flies its own route, a command reaches only its vehicle, and the first quad's
+    messages are byte for byte those of a run where it flies alone (batching changes nobody's flight)."""
+    from tests.test_host_copies import _Kept
+
+    alone = dataclasses.replace(run_config(scale=1000.0), zmq=None)
+    first = alone.vehicles[0]
+    others = [
+        dataclasses.replace(
+            first, name=f"quad{k}", start=(2.0 * k, 0.0, 0.0, 0.0), route=((2.0 * k, 0.0, 1.0 + k, 0.0),)
+        )
+        for k in (1, 2)
+    ]
+    hexa = dataclasses.replace(
+        first, name="hexa", preset="hexa-550", start=(0.0, 3.0, 0.0, 0.0), route=((0.0, 3.0, 1.0, 0.0),)
+    )
+    swarm = dataclasses.replace(alone, vehicles=(first, *others, hexa))
+
+    def fields(data):
+        message = goggles_lcm.vehicle_state_t.decode(data)
+        return message.header.utime, message.position, message.orientation, message.rotor_speeds
+
+    runs = {}
+    for name, config in (("alone", alone), ("swarm", swarm)):
+        sink = _Kept()
+        engine = Engine(config, device=device, sinks=[sink])
+        engine.run(duration=1.5)
+        runs[name] = {
+            vehicle: [fields(d) for c, d in sink.messages if c == f"{vehicle}/state"]
+            for vehicle in ("quad0", "quad1", "quad2", "hexa")
+        }
+        if name == "swarm":
+            assert [len(f.vehicles) for f in engine.fleets] == [3, 1]
+            assert engine.vehicles["quad2"].sim is engine.vehicles["quad0"].sim
+            assert engine.vehicles["quad2"].row == 2
+        engine.close()
+    assert runs["swarm"]["quad0"] == runs["alone"]["quad0"] and len(runs["alone"]["quad0"]) >= 90
+    for vehicle, x, z in (("quad1", 2.0, 2.0), ("quad2", 4.0, 3.0), ("hexa", 0.0, 1.0)):
+        _, position, *_ = runs["swarm"][vehicle][-1]
+        assert abs(position[0] - x) < 0.2 and position[2] > 0.5 * z  # climbing towards its own waypoint
+    assert runs["swarm"]["quad2"][-1][1][2] > runs["swarm"]["quad1"][-1][1][2] + 0.3
+
+
+def test_a_command_reaches_only_its_vehicle(device):
+    from goggles.dynamics import MultirotorSim, load_airframe
+
+    sim = MultirotorSim(load_airframe("fg-quad"), 3, device=device, floor_z=None, disturbances=False, seed=2)
+    sim.reset(position=[[0.0, 0.0, 1.0], [2.0, 0.0, 1.0], [4.0, 0.0, 1.0]], rotor_speed=sim.airframe.hover_speed)
+    sim.set_command(ControlMode.POSITION, [[0.0, 0.0, 1.0, 0.0], [2.0, 0.0, 1.0, 0.0], [4.0, 0.0, 1.0, 0.0]])
+    sim.set_command(ControlMode.POSITION, [2.0, 1.5, 2.0, 0.0], vehicles=[1])
+    sim.step(3 * 960)
+    p = sim.states().position
+    np.testing.assert_allclose(p[1], [2.0, 1.5, 2.0], atol=0.1)
+    np.testing.assert_allclose(p[[0, 2]], [[0.0, 0.0, 1.0], [4.0, 0.0, 1.0]], atol=0.1)
+    with pytest.raises(ConfigError, match="vehicles must be indices 0..2"):
+        sim.set_command(ControlMode.POSITION, [0.0, 0.0, 1.0, 0.0], vehicles=[3])
+    sim.close()

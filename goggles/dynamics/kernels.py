@@ -251,6 +251,17 @@ def seed_kernel(seed: int, out_rng: wp.array(dtype=wp.uint32)):
 
 
 @wp.kernel
+def set_commands_kernel(
+    vehicles: wp.array(dtype=wp.int32), commands: wp.array(dtype=vec8), mode: int, state: VehicleState
+):
+    """The command and control mode of some vehicles (the others keep theirs)."""
+    k = wp.tid()
+    i = vehicles[k]
+    state.command[i] = commands[k]
+    state.mode[i] = mode
+
+
+@wp.kernel
 def ground_effect_kernel(
     model: int,
     rotor_radius: float,

@@ -60,7 +60,7 @@ class VehicleStates:
 
 @dataclass(frozen=True)
 class ContactReport:
-    """The first contact of a vehicle's collision shape with the world during the last ``step`` call."""
+    """The first contact of a vehicle's collision shape with the world since contacts were last taken."""
 
     vehicle: int
     step: int
@@ -287,33 +287,45 @@ class MultirotorSim:
         self._changed()
 
     def _rows(self, value, width: int, what: str, default: float) -> np.ndarray:
-        n = self.num_vehicles
         if value is None:
-            return np.full((n, width), default, np.float32)
-        array = np.asarray(value, dtype=np.float64)
-        if array.ndim == 0:
-            array = np.full((width,), float(array))
-        if array.shape == (width,):
-            array = np.tile(array, (n, 1))
-        if array.shape != (n, width) or not np.all(np.isfinite(array)):
-            raise ConfigError(f"{what} must be finite with shape ({width},) or ({n}, {width}), got {np.shape(value)}")
-        return array.astype(np.float32)
+            return np.full((self.num_vehicles, width), default, np.float32)
+        return _rows_of(value, self.num_vehicles, width, what)
 
-    def set_command(self, mode: ControlMode, values: Sequence[float] | np.ndarray) -> None:
-        """Command every vehicle (``values`` (k,)) or each vehicle (``values`` (n, k)).
+    def set_command(
+        self, mode: ControlMode, values: Sequence[float] | np.ndarray, vehicles: Sequence[int] | None = None
+    ) -> None:
+        """Command every vehicle (``values`` (k,)) or each vehicle (``values`` (n, k)); with
+        ``vehicles``, only those (``values`` (k,) or (len(vehicles), k)), the others keep theirs.
 
         See ``goggles.dynamics.control`` for each mode's values and units. Non-finite values are
         refused and the previous command stays.
         """
         mode = ControlMode(mode)
         width = COMMAND_SIZE[mode] or self.airframe.num_rotors
-        rows = self._rows(values, width, f"{mode.name} command", 0.0)
+        chosen = np.arange(self.num_vehicles) if vehicles is None else np.asarray(vehicles, dtype=np.int32).ravel()
+        if chosen.size == 0 or np.any((chosen < 0) | (chosen >= self.num_vehicles)):
+            raise ConfigError(f"vehicles must be indices 0..{self.num_vehicles - 1}, got {list(chosen)}")
+        rows = _rows_of(values, len(chosen), width, f"{mode.name} command")
         if mode == ControlMode.ATTITUDE and np.any(np.linalg.norm(rows[:, 1:5], axis=1) < 1e-6):
             raise ConfigError("ATTITUDE command quaternion (values 2-5, w x y z) must be non-zero")
-        commands = np.zeros((self.num_vehicles, MAX_ROTORS), np.float32)
+        commands = np.zeros((len(chosen), MAX_ROTORS), np.float32)
         commands[:, :width] = rows
-        self.state_arrays.command.assign(commands)
-        self.state_arrays.mode.fill_(int(mode))
+        if vehicles is None:
+            self.state_arrays.command.assign(commands)
+            self.state_arrays.mode.fill_(int(mode))
+            return
+        d = self.device
+        wp.launch(
+            kernels.set_commands_kernel,
+            dim=len(chosen),
+            inputs=[
+                wp.array(chosen, dtype=wp.int32, device=d),
+                wp.array(commands, dtype=kernels.vec8, device=d),
+                int(mode),
+            ],
+            outputs=[self.state_arrays],
+            device=d,
+        )
 
     # ------------------------------------------------------------------ running
 
@@ -439,6 +451,18 @@ class MultirotorSim:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+
+
+def _rows_of(value, n: int, width: int, what: str) -> np.ndarray:
+    """``value`` as (n, width) float32 rows: a scalar or one (width,) row for all, or (n, width)."""
+    array = np.asarray(value, dtype=np.float64)
+    if array.ndim == 0:
+        array = np.full((width,), float(array))
+    if array.shape == (width,):
+        array = np.tile(array, (n, 1))
+    if array.shape != (n, width) or not np.all(np.isfinite(array)):
+        raise ConfigError(f"{what} must be finite with shape ({width},) or ({n}, {width}), got {np.shape(value)}")
+    return array.astype(np.float32)
 
 
 def _params(af: Airframe, dt: float, imu_dt: float, imu_mount: np.ndarray | None) -> AirframeParams:
