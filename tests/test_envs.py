@@ -391,3 +391,56 @@ def test_depth_flight_crosses_the_arena_through_its_obstacles(arena):
             break
     assert crashed[blocked].mean() > 0.5  # most blocked lines end on an obstacle
     env.close()
+
+
+def test_each_environment_sees_its_own_race_gates(arena):
+    """With a camera, every environment's perturbed gates are in its depth image and nobody else's:
+    each image equals a trimesh ray cast (Embree through trimesh, an independent tracer) of the arena
+    plus that environment's own gate frames, and the gates are what several of its pixels see."""
+    import trimesh
+
+    from goggles.frames import transform
+    from goggles.scene.gates import gate_bars
+
+    scene = DeviceScene(arena, "cpu", max_actors=64)
+    camera = CameraModel.from_fov(48, 36, 90.0)
+    env = DroneVectorEnv(3, task=RaceTask(spawn_radius=0.0), camera=camera, scene=scene, device="cpu")
+    observations, _ = env.reset(seed=3)
+    race, depth = env._prepared, observations["depth"].numpy()
+    states = env.sim.states()
+    static = trimesh.Trimesh(arena.vertices, arena.faces, process=False)
+    rays_C = camera.ray_directions().reshape(-1, 3)
+    gate_pixels = []
+    for i in range(3):
+        bars = []
+        for k in range(race.gate_position.shape[1]):
+            T_WG = transform(
+                race.gate_position.numpy()[i, k],
+                [np.cos(race.gate_yaw.numpy()[i, k] / 2), 0, 0, np.sin(race.gate_yaw.numpy()[i, k] / 2)],
+            )
+            for size, centre in gate_bars((1.6, 1.6)):
+                bar = trimesh.creation.box(extents=size, transform=transform(centre, [1.0, 0, 0, 0]))
+                bars.append(bar.apply_transform(T_WG))
+        gates = trimesh.util.concatenate(bars)
+        R_WB = transform([0, 0, 0], states.attitude[i])[:3, :3]
+        R_WC = R_WB @ env._R_BC.numpy()[i]
+        origins = np.tile(states.position[i], (len(rays_C), 1))
+        directions = rays_C @ R_WC.T
+        expected = np.full(len(rays_C), np.inf)
+        on_gate = np.zeros(len(rays_C), bool)
+        for mesh, is_gate in ((static, False), (gates, True)):
+            hits, index, _ = mesh.ray.intersects_location(origins, directions, multiple_hits=False)
+            t = np.linalg.norm(hits - origins[index], axis=1)
+            nearer = t < expected[index]
+            expected[index[nearer]] = t[nearer]
+            on_gate[index[nearer]] = is_gate
+        expected = (expected * rays_C[:, 2]).reshape(36, 48)
+        seen = np.isfinite(expected) & (expected > camera.min_depth) & (expected < camera.max_depth)
+        agree = np.isclose(depth[i][seen], expected[seen], rtol=1e-3)
+        assert agree.mean() > 0.99, f"environment {i}: {np.count_nonzero(~agree)} pixels differ"
+        assert on_gate.reshape(36, 48)[seen].sum() >= 20
+        gate_pixels.append(on_gate.reshape(36, 48) & seen)
+    assert not np.array_equal(gate_pixels[0], gate_pixels[1])  # each its own perturbed gates
+    with pytest.raises(ConfigError, match="max_actors >= 300"):
+        DroneVectorEnv(50, task=RaceTask(), camera=camera, scene=DeviceScene(arena, "cpu"), device="cpu")
+    env.close()

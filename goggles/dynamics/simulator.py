@@ -92,8 +92,11 @@ class MultirotorSim:
         imu_mount: (3, 3) rotation of the IMU frame in the body frame (R_BI); None: aligned.
         disturbances: stochastic force and moment on (the airframe's spectral densities).
         imu_noise: IMU white noise and bias random walk on.
+        imu_queue: IMU samples ``record_imu`` can hold on the device before ``take_imu``.
         seed: seed of every random stream (per vehicle, reproducible on one device).
         threads: CPU threads sharing a step call; default all cores. Ignored on CUDA.
+        actors: collide with the world's placed actors too (False: its static mesh only, as the
+            learning environments, whose actors belong to one environment each, do).
     """
 
     def __init__(
@@ -115,6 +118,7 @@ class MultirotorSim:
         imu_queue: int = 1,
         seed: int = 0,
         threads: int | None = None,
+        actors: bool = True,
     ):
         if num_vehicles < 1:
             raise ConfigError(f"num_vehicles must be >= 1, got {num_vehicles}")
@@ -191,6 +195,7 @@ class MultirotorSim:
         self.state_arrays = state
         # The packed rows carry a queue of IMU samples (record_imu) after the state: one copy brings both.
         self.imu_queue, self._imu_queued = imu_queue, 0
+        self.collide_actors = actors
         self._contacts_read = -1  # the host copy whose contacts were taken (and cleared on the device)
         columns = kernels.PACKED_COLUMNS + kernels.IMU_COLUMNS * imu_queue
         self._packed = wp.zeros((n, columns), dtype=wp.float64, device=d)
@@ -353,7 +358,7 @@ class MultirotorSim:
             inputs=[
                 self.airframe_params,
                 self.settings,
-                self.world.actors if self.world is not None else self._no_actors,
+                self.world.actors if self.world is not None and self.collide_actors else self._no_actors,
                 int(first),
                 int(steps),
                 int(self.step_count),

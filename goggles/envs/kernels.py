@@ -5,6 +5,7 @@ import warp as wp
 
 from goggles.dynamics.kernels import VehicleState
 from goggles.dynamics.model import vec8
+from goggles.world.queries import ActorData
 
 wp.set_module_options({"enable_backward": False})
 
@@ -367,3 +368,36 @@ def goal_reward_kernel(
     previous[i] = p
     terminated[i] = reached or crashed
     truncated[i] = not (reached or crashed) and steps[i] >= max_steps
+
+
+@wp.kernel
+def place_gates_kernel(
+    mask: wp.array(dtype=wp.int32),
+    gate_position: wp.array2d(dtype=wp.vec3),
+    gate_yaw: wp.array2d(dtype=float),
+    shape: wp.array(dtype=wp.int32),
+    shape_lower: wp.array(dtype=wp.vec3),
+    shape_upper: wp.array(dtype=wp.vec3),
+    actors: ActorData,
+):
+    """Place the gates of the environments being reset as the scene's actor instances i * G + k,
+    with their world bounding boxes (the shape's box turned by the gate's yaw)."""
+    i, k = wp.tid()
+    if mask[i] == 0:
+        return
+    a = i * gate_position.shape[1] + k
+    R = wp.quat_to_matrix(wp.quat_from_axis_angle(wp.vec3(0.0, 0.0, 1.0), gate_yaw[i, k]))
+    p = gate_position[i, k]
+    centre = 0.5 * (shape_lower[k] + shape_upper[k])
+    half = 0.5 * (shape_upper[k] - shape_lower[k])
+    reach = wp.vec3(
+        wp.abs(R[0, 0]) * half[0] + wp.abs(R[0, 1]) * half[1] + wp.abs(R[0, 2]) * half[2],
+        wp.abs(R[1, 0]) * half[0] + wp.abs(R[1, 1]) * half[1] + wp.abs(R[1, 2]) * half[2],
+        wp.abs(R[2, 0]) * half[0] + wp.abs(R[2, 1]) * half[1] + wp.abs(R[2, 2]) * half[2],
+    )
+    middle = p + R * centre
+    actors.shape[a] = shape[k]
+    actors.R_WA[a] = R
+    actors.p_WA[a] = p
+    actors.lower[a] = middle - reach
+    actors.upper[a] = middle + reach

@@ -17,8 +17,9 @@ import numpy as np
 import warp as wp
 
 from goggles.envs import kernels
+from goggles.errors import ConfigError
 from goggles.paths import default_course
-from goggles.scene.gates import GATE_BAR, GATE_DEPTH, load_course
+from goggles.scene.gates import GATE_BAR, GATE_DEPTH, gate_shape, load_course
 
 
 @dataclass
@@ -192,6 +193,8 @@ class RaceArrays:
     start_yaw: float
     timeout: float
     """s: the course's."""
+    shapes: tuple | None = None
+    """With cameras: (G,) shape index, and the shape's box lower and upper corners, of each gate."""
 
 
 @dataclass(frozen=True)
@@ -203,8 +206,10 @@ class RaceTask:
     centre each step (m) times ``progress``, ``gate`` per gate passed by the AlphaPilot rule
     (REFERENCE section 5); touching a gate's frame, a collision or straying ``max_distance`` from the
     next gate costs ``crash`` and ends the episode, as does the last gate; the course's timeout (or
-    ``episode_s``) truncates it. The state observation's target is the next gate's centre. The gates
-    are not drawn in the cameras (their frames are tested in closed form)."""
+    ``episode_s``) truncates it. The state observation's target is the next gate's centre. With
+    cameras, each environment's gates are actors of the scene that only its camera sees (the scene
+    needs ``max_actors`` >= N x gates; the race owns its actors); the vehicles do not collide with
+    actors: the frames are tested in closed form."""
 
     course: str | Path = field(default_factory=default_course)
     perturb: bool = True
@@ -233,6 +238,7 @@ class RaceTask:
             start=(x, y, max(z, self.start_height)),
             start_yaw=yaw,
             timeout=course.timeout,
+            shapes=_gate_actors(env, gates) if env.renderer is not None else None,
         )
 
     def time_limit(self, race: RaceArrays) -> float:
@@ -268,6 +274,15 @@ class RaceTask:
             device=env.device,
         )
 
+        if race.shapes is not None:
+            wp.launch(
+                kernels.place_gates_kernel,
+                dim=race.gate_position.shape,
+                inputs=[e.mask, race.gate_position, race.gate_yaw, *race.shapes],
+                outputs=[env.scene.actors],
+                device=env.device,
+            )
+
     def score(self, env, race: RaceArrays) -> None:
         e = env.episodes
         wp.launch(
@@ -290,3 +305,28 @@ class RaceTask:
             outputs=[e.target, e.reward, e.terminated, e.truncated],
             device=env.device,
         )
+
+
+def _gate_actors(env, gates) -> tuple:
+    """Make every environment's gates actor instances of the env's scene, instance i * G + k for gate k
+    of environment i, seen by camera i only; the gate shapes' indices and boxes for placing them."""
+    scene, n, count = env.scene, env.num_envs, len(gates)
+    if scene.max_actors < n * count:
+        raise ConfigError(
+            f"the race places {n} x {count} gates: build the DeviceScene with max_actors >= {n * count} "
+            f"(it has {scene.max_actors})"
+        )
+    by_opening: dict[tuple, int] = {}
+    for gate in gates:
+        if gate.opening not in by_opening:
+            by_opening[gate.opening] = scene.add_shape(gate_shape(gate.opening, f"gate-{len(by_opening)}"))
+    shapes = np.array([by_opening[g.opening] for g in gates], np.int32)
+    scene.set_actors(np.tile(shapes, n), np.tile(np.stack([g.T_WG for g in gates]), (n, 1, 1)))
+    env.actors_per_camera = np.arange(n * count, dtype=np.int32).reshape(n, count)
+    bounds = np.array([scene.shape_bounds(k) for k in shapes], np.float32)  # (G, 2, 3) in the shape frame
+    d = env.device
+    return (
+        wp.array(shapes, dtype=wp.int32, device=d),
+        wp.array(bounds[:, 0], dtype=wp.vec3, device=d),
+        wp.array(bounds[:, 1], dtype=wp.vec3, device=d),
+    )

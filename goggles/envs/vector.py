@@ -122,10 +122,12 @@ class DroneVectorEnv(VectorEnv):
         if scene is not None and scene.device != d:
             raise ConfigError(f"the scene is on {scene.device}, the environments on {d}: use one device")
         self.nominal = load_airframe(airframe)
-        self.sim = MultirotorSim(self.nominal, n, device=d, world=scene, seed=self.seed)
+        # The vehicles collide with the static scene; actors belong to one environment each (tasks).
+        self.sim = MultirotorSim(self.nominal, n, device=d, world=scene, seed=self.seed, actors=False)
+        self.scene = scene
         self.episodes = Episodes.zeros(n, d)  # every environment starts by a reset (mask 1)
-        self._prepared = self.task.prepare(self)
-        self.max_steps = max(1, int(round(self.task.time_limit(self._prepared) / (self.sim.dt * physics_per_action))))
+        self.actors_per_camera: np.ndarray | None = None
+        """(N, k) the scene's actor instances each environment's camera sees (a task sets it)."""
         self._hover_speed = wp.full(n, self.nominal.hover_speed, dtype=float, device=d)
         self._hover_thrust = wp.full(n, self.nominal.mass * GRAVITY, dtype=float, device=d)
         self._R_BC = wp.array(np.tile(R_BODY_OPTICAL, (n, 1, 1)).astype(np.float32), dtype=wp.mat33, device=d)
@@ -141,6 +143,8 @@ class DroneVectorEnv(VectorEnv):
             self.renderer = Renderer(scene, [camera] * n, outputs={"depth"}, shading=Shading.NONE)
             self._depth = wp.zeros((n, camera.height, camera.width), dtype=wp.float32, device=d)
             spaces["depth"] = gymnasium.spaces.Box(0.0, camera.max_depth, (camera.height, camera.width), np.float32)
+        self._prepared = self.task.prepare(self)
+        self.max_steps = max(1, int(round(self.task.time_limit(self._prepared) / (self.sim.dt * physics_per_action))))
         self.single_observation_space = gymnasium.spaces.Dict(spaces)
         self.single_action_space = gymnasium.spaces.Box(-1.0, 1.0, (4,), np.float32)
         self.observation_space = gymnasium.vector.utils.batch_space(self.single_observation_space, n)
@@ -300,7 +304,7 @@ class DroneVectorEnv(VectorEnv):
                 outputs=[R_WC, p_WC],
                 device=d,
             )
-            self.renderer.render_posed()
+            self.renderer.render_posed(self.actors_per_camera)
             b = self.renderer.buffers
             wp.launch(
                 kernels.depth_observation_kernel,

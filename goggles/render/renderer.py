@@ -182,7 +182,7 @@ class Renderer:
         culling.count = wp.zeros(n, dtype=wp.int32, device=d)
         culling.index = wp.zeros((n, max(1, scene.max_actors)), dtype=wp.int32, device=d)
         self._culling, self._culled_any = culling, False
-        self._posed_actors = -1  # the actor count render_posed listed for every camera (-1: none listed)
+        self._posed_actors = -1  # what render_posed last listed for the cameras (-1: none)
 
         self.outputs = frozenset({"depth", "status", *outputs} - ({"rgb"} if shading == Shading.NONE else set()))
         light = Lighting()
@@ -315,20 +315,29 @@ class Renderer:
         and position p_WC (vec3). A kernel may write them and call ``render_posed``."""
         return self._cameras.R_WC, self._cameras.p_WC
 
-    def render_posed(self) -> None:
+    def render_posed(self, actors_per_camera: np.ndarray | None = None) -> None:
         """Render from the poses already written into ``camera_poses`` on the device (a learning
         environment's kernel): nothing crosses to the host. Every placed actor is tested (no culling,
-        which needs the poses on the host). The embree backend (CPU only) reads the positions where the
-        kernel wrote them: host memory."""
+        which needs the poses on the host), or with ``actors_per_camera`` ((n, k) instance indices)
+        each camera tests only its own (an environment's gates). The embree backend (CPU only) reads
+        the positions where the kernel wrote them: host memory."""
         if self.backend == "embree":
             self._origins = self._cameras.p_WC.numpy()  # a view on the CPU, (n, H, 3)
         count = self.scene.actors.count
-        if count != self._posed_actors:
+        key = (count, None if actors_per_camera is None else id(actors_per_camera))
+        if key != self._posed_actors:
             index = np.zeros(self._culling.index.shape, np.int32)
-            index[:, :count] = np.arange(count)
+            if actors_per_camera is None:
+                index[:, :count] = np.arange(count)
+                self._culling.count.fill_(count)
+            else:
+                lists = np.asarray(actors_per_camera, np.int32)
+                if lists.ndim != 2 or len(lists) != self.num_cameras or lists.size and lists.max() >= count:
+                    raise ConfigError(f"actors_per_camera must be ({self.num_cameras}, k) indices of placed actors")
+                index[:, : lists.shape[1]] = lists
+                self._culling.count.fill_(lists.shape[1])
             self._culling.index.assign(index)
-            self._culling.count.fill_(count)
-            self._posed_actors, self._culled_any = count, True
+            self._posed_actors, self._culled_any = key, True
         self._rolling = False
         self._trace()
 

@@ -147,6 +147,10 @@ class DeviceScene:
         """The BVH mesh of a shape (a deforming shape rewrites its points and refits it)."""
         return self._shape_meshes[index]
 
+    def shape_bounds(self, index: int) -> np.ndarray:
+        """(2, 3) lower and upper corners of a shape's box, in its frame."""
+        return self._shape_bounds[index]
+
     def set_shape_bounds(self, index: int, bounds: np.ndarray) -> None:
         """New (2, 3) bounds of a deforming shape, in its frame; used by the next ``set_actors``."""
         self._shape_bounds[index] = np.asarray(bounds, dtype=np.float64)
