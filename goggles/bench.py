@@ -616,10 +616,17 @@ def _memory_kb(device) -> float:
 
 
 def bench_envs(
-    envs: int, *, width: int, height: int, steps: int = 200, device: str | None = None, progress=None
+    envs: int,
+    *,
+    width: int,
+    height: int,
+    steps: int = 200,
+    device: str | None = None,
+    outputs: tuple[str, ...] = ("depth",),
+    progress=None,
 ) -> EnvsBench:
-    """Step ``envs`` hovering vehicles with depth cameras of ``width`` x ``height`` in the default scene
-    for ``steps`` steps, then one environment alone for as many environment-steps as time allows."""
+    """Step ``envs`` hovering vehicles with cameras of ``width`` x ``height`` (observing ``outputs``)
+    in the default scene for ``steps`` steps, then one environment alone for the same work."""
     import torch
     import warp as wp
 
@@ -633,7 +640,7 @@ def bench_envs(
     camera = CameraModel.from_fov(width, height, 80.0)
 
     def run(n: int, count: int) -> tuple[float, float, float]:
-        env = DroneVectorEnv(n, camera=camera, scene=scene, device=str(scene.device))
+        env = DroneVectorEnv(n, camera=camera, camera_outputs=outputs, scene=scene, device=str(scene.device))
         env.reset(seed=0)
         action = torch.zeros((n, 4), device=env.torch_device)
         for _ in range(3):

@@ -444,3 +444,28 @@ def test_each_environment_sees_its_own_race_gates(arena):
     with pytest.raises(ConfigError, match="max_actors >= 300"):
         DroneVectorEnv(50, task=RaceTask(), camera=camera, scene=DeviceScene(arena, "cpu"), device="cpu")
     env.close()
+
+
+def test_segmentation_observations_show_what_each_camera_sees(arena):
+    """``camera_outputs=("depth", "segmentation")``: class ids where depth measured something, 0 where
+    nothing was hit; a race gate's pixels carry the gate class."""
+    from goggles.scene.gates import GATE_CLASS
+
+    scene = DeviceScene(arena, "cpu", max_actors=64)
+    env = DroneVectorEnv(
+        2,
+        task=RaceTask(spawn_radius=0.0),
+        camera=CameraModel.from_fov(48, 36, 90.0),
+        camera_outputs=("depth", "segmentation"),
+        scene=scene,
+        device="cpu",
+    )
+    observations, _ = env.reset(seed=3)
+    assert env.single_observation_space["segmentation"].dtype == np.int32
+    segmentation, depth = observations["segmentation"].numpy(), observations["depth"].numpy()
+    assert segmentation.shape == (2, 36, 48) and observations["segmentation"].dtype == torch.int32
+    assert np.all(segmentation[depth > 0] > 0) and np.all(segmentation[depth == 0] == 0)
+    assert (segmentation == GATE_CLASS).sum(axis=(1, 2)).min() >= 20
+    with pytest.raises(ConfigError, match="camera_outputs"):
+        DroneVectorEnv(1, camera=CAMERA, camera_outputs=("rgb",), scene=scene, device="cpu")
+    env.close()

@@ -105,8 +105,9 @@ def add_parser(commands) -> None:
     bench_envs = benches.add_parser(
         "envs",
         help="batched learning environments against one at a time",
-        description="Step N hovering vehicles with a depth camera each (goggles.envs.DroneVectorEnv) in the "
-        "default scene, then one environment alone for the same work. The last line is 'envs=<N> "
+        description="Step N hovering vehicles with a depth camera each (goggles.envs.DroneVectorEnv; depth and "
+        "segmentation with --segmentation) in the default scene, then one environment alone for the same work. "
+        "The last line is 'envs=<N> "
         "steps_per_s=<environment steps/s> frames_per_s=<camera frames/s> device=<d> vs_single=<batched over "
         "single throughput> memory_per_env_kb=<k> memory_growth_kb=<k>'.",
     )
@@ -115,6 +116,9 @@ def add_parser(commands) -> None:
     bench_envs.add_argument("--height", type=int, default=48)
     bench_envs.add_argument("--steps", type=int, default=200, help="batched steps timed")
     bench_envs.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
+    bench_envs.add_argument(
+        "--segmentation", action="store_true", help="observe segmentation as well as depth (one render)"
+    )
     bench_envs.set_defaults(run=cmd_bench_envs)
 
 
@@ -248,10 +252,17 @@ def cmd_bench_envs(args) -> int:
         print(f"  {n} env(s): step {k}/{count}", file=sys.stderr, flush=True)
 
     result = bench_envs(
-        args.envs, width=args.width, height=args.height, steps=args.steps, device=args.device, progress=progress
+        args.envs,
+        width=args.width,
+        height=args.height,
+        steps=args.steps,
+        device=args.device,
+        outputs=("depth", "segmentation") if args.segmentation else ("depth",),
+        progress=progress,
     )
     print(
-        f"{result.envs} hovering vehicles with {args.width}x{args.height} depth cameras on {result.device}: "
+        f"{result.envs} hovering vehicles with {args.width}x{args.height} "
+        f"{'depth+segmentation' if args.segmentation else 'depth'} cameras on {result.device}: "
         f"{result.steps_per_s:.0f} env steps/s batched, {result.single_steps_per_s:.0f} one at a time"
     )
     print(

@@ -59,8 +59,7 @@ class DroneVectorEnv(VectorEnv):
 
     Observations are a dict of torch tensors on the simulator's device: ``state`` (N, 24) float32
     (target - position, velocity, the body-to-world rotation matrix row-major, body rates, IMU specific
-    force and rates) and,
-    with a camera, ``depth`` (N, H, W) float32 metres (0 where nothing was measured). Actions are
+    force and rates) and, with a camera, its ``camera_outputs`` (``depth``, ``segmentation``). Actions are
     (N, 4) float32 tensors in [-1, 1] (see ``CONTROLS``); rewards (N,) float32, terminated and
     truncated (N,) bool tensors.
 
@@ -70,7 +69,9 @@ class DroneVectorEnv(VectorEnv):
             ``goggles.envs.tasks``).
         airframe: preset name or TOML path.
         control: ``rates``, ``velocity`` or ``position``.
-        camera: a depth camera on each vehicle (looking along body +x), or None.
+        camera: a camera on each vehicle (looking along body +x), or None.
+        camera_outputs: what the camera observes: ``depth`` (N, H, W) float32 metres, 0 where nothing
+            was measured, and/or ``segmentation`` (N, H, W) int32 class ids (0: nothing hit).
         scene: the static world the cameras see and the vehicles collide with (a
             ``goggles.world.DeviceScene`` on ``device``); None: the floor plane only.
         physics_per_action: 960 Hz physics steps per action (8: a 120 Hz policy).
@@ -95,6 +96,7 @@ class DroneVectorEnv(VectorEnv):
         airframe: str = "fg-quad",
         control: str = "rates",
         camera: CameraModel | None = None,
+        camera_outputs: tuple[str, ...] = ("depth",),
         scene=None,
         physics_per_action: int = 8,
         randomization: Randomization | None = None,
@@ -135,14 +137,22 @@ class DroneVectorEnv(VectorEnv):
         self._drawn: dict[str, np.ndarray] = {}
         self._episode_host = np.zeros(n, np.int64)  # episodes drawn per environment (randomisation)
 
-        self.renderer = None
+        self.renderer, self.camera_outputs = None, ()
         spaces = {"state": gymnasium.spaces.Box(-np.inf, np.inf, (kernels.STATE_SIZE,), np.float32)}
         if camera is not None:
             if scene is None:
                 raise ConfigError("a camera needs a scene to see: pass scene=DeviceScene(...)")
-            self.renderer = Renderer(scene, [camera] * n, outputs={"depth"}, shading=Shading.NONE)
-            self._depth = wp.zeros((n, camera.height, camera.width), dtype=wp.float32, device=d)
-            spaces["depth"] = gymnasium.spaces.Box(0.0, camera.max_depth, (camera.height, camera.width), np.float32)
+            unknown = sorted(set(camera_outputs) - {"depth", "segmentation"})
+            if unknown or not camera_outputs:
+                raise ConfigError(f"camera_outputs {list(camera_outputs)}: choose from depth, segmentation")
+            self.camera_outputs = tuple(camera_outputs)
+            self.renderer = Renderer(scene, [camera] * n, outputs=set(camera_outputs), shading=Shading.NONE)
+            image = (camera.height, camera.width)
+            if "depth" in camera_outputs:
+                self._depth = wp.zeros((n, *image), dtype=wp.float32, device=d)
+                spaces["depth"] = gymnasium.spaces.Box(0.0, camera.max_depth, image, np.float32)
+            if "segmentation" in camera_outputs:
+                spaces["segmentation"] = gymnasium.spaces.Box(0, np.iinfo(np.int32).max, image, np.int32)
         self._prepared = self.task.prepare(self)
         self.max_steps = max(1, int(round(self.task.time_limit(self._prepared) / (self.sim.dt * physics_per_action))))
         self.single_observation_space = gymnasium.spaces.Dict(spaces)
@@ -151,8 +161,10 @@ class DroneVectorEnv(VectorEnv):
         self.action_space = gymnasium.vector.utils.batch_space(self.single_action_space, n)
         self.torch_device = torch.device(wp.device_to_torch(d))
         self._observations = {"state": wp.to_torch(self._state)}
-        if self.renderer is not None:
+        if "depth" in spaces:
             self._observations["depth"] = wp.to_torch(self._depth)
+        if "segmentation" in spaces:  # the renderer's own buffer: rewritten by each render, like the rest
+            self._observations["segmentation"] = wp.to_torch(self.renderer.buffers.segmentation)
         e = self.episodes
         self._outputs = (wp.to_torch(e.reward), wp.to_torch(e.terminated), wp.to_torch(e.truncated))
         self._final = None
@@ -306,6 +318,8 @@ class DroneVectorEnv(VectorEnv):
             )
             self.renderer.render_posed(self.actors_per_camera)
             b = self.renderer.buffers
+            if "depth" not in self.camera_outputs:
+                return
             wp.launch(
                 kernels.depth_observation_kernel,
                 dim=self._depth.shape,
