@@ -93,6 +93,35 @@ def test_free_fall_at_zero_thrust_and_hover_at_zero_action():
     env.close()
 
 
+@pytest.mark.parametrize("airframe, rotors", [("fg-quad", 4), ("hexa-550", 6)])
+def test_rotor_speed_actions_one_per_rotor_in_units_of_hover_speed(airframe, rotors):
+    """``control="rotors"``: one action per rotor, 0 the vehicle's hover speed (it holds its height),
+    -1 zero speed (the motors spin down as a first-order lag: the same fall as zero thrust)."""
+    task = HoverTask(spawn_radius=0.0, target_radius=0.0, max_distance=10.0)
+    env = DroneVectorEnv(2, task=task, airframe=airframe, control="rotors", device="cpu")
+    assert env.single_action_space.shape == (rotors,)
+    env.reset(seed=0)
+    z0 = env.sim.states().position[:, 2].copy()
+    action = torch.zeros(2, rotors)
+    action[0] = -1.0
+    for _ in range(30):
+        env.step(action)
+    states = env.sim.states()
+    af = env.nominal
+    np.testing.assert_allclose(states.rotor_speed[1], af.hover_speed, rtol=1e-3)
+    assert abs(states.position[1, 2] - z0[1]) < 0.01
+    t = np.linspace(0.0, 30 * 8 / 960, 20001)
+    w = af.min_speed + (af.hover_speed - af.min_speed) * np.exp(-t / af.time_constant_down)
+    acceleration = 9.81 * ((w / af.hover_speed) ** 2 - 1.0)
+    velocity = np.concatenate([[0.0], np.cumsum((acceleration[1:] + acceleration[:-1]) / 2 * np.diff(t))])
+    assert states.position[0, 2] - z0[0] == pytest.approx(
+        np.sum((velocity[1:] + velocity[:-1]) / 2 * np.diff(t)), rel=0.03
+    )
+    with pytest.raises(ConfigError, match=f"shape \\(2, {rotors}\\)"):
+        env.step(torch.zeros(2, 4 if rotors != 4 else 6))
+    env.close()
+
+
 def test_autoreset_touches_only_the_environments_that_ended():
     """Environment 0 falls (zero thrust) out of its 0.3 m box and ends; at the next step it returns its
     new episode's first observation while the others continue exactly as in a run where it never ended."""

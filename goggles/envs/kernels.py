@@ -15,22 +15,22 @@ def commands_kernel(
     actions: wp.array2d(dtype=wp.float32),
     scale: vec8,
     offset: vec8,
-    hover_thrust: wp.array(dtype=float),
-    thrust_column: int,
+    unit: wp.array(dtype=float),
+    in_units: vec8,
     mask: wp.array(dtype=wp.int32),
     state: VehicleState,
 ):
-    """command = offset + scale * action per column; the collective-thrust column (or -1) is also
-    multiplied by the vehicle's own hover thrust (a randomised mass hovers at action 0). Vehicles
-    being reset (``mask``) keep their command."""
+    """command = offset + scale * action per column, the columns flagged ``in_units`` also multiplied
+    by the vehicle's own unit (hover thrust or hover rotor speed: a randomised mass hovers at action
+    0). Vehicles being reset (``mask``) keep their command."""
     i = wp.tid()
     if mask[i] != 0:
         return
     command = vec8()
     for j in range(actions.shape[1]):
         value = offset[j] + scale[j] * actions[i, j]
-        if j == thrust_column:
-            value = value * hover_thrust[i]
+        if in_units[j] != 0.0:
+            value = value * unit[i]
         command[j] = value
     state.command[i] = command
 

@@ -36,19 +36,22 @@ from goggles.render import CameraModel, Renderer, Shading
 
 @dataclass(frozen=True)
 class Control:
-    """How a normalised action in [-1, 1] becomes the simulator's command: offset + scale * action,
-    and the collective-thrust column (if any) in units of the vehicle's hover thrust."""
+    """How a normalised action in [-1, 1] becomes the simulator's command: offset + scale * action per
+    column; the columns in ``unit_columns`` are in units of each vehicle's own ``unit`` (``thrust``:
+    its hover thrust, ``speed``: its hover rotor speed). ``None`` columns: one per rotor."""
 
     mode: ControlMode
-    scale: tuple[float, ...]
-    offset: tuple[float, ...]
-    thrust_column: int = -1
+    scale: tuple[float, ...] | None
+    offset: tuple[float, ...] | None
+    unit: str = ""
+    unit_columns: tuple[int, ...] = ()
 
 
-#: The action spaces: rates (collective thrust 0..2x hover, body rates +-6 rad/s), velocity (+-3 m/s,
-#: yaw +-pi), position (+-5 m around the origin, yaw +-pi).
+#: The action spaces: rotor speeds (0..2x hover speed each), rates (collective thrust 0..2x hover,
+#: body rates +-6 rad/s), velocity (+-3 m/s, yaw +-pi), position (+-5 m around the origin, yaw +-pi).
 CONTROLS = {
-    "rates": Control(ControlMode.RATES, (1.0, 6.0, 6.0, 6.0), (1.0, 0.0, 0.0, 0.0), thrust_column=0),
+    "rotors": Control(ControlMode.ROTOR_SPEEDS, None, None, unit="speed"),
+    "rates": Control(ControlMode.RATES, (1.0, 6.0, 6.0, 6.0), (1.0, 0.0, 0.0, 0.0), "thrust", (0,)),
     "velocity": Control(ControlMode.VELOCITY, (3.0, 3.0, 3.0, np.pi), (0.0, 0.0, 0.0, 0.0)),
     "position": Control(ControlMode.POSITION, (5.0, 5.0, 5.0, np.pi), (0.0, 0.0, 0.0, 0.0)),
 }
@@ -58,17 +61,17 @@ class DroneVectorEnv(VectorEnv):
     """N multirotors of one airframe learning a task, as a Gymnasium 1.x vector environment.
 
     Observations are a dict of torch tensors on the simulator's device: ``state`` (N, 24) float32
-    (target - position, velocity, the body-to-world rotation matrix row-major, body rates, IMU specific
-    force and rates) and, with a camera, its ``camera_outputs`` (``depth``, ``segmentation``). Actions are
-    (N, 4) float32 tensors in [-1, 1] (see ``CONTROLS``); rewards (N,) float32, terminated and
-    truncated (N,) bool tensors.
+    (target - position, velocity, the body-to-world rotation matrix row-major, body rates, IMU
+    specific force and rates) and, with a camera, its ``camera_outputs`` (``depth``,
+    ``segmentation``). Actions are (N, A) float32 tensors (A = 4, or one per rotor for ``rotors``)
+    in [-1, 1] (see ``CONTROLS``); rewards (N,) float32, terminated and truncated (N,) bool tensors.
 
     Args:
         num_envs: environments (vehicles).
         task: what is rewarded: ``HoverTask`` (default), ``DepthFlightTask``, ``RaceTask`` (see
             ``goggles.envs.tasks``).
         airframe: preset name or TOML path.
-        control: ``rates``, ``velocity`` or ``position``.
+        control: ``rotors``, ``rates``, ``velocity`` or ``position`` (``CONTROLS``).
         camera: a camera on each vehicle (looking along body +x), or None.
         camera_outputs: what the camera observes: ``depth`` (N, H, W) float32 metres, 0 where nothing
             was measured, and/or ``segmentation`` (N, H, W) int32 class ids (0: nothing hit).
@@ -156,7 +159,15 @@ class DroneVectorEnv(VectorEnv):
         self._prepared = self.task.prepare(self)
         self.max_steps = max(1, int(round(self.task.time_limit(self._prepared) / (self.sim.dt * physics_per_action))))
         self.single_observation_space = gymnasium.spaces.Dict(spaces)
-        self.single_action_space = gymnasium.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        c = self.control
+        rotors = self.nominal.num_rotors
+        self.action_size = rotors if c.scale is None else len(c.scale)
+        self._scale = vec8(*_padded(c.scale or [1.0] * rotors))
+        self._offset = vec8(*_padded(c.offset or [1.0] * rotors))
+        in_units = range(rotors) if c.scale is None else c.unit_columns
+        self._in_units = vec8(*_padded([1.0 if j in in_units else 0.0 for j in range(self.action_size)]))
+        self._unit = {"thrust": self._hover_thrust, "speed": self._hover_speed}.get(c.unit, self._hover_speed)
+        self.single_action_space = gymnasium.spaces.Box(-1.0, 1.0, (self.action_size,), np.float32)
         self.observation_space = gymnasium.vector.utils.batch_space(self.single_observation_space, n)
         self.action_space = gymnasium.vector.utils.batch_space(self.single_action_space, n)
         self.torch_device = torch.device(wp.device_to_torch(d))
@@ -170,9 +181,11 @@ class DroneVectorEnv(VectorEnv):
         self._final = None
         if autoreset == AutoresetMode.SAME_STEP:  # the ended episodes' last observations, kept apart
             self._final = {k: torch.empty_like(v) for k, v in self._observations.items()}
-        # The mode is set once here; each step writes only the commands.
-        self.sim.set_command(self.control.mode, np.asarray(self.control.offset) * self._thrust_units())
-        self._scale, self._offset = vec8(*_padded(self.control.scale)), vec8(*_padded(self.control.offset))
+        # The mode is set once here (at action 0); each step writes only the commands.
+        units = self._unit.numpy()[:, None] if c.unit else np.ones((n, 1))
+        at_zero = np.array([self._offset[j] for j in range(self.action_size)])
+        in_units = np.array([self._in_units[j] for j in range(self.action_size)]) != 0
+        self.sim.set_command(c.mode, np.where(in_units, at_zero * units, at_zero))
 
     # ------------------------------------------------------------------ Gymnasium API
 
@@ -190,13 +203,12 @@ class DroneVectorEnv(VectorEnv):
         return self._observations, self._info()
 
     def step(self, actions: torch.Tensor):
-        """Apply (N, 4) actions for ``physics_per_action`` physics steps. Next-step autoreset: the
+        """Apply (N, A) actions for ``physics_per_action`` physics steps. Next-step autoreset: the
         environments that ended at the previous step are reset instead (their action ignored, their
         reward 0, their observation the new episode's first). Same-step: those that end now are reset
         before returning."""
         actions = self._checked(actions)
         d = self.device
-        c = self.control
         wp.launch(
             kernels.commands_kernel,
             dim=self.num_envs,
@@ -204,8 +216,8 @@ class DroneVectorEnv(VectorEnv):
                 wp.from_torch(actions),
                 self._scale,
                 self._offset,
-                self._hover_thrust,
-                c.thrust_column,
+                self._unit,
+                self._in_units,
                 self.episodes.mask,
             ],
             outputs=[self.sim.state_arrays],
@@ -249,8 +261,10 @@ class DroneVectorEnv(VectorEnv):
             raise ConfigError(f"actions must be a torch.Tensor on {self.torch_device}, got {type(actions).__name__}")
         if actions.device != self.torch_device:
             raise ConfigError(f"actions are on {actions.device}, the environments on {self.torch_device}")
-        if tuple(actions.shape) != (self.num_envs, 4):
-            raise ConfigError(f"actions must have shape ({self.num_envs}, 4), got {tuple(actions.shape)}")
+        if tuple(actions.shape) != (self.num_envs, self.action_size):
+            raise ConfigError(
+                f"actions must have shape ({self.num_envs}, {self.action_size}), got {tuple(actions.shape)}"
+            )
         if not actions.is_floating_point():
             raise ConfigError(f"actions must be floating point, got {actions.dtype}")
         actions = actions.to(torch.float32).contiguous()
@@ -261,12 +275,6 @@ class DroneVectorEnv(VectorEnv):
     def _resetting(self) -> np.ndarray | None:
         """The reset mask on the host, when new airframes are to be drawn there (else None: no copy)."""
         return self.episodes.mask.numpy().astype(bool) if self.randomization is not None else None
-
-    def _thrust_units(self) -> np.ndarray:
-        units = np.ones(4)
-        if self.control.thrust_column >= 0:
-            units[self.control.thrust_column] = self.nominal.mass * GRAVITY
-        return units
 
     def _start_episodes(self, resetting: np.ndarray | None) -> None:
         """Reset the environments in ``episodes.mask`` on the device (``resetting``: the same on the host,
