@@ -496,5 +496,31 @@ def test_segmentation_observations_show_what_each_camera_sees(arena):
     assert np.all(segmentation[depth > 0] > 0) and np.all(segmentation[depth == 0] == 0)
     assert (segmentation == GATE_CLASS).sum(axis=(1, 2)).min() >= 20
     with pytest.raises(ConfigError, match="camera_outputs"):
-        DroneVectorEnv(1, camera=CAMERA, camera_outputs=("rgb",), scene=scene, device="cpu")
+        DroneVectorEnv(1, camera=CAMERA, camera_outputs=("normal_W",), scene=scene, device="cpu")
+    env.close()
+
+
+def test_rgb_observations_equal_the_renderers_image_from_the_same_pose(arena):
+    """``rgb``: (N, H, W, 3) uint8, lit by the sun, equal to what a Renderer draws from each vehicle's
+    camera pose (a render the ordinary way, from host poses)."""
+    from goggles.frames import transform
+    from goggles.render import Renderer, Shading
+
+    scene = DeviceScene(arena, "cpu")
+    env = DroneVectorEnv(2, camera=CAMERA, camera_outputs=("rgb",), scene=scene, device="cpu")
+    observations, _ = env.reset(seed=4)
+    rgb = observations["rgb"].numpy().copy()
+    assert rgb.shape == (2, 24, 32, 3) and rgb.dtype == np.uint8 and "depth" not in observations
+    states = env.sim.states()
+    poses = []
+    for i in range(2):
+        T_WB = transform(states.position[i], states.attitude[i])
+        T_WC = np.eye(4)
+        T_WC[:3, :3], T_WC[:3, 3] = T_WB[:3, :3] @ env._R_BC.numpy()[i], states.position[i]
+        poses.append(T_WC)
+    reference = Renderer(scene, [CAMERA] * 2, outputs={"rgb"}, shading=Shading.SUN)
+    reference.render(np.stack(poses))
+    expected = reference.images().rgb
+    assert np.abs(rgb.astype(int) - expected).max() <= 1 and rgb.std() > 5
+    reference.close()
     env.close()

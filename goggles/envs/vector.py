@@ -63,7 +63,7 @@ class DroneVectorEnv(VectorEnv):
     Observations are a dict of torch tensors on the simulator's device: ``state`` (N, 24) float32
     (target - position, velocity, the body-to-world rotation matrix row-major, body rates, IMU
     specific force and rates) and, with a camera, its ``camera_outputs`` (``depth``,
-    ``segmentation``). Actions are (N, A) float32 tensors (A = 4, or one per rotor for ``rotors``)
+    ``segmentation``, ``rgb``). Actions are (N, A) float32 tensors (A = 4, or one per rotor for ``rotors``)
     in [-1, 1] (see ``CONTROLS``); rewards (N,) float32, terminated and truncated (N,) bool tensors.
 
     Args:
@@ -73,8 +73,9 @@ class DroneVectorEnv(VectorEnv):
         airframe: preset name or TOML path.
         control: ``rotors``, ``rates``, ``velocity`` or ``position`` (``CONTROLS``).
         camera: a camera on each vehicle (looking along body +x), or None.
-        camera_outputs: what the camera observes: ``depth`` (N, H, W) float32 metres, 0 where nothing
-            was measured, and/or ``segmentation`` (N, H, W) int32 class ids (0: nothing hit).
+        camera_outputs: what the camera observes, one render for all: ``depth`` (N, H, W) float32
+            metres, 0 where nothing was measured; ``segmentation`` (N, H, W) int32 class ids (0:
+            nothing hit); ``rgb`` (N, H, W, 3) uint8, lit by the sun.
         scene: the static world the cameras see and the vehicles collide with (a
             ``goggles.world.DeviceScene`` on ``device``); None: the floor plane only.
         physics_per_action: 960 Hz physics steps per action (8: a 120 Hz policy).
@@ -145,17 +146,20 @@ class DroneVectorEnv(VectorEnv):
         if camera is not None:
             if scene is None:
                 raise ConfigError("a camera needs a scene to see: pass scene=DeviceScene(...)")
-            unknown = sorted(set(camera_outputs) - {"depth", "segmentation"})
+            unknown = sorted(set(camera_outputs) - {"depth", "segmentation", "rgb"})
             if unknown or not camera_outputs:
-                raise ConfigError(f"camera_outputs {list(camera_outputs)}: choose from depth, segmentation")
+                raise ConfigError(f"camera_outputs {list(camera_outputs)}: choose from depth, segmentation, rgb")
             self.camera_outputs = tuple(camera_outputs)
-            self.renderer = Renderer(scene, [camera] * n, outputs=set(camera_outputs), shading=Shading.NONE)
+            shading = Shading.SUN if "rgb" in camera_outputs else Shading.NONE
+            self.renderer = Renderer(scene, [camera] * n, outputs=set(camera_outputs), shading=shading)
             image = (camera.height, camera.width)
             if "depth" in camera_outputs:
                 self._depth = wp.zeros((n, *image), dtype=wp.float32, device=d)
                 spaces["depth"] = gymnasium.spaces.Box(0.0, camera.max_depth, image, np.float32)
             if "segmentation" in camera_outputs:
                 spaces["segmentation"] = gymnasium.spaces.Box(0, np.iinfo(np.int32).max, image, np.int32)
+            if "rgb" in camera_outputs:
+                spaces["rgb"] = gymnasium.spaces.Box(0, 255, (*image, 3), np.uint8)
         self._prepared = self.task.prepare(self)
         self.max_steps = max(1, int(round(self.task.time_limit(self._prepared) / (self.sim.dt * physics_per_action))))
         self.single_observation_space = gymnasium.spaces.Dict(spaces)
@@ -174,8 +178,9 @@ class DroneVectorEnv(VectorEnv):
         self._observations = {"state": wp.to_torch(self._state)}
         if "depth" in spaces:
             self._observations["depth"] = wp.to_torch(self._depth)
-        if "segmentation" in spaces:  # the renderer's own buffer: rewritten by each render, like the rest
-            self._observations["segmentation"] = wp.to_torch(self.renderer.buffers.segmentation)
+        for name in ("segmentation", "rgb"):  # the renderer's own buffers, rewritten by each render
+            if name in spaces:
+                self._observations[name] = wp.to_torch(getattr(self.renderer.buffers, name))
         e = self.episodes
         self._outputs = (wp.to_torch(e.reward), wp.to_torch(e.terminated), wp.to_torch(e.truncated))
         self._final = None
