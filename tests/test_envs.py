@@ -54,16 +54,17 @@ def _rollout(env, steps: int, actions_for):
     return torch.stack(states), torch.stack(depths)
 
 
-def test_a_batch_replays_each_environment_alone(device, arena):
+@pytest.mark.parametrize("depth_model", [None, "d435"])
+def test_a_batch_replays_each_environment_alone(device, arena, depth_model):
     """Environment 1 of a batch of 3 and a single environment seeded as environment 1 (first_env=1)
-    give the same states and the same depth bytes, step for step."""
+    give the same states and the same depth bytes, step for step (with a depth model's noise too)."""
     scene = DeviceScene(arena, device)
     rng = np.random.default_rng(3)
     actions = torch.tensor(rng.uniform(-0.3, 0.3, (20, 3, 4)), dtype=torch.float32)
-    batch = DroneVectorEnv(3, camera=CAMERA, scene=scene, device=device)
+    batch = DroneVectorEnv(3, camera=CAMERA, depth_model=depth_model, scene=scene, device=device)
     dev = batch.torch_device
     states, depths = _rollout(batch, 20, lambda k: actions[k].to(dev))
-    single = DroneVectorEnv(1, camera=CAMERA, scene=scene, device=device, first_env=1)
+    single = DroneVectorEnv(1, camera=CAMERA, depth_model=depth_model, scene=scene, device=device, first_env=1)
     alone_states, alone_depths = _rollout(single, 20, lambda k: actions[k, 1:2].to(dev))
     assert torch.equal(states[:, 1], alone_states[:, 0])
     assert depths[:, 1].cpu().numpy().tobytes() == alone_depths[:, 0].cpu().numpy().tobytes()
@@ -524,3 +525,27 @@ def test_rgb_observations_equal_the_renderers_image_from_the_same_pose(arena):
     assert np.abs(rgb.astype(int) - expected).max() <= 1 and rgb.std() > 5
     reference.close()
     env.close()
+
+
+def test_depth_model_noise_grows_with_the_square_of_depth(arena):
+    """``depth_model="d435"``: against the exact depth of the same poses, the error divided by the
+    disparity model's sigma_Z = Z^2 sigma_d / (f B) has unit spread where the disparity is over a pixel
+    (quantisation adds 1 %), and only pixels far enough for the disparity to fall under a quantisation
+    step read 0."""
+    from goggles.sensors.stereo_depth import D435
+
+    scene = DeviceScene(arena, "cpu")
+    camera = CameraModel.from_fov(160, 120, 80.0, max_depth=200.0)
+    noisy = DroneVectorEnv(8, camera=camera, depth_model="d435", scene=scene, device="cpu")
+    exact = DroneVectorEnv(8, camera=camera, scene=scene, device="cpu")
+    measured, truth = noisy.reset(seed=2)[0]["depth"].numpy(), exact.reset(seed=2)[0]["depth"].numpy()
+    fb = camera.fx * D435.baseline_m
+    both = (measured > 0) & (truth > 0) & (truth < fb / 1.0)  # disparity above 1 px: the linear regime
+    z = truth[both]
+    normalised = (measured[both] - z) / (z**2 * D435.subpixel_sigma_px / fb)
+    assert both.sum() > 2_000 and 0.9 < normalised.std() < 1.1
+    # Invalid (0) only where the noisy disparity can fall under one quantisation step: far away.
+    lost = truth[(measured == 0) & (truth > 0)]
+    assert lost.size > 0 and np.all(lost > fb / (D435.subpixel_step_px + 5 * D435.subpixel_sigma_px))
+    noisy.close()
+    exact.close()

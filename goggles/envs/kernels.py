@@ -143,10 +143,11 @@ def camera_poses_kernel(
 def depth_observation_kernel(
     status: wp.array3d(dtype=wp.int8), depth: wp.array3d(dtype=float), out: wp.array3d(dtype=wp.float32)
 ):
-    """Depth in metres where the camera measured one, 0 elsewhere (no hit, too close): finite values
-    a network can take."""
+    """Depth in metres where the camera measured one, 0 elsewhere (no hit, too close, or invalidated
+    by a depth model): finite values a network can take."""
     i, y, x = wp.tid()
-    out[i, y, x] = wp.where(int(status[i, y, x]) == 0, depth[i, y, x], 0.0)
+    z = depth[i, y, x]
+    out[i, y, x] = wp.where(int(status[i, y, x]) == 0 and wp.isfinite(z), z, 0.0)
 
 
 @wp.kernel

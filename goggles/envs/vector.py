@@ -32,6 +32,7 @@ from goggles.envs.tasks import Episodes, HoverTask
 from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL
 from goggles.render import CameraModel, Renderer, Shading
+from goggles.sensors.stereo_depth import StereoDepth, stereo_depth_model
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class DroneVectorEnv(VectorEnv):
         camera_outputs: what the camera observes, one render for all: ``depth`` (N, H, W) float32
             metres, 0 where nothing was measured; ``segmentation`` (N, H, W) int32 class ids (0:
             nothing hit); ``rgb`` (N, H, W, 3) uint8, lit by the sun.
+        depth_model: how the depth camera measures (``goggles.sensors.stereo_depth``: a preset name such
+            as ``d435`` or a ``StereoDepthModel``): noise and quantisation in the disparity domain,
+            out-of-range pixels 0; None: exact depth. No stereo occlusion (one eye is rendered).
         scene: the static world the cameras see and the vehicles collide with (a
             ``goggles.world.DeviceScene`` on ``device``); None: the floor plane only.
         physics_per_action: 960 Hz physics steps per action (8: a 120 Hz policy).
@@ -101,6 +105,7 @@ class DroneVectorEnv(VectorEnv):
         control: str = "rates",
         camera: CameraModel | None = None,
         camera_outputs: tuple[str, ...] = ("depth",),
+        depth_model=None,
         scene=None,
         physics_per_action: int = 8,
         randomization: Randomization | None = None,
@@ -141,7 +146,7 @@ class DroneVectorEnv(VectorEnv):
         self._drawn: dict[str, np.ndarray] = {}
         self._episode_host = np.zeros(n, np.int64)  # episodes drawn per environment (randomisation)
 
-        self.renderer, self.camera_outputs = None, ()
+        self.renderer, self.camera_outputs, self._stereo = None, (), None
         spaces = {"state": gymnasium.spaces.Box(-np.inf, np.inf, (kernels.STATE_SIZE,), np.float32)}
         if camera is not None:
             if scene is None:
@@ -153,6 +158,10 @@ class DroneVectorEnv(VectorEnv):
             shading = Shading.SUN if "rgb" in camera_outputs else Shading.NONE
             self.renderer = Renderer(scene, [camera] * n, outputs=set(camera_outputs), shading=shading)
             image = (camera.height, camera.width)
+            if isinstance(depth_model, str):
+                depth_model = stereo_depth_model(depth_model)
+            if depth_model is not None:
+                self._stereo = StereoDepth([depth_model] * n, self.renderer, [None] * n, self.seed, self.first_env)
             if "depth" in camera_outputs:
                 self._depth = wp.zeros((n, *image), dtype=wp.float32, device=d)
                 spaces["depth"] = gymnasium.spaces.Box(0.0, camera.max_depth, image, np.float32)
@@ -200,6 +209,8 @@ class DroneVectorEnv(VectorEnv):
             self.seed = int(seed)
             self.sim.seed = self.seed
             self.episodes.episode.zero_()
+            if self._stereo is not None:
+                self._stereo.reseed(self.seed)
             self._episode_host[:] = 0
         self.episodes.mask.fill_(1)
         self._start_episodes(np.ones(self.num_envs, bool))
@@ -333,6 +344,8 @@ class DroneVectorEnv(VectorEnv):
             b = self.renderer.buffers
             if "depth" not in self.camera_outputs:
                 return
+            if self._stereo is not None:
+                self._stereo.apply()
             wp.launch(
                 kernels.depth_observation_kernel,
                 dim=self._depth.shape,

@@ -61,6 +61,7 @@ def stereo_depth_kernel(
     step: wp.array(dtype=float),
     search: wp.array(dtype=float),
     seed: int,
+    first_camera: int,
     row_stride: int,
     row_offset: int,
     span: int,
@@ -80,7 +81,7 @@ def stereo_depth_kernel(
             continue  # already invalid (REP 118 values stay)
         d = fb / z
         if sigma[c] > 0.0:
-            state = wp.rand_init(seed, (c * depth.shape[1] + y) * width + x)
+            state = wp.rand_init(seed, ((first_camera + c) * depth.shape[1] + y) * width + x)
             d = d + sigma[c] * wp.randn(state)
         q = step[c]
         if q > 0.0:
@@ -101,9 +102,11 @@ class StereoDepth:
         renderer: the ``goggles.render.Renderer`` whose depth is re-measured (its cameras' fx).
         baselines: per camera, the rig's baseline in metres, or None (a mono camera: the model's).
         seed: seed of the noise; each ``apply`` draws anew, reproducibly.
+        first_camera: the index of the batch's first camera in the noise streams (a slice of a larger
+            batch draws exactly that slice's noise).
     """
 
-    def __init__(self, models, renderer, baselines, seed: int = 0):
+    def __init__(self, models, renderer, baselines, seed: int = 0, first_camera: int = 0):
         fb, sigma, step, search = [], [], [], []
         for model, camera, baseline in zip(models, renderer.cameras, baselines):
             f = camera.fx
@@ -120,8 +123,12 @@ class StereoDepth:
         self._sigma = wp.array(sigma, dtype=float, device=device)
         self._step = wp.array(step, dtype=float, device=device)
         self._search = wp.array(np.minimum(search, 3.0e38), dtype=float, device=device)
-        self._seed, self._frames = seed, 0
+        self._seed, self._frames, self._first = seed, 0, int(first_camera)
         wp.load_module(stereo_depth_kernel.module, device=device)
+
+    def reseed(self, seed: int) -> None:
+        """Draw from ``seed`` again, from its first frame (a learning environment's ``reset(seed=)``)."""
+        self._seed, self._frames = int(seed), 0
 
     def apply(self) -> None:
         """Re-measure the renderer's last depth image in place."""
@@ -130,5 +137,5 @@ class StereoDepth:
         seed = draw_seed(self._seed, self._frames)
         self._frames += 1
         r = self._renderer
-        inputs = [self._fb, self._sigma, self._step, self._search, seed]
+        inputs = [self._fb, self._sigma, self._step, self._search, seed, self._first]
         r.launch_rows(stereo_depth_kernel, inputs, [r.buffers.depth])
