@@ -549,3 +549,43 @@ def test_depth_model_noise_grows_with_the_square_of_depth(arena):
     assert lost.size > 0 and np.all(lost > fb / (D435.subpixel_step_px + 5 * D435.subpixel_sigma_px))
     noisy.close()
     exact.close()
+
+
+def test_range_observations_measure_the_ground_below_each_vehicle(arena):
+    """``range_sensor``: a downward beam per vehicle reads its height over the arena, as a trimesh ray
+    cast straight down finds it (exact without noise); a noisy multizone sensor keeps the batch equal
+    to each environment alone."""
+    import trimesh
+
+    from goggles.sensors.ranges import VL53L5CX, RangeSensorModel
+
+    scene = DeviceScene(arena, "cpu")
+    exact = RangeSensorModel("exact-altimeter", 1, 1, (0.0, 0.0), 0.0, 20.0, 0.0)
+    env = DroneVectorEnv(6, range_sensor=exact, scene=scene, device="cpu")
+    observations, _ = env.reset(seed=5)
+    for _ in range(10):
+        observations, *_ = env.step(torch.tensor([[0.2, 0.5, -0.3, 0.1]] * 6))
+    states = env.sim.states()
+    mesh = trimesh.Trimesh(arena.vertices, arena.faces, process=False)
+    down = np.array([quaternion_about(q) @ [0.0, 0.0, -1.0] for q in states.attitude])
+    hits, index, _ = mesh.ray.intersects_location(states.position, down, multiple_hits=False)
+    expected = np.full(6, 20.0)
+    expected[index] = np.linalg.norm(hits - states.position[index], axis=1)
+    assert observations["ranges"].shape == (6, 1)
+    np.testing.assert_allclose(observations["ranges"].numpy()[:, 0], expected, rtol=1e-4)
+    env.close()
+
+    batch = DroneVectorEnv(3, range_sensor=VL53L5CX, scene=scene, device="cpu")
+    alone = DroneVectorEnv(1, range_sensor=VL53L5CX, scene=scene, device="cpu", first_env=2)
+    together, single = batch.reset(seed=1)[0]["ranges"], alone.reset(seed=1)[0]["ranges"]
+    assert together.shape == (3, 64) and torch.equal(together[2], single[0])
+    assert torch.all((together >= VL53L5CX.min_range) & (together <= VL53L5CX.max_range))
+    batch.close()
+    alone.close()
+
+
+def quaternion_about(q) -> np.ndarray:
+    """R_WB of a (w, x, y, z) quaternion, by trimesh."""
+    from trimesh.transformations import quaternion_matrix
+
+    return quaternion_matrix(q)[:3, :3]

@@ -29,7 +29,7 @@ from goggles.dynamics.model import (
 )
 from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, fetch
-from goggles.world.queries import ActorData
+from goggles.world.queries import no_actors
 
 GRAVITY = 9.81  # m/s^2, as FlightGoggles
 
@@ -200,7 +200,7 @@ class MultirotorSim:
         columns = kernels.PACKED_COLUMNS + kernels.IMU_COLUMNS * imu_queue
         self._packed = wp.zeros((n, columns), dtype=wp.float64, device=d)
         self._packed_host = HostMirror(self._packed)
-        self._no_actors = _empty_actors(d)
+        self._no_actors = no_actors(d)
         wp.load_module(kernels, device=d)
         self.seed = seed
         self.reset()
@@ -518,21 +518,3 @@ def _params(af: Airframe, dt: float, imu_dt: float, imu_mount: np.ndarray | None
     p.collision_size = wp.vec3(*af.collision_size)
     p.crash_speed = af.crash_speed
     return p
-
-
-def _empty_actors(device) -> ActorData:
-    """Actor data with no instances, for a simulator without a world."""
-    actors = ActorData()
-    actors.count = 0
-    actors.shape_mesh = wp.zeros(1, dtype=wp.uint64, device=device)
-    actors.shape_first_face = wp.zeros(1, dtype=wp.int32, device=device)
-    for name, dtype in (
-        ("every", wp.int32),
-        ("shape", wp.int32),
-        ("R_WA", wp.mat33),
-        ("p_WA", wp.vec3),
-        ("lower", wp.vec3),
-        ("upper", wp.vec3),
-    ):
-        setattr(actors, name, wp.zeros(1, dtype=dtype, device=device))
-    return actors

@@ -402,3 +402,28 @@ def place_gates_kernel(
     actors.p_WA[a] = p
     actors.lower[a] = middle - reach
     actors.upper[a] = middle + reach
+
+
+@wp.kernel
+def range_poses_kernel(
+    state: VehicleState, R_BS: wp.mat33, R_WS: wp.array(dtype=wp.mat33), p_WS: wp.array(dtype=wp.vec3)
+):
+    """Each vehicle's range sensor pose: at its centre, turned by ``R_BS`` (beam along the sensor's +z)."""
+    i = wp.tid()
+    R_WS[i] = wp.quat_to_matrix(state.attitude[i]) * R_BS
+    p_WS[i] = state.position[i]
+
+
+@wp.kernel
+def ranges_observation_kernel(
+    raw: wp.array2d(dtype=float), min_range: float, max_range: float, out: wp.array2d(dtype=wp.float32)
+):
+    """REP 117 readings as finite values: no return (+inf) reads the maximum range, too close (-inf)
+    the minimum."""
+    i, z = wp.tid()
+    r = raw[i, z]
+    if r == wp.inf:
+        r = max_range
+    elif r == -wp.inf:
+        r = min_range
+    out[i, z] = r

@@ -32,7 +32,10 @@ from goggles.envs.tasks import Episodes, HoverTask
 from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL
 from goggles.render import CameraModel, Renderer, Shading
+from goggles.sensors import draw_seed
+from goggles.sensors.ranges import measure_ranges_kernel
 from goggles.sensors.stereo_depth import StereoDepth, stereo_depth_model
+from goggles.world.queries import no_actors
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,10 @@ class DroneVectorEnv(VectorEnv):
         depth_model: how the depth camera measures (``goggles.sensors.stereo_depth``: a preset name such
             as ``d435`` or a ``StereoDepthModel``): noise and quantisation in the disparity domain,
             out-of-range pixels 0; None: exact depth. No stereo occlusion (one eye is rendered).
+        range_sensor: a ``goggles.sensors.ranges.RangeSensorModel`` looking down from each vehicle
+            (``FLIGHTGOGGLES_ALTIMETER``, a multizone ToF): observation ``ranges`` (N, zones) float32
+            metres with the model's noise, no return reading its maximum range. It sees the static
+            scene (not the environments' actors).
         scene: the static world the cameras see and the vehicles collide with (a
             ``goggles.world.DeviceScene`` on ``device``); None: the floor plane only.
         physics_per_action: 960 Hz physics steps per action (8: a 120 Hz policy).
@@ -106,6 +113,7 @@ class DroneVectorEnv(VectorEnv):
         camera: CameraModel | None = None,
         camera_outputs: tuple[str, ...] = ("depth",),
         depth_model=None,
+        range_sensor=None,
         scene=None,
         physics_per_action: int = 8,
         randomization: Randomization | None = None,
@@ -171,6 +179,19 @@ class DroneVectorEnv(VectorEnv):
                 spaces["rgb"] = gymnasium.spaces.Box(0, 255, (*image, 3), np.uint8)
         self._prepared = self.task.prepare(self)
         self.max_steps = max(1, int(round(self.task.time_limit(self._prepared) / (self.sim.dt * physics_per_action))))
+        self.range_sensor = range_sensor
+        if range_sensor is not None:
+            if scene is None:
+                raise ConfigError("a range sensor needs a scene to measure: pass scene=DeviceScene(...)")
+            zones = range_sensor.rows * range_sensor.cols
+            self._range_rays = wp.array(range_sensor.directions().reshape(-1, 3), dtype=wp.vec3, device=d)
+            self._range_pose = (wp.zeros(n, dtype=wp.mat33, device=d), wp.zeros(n, dtype=wp.vec3, device=d))
+            self._range_raw = wp.zeros((n, zones), dtype=float, device=d)
+            self._ranges = wp.zeros((n, zones), dtype=wp.float32, device=d)
+            self._range_actors, self._range_reads = no_actors(d), 0
+            spaces["ranges"] = gymnasium.spaces.Box(
+                range_sensor.min_range, range_sensor.max_range, (zones,), np.float32
+            )
         self.single_observation_space = gymnasium.spaces.Dict(spaces)
         c = self.control
         rotors = self.nominal.num_rotors
@@ -187,6 +208,8 @@ class DroneVectorEnv(VectorEnv):
         self._observations = {"state": wp.to_torch(self._state)}
         if "depth" in spaces:
             self._observations["depth"] = wp.to_torch(self._depth)
+        if range_sensor is not None:
+            self._observations["ranges"] = wp.to_torch(self._ranges)
         for name in ("segmentation", "rgb"):  # the renderer's own buffers, rewritten by each render
             if name in spaces:
                 self._observations[name] = wp.to_torch(getattr(self.renderer.buffers, name))
@@ -211,6 +234,7 @@ class DroneVectorEnv(VectorEnv):
             self.episodes.episode.zero_()
             if self._stereo is not None:
                 self._stereo.reseed(self.seed)
+            self._range_reads = 0
             self._episode_host[:] = 0
         self.episodes.mask.fill_(1)
         self._start_episodes(np.ones(self.num_envs, bool))
@@ -331,6 +355,8 @@ class DroneVectorEnv(VectorEnv):
             outputs=[self._state],
             device=d,
         )
+        if self.range_sensor is not None:
+            self._measure_ranges()
         if self.renderer is not None:
             R_WC, p_WC = self.renderer.camera_poses
             wp.launch(
@@ -353,6 +379,46 @@ class DroneVectorEnv(VectorEnv):
                 outputs=[self._depth],
                 device=d,
             )
+
+    def _measure_ranges(self) -> None:
+        """Each vehicle's range sensor, looking down (sensor +z along body -z), noise per environment."""
+        d, m = self.device, self.range_sensor
+        R_WS, p_WS = self._range_pose
+        down = wp.mat33(1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, -1.0)
+        wp.launch(
+            kernels.range_poses_kernel,
+            dim=self.num_envs,
+            inputs=[self.sim.state_arrays, down],
+            outputs=[R_WS, p_WS],
+            device=d,
+        )
+        seed = draw_seed(self.seed, self._range_reads)
+        self._range_reads += 1
+        wp.launch(
+            measure_ranges_kernel,
+            dim=self._range_raw.shape,
+            inputs=[
+                self.scene.mesh.id,
+                self._range_actors,
+                R_WS,
+                p_WS,
+                self._range_rays,
+                m.min_range,
+                m.max_range,
+                m.sigma,
+                seed,
+                self.first_env,
+            ],
+            outputs=[self._range_raw],
+            device=d,
+        )
+        wp.launch(
+            kernels.ranges_observation_kernel,
+            dim=self._range_raw.shape,
+            inputs=[self._range_raw, m.min_range, m.max_range],
+            outputs=[self._ranges],
+            device=d,
+        )
 
     def _info(self) -> dict:
         """The drawn randomisation values per environment (host arrays), when there is randomisation."""

@@ -75,9 +75,10 @@ def measure_ranges_kernel(
     max_range: float,
     sigma: float,
     seed: int,
+    first_sensor: int,
     out_range: wp.array2d(dtype=float),
 ):
-    """One (sensor pose, zone) reading."""
+    """One (sensor pose, zone) reading; the noise of sensor s from stream (first_sensor + s, zone)."""
     s, z = wp.tid()
     hit = closest_hit(static_mesh, actors, p_WS[s], R_WS[s] * directions_S[z], max_range)
     if not hit.result:
@@ -87,7 +88,7 @@ def measure_ranges_kernel(
     else:
         reading = hit.t
         if sigma > 0.0:
-            rng = wp.rand_init(seed, s * directions_S.shape[0] + z)
+            rng = wp.rand_init(seed, (first_sensor + s) * directions_S.shape[0] + z)
             reading += sigma * wp.randn(rng)
         out_range[s, z] = reading
 
@@ -147,6 +148,7 @@ class RangeSensor:
                 self.model.max_range,
                 self.model.sigma if self.noise else 0.0,
                 seed,
+                0,
             ],
             outputs=[out],
             device=d,

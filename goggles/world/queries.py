@@ -29,6 +29,24 @@ class ActorData:
     upper: wp.array(dtype=wp.vec3)
 
 
+def no_actors(device) -> ActorData:
+    """Actor data with no instances: queries of the static mesh alone."""
+    actors = ActorData()
+    actors.count = 0
+    actors.shape_mesh = wp.zeros(1, dtype=wp.uint64, device=device)
+    actors.shape_first_face = wp.zeros(1, dtype=wp.int32, device=device)
+    for name, dtype in (
+        ("every", wp.int32),
+        ("shape", wp.int32),
+        ("R_WA", wp.mat33),
+        ("p_WA", wp.vec3),
+        ("lower", wp.vec3),
+        ("upper", wp.vec3),
+    ):
+        setattr(actors, name, wp.zeros(1, dtype=dtype, device=device))
+    return actors
+
+
 @wp.struct
 class Hit:
     result: bool
