@@ -589,3 +589,49 @@ def quaternion_about(q) -> np.ndarray:
     from trimesh.transformations import quaternion_matrix
 
     return quaternion_matrix(q)[:3, :3]
+
+
+def test_beacon_observations_match_the_engines_beacon_sensor(arena):
+    """``beacons=True`` with a race: each environment's gate beacons as its camera detects them equal
+    what ``goggles.sensors.beacons.BeaconSensor`` (the engine's detector) reports for a world holding
+    that environment's gates alone, pixel positions checked against OpenCV's projection; slots are
+    fixed (beacon j of gate k in slot 4k + j) and padded with zeros where nothing is seen."""
+    import cv2
+
+    from goggles.frames import transform
+    from goggles.scene.gates import gate_shape
+    from goggles.sensors.beacons import BeaconSensor
+    from goggles.world import Beacon
+
+    scene = DeviceScene(arena, "cpu", max_actors=64)
+    camera = CameraModel.from_fov(160, 120, 90.0)
+    env = DroneVectorEnv(3, task=RaceTask(spawn_radius=0.0), camera=camera, beacons=True, scene=scene, device="cpu")
+    observations, _ = env.reset(seed=7)
+    seen, mask = observations["beacons"].numpy(), observations["beacon_mask"].numpy()
+    race, states = env._prepared, env.sim.states()
+    assert seen.shape == (3, 24, 3) and mask.shape == (3, 24) and mask.sum(axis=1).min() >= 4
+    assert np.all(seen[~mask] == 0)
+    for i in range(3):
+        own = DeviceScene(arena, "cpu", shapes=[gate_shape((1.6, 1.6))], max_actors=6)
+        gates = [
+            transform(race.gate_position.numpy()[i, k], [np.cos(y / 2), 0, 0, np.sin(y / 2)])
+            for k, y in enumerate(race.gate_yaw.numpy()[i])
+        ]
+        own.set_actors([0] * 6, np.stack(gates))
+        positions = race.beacons_W.numpy()[i]
+        beacons = [Beacon(f"b{b:02d}", tuple(positions[b])) for b in range(24)]
+        T_WC = np.eye(4)
+        T_WC[:3, :3] = transform([0, 0, 0], states.attitude[i])[:3, :3] @ env._R_BC.numpy()[i]
+        T_WC[:3, 3] = states.position[i]
+        detections = {int(d.id[1:]): d for d in BeaconSensor(own, beacons, [camera]).detect(T_WC[None])}
+        assert set(detections) == set(np.flatnonzero(mask[i]))
+        for b, d in detections.items():
+            np.testing.assert_allclose(seen[i, b], [d.u, d.v, d.range], rtol=1e-4, atol=1e-3)
+        rvec, _ = cv2.Rodrigues(T_WC[:3, :3].T)
+        tvec = -T_WC[:3, :3].T @ T_WC[:3, 3]
+        K = np.array([[camera.fx, 0, camera.cx], [0, camera.fy, camera.cy], [0, 0, 1]])
+        uv, _ = cv2.projectPoints(positions[mask[i]].astype(np.float64), rvec, tvec, K, np.array(camera.distortion))
+        np.testing.assert_allclose(seen[i, mask[i], :2], uv[:, 0], atol=1e-2)
+    with pytest.raises(ConfigError, match="beacons need a camera"):
+        DroneVectorEnv(1, beacons=True, device="cpu")
+    env.close()

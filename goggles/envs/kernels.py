@@ -5,7 +5,8 @@ import warp as wp
 
 from goggles.dynamics.kernels import VehicleState
 from goggles.dynamics.model import vec8
-from goggles.world.queries import ActorData
+from goggles.render.projection import distortion5, inside_image, project_point
+from goggles.world.queries import ActorData, Hit, closer_actor_hit
 
 wp.set_module_options({"enable_backward": False})
 
@@ -427,3 +428,70 @@ def ranges_observation_kernel(
     elif r == -wp.inf:
         r = min_range
     out[i, z] = r
+
+
+@wp.kernel
+def place_beacons_kernel(
+    mask: wp.array(dtype=wp.int32),
+    gate_position: wp.array2d(dtype=wp.vec3),
+    gate_yaw: wp.array2d(dtype=float),
+    beacons_G: wp.array2d(dtype=wp.vec3),
+    beacons_W: wp.array2d(dtype=wp.vec3),
+):
+    """The beacons of the environments being reset: beacon j of gate k is number 4k + j, on the
+    gate's front face (``beacons_G``, gate frame) carried by the gate's perturbed pose."""
+    i, k, j = wp.tid()
+    if mask[i] == 0:
+        return
+    R = wp.quat_to_matrix(wp.quat_from_axis_angle(wp.vec3(0.0, 0.0, 1.0), gate_yaw[i, k]))
+    beacons_W[i, k * beacons_G.shape[1] + j] = gate_position[i, k] + R * beacons_G[k, j]
+
+
+@wp.kernel
+def observe_beacons_kernel(
+    static_mesh: wp.uint64,
+    actors: ActorData,
+    candidates: wp.array2d(dtype=wp.int32),
+    R_WC: wp.array2d(dtype=wp.mat33),
+    p_WC: wp.array2d(dtype=wp.vec3),
+    intrinsics: wp.vec4,
+    distortion: distortion5,
+    size: wp.vec2i,
+    beacons_W: wp.array2d(dtype=wp.vec3),
+    out: wp.array3d(dtype=wp.float32),
+    visible: wp.array2d(dtype=wp.bool),
+):
+    """Beacon b of environment i as its camera detects it: (u, v) pixels and range (m) when in front,
+    inside the image and seen past the static scene and the environment's own actors (its
+    ``candidates``: other environments' gates are not in its world); zeros and not visible otherwise."""
+    i, b = wp.tid()
+    out[i, b, 0] = 0.0
+    out[i, b, 1] = 0.0
+    out[i, b, 2] = 0.0
+    visible[i, b] = False
+    R = R_WC[i, 0]
+    p = p_WC[i, 0]
+    beacon = beacons_W[i, b]
+    p_C = wp.transpose(R) * (beacon - p)
+    if p_C[2] <= 0.0:
+        return
+    uv = project_point(p_C, intrinsics, distortion)
+    if not inside_image(uv, size[0], size[1]):
+        return
+    distance = wp.length(p - beacon)
+    direction = (p - beacon) / distance
+    offset = 1.0e-3 + 1.0e-5 * distance  # off the beacon's own surface, as goggles.sensors.beacons
+    origin = beacon + direction * offset
+    reach = distance - 2.0 * offset
+    if wp.mesh_query_ray_anyhit(static_mesh, origin, direction, reach):
+        return
+    hit = Hit()
+    hit.result = False
+    hit.t = reach
+    hit = closer_actor_hit(actors, candidates[i], candidates.shape[1], origin, direction, hit)
+    if hit.result:
+        return
+    out[i, b, 0] = uv[0]
+    out[i, b, 1] = uv[1]
+    out[i, b, 2] = distance
+    visible[i, b] = True

@@ -195,6 +195,10 @@ class RaceArrays:
     """s: the course's."""
     shapes: tuple | None = None
     """With cameras: (G,) shape index, and the shape's box lower and upper corners, of each gate."""
+    beacons_G: wp.array | None = None
+    """(G, 4) the IR beacons on each gate's front face, gate frame."""
+    beacons_W: wp.array | None = None
+    """(N, 4 G) each environment's beacons this episode (gate k's are 4k .. 4k + 3)."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +243,15 @@ class RaceTask:
             start_yaw=yaw,
             timeout=course.timeout,
             shapes=_gate_actors(env, gates) if env.renderer is not None else None,
+            beacons_G=wp.array(
+                np.stack([g.beacon_positions_G() for g in gates]).astype(np.float32), dtype=wp.vec3, device=d
+            ),
+            beacons_W=wp.zeros((n, 4 * len(gates)), dtype=wp.vec3, device=d),
         )
+
+    def beacons(self, race: RaceArrays) -> wp.array:
+        """(N, B) each environment's beacons in the world (for the env's ``beacons`` observation)."""
+        return race.beacons_W
 
     def time_limit(self, race: RaceArrays) -> float:
         return self.episode_s if self.episode_s is not None else race.timeout
@@ -274,6 +286,13 @@ class RaceTask:
             device=env.device,
         )
 
+        wp.launch(
+            kernels.place_beacons_kernel,
+            dim=(env.num_envs, *race.beacons_G.shape),
+            inputs=[e.mask, race.gate_position, race.gate_yaw, race.beacons_G],
+            outputs=[race.beacons_W],
+            device=env.device,
+        )
         if race.shapes is not None:
             wp.launch(
                 kernels.place_gates_kernel,

@@ -32,6 +32,7 @@ from goggles.envs.tasks import Episodes, HoverTask
 from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL
 from goggles.render import CameraModel, Renderer, Shading
+from goggles.render.projection import distortion5
 from goggles.sensors import draw_seed
 from goggles.sensors.ranges import measure_ranges_kernel
 from goggles.sensors.stereo_depth import StereoDepth, stereo_depth_model
@@ -87,6 +88,9 @@ class DroneVectorEnv(VectorEnv):
             (``FLIGHTGOGGLES_ALTIMETER``, a multizone ToF): observation ``ranges`` (N, zones) float32
             metres with the model's noise, no return reading its maximum range. It sees the static
             scene (not the environments' actors).
+        beacons: with a camera and a task that has beacons (``RaceTask``'s gates), observe them as the
+            camera detects them: ``beacons`` (N, B, 3) float32 (u, v pixels, range m; zeros where not
+            seen) and ``beacon_mask`` (N, B) bool, beacon b always in slot b (padded, fixed order).
         scene: the static world the cameras see and the vehicles collide with (a
             ``goggles.world.DeviceScene`` on ``device``); None: the floor plane only.
         physics_per_action: 960 Hz physics steps per action (8: a 120 Hz policy).
@@ -114,6 +118,7 @@ class DroneVectorEnv(VectorEnv):
         camera_outputs: tuple[str, ...] = ("depth",),
         depth_model=None,
         range_sensor=None,
+        beacons: bool = False,
         scene=None,
         physics_per_action: int = 8,
         randomization: Randomization | None = None,
@@ -192,6 +197,22 @@ class DroneVectorEnv(VectorEnv):
             spaces["ranges"] = gymnasium.spaces.Box(
                 range_sensor.min_range, range_sensor.max_range, (zones,), np.float32
             )
+        self._beacons_W = None
+        if beacons:
+            if self.renderer is None or not hasattr(self.task, "beacons"):
+                raise ConfigError("beacons need a camera and a task with beacons (RaceTask)")
+            self._beacons_W = self.task.beacons(self._prepared)
+            count = self._beacons_W.shape[1]
+            self._beacon_out = wp.zeros((n, count, 3), dtype=wp.float32, device=d)
+            self._beacon_mask = wp.zeros((n, count), dtype=wp.bool, device=d)
+            self._candidates = wp.array(
+                self.actors_per_camera if self.actors_per_camera is not None else np.zeros((n, 0), np.int32),
+                dtype=wp.int32,
+                device=d,
+            )
+            self._camera = camera
+            spaces["beacons"] = gymnasium.spaces.Box(-np.inf, np.inf, (count, 3), np.float32)
+            spaces["beacon_mask"] = gymnasium.spaces.MultiBinary(count)
         self.single_observation_space = gymnasium.spaces.Dict(spaces)
         c = self.control
         rotors = self.nominal.num_rotors
@@ -210,6 +231,9 @@ class DroneVectorEnv(VectorEnv):
             self._observations["depth"] = wp.to_torch(self._depth)
         if range_sensor is not None:
             self._observations["ranges"] = wp.to_torch(self._ranges)
+        if beacons:
+            self._observations["beacons"] = wp.to_torch(self._beacon_out)
+            self._observations["beacon_mask"] = wp.to_torch(self._beacon_mask)
         for name in ("segmentation", "rgb"):  # the renderer's own buffers, rewritten by each render
             if name in spaces:
                 self._observations[name] = wp.to_torch(getattr(self.renderer.buffers, name))
@@ -367,6 +391,8 @@ class DroneVectorEnv(VectorEnv):
                 device=d,
             )
             self.renderer.render_posed(self.actors_per_camera)
+            if self._beacons_W is not None:
+                self._detect_beacons(R_WC, p_WC)
             b = self.renderer.buffers
             if "depth" not in self.camera_outputs:
                 return
@@ -379,6 +405,26 @@ class DroneVectorEnv(VectorEnv):
                 outputs=[self._depth],
                 device=d,
             )
+
+    def _detect_beacons(self, R_WC: wp.array, p_WC: wp.array) -> None:
+        c = self._camera
+        wp.launch(
+            kernels.observe_beacons_kernel,
+            dim=self._beacon_mask.shape,
+            inputs=[
+                self.scene.mesh.id,
+                self.scene.actors,
+                self._candidates,
+                R_WC,
+                p_WC,
+                wp.vec4(c.fx, c.fy, c.cx, c.cy),
+                distortion5(*c.distortion),
+                wp.vec2i(c.width, c.height),
+                self._beacons_W,
+            ],
+            outputs=[self._beacon_out, self._beacon_mask],
+            device=self.device,
+        )
 
     def _measure_ranges(self) -> None:
         """Each vehicle's range sensor, looking down (sensor +z along body -z), noise per environment."""
