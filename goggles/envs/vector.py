@@ -159,69 +159,14 @@ class DroneVectorEnv(VectorEnv):
         self._drawn: dict[str, np.ndarray] = {}
         self._episode_host = np.zeros(n, np.int64)  # episodes drawn per environment (randomisation)
 
-        self.renderer, self.camera_outputs, self._stereo = None, (), None
         spaces = {"state": gymnasium.spaces.Box(-np.inf, np.inf, (kernels.STATE_SIZE,), np.float32)}
-        if camera is not None:
-            if scene is None:
-                raise ConfigError("a camera needs a scene to see: pass scene=DeviceScene(...)")
-            unknown = sorted(set(camera_outputs) - {"depth", "segmentation", "rgb"})
-            if unknown or not camera_outputs:
-                raise ConfigError(f"camera_outputs {list(camera_outputs)}: choose from depth, segmentation, rgb")
-            self.camera_outputs = tuple(camera_outputs)
-            shading = Shading.SUN if "rgb" in camera_outputs else Shading.NONE
-            self.renderer = Renderer(scene, [camera] * n, outputs=set(camera_outputs), shading=shading)
-            image = (camera.height, camera.width)
-            if isinstance(depth_model, str):
-                depth_model = stereo_depth_model(depth_model)
-            if depth_model is not None:
-                self._stereo = StereoDepth([depth_model] * n, self.renderer, [None] * n, self.seed, self.first_env)
-            if "depth" in camera_outputs:
-                self._depth = wp.zeros((n, *image), dtype=wp.float32, device=d)
-                spaces["depth"] = gymnasium.spaces.Box(0.0, camera.max_depth, image, np.float32)
-            if "segmentation" in camera_outputs:
-                spaces["segmentation"] = gymnasium.spaces.Box(0, np.iinfo(np.int32).max, image, np.int32)
-            if "rgb" in camera_outputs:
-                spaces["rgb"] = gymnasium.spaces.Box(0, 255, (*image, 3), np.uint8)
+        spaces |= self._set_up_camera(camera, camera_outputs, depth_model)
         self._prepared = self.task.prepare(self)
         self.max_steps = max(1, int(round(self.task.time_limit(self._prepared) / (self.sim.dt * physics_per_action))))
-        self.range_sensor = range_sensor
-        if range_sensor is not None:
-            if scene is None:
-                raise ConfigError("a range sensor needs a scene to measure: pass scene=DeviceScene(...)")
-            zones = range_sensor.rows * range_sensor.cols
-            self._range_rays = wp.array(range_sensor.directions().reshape(-1, 3), dtype=wp.vec3, device=d)
-            self._range_pose = (wp.zeros(n, dtype=wp.mat33, device=d), wp.zeros(n, dtype=wp.vec3, device=d))
-            self._range_raw = wp.zeros((n, zones), dtype=float, device=d)
-            self._ranges = wp.zeros((n, zones), dtype=wp.float32, device=d)
-            self._range_actors, self._range_reads = no_actors(d), 0
-            spaces["ranges"] = gymnasium.spaces.Box(
-                range_sensor.min_range, range_sensor.max_range, (zones,), np.float32
-            )
-        self._beacons_W = None
-        if beacons:
-            if self.renderer is None or not hasattr(self.task, "beacons"):
-                raise ConfigError("beacons need a camera and a task with beacons (RaceTask)")
-            self._beacons_W = self.task.beacons(self._prepared)
-            count = self._beacons_W.shape[1]
-            self._beacon_out = wp.zeros((n, count, 3), dtype=wp.float32, device=d)
-            self._beacon_mask = wp.zeros((n, count), dtype=wp.bool, device=d)
-            self._candidates = wp.array(
-                self.actors_per_camera if self.actors_per_camera is not None else np.zeros((n, 0), np.int32),
-                dtype=wp.int32,
-                device=d,
-            )
-            self._camera = camera
-            spaces["beacons"] = gymnasium.spaces.Box(-np.inf, np.inf, (count, 3), np.float32)
-            spaces["beacon_mask"] = gymnasium.spaces.MultiBinary(count)
+        spaces |= self._set_up_ranges(range_sensor)
+        spaces |= self._set_up_beacons(beacons)
         self.single_observation_space = gymnasium.spaces.Dict(spaces)
-        c = self.control
-        rotors = self.nominal.num_rotors
-        self.action_size = rotors if c.scale is None else len(c.scale)
-        self._scale = vec8(*_padded(c.scale or [1.0] * rotors))
-        self._offset = vec8(*_padded(c.offset or [1.0] * rotors))
-        in_units = range(rotors) if c.scale is None else c.unit_columns
-        self._in_units = vec8(*_padded([1.0 if j in in_units else 0.0 for j in range(self.action_size)]))
-        self._unit = {"thrust": self._hover_thrust, "speed": self._hover_speed}.get(c.unit, self._hover_speed)
+        self._set_up_actions()
         self.single_action_space = gymnasium.spaces.Box(-1.0, 1.0, (self.action_size,), np.float32)
         self.observation_space = gymnasium.vector.utils.batch_space(self.single_observation_space, n)
         self.action_space = gymnasium.vector.utils.batch_space(self.single_action_space, n)
@@ -229,9 +174,9 @@ class DroneVectorEnv(VectorEnv):
         self._observations = {"state": wp.to_torch(self._state)}
         if "depth" in spaces:
             self._observations["depth"] = wp.to_torch(self._depth)
-        if range_sensor is not None:
+        if self.range_sensor is not None:
             self._observations["ranges"] = wp.to_torch(self._ranges)
-        if beacons:
+        if self._beacons_W is not None:
             self._observations["beacons"] = wp.to_torch(self._beacon_out)
             self._observations["beacon_mask"] = wp.to_torch(self._beacon_mask)
         for name in ("segmentation", "rgb"):  # the renderer's own buffers, rewritten by each render
@@ -242,11 +187,6 @@ class DroneVectorEnv(VectorEnv):
         self._final = None
         if autoreset == AutoresetMode.SAME_STEP:  # the ended episodes' last observations, kept apart
             self._final = {k: torch.empty_like(v) for k, v in self._observations.items()}
-        # The mode is set once here (at action 0); each step writes only the commands.
-        units = self._unit.numpy()[:, None] if c.unit else np.ones((n, 1))
-        at_zero = np.array([self._offset[j] for j in range(self.action_size)])
-        in_units = np.array([self._in_units[j] for j in range(self.action_size)]) != 0
-        self.sim.set_command(c.mode, np.where(in_units, at_zero * units, at_zero))
 
     # ------------------------------------------------------------------ Gymnasium API
 
@@ -316,6 +256,86 @@ class DroneVectorEnv(VectorEnv):
         self.sim.close()
         if self.renderer is not None:
             self.renderer.close()
+
+    # ------------------------------------------------------------------ set-up
+
+    def _set_up_actions(self) -> None:
+        """The action columns: scale, offset, and which are in per-vehicle units (``Control``)."""
+        c, rotors = self.control, self.nominal.num_rotors
+        self.action_size = rotors if c.scale is None else len(c.scale)
+        self._scale = vec8(*_padded(c.scale or [1.0] * rotors))
+        self._offset = vec8(*_padded(c.offset or [1.0] * rotors))
+        in_units = range(rotors) if c.scale is None else c.unit_columns
+        self._in_units = vec8(*_padded([1.0 if j in in_units else 0.0 for j in range(self.action_size)]))
+        # The per-vehicle unit of the columns in units (none in velocity and position: never read).
+        self._unit = {"thrust": self._hover_thrust, "speed": self._hover_speed}.get(c.unit, self._hover_speed)
+        # The mode is set once here (at action 0); each step writes only the commands.
+        units = self._unit.numpy()[:, None] if c.unit else np.ones((self.num_envs, 1))
+        at_zero = np.array([self._offset[j] for j in range(self.action_size)])
+        flagged = np.array([self._in_units[j] for j in range(self.action_size)]) != 0
+        self.sim.set_command(c.mode, np.where(flagged, at_zero * units, at_zero))
+
+    def _set_up_camera(self, camera, outputs, depth_model) -> dict:
+        """One camera per vehicle in one renderer; its observation spaces."""
+        self.renderer, self.camera_outputs, self._stereo = None, (), None
+        if camera is None:
+            return {}
+        if self.scene is None:
+            raise ConfigError("a camera needs a scene to see: pass scene=DeviceScene(...)")
+        unknown = sorted(set(outputs) - {"depth", "segmentation", "rgb"})
+        if unknown or not outputs:
+            raise ConfigError(f"camera_outputs {list(outputs)}: choose from depth, segmentation, rgb")
+        n, d = self.num_envs, self.device
+        self.camera_outputs, self._camera = tuple(outputs), camera
+        shading = Shading.SUN if "rgb" in outputs else Shading.NONE
+        self.renderer = Renderer(self.scene, [camera] * n, outputs=set(outputs), shading=shading)
+        if isinstance(depth_model, str):
+            depth_model = stereo_depth_model(depth_model)
+        if depth_model is not None:
+            self._stereo = StereoDepth([depth_model] * n, self.renderer, [None] * n, self.seed, self.first_env)
+        image, spaces = (camera.height, camera.width), {}
+        if "depth" in outputs:
+            self._depth = wp.zeros((n, *image), dtype=wp.float32, device=d)
+            spaces["depth"] = gymnasium.spaces.Box(0.0, camera.max_depth, image, np.float32)
+        if "segmentation" in outputs:
+            spaces["segmentation"] = gymnasium.spaces.Box(0, np.iinfo(np.int32).max, image, np.int32)
+        if "rgb" in outputs:
+            spaces["rgb"] = gymnasium.spaces.Box(0, 255, (*image, 3), np.uint8)
+        return spaces
+
+    def _set_up_ranges(self, model) -> dict:
+        """A range sensor looking down from each vehicle; its observation space."""
+        self.range_sensor = model
+        if model is None:
+            return {}
+        if self.scene is None:
+            raise ConfigError("a range sensor needs a scene to measure: pass scene=DeviceScene(...)")
+        n, d, zones = self.num_envs, self.device, model.rows * model.cols
+        self._range_rays = wp.array(model.directions().reshape(-1, 3), dtype=wp.vec3, device=d)
+        self._range_pose = (wp.zeros(n, dtype=wp.mat33, device=d), wp.zeros(n, dtype=wp.vec3, device=d))
+        self._range_raw = wp.zeros((n, zones), dtype=float, device=d)
+        self._ranges = wp.zeros((n, zones), dtype=wp.float32, device=d)
+        self._range_actors, self._range_reads = no_actors(d), 0
+        return {"ranges": gymnasium.spaces.Box(model.min_range, model.max_range, (zones,), np.float32)}
+
+    def _set_up_beacons(self, beacons: bool) -> dict:
+        """The task's beacons as each camera detects them, in fixed slots; their observation spaces."""
+        self._beacons_W = None
+        if not beacons:
+            return {}
+        if self.renderer is None or not hasattr(self.task, "beacons"):
+            raise ConfigError("beacons need a camera and a task with beacons (RaceTask)")
+        n, d = self.num_envs, self.device
+        self._beacons_W = self.task.beacons(self._prepared)
+        count = self._beacons_W.shape[1]
+        self._beacon_out = wp.zeros((n, count, 3), dtype=wp.float32, device=d)
+        self._beacon_mask = wp.zeros((n, count), dtype=wp.bool, device=d)
+        own = self.actors_per_camera if self.actors_per_camera is not None else np.zeros((n, 0), np.int32)
+        self._candidates = wp.array(own, dtype=wp.int32, device=d)
+        return {
+            "beacons": gymnasium.spaces.Box(-np.inf, np.inf, (count, 3), np.float32),
+            "beacon_mask": gymnasium.spaces.MultiBinary(count),
+        }
 
     # ------------------------------------------------------------------ internals
 
