@@ -63,14 +63,15 @@ def detect_beacons_kernel(
     distortion: wp.array(dtype=distortion5),
     sizes: wp.array(dtype=wp.vec2i),
     beacons_W: wp.array(dtype=wp.vec3),
-    out_uv: wp.array2d(dtype=wp.vec2),
-    out_range: wp.array2d(dtype=float),
-    out_visible: wp.array2d(dtype=wp.int32),
+    out: wp.array3d(dtype=float),
 ):
-    """One (camera, beacon) pair: in front, inside the image, not occluded."""
+    """One (camera, beacon) pair: in front, inside the image, not occluded. ``out[c, b]`` is (u, v,
+    range): one array, so one copy brings every detection; range 0 where not detected."""
     c, b = wp.tid()
     p_C = wp.transpose(R_WC[c]) * (beacons_W[b] - p_WC[c])
-    out_visible[c, b] = 0
+    out[c, b, 0] = 0.0
+    out[c, b, 1] = 0.0
+    out[c, b, 2] = 0.0
     if p_C[2] <= 0.0:
         return
     uv = project_point(p_C, intrinsics[c], distortion[c])
@@ -84,9 +85,9 @@ def detect_beacons_kernel(
         static_mesh, actors, beacons_W[b] + direction * offset, direction, distance - 2.0 * offset
     ):
         return
-    out_uv[c, b] = uv
-    out_range[c, b] = distance
-    out_visible[c, b] = 1
+    out[c, b, 0] = uv[0]
+    out[c, b, 1] = uv[1]
+    out[c, b, 2] = distance
 
 
 class BeaconSensor:
@@ -129,10 +130,8 @@ class BeaconSensor:
         self._R = wp.zeros(n, dtype=wp.mat33, device=d)
         self._p = wp.zeros(n, dtype=wp.vec3, device=d)
         self._beacons_W = wp.zeros(m, dtype=wp.vec3, device=d)
-        self._uv = wp.zeros((n, m), dtype=wp.vec2, device=d)
-        self._range = wp.zeros((n, m), dtype=float, device=d)
-        self._visible = wp.zeros((n, m), dtype=wp.int32, device=d)
-        self._results = [HostMirror(a) for a in (self._uv, self._range, self._visible)]
+        self._out = wp.zeros((n, m, 3), dtype=float, device=d)
+        self._results = HostMirror(self._out)
         wp.load_module(detect_beacons_kernel.module, device=d)  # compiled now, not inside the first frame
         self._local = np.array([b.position for b in self.beacons], dtype=np.float64).reshape(-1, 3)
         self._actor = np.array([-1 if b.actor is None else b.actor for b in self.beacons], dtype=np.int64)
@@ -176,10 +175,12 @@ class BeaconSensor:
                 self._sizes,
                 self._beacons_W,
             ],
-            outputs=[self._uv, self._range, self._visible],
+            outputs=[self._out],
             device=self.scene.device,
         )
-        uv, distance, visible = fetch(self._results)
+        (out,) = fetch([self._results])
+        uv, distance = out[..., :2], out[..., 2]
+        visible = distance > 0.0
         detections = []
         noise = self.noise
         for c in range(len(self.cameras)):
