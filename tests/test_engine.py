@@ -304,6 +304,12 @@ def test_run_file_errors_name_the_key(tmp_path):
         ConfigError, match=r"bad.toml: \[\[vehicle\]\] #1: 'imu_rate' must be a rate in Hz that divides"
     ):
         load_run_config(bad)
+    for value in ("0", "65", "2.5", "true"):
+        bad.write_text(f'[[vehicle]]\nname = "q"\nimu_batch = {value}\n')
+        with pytest.raises(
+            ConfigError, match=r"bad.toml: \[\[vehicle\]\] #1: 'imu_batch' must be an integer from 1 to 64"
+        ):
+            load_run_config(bad)
     bad.write_text('[[vehicle]]\nname = "q"\n[[camera]]\nvehicle = "x"\nname = "c"\n')
     with pytest.raises(ConfigError, match="'vehicle' must be one of the vehicles"):
         load_run_config(bad)

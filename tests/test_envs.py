@@ -33,6 +33,28 @@ def test_single_view_passes_gymnasiums_env_checker(arena):
     env.close()
 
 
+def test_every_observation_and_rotor_actions_pass_gymnasiums_env_checker(arena):
+    from gymnasium.utils.env_checker import check_env
+
+    from goggles.sensors.ranges import VL53L5CX
+
+    env = DroneEnv(
+        task=RaceTask(),
+        camera=CAMERA,
+        camera_outputs=("depth", "segmentation", "rgb"),
+        depth_model="d435",
+        range_sensor=VL53L5CX,
+        beacons=True,
+        scene=DeviceScene(arena, "cpu", max_actors=64),
+        control="rotors",
+        device="cpu",
+    )
+    check_env(env, skip_render_check=True)
+    observations, _ = env.reset(seed=0)
+    assert set(observations) == {"state", "depth", "segmentation", "rgb", "ranges", "beacons", "beacon_mask"}
+    env.close()
+
+
 def test_spaces_and_tensor_observations(arena):
     env = DroneVectorEnv(3, camera=CAMERA, scene=DeviceScene(arena, "cpu"), device="cpu")
     observations, _ = env.reset(seed=0)

@@ -332,8 +332,11 @@ class DroneVectorEnv(VectorEnv):
         self._beacon_mask = wp.zeros((n, count), dtype=wp.bool, device=d)
         own = self.actors_per_camera if self.actors_per_camera is not None else np.zeros((n, 0), np.int32)
         self._candidates = wp.array(own, dtype=wp.int32, device=d)
+        c = self._camera
+        low = np.tile(np.float32([-0.5, -0.5, 0.0]), (count, 1))
+        high = np.tile(np.float32([c.width - 0.5, c.height - 0.5, np.inf]), (count, 1))
         return {
-            "beacons": gymnasium.spaces.Box(-np.inf, np.inf, (count, 3), np.float32),
+            "beacons": gymnasium.spaces.Box(low, high, (count, 3), np.float32),
             "beacon_mask": gymnasium.spaces.MultiBinary(count),
         }
 
