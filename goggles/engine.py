@@ -175,6 +175,7 @@ class Engine:
                     self._status(self.status_line())
         if request is not None:
             self._reply_step(request)
+        self._flush_queued_imu()  # a run that stops publishes every sample it took
 
     def _advance(self, limit_step: int | None) -> None:
         """Handle inputs, step physics to the next event, run every event due, pace the clock."""
@@ -241,8 +242,15 @@ class Engine:
         return None, self.step
 
     def _reply_step(self, request) -> None:
+        """Answer a lockstep request once every output of its steps is out (queued IMU samples too)."""
+        self._flush_queued_imu()
         envelope, request_id, steps = request
         self.zmq.reply(envelope, messages.step_reply(request_id, steps, self.step, self.dt))
+
+    def _flush_queued_imu(self) -> None:
+        for fleet in self.fleets:
+            if fleet.imu_utimes:
+                self._flush_imu(fleet)
 
     def _run_live(self, duration: float | None, stop: threading.Event) -> None:
         start = time.perf_counter()

@@ -505,3 +505,29 @@ def test_a_command_reaches_only_its_vehicle(device):
     with pytest.raises(ConfigError, match="vehicles must be indices 0..2"):
         sim.set_command(ControlMode.POSITION, [0.0, 0.0, 1.0, 0.0], vehicles=[3])
     sim.close()
+
+
+def test_lockstep_replies_after_the_queued_imu_samples_are_out(device):
+    """With ``imu_batch = 4`` the samples wait on the device, but a lockstep reply still comes only
+    once every sample of the requested steps is published (a step of 10 ends between state copies)."""
+    from tests.test_host_copies import _Kept
+
+    config = run_config(mode="lockstep", route=False, imu_batch=4)
+    sink = _Kept()
+    engine = Engine(config, device=device, sinks=[sink])
+    stop = threading.Event()
+    thread = threading.Thread(target=engine.run, kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    client = Client(endpoints(config))
+    try:
+        for k in range(1, 6):
+            reply = client.step(10)
+            ticks = 10 * k // 4 + 1  # IMU samples at steps 0, 4, 8, ... <= 10 k
+            imu = [goggles_lcm.imu_t.decode(d) for c, d in sink.messages if c == "quad0/imu"]
+            assert reply.header.utime == round(10 * k / 960 * 1e6)
+            assert [m.header.utime for m in imu] == [round(4 * j / 960 * 1e6) for j in range(ticks)]
+    finally:
+        stop.set()
+        thread.join(10)
+        engine.close()
+        client.close()
