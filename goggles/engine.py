@@ -175,7 +175,7 @@ class Engine:
                     self._status(self.status_line())
         if request is not None:
             self._reply_step(request)
-        self._flush_queued_imu()  # a run that stops publishes every sample it took
+        self._publish_pending(force=True)  # a run that stops publishes what it measured
 
     def _advance(self, limit_step: int | None) -> None:
         """Handle inputs, step physics to the next event, run every event due, pace the clock."""
@@ -185,26 +185,15 @@ class Engine:
         if limit_step is not None:
             next_step = min(next_step, limit_step)
         interval = (next_step - self.step) * self.dt
-        stepped = next_step > self.step
-        if stepped:
+        if next_step > self.step:
             t = time.perf_counter()
             for fleet in self.fleets:  # one launch per fleet
                 fleet.sim.step(next_step - self.step)
+                fleet.contacts_unread = True
             self.step = next_step
             self.times.add("physics", time.perf_counter() - t)
         self.schedule.run_due(self.step)
-        for fleet in self.fleets if stepped else ():
-            # Contacts and queued IMU samples wait on the device until an event has copied the state
-            # anyway (each keeps its own time): no copy of their own.
-            if fleet.sim.host_current:
-                if fleet.imu_utimes:
-                    self._flush_imu(fleet)
-                contacts = {c.vehicle: c for c in fleet.sim.contacts()}
-                for vehicle in fleet.vehicles:
-                    contact = contacts.get(vehicle.row)
-                    if contact is not None and not vehicle.in_contact:
-                        self._publish_collision(vehicle, contact)
-                    vehicle.in_contact = contact is not None
+        self._publish_pending(force=False)
         if self.mode == ClockMode.SIM:
             self.clock.record_work(interval, time.perf_counter() - start)
             self.clock.pace(self.step * self.dt)
@@ -242,15 +231,29 @@ class Engine:
         return None, self.step
 
     def _reply_step(self, request) -> None:
-        """Answer a lockstep request once every output of its steps is out (queued IMU samples too)."""
-        self._flush_queued_imu()
+        """Answer a lockstep request once every output of its steps is out (what waited on the
+        device too)."""
+        self._publish_pending(force=True)
         envelope, request_id, steps = request
         self.zmq.reply(envelope, messages.step_reply(request_id, steps, self.step, self.dt))
 
-    def _flush_queued_imu(self) -> None:
+    def _publish_pending(self, force: bool) -> None:
+        """Queued IMU samples and contacts wait on the device until an event has copied the state
+        anyway (each keeps its own time): no copy of their own, unless ``force`` (a lockstep reply,
+        the end of a run) needs them out now."""
         for fleet in self.fleets:
+            if not (force or fleet.sim.host_current):
+                continue
             if fleet.imu_utimes:
                 self._flush_imu(fleet)
+            if fleet.contacts_unread:
+                fleet.contacts_unread = False
+                contacts = {c.vehicle: c for c in fleet.sim.contacts()}
+                for vehicle in fleet.vehicles:
+                    contact = contacts.get(vehicle.row)
+                    if contact is not None and not vehicle.in_contact:
+                        self._publish_collision(vehicle, contact)
+                    vehicle.in_contact = contact is not None
 
     def _run_live(self, duration: float | None, stop: threading.Event) -> None:
         start = time.perf_counter()

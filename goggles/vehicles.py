@@ -88,6 +88,8 @@ class Fleet:
     vehicles: list[Vehicle]
     imu_utimes: list[int] = field(default_factory=list)
     """Times of the IMU samples waiting on the device (``[[vehicle]] imu_batch``)."""
+    contacts_unread: bool = False
+    """Stepped since its contacts were last taken."""
 
 
 def make_vehicles(configs, *, simulate: bool, world, dt: float, seed: int, collisions) -> tuple[dict, list[Fleet]]:

@@ -531,3 +531,27 @@ def test_lockstep_replies_after_the_queued_imu_samples_are_out(device):
         thread.join(10)
         engine.close()
         client.close()
+
+
+def test_lockstep_replies_after_a_contact_of_its_steps_is_out(device):
+    """Contacts wait on the device for a state copy, but a lockstep reply publishes one made during
+    its steps first: resting on the landing pad is reported by the reply to the very first step."""
+    from tests.test_host_copies import _Kept
+
+    config = run_config(mode="lockstep", route=False, start=[0.0, 0.0, 0.1, 0.0], floor_z=0.1)
+    sink = _Kept()
+    engine = Engine(config, device=device, sinks=[sink])
+    stop = threading.Event()
+    thread = threading.Thread(target=engine.run, kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    client = Client(endpoints(config))
+    try:
+        reply = client.step(1)
+        collisions = [goggles_lcm.collision_t.decode(d) for c, d in sink.messages if c == "quad0/collision"]
+        assert len(collisions) == 1 and collisions[0].vehicle == "quad0"
+        assert collisions[0].header.utime <= reply.header.utime
+    finally:
+        stop.set()
+        thread.join(10)
+        engine.close()
+        client.close()
