@@ -182,7 +182,7 @@ class Renderer:
         culling.count = wp.zeros(n, dtype=wp.int32, device=d)
         culling.index = wp.zeros((n, max(1, scene.max_actors)), dtype=wp.int32, device=d)
         self._culling, self._culled_any = culling, False
-        self._posed_actors = -1  # what render_posed last listed for the cameras (-1: none)
+        self._posed_count, self._posed_lists = -1, None  # what render_posed last listed (-1: none)
 
         self.outputs = frozenset({"depth", "status", *outputs} - ({"rgb"} if shading == Shading.NONE else set()))
         light = Lighting()
@@ -228,7 +228,9 @@ class Renderer:
         for name, (dtype, channels, _, _) in kinds.items():
             span = self.layout[name]
             shape = span.shape[:3] + channels
-            setattr(out, name, wp.array(ptr=self._block.ptr + span.offset, dtype=dtype, shape=shape, device=d))
+            view = wp.array(ptr=self._block.ptr + span.offset, dtype=dtype, shape=shape, device=d)
+            view._ref = self._block  # a view keeps the block alive (a consumer may outlive the renderer)
+            setattr(out, name, view)
         self.buffers = out
         self._chunks: list[tuple[int, int, int]] = []
         self._rolling = False
@@ -324,20 +326,19 @@ class Renderer:
         if self.backend == "embree":
             self._origins = self._cameras.p_WC.numpy()  # a view on the CPU, (n, H, 3)
         count = self.scene.actors.count
-        key = (count, None if actors_per_camera is None else id(actors_per_camera))
-        if key != self._posed_actors:
+        lists = None if actors_per_camera is None else np.asarray(actors_per_camera, np.int32)
+        if not (count == self._posed_count and _same(lists, self._posed_lists)):
             index = np.zeros(self._culling.index.shape, np.int32)
             if actors_per_camera is None:
                 index[:, :count] = np.arange(count)
                 self._culling.count.fill_(count)
             else:
-                lists = np.asarray(actors_per_camera, np.int32)
                 if lists.ndim != 2 or len(lists) != self.num_cameras or lists.size and lists.max() >= count:
                     raise ConfigError(f"actors_per_camera must be ({self.num_cameras}, k) indices of placed actors")
                 index[:, : lists.shape[1]] = lists
                 self._culling.count.fill_(lists.shape[1])
             self._culling.index.assign(index)
-            self._posed_actors, self._culled_any = key, True
+            self._posed_count, self._posed_lists, self._culled_any = count, lists, True
         self._rolling = False
         self._trace()
 
@@ -419,7 +420,7 @@ class Renderer:
         if len(boxes) == 0:
             if self._culled_any:
                 self._culling.count.zero_()
-                self._culled_any, self._posed_actors = False, -1
+                self._culled_any, self._posed_count = False, -1
             return
         pick = np.array([[i, j, k] for i in (0, 1) for j in (0, 1) for k in (0, 1)])
         corners = np.stack([boxes[:, pick[:, axis], axis] for axis in range(3)], axis=-1)  # (k, 8, 3)
@@ -447,7 +448,7 @@ class Renderer:
             index[c, : len(visible)], count[c] = visible, len(visible)
         self._culling.index.assign(index)
         self._culling.count.assign(count)
-        self._culled_any, self._posed_actors = True, -1
+        self._culled_any, self._posed_count = True, -1
 
     def _trace_rows(self, chunk: tuple[int, int, int]) -> None:
         """Embree backend: rows [first, end) of camera c, from rays to every output."""
@@ -545,6 +546,10 @@ class Renderer:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
 
 
 def _untraced(device) -> kernels.TracedRows:
