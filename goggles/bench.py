@@ -27,6 +27,9 @@ class RenderBench:
     ``all+shadows+noise`` (and a camera's noise) or ``all+blur4`` (motion blur of four sub-frames)."""
     embree_rays_per_s: float
     """Embree alone: closest hits of the same rays, on the same threads."""
+    cost_vs_ideal: dict[tuple[str, str], float]
+    """(backend, outputs) -> a realistic render's time over the ideal one's (``all``), the median of
+    pairs timed back to back (a shared machine's drift cancels within a pair)."""
     width: int
     height: int
     views: int
@@ -57,6 +60,19 @@ def _time(work, seconds: float) -> float:
         work()
         calls += 1
     return (time.perf_counter() - start) / calls
+
+
+def _paired_cost(work, ideal, seconds: float) -> float:
+    """Median over pairs of ``work``'s time over ``ideal``'s, each pair run back to back (at least 3
+    pairs and ``seconds``)."""
+    ratios, start = [], time.perf_counter()
+    while len(ratios) < 3 or time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        ideal()
+        t1 = time.perf_counter()
+        work()
+        ratios.append((time.perf_counter() - t1) / (t1 - t0))
+    return float(np.median(ratios))
 
 
 def bench_render(
@@ -97,6 +113,7 @@ def bench_render(
     camera = CameraModel.from_fov(width, height, vfov_deg)
     world = DeviceScene(scene, device, bvh=bvh)
     rates: dict[tuple[str, str], float] = {}
+    costs: dict[tuple[str, str], float] = {}
     for backend in backends:
         if backend == "embree" and world.device.is_cuda:
             continue
@@ -134,7 +151,13 @@ def bench_render(
 
             rates[backend, outputs] = views * width * height / _time(render_views, seconds)
             used_threads = renderer.threads
+            if outputs == "all":
+                ideal, ideal_renderer = render_views, renderer  # kept to time each realistic one against
+                continue
+            if "+" in outputs:
+                costs[backend, outputs] = _paired_cost(render_views, ideal, seconds)
             renderer.close()
+        ideal_renderer.close()
 
     embree = EmbreeTracer(scene, threads=used_threads if world.device.is_cpu else threads)
     rays_C = camera.ray_directions().reshape(-1, 3)
@@ -150,6 +173,7 @@ def bench_render(
     return RenderBench(
         rays_per_s=rates,
         embree_rays_per_s=views * width * height / embree_s,
+        cost_vs_ideal=costs,
         width=width,
         height=height,
         views=views,

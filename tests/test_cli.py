@@ -81,6 +81,10 @@ def test_bench_render_reports_both_backends_and_bare_embree():
     for fields in renders.values():
         # Every render traced rays, within a sane factor of Embree on the same rays and threads.
         assert float(fields["rays_per_s"]) > 1e4 and 0.05 < float(fields["ratio"]) < 5.0
+        # A realistic render's cost over the ideal one: blur draws 4 sub-frames, shadows add rays.
+        assert ("cost_vs_ideal" in fields) == fields["outputs"].startswith("all+")
+    for backend in ("warp", "embree"):
+        assert float(renders[backend, "all+blur4"]["cost_vs_ideal"]) > 1.5
     terrain = goggles(
         "bench",
         "render",

@@ -19,7 +19,7 @@ def add_parser(commands) -> None:
         "and camera noise; with motion blur of 4 sub-frames) and trace the same rays with bare Embree (closest hits "
         "only, embreex) on the same number of threads. One line per render: 'backend=<b> outputs=<kind> "
         "rays_per_s=<r> ratio=<r/embree>' (the realistic ones also give cost_vs_ideal, their time over the ideal "
-        "render); the last line is "
+        "render's: the median of pairs timed back to back); the last line is "
         "'embree_rays_per_s=<embree>'.",
     )
     add_camera_args(bench_render, 640, 480)
@@ -152,8 +152,8 @@ def cmd_bench_render(args) -> int:
     )
     for (backend, outputs), rate in result.rays_per_s.items():
         cost = ""
-        if outputs.startswith("all+"):
-            cost = f" cost_vs_ideal={result.rays_per_s[backend, 'all'] / rate:.2f}"
+        if (backend, outputs) in result.cost_vs_ideal:
+            cost = f" cost_vs_ideal={result.cost_vs_ideal[backend, outputs]:.2f}"
         print(
             f"backend={backend} outputs={outputs} rays_per_s={rate:.0f} ratio={result.ratio(backend, outputs):.3f}"
             + cost
