@@ -34,7 +34,9 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.trainers.torch import SequentialTrainer
 from torch import nn
 
+from goggles.cli.common import check_device
 from goggles.envs import DroneVectorEnv, HoverTask
+from goggles.errors import ConfigError
 
 
 class GogglesEnv(Wrapper):
@@ -255,7 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.envs < 1 or args.timesteps < 1 or args.rollouts < 1:
         parser.error("--envs, --timesteps and --rollouts must be positive")
-    return train(args)
+    try:
+        check_device(args.device)
+        return train(args)
+    except ConfigError as exc:
+        parser.error(str(exc))
 
 
 if __name__ == "__main__":
