@@ -276,6 +276,11 @@ def race_reward_kernel(
     steps[i] = steps[i] + 1
     gates = gate_position.shape[1]
     k = next_gate[i]
+    if k >= gates:  # finished (reset at the next step): nothing more to earn
+        reward[i] = 0.0
+        terminated[i] = True
+        truncated[i] = False
+        return
     g = gate_position[i, k]
     r = weights[0] * (wp.length(g - previous[i]) - wp.length(g - p))
     if passes_gate(p, g, gate_yaw[i, k], opening[k]):
