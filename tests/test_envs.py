@@ -657,3 +657,30 @@ def test_beacon_observations_match_the_engines_beacon_sensor(arena):
     with pytest.raises(ConfigError, match="beacons need a camera"):
         DroneVectorEnv(1, beacons=True, device="cpu")
     env.close()
+
+
+def test_a_race_flown_through_every_gate_ends_in_success():
+    """Flown through the course's approach, centre and exit points of each gate (velocity commands
+    from a proportional law), the race passes all six gates in order and ends at the last, with its
+    bonus and no crash penalty."""
+    from goggles.paths import default_course
+    from goggles.race import course_waypoints
+    from goggles.scene.gates import load_course
+
+    env = DroneVectorEnv(1, task=RaceTask(perturb=False, spawn_radius=0.0), control="velocity", device="cpu")
+    env.reset(seed=0)
+    points = [p[:3] for p in course_waypoints(load_course(default_course()))]
+    k, passed = 0, []
+    for _ in range(60 * 120):
+        p = env.sim.states().position[0]
+        while k < len(points) - 1 and np.linalg.norm(points[k] - p) < 0.4:
+            k += 1
+        velocity = np.clip(1.5 * (points[k] - p), -2.5, 2.5) / 3.0
+        _, reward, terminated, truncated, _ = env.step(torch.tensor([[*velocity, 0.0]], dtype=torch.float32))
+        passed.append(int(env._prepared.next_gate.numpy()[0]))
+        if terminated[0] or truncated[0]:
+            break
+    assert terminated[0] and not truncated[0]
+    assert passed[-1] == 6 and sorted(set(passed)) == list(range(7))  # one gate at a time, in order
+    assert float(reward[0]) > 5.0  # the last gate's bonus, no crash penalty
+    env.close()
