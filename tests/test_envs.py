@@ -684,3 +684,27 @@ def test_a_race_flown_through_every_gate_ends_in_success():
     assert passed[-1] == 6 and sorted(set(passed)) == list(range(7))  # one gate at a time, in order
     assert float(reward[0]) > 5.0  # the last gate's bonus, no crash penalty
     env.close()
+
+
+def test_gate_poses_randomised_per_episode_from_the_randomisation_file():
+    """``[gates] perturbation``: a factor on the course's perturbation bounds drawn per environment and
+    episode: 0 keeps the nominal course, 2 reaches past the course's own bounds; reported in info."""
+    from goggles.paths import default_course
+    from goggles.scene.gates import load_course
+
+    course = load_course(default_course())
+    nominal = np.array([g.position for g in course.gates])
+    bounds = np.array([g.perturbation for g in course.gates])
+    shifts = {}
+    for factor in (0.0, 2.0):
+        randomization = Randomization.from_tables({"gates": {"perturbation": {"uniform": [factor, factor]}}})
+        env = DroneVectorEnv(16, task=RaceTask(), randomization=randomization, device="cpu")
+        _, info = env.reset(seed=3)
+        assert np.all(info["randomization"]["gates.perturbation"] == factor)
+        shifts[factor] = np.abs(env._prepared.gate_position.numpy() - nominal)[..., :2]
+        env.close()
+    assert np.all(shifts[0.0] < 1e-6)
+    assert np.all(shifts[2.0] <= 2 * bounds[:, :2] + 1e-5) and np.any(shifts[2.0] > bounds[:, :2])
+    with pytest.raises(ConfigError, match="gates.perturbation"):
+        bad = Randomization.from_tables({"gates": {"perturbation": {"uniform": [-1.0, -1.0]}}})
+        DroneVectorEnv(1, task=RaceTask(), randomization=bad, device="cpu").reset(seed=0)

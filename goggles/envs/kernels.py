@@ -170,6 +170,7 @@ def draw_course_kernel(
     nominal_position: wp.array(dtype=wp.vec3),
     nominal_yaw: wp.array(dtype=float),
     bounds: wp.array(dtype=wp.vec3),
+    perturbation: wp.array(dtype=float),
     start: wp.vec3,
     start_yaw: float,
     spawn_radius: float,
@@ -183,14 +184,15 @@ def draw_course_kernel(
     previous: wp.array(dtype=wp.vec3),
 ):
     """A new race for the vehicles being reset: every gate shifted uniformly within its bounds (dx, dy
-    in m, dyaw in rad), the start within ``spawn_radius`` of the course's, heading along its yaw; drawn
-    from (seed, environment, episode)."""
+    in m, dyaw in rad) times the environment's ``perturbation`` factor, the start within
+    ``spawn_radius`` of the course's, heading along its yaw; drawn from (seed, environment,
+    episode)."""
     i = wp.tid()
     if mask[i] == 0:
         return
     rng = wp.rand_init(seed + 104729, (first_index + i) * 65536 + episode[i])
     for k in range(gate_position.shape[1]):
-        b = bounds[k]
+        b = bounds[k] * perturbation[i]
         shift = wp.vec3(wp.randf(rng, -1.0, 1.0) * b[0], wp.randf(rng, -1.0, 1.0) * b[1], 0.0)
         gate_position[i, k] = nominal_position[k] + shift
         gate_yaw[i, k] = nominal_yaw[k] + wp.randf(rng, -1.0, 1.0) * b[2]

@@ -12,6 +12,8 @@ IMU noise, offsets on the camera mounting.
     noise = { uniform = [0.5, 2.0] }   # factor on the noise densities and bias walks
     [camera]
     pitch_deg = { normal = [0.0, 2.0] }   # added to the mounting pitch (positive: nose up)
+    [gates]
+    perturbation = { uniform = [0.5, 1.5] }   # factor on a race's gate perturbation bounds
 
 Each environment draws from its own stream (seed, environment, episode), so an episode is the same
 whatever the other environments do.
@@ -42,6 +44,7 @@ PARAMETERS = {
     },
     "imu": {"noise": 1.0},
     "camera": {"pitch_deg": 0.0},
+    "gates": {"perturbation": 1.0},
 }
 #: The same by ``table.key`` name.
 DEFAULTS = {f"{table}.{key}": value for table, keys in PARAMETERS.items() for key, value in keys.items()}
@@ -117,8 +120,9 @@ def randomized_airframe(nominal: Airframe, values: dict[str, float]) -> Airframe
     for name in ("mass", "inertia", "motor_time_constant", "thrust_coefficient", "torque_coefficient", "drag"):
         if values[f"airframe.{name}"] <= 0:
             raise ConfigError(f"randomisation drew airframe.{name} = {values[f'airframe.{name}']:.3g}: must be > 0")
-    if values["imu.noise"] < 0:
-        raise ConfigError(f"randomisation drew imu.noise = {values['imu.noise']:.3g}: must be >= 0")
+    for name in ("imu.noise", "gates.perturbation"):
+        if values[name] < 0:
+            raise ConfigError(f"randomisation drew {name} = {values[name]:.3g}: must be >= 0")
     cf = nominal.thrust_coefficient * values["airframe.thrust_coefficient"]
     cm = nominal.torque_coefficient * values["airframe.torque_coefficient"]
     tau, drag, noise = values["airframe.motor_time_constant"], values["airframe.drag"], values["imu.noise"]

@@ -41,6 +41,8 @@ class Episodes:
     reward: wp.array
     terminated: wp.array
     truncated: wp.array
+    perturbation: wp.array
+    """float: this episode's factor on the task's random perturbations (domain randomisation; 1)."""
 
     @classmethod
     def zeros(cls, n: int, device) -> Episodes:
@@ -58,6 +60,7 @@ class Episodes:
             reward=z(wp.float32),
             terminated=z(wp.bool),
             truncated=z(wp.bool),
+            perturbation=wp.ones(n, dtype=float, device=device),
         )
 
 
@@ -204,7 +207,8 @@ class RaceArrays:
 @dataclass(frozen=True)
 class RaceTask:
     """Race a course's gates in order (AlphaPilot). Each episode shifts every gate within its
-    perturbation bounds (``perturb``) and starts the vehicle within ``spawn_radius`` of the course's
+    perturbation bounds (``perturb``; times the episode's ``gates.perturbation`` when randomised) and
+    starts the vehicle within ``spawn_radius`` of the course's
     start, lifted to ``start_height``. Reward (the progress reward of Song et al., "Autonomous drone
     racing with deep reinforcement learning", 2021): the distance gained towards the next gate's
     centre each step (m) times ``progress``, ``gate`` per gate passed by the AlphaPilot rule
@@ -269,6 +273,7 @@ class RaceTask:
                 race.nominal_position,
                 race.nominal_yaw,
                 race.bounds,
+                e.perturbation,
                 wp.vec3(*race.start),
                 race.start_yaw,
                 self.spawn_radius,

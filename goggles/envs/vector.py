@@ -380,18 +380,20 @@ class DroneVectorEnv(VectorEnv):
         airframes = [randomized_airframe(self.nominal, v) for v in values]
         self.sim.set_airframes(airframes, envs)
         hover_speed, hover_thrust = self._hover_speed.numpy(), self._hover_thrust.numpy()
-        R_BC = self._R_BC.numpy()
+        R_BC, perturbation = self._R_BC.numpy(), self.episodes.perturbation.numpy()
         for i, af, v in zip(envs, airframes, values):
             hover_speed[i], hover_thrust[i] = af.hover_speed, af.mass * GRAVITY
             pitch = np.radians(v["camera.pitch_deg"])
             R_up = np.array([[np.cos(pitch), 0, -np.sin(pitch)], [0, 1, 0], [np.sin(pitch), 0, np.cos(pitch)]])
             R_BC[i] = R_up.T @ R_BODY_OPTICAL  # nose up by pitch: a rotation of -pitch about body y
+            perturbation[i] = v["gates.perturbation"]
             for name, value in v.items():
                 self._drawn.setdefault(name, np.full(self.num_envs, DEFAULTS[name]))
                 self._drawn[name][i] = value
         self._hover_speed.assign(hover_speed)
         self._hover_thrust.assign(hover_thrust)
         self._R_BC.assign(R_BC)
+        self.episodes.perturbation.assign(perturbation)
 
     def _observe(self) -> None:
         d = self.device
