@@ -708,3 +708,12 @@ def test_gate_poses_randomised_per_episode_from_the_randomisation_file():
     with pytest.raises(ConfigError, match="gates.perturbation"):
         bad = Randomization.from_tables({"gates": {"perturbation": {"uniform": [-1.0, -1.0]}}})
         DroneVectorEnv(1, task=RaceTask(), randomization=bad, device="cpu").reset(seed=0)
+
+
+def test_a_device_this_machine_lacks_is_a_clear_error():
+    import warp as wp
+
+    if wp.is_cuda_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ConfigError, match="device 'cuda'"):
+        DroneVectorEnv(1, device="cuda")

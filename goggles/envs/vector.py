@@ -142,7 +142,10 @@ class DroneVectorEnv(VectorEnv):
         self.physics_per_action = physics_per_action
         self.randomization = randomization
         self.seed, self.first_env = int(seed), int(first_env)
-        self.device = d = wp.get_device(device)
+        try:
+            self.device = d = wp.get_device(device)
+        except RuntimeError as exc:  # "cuda" where there is none
+            raise ConfigError(f"device {device!r}: {exc}") from exc
         if scene is not None and scene.device != d:
             raise ConfigError(f"the scene is on {scene.device}, the environments on {d}: use one device")
         self.nominal = load_airframe(airframe)
