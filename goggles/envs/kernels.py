@@ -5,8 +5,9 @@ import warp as wp
 
 from goggles.dynamics.kernels import VehicleState
 from goggles.dynamics.model import vec8
-from goggles.render.projection import distortion5, inside_image, project_point
-from goggles.world.queries import ActorData, Hit, closer_actor_hit
+from goggles.render.projection import distortion5
+from goggles.sensors.beacons import detect_beacon
+from goggles.world.queries import ActorData
 
 wp.set_module_options({"enable_backward": False})
 
@@ -470,35 +471,21 @@ def observe_beacons_kernel(
 ):
     """Beacon b of environment i as its camera detects it: (u, v) pixels and range (m) when in front,
     inside the image and seen past the static scene and the environment's own actors (its
-    ``candidates``: other environments' gates are not in its world); zeros and not visible otherwise."""
+    ``candidates``: other environments' gates are not in its world), as ``goggles.sensors.beacons``
+    detects it; zeros and not visible otherwise."""
     i, b = wp.tid()
-    out[i, b, 0] = 0.0
-    out[i, b, 1] = 0.0
-    out[i, b, 2] = 0.0
-    visible[i, b] = False
-    R = R_WC[i, 0]
-    p = p_WC[i, 0]
-    beacon = beacons_W[i, b]
-    p_C = wp.transpose(R) * (beacon - p)
-    if p_C[2] <= 0.0:
-        return
-    uv = project_point(p_C, intrinsics, distortion)
-    if not inside_image(uv, size[0], size[1]):
-        return
-    distance = wp.length(p - beacon)
-    direction = (p - beacon) / distance
-    offset = 1.0e-3 + 1.0e-5 * distance  # off the beacon's own surface, as goggles.sensors.beacons
-    origin = beacon + direction * offset
-    reach = distance - 2.0 * offset
-    if wp.mesh_query_ray_anyhit(static_mesh, origin, direction, reach):
-        return
-    hit = Hit()
-    hit.result = False
-    hit.t = reach
-    hit = closer_actor_hit(actors, candidates[i], candidates.shape[1], origin, direction, hit)
-    if hit.result:
-        return
-    out[i, b, 0] = uv[0]
-    out[i, b, 1] = uv[1]
-    out[i, b, 2] = distance
-    visible[i, b] = True
+    seen = detect_beacon(
+        static_mesh,
+        actors,
+        candidates[i],
+        candidates.shape[1],
+        R_WC[i, 0],
+        p_WC[i, 0],
+        intrinsics,
+        distortion,
+        size,
+        beacons_W[i, b],
+    )
+    for k in range(3):
+        out[i, b, k] = seen[k]
+    visible[i, b] = seen[2] > 0.0

@@ -20,7 +20,7 @@ from goggles.host_copies import HostMirror, fetch
 from goggles.render.camera import CameraModel
 from goggles.render.projection import distortion5, inside_image, project_point
 from goggles.world import Beacon, DeviceScene
-from goggles.world.queries import ActorData, any_hit
+from goggles.world.queries import ActorData, Hit, closer_actor_hit
 
 #: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
 wp.set_module_options({"enable_backward": False})
@@ -53,6 +53,46 @@ class Detection:
     """Metres from the camera centre (NaN for a false positive)."""
 
 
+@wp.func
+def detect_beacon(
+    static_mesh: wp.uint64,
+    actors: ActorData,
+    candidates: wp.array(dtype=wp.int32),
+    count: int,
+    R_WC: wp.mat33,
+    p_WC: wp.vec3,
+    intrinsics: wp.vec4,
+    distortion: distortion5,
+    size: wp.vec2i,
+    beacon_W: wp.vec3,
+) -> wp.vec3:
+    """A beacon as one camera detects it: (u, v) pixels and range (m) when it is in front, inside the
+    image, and nothing of the static scene or of the first ``count`` actor instances in
+    ``candidates`` lies between; (0, 0, 0) otherwise."""
+    p_C = wp.transpose(R_WC) * (beacon_W - p_WC)
+    if p_C[2] <= 0.0:
+        return wp.vec3(0.0)
+    uv = project_point(p_C, intrinsics, distortion)
+    if not inside_image(uv, size[0], size[1]):
+        return wp.vec3(0.0)
+    to_camera = p_WC - beacon_W
+    distance = wp.length(to_camera)
+    direction = to_camera / distance
+    offset = OCCLUSION_OFFSET_M + OCCLUSION_OFFSET_PER_M * distance
+    if distance > 2.0 * offset:
+        origin = beacon_W + direction * offset
+        reach = distance - 2.0 * offset
+        if wp.mesh_query_ray_anyhit(static_mesh, origin, direction, reach):
+            return wp.vec3(0.0)
+        hit = Hit()
+        hit.result = False
+        hit.t = reach
+        hit = closer_actor_hit(actors, candidates, count, origin, direction, hit)
+        if hit.result:
+            return wp.vec3(0.0)
+    return wp.vec3(uv[0], uv[1], distance)
+
+
 @wp.kernel
 def detect_beacons_kernel(
     static_mesh: wp.uint64,
@@ -65,29 +105,23 @@ def detect_beacons_kernel(
     beacons_W: wp.array(dtype=wp.vec3),
     out: wp.array3d(dtype=float),
 ):
-    """One (camera, beacon) pair: in front, inside the image, not occluded. ``out[c, b]`` is (u, v,
-    range): one array, so one copy brings every detection; range 0 where not detected."""
+    """One (camera, beacon) pair, occluded by every placed actor. ``out[c, b]`` is (u, v, range): one
+    array, so one copy brings every detection; range 0 where not detected."""
     c, b = wp.tid()
-    p_C = wp.transpose(R_WC[c]) * (beacons_W[b] - p_WC[c])
-    out[c, b, 0] = 0.0
-    out[c, b, 1] = 0.0
-    out[c, b, 2] = 0.0
-    if p_C[2] <= 0.0:
-        return
-    uv = project_point(p_C, intrinsics[c], distortion[c])
-    if not inside_image(uv, sizes[c][0], sizes[c][1]):
-        return
-    to_camera = p_WC[c] - beacons_W[b]
-    distance = wp.length(to_camera)
-    direction = to_camera / distance
-    offset = OCCLUSION_OFFSET_M + OCCLUSION_OFFSET_PER_M * distance
-    if distance > 2.0 * offset and any_hit(
-        static_mesh, actors, beacons_W[b] + direction * offset, direction, distance - 2.0 * offset
-    ):
-        return
-    out[c, b, 0] = uv[0]
-    out[c, b, 1] = uv[1]
-    out[c, b, 2] = distance
+    seen = detect_beacon(
+        static_mesh,
+        actors,
+        actors.every,
+        actors.count,
+        R_WC[c],
+        p_WC[c],
+        intrinsics[c],
+        distortion[c],
+        sizes[c],
+        beacons_W[b],
+    )
+    for k in range(3):
+        out[c, b, k] = seen[k]
 
 
 class BeaconSensor:
