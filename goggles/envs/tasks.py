@@ -64,8 +64,20 @@ class Episodes:
         )
 
 
+class _FixedLength:
+    """A task that keeps nothing of its own and whose episodes last ``episode_s``."""
+
+    episode_s: float
+
+    def prepare(self, env) -> None:
+        return None
+
+    def time_limit(self, prepared: None) -> float:
+        return self.episode_s
+
+
 @dataclass(frozen=True)
-class HoverTask:
+class HoverTask(_FixedLength):
     """Reach and hold a target: each episode starts within ``spawn_radius`` of ``spawn`` (box
     half-size, m) with a random heading, and its target lies within ``target_radius`` of the start.
     Reward 1 / (1 + d^2) - 0.05 |rates| per step. Straying ``max_distance`` from the target or crashing
@@ -76,12 +88,6 @@ class HoverTask:
     target_radius: float = 1.0
     max_distance: float = 4.0
     episode_s: float = 5.0
-
-    def prepare(self, env) -> None:
-        return None
-
-    def time_limit(self, prepared: None) -> float:
-        return self.episode_s
 
     def begin(self, env, prepared: None) -> None:
         e = env.episodes
@@ -113,7 +119,7 @@ class HoverTask:
 
 
 @dataclass(frozen=True)
-class DepthFlightTask:
+class DepthFlightTask(_FixedLength):
     """Fly across the arena to a goal through its obstacles (pillars, crates), seeing them in depth.
     Each episode starts within ``start_radius`` of ``start`` facing the goal (+-``heading_jitter_deg``),
     the goal within ``goal_radius`` of ``goal`` (box half-sizes, m). Reward: the distance gained
@@ -132,12 +138,6 @@ class DepthFlightTask:
     success: float = 10.0
     crash: float = 10.0
     episode_s: float = 15.0
-
-    def prepare(self, env) -> None:
-        return None
-
-    def time_limit(self, prepared: None) -> float:
-        return self.episode_s
 
     def begin(self, env, prepared: None) -> None:
         e = env.episodes
