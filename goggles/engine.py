@@ -127,9 +127,8 @@ class Engine:
     def _schedule(self) -> Schedule:
         """The periodic events, in the order they run when due together."""
         schedule, rate = Schedule(), self.config.physics_rate
-        imu_rates = {v.name: v.imu_rate for v in self.config.vehicles}
         for fleet in self.fleets:  # the IMU first: a batch it completes comes in the copy the state then reads
-            period = round(rate / imu_rates[fleet.vehicles[0].name])
+            period = fleet.sim.imu_decimation  # physics steps per IMU sample
             schedule.every(period, lambda f=fleet: self._publish_imu(f), f"{fleet.vehicles[0].name}/imu")
         for vehicle, v in zip(self.vehicles.values(), self.config.vehicles):
             if vehicle.sim is not None:
