@@ -336,6 +336,7 @@ class DroneVectorEnv(VectorEnv):
         own = self.actors_per_camera if self.actors_per_camera is not None else np.zeros((n, 0), np.int32)
         self._candidates = wp.array(own, dtype=wp.int32, device=d)
         c = self._camera
+        self._beacon_camera = (wp.vec4(c.fx, c.fy, c.cx, c.cy), distortion5(*c.distortion), wp.vec2i(c.width, c.height))
         low = np.tile(np.float32([-0.5, -0.5, 0.0]), (count, 1))
         high = np.tile(np.float32([c.width - 0.5, c.height - 0.5, np.inf]), (count, 1))
         return {
@@ -435,7 +436,6 @@ class DroneVectorEnv(VectorEnv):
             )
 
     def _detect_beacons(self, R_WC: wp.array, p_WC: wp.array) -> None:
-        c = self._camera
         wp.launch(
             kernels.observe_beacons_kernel,
             dim=self._beacon_mask.shape,
@@ -445,9 +445,7 @@ class DroneVectorEnv(VectorEnv):
                 self._candidates,
                 R_WC,
                 p_WC,
-                wp.vec4(c.fx, c.fy, c.cx, c.cy),
-                distortion5(*c.distortion),
-                wp.vec2i(c.width, c.height),
+                *self._beacon_camera,
                 self._beacons_W,
             ],
             outputs=[self._beacon_out, self._beacon_mask],
@@ -458,11 +456,10 @@ class DroneVectorEnv(VectorEnv):
         """Each vehicle's range sensor, looking down (sensor +z along body -z), noise per environment."""
         d, m = self.device, self.range_sensor
         R_WS, p_WS = self._range_pose
-        down = wp.mat33(1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, -1.0)
         wp.launch(
             kernels.range_poses_kernel,
             dim=self.num_envs,
-            inputs=[self.sim.state_arrays, down],
+            inputs=[self.sim.state_arrays, _DOWN],
             outputs=[R_WS, p_WS],
             device=d,
         )
@@ -497,6 +494,10 @@ class DroneVectorEnv(VectorEnv):
     def _info(self) -> dict:
         """The drawn randomisation values per environment (host arrays), when there is randomisation."""
         return {"randomization": {k: v.copy() for k, v in self._drawn.items()}} if self._drawn else {}
+
+
+#: A range sensor's mounting: its +z (the beam) along body -z.
+_DOWN = wp.mat33(1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, -1.0)
 
 
 def _padded(values) -> list[float]:
