@@ -560,26 +560,31 @@ class LidarBench:
     wall_ms: float
     cpu_ms: float
     backend: str
+    threads: int
 
 
-def bench_lidar(model_name: str = "os1-64", *, scans: int = 50, backend: str = "auto", device=None) -> LidarBench:
-    """Scan the default scene from its viewpoint ``scans`` times, the sensor turning a little between
-    scans; wall and process CPU time per scan (the renderer's threads included)."""
+def bench_lidar(
+    model_name: str = "os1-64", *, scans: int = 50, backend: str = "auto", device=None, threads: int | None = None
+) -> LidarBench:
+    """Scan the default scene from its viewpoint ``scans`` times, the sensor turning all the while (a
+    scan from one pose of ``bench_views`` to the next, each point from its own pose, as the engine
+    scans a flying vehicle's LiDAR); wall and process CPU time per scan (the renderer's threads included)."""
     from goggles.paths import default_scene
     from goggles.scene import load_static_scene
     from goggles.sensors.lidar import Lidar, lidar_model
     from goggles.world import DeviceScene
 
     scene = load_static_scene(default_scene())
-    lidar = Lidar(DeviceScene(scene, device), lidar_model(model_name), backend=backend)
-    poses = bench_views(scene.view if scene.view is not None else np.eye(4), scans)
-    lidar.scan(poses[0])  # warm-up
+    lidar = Lidar(DeviceScene(scene, device), lidar_model(model_name), backend=backend, threads=threads)
+    poses = bench_views(scene.view if scene.view is not None else np.eye(4), scans + 1)
+    lidar.scan(poses[0], poses[1])  # warm-up
     wall, cpu = time.perf_counter(), time.process_time()
-    for T in poses:
-        lidar.scan(T)
+    for start, end in zip(poses[:-1], poses[1:]):
+        lidar.scan(start, end)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     points = lidar.model.points_per_scan
-    result = LidarBench(model_name, points, wall / scans * 1e3, cpu / scans * 1e3, lidar.renderer.backend)
+    r = lidar.renderer
+    result = LidarBench(model_name, points, wall / scans * 1e3, cpu / scans * 1e3, r.backend, r.threads)
     lidar.close()
     return result
 

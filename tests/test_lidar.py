@@ -80,6 +80,28 @@ def test_intensity_is_albedo_times_the_cosine_of_incidence(tracer):
     assert np.ptp(albedo[lit]) < 0.02 and albedo[lit].mean() > 0.5  # one albedo, whatever the angle
 
 
+def test_an_actor_added_after_the_first_scan_returns_its_own_albedo(tracer):
+    """The per-face reflectivity table follows the world's appearance: a grey box added after the first
+    scan reads its own albedo (0.3), not a stale table's, and the walls keep theirs."""
+    from goggles.scene.actors import box_shape
+
+    device, backend = tracer
+    world = DeviceScene(room(), device)
+    lidar = Lidar(world, VLP16, backend=backend)
+    walls = lidar.scan(transform([0, 0, 1], [1, 0, 0, 0]))
+    shape = world.add_shape(box_shape("box", (0.5, 6.0, 6.0), rgb=(0.3, 0.3, 0.3)))
+    world.set_actors([shape], transform([3.0, 0.0, 1.0], [1, 0, 0, 0])[None])  # its face at x = 2.75
+    scan = lidar.scan(transform([0, 0, 1], [1, 0, 0, 0]))
+    lidar.close()
+    d = scan.directions.astype(np.float64)
+    ahead = (d[..., 0] > 0.95) & np.isfinite(scan.range)  # beams that meet the box's face head-on
+    assert ahead.sum() > 20
+    np.testing.assert_allclose(scan.range[ahead], 2.75 / d[ahead][:, 0], rtol=1e-4)
+    albedo = scan.intensity[ahead] / d[ahead][:, 0]  # the cosine of incidence on a face normal to x
+    np.testing.assert_allclose(albedo, 0.3, atol=2.0 / 255)
+    assert walls.intensity[ahead].mean() > 0.5  # the wall behind it, seen before
+
+
 def test_a_rosette_does_not_repeat_and_keeps_to_its_field(device):
     lidar = Lidar(DeviceScene(room(), device), MID360)
     first = lidar.scan(transform([0, 0, 1], [1, 0, 0, 0]))

@@ -65,6 +65,11 @@ class EmbreeTracer:
         """
         return self._scene.run(origins, directions, dists=reach, output=1)
 
+    def faces(self, origins: np.ndarray, directions: np.ndarray, reach: np.ndarray) -> np.ndarray:
+        """Like ``closest``, but only the index of the triangle hit, -1 where none is within ``reach``
+        (which is left as it is): Embree's cheapest query that names the triangle."""
+        return self._scene.run(origins, directions, dists=reach)
+
     def distances(self, origins: np.ndarray, directions: np.ndarray, reach: np.ndarray) -> None:
         """Like ``closest``, but only lowers ``reach`` to each hit's distance (what depth needs)."""
         self._scene.run(origins, directions, dists=reach, query="DISTANCE")

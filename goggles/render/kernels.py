@@ -2,8 +2,9 @@
 built per set of features); a second marks the stereo occlusion shadow from the partner camera's depth.
 
 This module is compiled for the CPU with ``-menable-no-nans`` (REFERENCE.md section 8: about 1.8x
-faster BVH traversal): nothing here may create, test for or rely on NaN. Invalid pixels are written
-as a status code; ``goggles.render.invalid`` turns codes into REP 118 values in a separate module.
+faster BVH traversal): nothing here may create, test for or rely on NaN. Every pixel gets a status
+code; the render writes +inf (nothing within max_depth) and -inf (closer than min_depth) itself, and
+``goggles.render.invalid``, compiled apart with IEEE semantics, writes the stereo shadow's NaN.
 """
 
 import functools
@@ -118,6 +119,12 @@ class TracedRows:
     has_face: bool
     face: wp.array2d(dtype=wp.int32)
     """Index of the static triangle hit, -1 where nothing was hit."""
+    has_surface: bool
+    """The tracer also gave the hit's distance, barycentrics and normal (``u``, ``v``, ``normal_W``;
+    a texture needs them). False with ``has_face``: the tracer gave the triangle only (a cheaper query),
+    and the distance and normal come from its plane here."""
+    planes: wp.array(dtype=wp.vec4)
+    """Each static face's plane, for a triangle-only hit (``DeviceScene.static_planes``)."""
     u: wp.array2d(dtype=float)
     """Embree's barycentrics: the hit point is (1 - u - v) p0 + u p1 + v p2."""
     v: wp.array2d(dtype=float)
@@ -131,7 +138,9 @@ def to_byte(value: float) -> wp.uint8:
 
 
 @wp.func
-def traced_hit(traced: TracedRows, c: int, y: int, k: int, x: int, reach: float) -> Hit:
+def traced_hit(
+    traced: TracedRows, c: int, y: int, k: int, x: int, origin: wp.vec3, direction: wp.vec3, reach: float
+) -> Hit:
     """The static hit another tracer found for pixel (y, x), row k of its chunk."""
     hit = Hit()
     hit.t = traced.t[c, y, x]
@@ -140,11 +149,19 @@ def traced_hit(traced: TracedRows, c: int, y: int, k: int, x: int, reach: float)
         hit.face = traced.face[k, x]
         hit.result = hit.face >= 0
         if hit.result:
-            u = traced.u[k, x]
-            v = traced.v[k, x]
-            hit.u = 1.0 - u - v  # to Warp's order: u p0 + v p1 + (1 - u - v) p2
-            hit.v = u
-            hit.normal_W = traced.normal_W[k, x]
+            if traced.has_surface:
+                u = traced.u[k, x]
+                v = traced.v[k, x]
+                hit.u = 1.0 - u - v  # to Warp's order: u p0 + v p1 + (1 - u - v) p2
+                hit.v = u
+                hit.normal_W = traced.normal_W[k, x]
+            else:  # the triangle only: where the ray meets its plane
+                plane = traced.planes[hit.face]
+                normal = wp.vec3(plane[0], plane[1], plane[2])
+                hit.t = (plane[3] - wp.dot(origin, normal)) / wp.dot(direction, normal)
+                hit.normal_W = normal
+                hit.u = 1.0 / 3.0  # not asked for: the centre
+                hit.v = 1.0 / 3.0
     else:
         hit.result = hit.t < reach
     if not hit.result:
@@ -205,7 +222,7 @@ def render_kernel(use_traced: bool, use_actors: bool, use_shading: bool, use_sha
                 along = 1.0
             reach = max_depth / along
             if wp.static(use_traced):
-                hit = traced_hit(traced, c, y, k, x, reach)
+                hit = traced_hit(traced, c, y, k, x, origin, direction, reach)
             else:
                 hit = static_hit(scene.mesh, origin, direction, reach)
             if wp.static(use_actors):
@@ -215,6 +232,9 @@ def render_kernel(use_traced: bool, use_actors: bool, use_shading: bool, use_sha
 
             if not hit.result:
                 out.status[c, y, x] = wp.int8(STATUS_NO_HIT)
+                out.depth[c, y, x] = wp.inf
+                if wanted.range:
+                    out.range[c, y, x] = wp.inf
                 if wanted.segmentation:
                     out.segmentation[c, y, x] = SEGMENT_NONE
                 if wanted.face:
@@ -229,13 +249,16 @@ def render_kernel(use_traced: bool, use_actors: bool, use_shading: bool, use_sha
                 continue
 
             depth = hit.t * along
+            distance = hit.t
             status = STATUS_HIT
             if depth < cameras.min_depth[c]:
                 status = STATUS_TOO_CLOSE
+                depth = -wp.inf
+                distance = -wp.inf
             out.status[c, y, x] = wp.int8(status)
             out.depth[c, y, x] = depth
             if wanted.range:
-                out.range[c, y, x] = hit.t
+                out.range[c, y, x] = distance
             if wanted.segmentation:
                 out.segmentation[c, y, x] = scene.face_segment[hit.face]
             if wanted.face:
@@ -247,10 +270,10 @@ def render_kernel(use_traced: bool, use_actors: bool, use_shading: bool, use_sha
                 if wanted.normal:
                     out.normal_W[c, y, x] = normal
                 if wp.static(use_shading):
-                    colour = albedo(scene, hit.face, hit.u, hit.v)
                     if light.shading == SHADING_LIDAR:  # the sensor is the light: cos of the incidence
-                        colour = colour * wp.dot(normal, -direction)
+                        colour = wp.vec3(scene.face_reflectivity[hit.face] * wp.dot(normal, -direction))
                     else:
+                        colour = albedo(scene, hit.face, hit.u, hit.v)
                         sunlit = float(1.0)  # noqa: UP018 (Warp: a variable the branch below may change)
                         if wp.static(use_shadows):
                             if light.shading != SHADING_UNLIT and wp.dot(normal, light.sun_W) > 0.0:

@@ -29,7 +29,7 @@ import warp as wp
 from goggles.errors import ConfigError
 from goggles.render import invalid, kernels
 from goggles.render.camera import CameraModel
-from goggles.render.shading import Lighting, Shading
+from goggles.render.shading import Lighting, Shading, face_reflectivity_kernel
 from goggles.world import DeviceScene
 
 log = logging.getLogger(__name__)
@@ -243,6 +243,8 @@ class Renderer:
         # render kernel without actors, and with them when the scene has actor shapes.
         wp.load_module(kernels, device=d)
         wp.load_module(invalid, device=d)
+        if shading == Shading.LIDAR:
+            wp.load_module(face_reflectivity_kernel.module, device=d)
         self._loaded: set[wp.Kernel] = set()
         self._kernel = self._render_kernel(actors=False)
         if scene.shapes:
@@ -263,7 +265,8 @@ class Renderer:
 
     def _prepare_embree(self) -> None:
         """The Embree scene, the ray buffers (Warp arrays with numpy views of the same memory), and the
-        chunks of rows the threads take in turn: a few per thread, of at least 4096 pixels."""
+        chunks of rows the threads take in turn: a few per thread, of at least 4096 pixels (one thread:
+        a camera per chunk, each chunk costing a launch and an Embree call)."""
         from goggles.render.embree import tracer_for
 
         self._embree = tracer_for(self.scene)
@@ -274,7 +277,10 @@ class Renderer:
         self._origins = np.zeros((n, h, 3), np.float32)
         # Faces are needed for every output but depth (and the stereo shadow, which reads depth).
         self._need_faces = bool(self.outputs & {"rgb", "segmentation", "normal_W", "face"})
-        rows = min(h, max(-(-4096 // w), -(-n * h // (self.threads * 4))))
+        # Barycentrics are for textures; the rest of the surface can come from the triangle's plane.
+        self._need_surface = "rgb" in self.outputs and self._light.shading not in (Shading.NONE, Shading.LIDAR)
+        self._planes = self.scene.static_planes() if self._need_faces and not self._need_surface else None
+        rows = h if self.threads == 1 else min(h, max(-(-4096 // w), -(-n * h // (self.threads * 4))))
         self._chunks = [(c, y, min(h, y + rows)) for c in range(n) for y in range(0, h, rows)]
 
     @property
@@ -300,14 +306,21 @@ class Renderer:
             ConfigError: if the poses have the wrong shape or are not finite rigid transforms.
         """
         T_WC = self._checked(T_WC)
-        rows = np.broadcast_to(T_WC[:, None], (self.num_cameras, self.height, 4, 4))
         if T_WC_last_row is not None:
-            rows = _row_poses(T_WC, self._checked(T_WC_last_row), self.height)
-        self._cameras.R_WC.assign(rows[..., :3, :3].astype(np.float32))
-        self._cameras.p_WC.assign(rows[..., :3, 3].astype(np.float32))
+            T_WC_last_row = self._checked(T_WC_last_row)
+            if np.array_equal(T_WC_last_row, T_WC):  # standing still: every row alike
+                T_WC_last_row = None
+        n, h = self.num_cameras, self.height
+        if T_WC_last_row is None:
+            R_rows = np.broadcast_to(T_WC[:, None, :3, :3], (n, h, 3, 3))
+            p_rows = np.broadcast_to(T_WC[:, None, :3, 3], (n, h, 3))
+        else:
+            R_rows, p_rows = _interpolate(T_WC, T_WC_last_row, np.linspace(0.0, 1.0, h) if h > 1 else np.zeros(1))
+        self._cameras.R_WC.assign(R_rows.astype(np.float32))
+        self._cameras.p_WC.assign(p_rows.astype(np.float32))
         self._rolling = T_WC_last_row is not None
         if self.backend == "embree":
-            self._origins = rows[..., :3, 3].astype(np.float32)  # (n, H, 3)
+            self._origins = p_rows.astype(np.float32)  # (n, H, 3)
         self._cull_actors(T_WC if T_WC_last_row is None else np.concatenate([T_WC, T_WC_last_row]))
         self._trace()
 
@@ -344,14 +357,25 @@ class Renderer:
 
     def _trace(self) -> None:
         self._kernel = self._render_kernel()
+        if self._light.shading == Shading.LIDAR:
+            self._fill_reflectivity()
         if self.backend == "embree":
             self._pool_map(self._trace_rows, self._chunks)
         else:
             self._launch_all(self._kernel, [*self._render_inputs(self._untraced), 0], [self.buffers])
-        if self._has_partners:
+        if self._has_partners:  # the stereo shadow: NaN, written by a kernel compiled for IEEE NaNs
             self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras], [self.buffers])
-        b = self.buffers
-        self._launch_all(invalid.write_invalid_kernel, [b.status], [b.depth, b.range, self._wanted.range])
+            b = self.buffers
+            self._launch_all(invalid.write_invalid_kernel, [b.status], [b.depth, b.range, self._wanted.range])
+
+    def _fill_reflectivity(self) -> None:
+        """Each face's mean albedo for LiDAR returns, once per appearance table (empty after a change)."""
+        data = self.scene.data
+        faces = data.face_material.shape[0]
+        if data.face_reflectivity.shape[0] != faces:
+            table = wp.empty(faces, dtype=float, device=self.device)
+            wp.launch(face_reflectivity_kernel, dim=faces, inputs=[data, table], device=self.device)
+            data.face_reflectivity = table
 
     def set_rays(self, directions) -> None:
         """New ray tables, (H, W, 3) per camera, for the next renders (a LiDAR whose pattern moves)."""
@@ -407,7 +431,7 @@ class Renderer:
         if T_WC.shape != (self.num_cameras, 4, 4) or not np.all(np.isfinite(T_WC)):
             raise ConfigError(f"camera poses must be a finite ({self.num_cameras}, 4, 4) array, got {T_WC.shape}")
         R = T_WC[:, :3, :3]
-        if not np.allclose(R @ R.transpose(0, 2, 1), np.eye(3), atol=1e-5):
+        if np.abs(R @ R.transpose(0, 2, 1) - np.eye(3)).max() > 1e-5:
             raise ConfigError("camera poses must have orthonormal rotations")
         return T_WC
 
@@ -467,20 +491,25 @@ class Renderer:
         traced.used = True
         traced.t = self._reach
         traced.has_face = self._need_faces
-        if self._need_faces:
+        traced.has_surface = self._need_surface
+        traced.planes = self._planes
+        traced.face, traced.u, traced.v, traced.normal_W = (
+            self._untraced.face,
+            self._untraced.u,
+            self._untraced.v,
+            self._untraced.normal_W,
+        )
+        if self._need_surface:
             hits = self._embree.closest(origins, directions, reach)
             traced.face = wp.array(hits["primID"].reshape(dim), dtype=wp.int32, device=d, copy=False)
             traced.u = wp.array(hits["u"].reshape(dim), dtype=float, device=d, copy=False)
             traced.v = wp.array(hits["v"].reshape(dim), dtype=float, device=d, copy=False)
             traced.normal_W = wp.array(hits["Ng"].reshape(dim + (3,)), dtype=wp.vec3, device=d, copy=False)
+        elif self._need_faces:
+            faces = self._embree.faces(origins, directions, reach)
+            traced.face = wp.array(faces.reshape(dim), dtype=wp.int32, device=d, copy=False)
         else:
             self._embree.distances(origins, directions, reach)
-            traced.face, traced.u, traced.v, traced.normal_W = (
-                self._untraced.face,
-                self._untraced.u,
-                self._untraced.v,
-                self._untraced.normal_W,
-            )
         wp.launch(
             self._kernel,
             dim=(1, dim[0], 1),
@@ -557,6 +586,8 @@ def _untraced(device) -> kernels.TracedRows:
     traced = kernels.TracedRows()
     traced.used = False
     traced.has_face = False
+    traced.has_surface = False
+    traced.planes = wp.zeros(1, dtype=wp.vec4, device=device)
     traced.t = wp.zeros((1, 1, 1), dtype=float, device=device)
     traced.face = wp.zeros((1, 1), dtype=wp.int32, device=device)
     traced.u = wp.zeros((1, 1), dtype=float, device=device)
@@ -567,24 +598,31 @@ def _untraced(device) -> kernels.TracedRows:
 
 def _pose_at(T_first: np.ndarray, T_last: np.ndarray, fraction: float) -> np.ndarray:
     """(n, 4, 4) poses a ``fraction`` of the way from ``T_first`` to ``T_last``."""
-    return _interpolate(T_first, T_last, np.array([fraction]))[:, 0]
+    R, p = _interpolate(T_first, T_last, np.array([fraction]))
+    T = np.repeat(np.eye(4)[None], len(T_first), axis=0)
+    T[:, :3, :3], T[:, :3, 3] = R[:, 0], p[:, 0]
+    return T
 
 
-def _row_poses(T_first: np.ndarray, T_last: np.ndarray, height: int) -> np.ndarray:
-    """(n, H, 4, 4) pose of each row: row y a fraction y / (H - 1) from the first row's pose to the last's."""
-    return _interpolate(T_first, T_last, np.linspace(0.0, 1.0, height) if height > 1 else np.zeros(1))
+def _interpolate(T_first: np.ndarray, T_last: np.ndarray, fractions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rotations (n, m, 3, 3) and positions (n, m, 3) a fraction of the way from each pose in ``T_first``
+    to its own in ``T_last``, for m ``fractions``: position linearly, rotation along the shortest arc
+    (Rodrigues' formula about each camera's axis of turn, all fractions at once)."""
+    from goggles.frames import matrix_to_quat
 
-
-def _interpolate(T_first: np.ndarray, T_last: np.ndarray, fractions: np.ndarray) -> np.ndarray:
-    """(n, len(fractions), 4, 4): position linearly, rotation along the shortest arc."""
-    from scipy.spatial.transform import Rotation
-
-    out = np.repeat(np.eye(4)[None, None], len(T_first), axis=0).repeat(len(fractions), axis=1)
-    for c, (A, B) in enumerate(zip(T_first, T_last)):
-        turn = Rotation.from_matrix(A[:3, :3].T @ B[:3, :3]).as_rotvec()
-        out[c, :, :3, :3] = A[:3, :3] @ Rotation.from_rotvec(fractions[:, None] * turn).as_matrix()
-        out[c, :, :3, 3] = A[:3, 3] + fractions[:, None] * (B[:3, 3] - A[:3, 3])
-    return out
+    R_first = T_first[:, :3, :3]
+    turns = np.array([matrix_to_quat(R) for R in np.swapaxes(R_first, 1, 2) @ T_last[:, :3, :3]])  # w >= 0
+    sine = np.linalg.norm(turns[:, 1:], axis=1)
+    angle = 2.0 * np.arctan2(sine, turns[:, 0])  # (n,) in [0, pi]: the shortest arc
+    axis = turns[:, 1:] / np.where(sine > 0.0, sine, 1.0)[:, None]
+    K = np.zeros((len(turns), 3, 3))
+    K[:, 0, 1], K[:, 0, 2], K[:, 1, 2] = -axis[:, 2], axis[:, 1], -axis[:, 0]
+    K = K - np.swapaxes(K, 1, 2)
+    theta = angle[:, None, None, None] * fractions[None, :, None, None]  # (n, m, 1, 1)
+    RK, RKK = R_first @ K, R_first @ K @ K  # R (I + sin K + (1 - cos) K^2), products taken once
+    R = R_first[:, None] + np.sin(theta) * RK[:, None] + (1.0 - np.cos(theta)) * RKK[:, None]
+    p_first = T_first[:, None, :3, 3]
+    return R, p_first + fractions[None, :, None] * (T_last[:, None, :3, 3] - p_first)
 
 
 #: Bytes a rendered pixel takes at its peak: ray table, every output on the device, their host copies

@@ -6,6 +6,8 @@ import warp as wp
 
 from goggles.world.appearance import SceneData
 
+wp.set_module_options({"enable_backward": False})
+
 
 class Shading(IntEnum):
     """How the intensity image is lit."""
@@ -18,7 +20,8 @@ class Shading(IntEnum):
     NONE = 2
     """No intensity image (depth-only cameras): the colour buffer is left untouched, and faster."""
     LIDAR = 3
-    """A LiDAR's return: albedo x the cosine of the incidence (the sensor is its own light)."""
+    """A LiDAR's return, grey: the face's mean albedo (``SceneData.face_reflectivity``) x the cosine of
+    the incidence (the sensor is its own light)."""
 
 
 SHADING_UNLIT = wp.constant(int(Shading.UNLIT))
@@ -122,3 +125,19 @@ def sky_colour(light: Lighting, direction_W: wp.vec3) -> wp.vec3:
         return light.background
     up = wp.clamp(direction_W[2], 0.0, 1.0)
     return light.background * (1.0 - up) + light.zenith * up
+
+
+@wp.kernel
+def face_reflectivity_kernel(scene: SceneData, reflectivity: wp.array(dtype=float)):
+    """Each face's mean albedo, grey: the mean of four samples, the centres of the face's four
+    midpoint sub-triangles (a LiDAR return's reflectivity: one load per hit instead of a texture's four)."""
+    f = wp.tid()
+    sixth = 1.0 / 6.0
+    third = 1.0 / 3.0
+    total = (
+        albedo(scene, f, 4.0 * sixth, sixth)
+        + albedo(scene, f, sixth, 4.0 * sixth)
+        + albedo(scene, f, sixth, sixth)
+        + albedo(scene, f, third, third)
+    )
+    reflectivity[f] = (total[0] + total[1] + total[2]) / 12.0

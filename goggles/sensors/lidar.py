@@ -6,7 +6,8 @@ a rosette sensor draws a pattern that shifts from scan to scan. Each point is me
 time during the scan, from where the sensor is then (no de-skew, as the real sensors report), so a
 moving sensor's scan is smeared as its motion predicts. The renderer's rows are the firing times
 (azimuths, or rosette points) and its columns the beams; ranges follow REP 117 (+inf beyond max
-range, -inf closer than min range); intensity is the surface's albedo times the cosine of incidence.
+range, -inf closer than min range); intensity is the surface's albedo (each face's mean,
+``SceneData.face_reflectivity``) times the cosine of incidence.
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ class Lidar:
         T_end = T_WS_start if T_WS_end is None else T_WS_end
         self.renderer.render(np.asarray(T_WS_start)[None], np.asarray(T_end)[None])
         images = self.renderer.images()
-        intensity = images.rgb[0].astype(np.float32).mean(axis=-1) / 255.0
+        intensity = images.rgb[0, ..., 0] * np.float32(1.0 / 255.0)  # grey: every channel alike
         return LidarScan(images.depth[0], intensity, self._times, np.asarray(directions))
 
     def close(self) -> None:

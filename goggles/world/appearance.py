@@ -24,3 +24,7 @@ class SceneData:
     """First texel (pixel) index of each texture in ``texels``."""
     texture_size: wp.array(dtype=wp.vec2i)
     """(width, height) of each texture."""
+    face_reflectivity: wp.array(dtype=float)
+    """(F,) each face's mean albedo, grey, [0, 1]: what a LiDAR's return reads (its beam's footprint,
+    3 cm at 10 m for an OS1, covers many texels). Filled by the first LiDAR render after the appearance
+    changes (``goggles.render.shading.face_reflectivity_kernel``); empty until then."""

@@ -53,6 +53,7 @@ class DeviceScene:
         self.num_faces = scene.num_faces
         self.max_actors = max_actors
         self.static = scene
+        self._planes: wp.array | None = None
         self.shapes: list[ActorShape] = []
         self._shape_scenes: list[StaticScene] = []
         self._shape_meshes: list[wp.Mesh] = []
@@ -116,6 +117,7 @@ class DeviceScene:
         data.face_segment = wp.array(table.face_segment, dtype=wp.int32, device=d)
         data.material_rgb = wp.array(table.material_rgb, dtype=wp.vec3, device=d)
         data.material_texture = wp.array(table.material_texture, dtype=wp.int32, device=d)
+        data.face_reflectivity = wp.zeros(0, dtype=float, device=d)  # a LiDAR's renderer fills it when needed
         self.actors.shape_mesh = wp.array([m.id for m in self._shape_meshes] or [0], dtype=wp.uint64, device=d)
         self.actors.shape_first_face = wp.array(list(first_face[1:]) or [0], dtype=wp.int32, device=d)
 
@@ -142,6 +144,20 @@ class DeviceScene:
         self._set_shape(index, shape)
         self._upload_appearance()
         return index
+
+    def static_planes(self) -> wp.array:
+        """(F,) each static face's plane as (unit normal, offset: normal . any point of it), built on
+        first use: a tracer that names the face it hit (Embree's cheapest query) gets the hit's distance
+        and normal from it. A degenerate face gets a zero normal (no ray hits it)."""
+        if self._planes is None:
+            corners = self.static.vertices[self.static.faces].astype(np.float64)  # (F, 3, 3)
+            normal = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
+            length = np.linalg.norm(normal, axis=1, keepdims=True)
+            normal = np.divide(normal, length, out=np.zeros_like(normal), where=length > 0.0)
+            offset = np.einsum("fi,fi->f", normal, corners[:, 0])
+            planes = np.concatenate([normal, offset[:, None]], axis=1).astype(np.float32)
+            self._planes = wp.array(planes, dtype=wp.vec4, device=self.device)
+        return self._planes
 
     def shape_mesh(self, index: int) -> wp.Mesh:
         """The BVH mesh of a shape (a deforming shape rewrites its points and refits it)."""
