@@ -16,6 +16,8 @@ MODULES = [
     "goggles.envs.kernels",
     "goggles.render.kernels",
     "goggles.render.invalid",
+    "goggles.render.shading",
+    "goggles.render.sunlit",
     "goggles.sensors.beacons",
     "goggles.sensors.ranges",
     "goggles.sensors.stereo_depth",

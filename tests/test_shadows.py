@@ -72,3 +72,74 @@ def test_shadows_can_be_turned_off_and_the_sky_graded(device):
     sky.close()
     with pytest.raises(TypeError):
         Renderer(world, [camera], shadows=False, sky=True)
+
+
+def bumpy_world(device):
+    """A rough heightfield (bumps of a few centimetres and a ridge) with a post, a box overhanging the
+    ground and a sphere: shadows of every kind, and many faces no shadow can reach."""
+    rng = np.random.default_rng(7)
+    n = 60
+    x, y = np.meshgrid(np.linspace(-6, 6, n), np.linspace(-6, 6, n))
+    z = 0.06 * rng.standard_normal((n, n)) + 0.4 * np.exp(-((x - 2.0) ** 2) / 0.5)
+    vertices = np.stack([x.ravel(), y.ravel(), z.ravel()], axis=1)
+    cell = np.arange(n - 1)[:, None] * n + np.arange(n - 1)[None, :]
+    a, b, c, d = cell.ravel(), cell.ravel() + 1, cell.ravel() + n + 1, cell.ravel() + n
+    ground = trimesh.Trimesh(vertices, np.concatenate([np.stack([a, b, c], 1), np.stack([a, c, d], 1)]), process=False)
+    post = trimesh.creation.box(extents=POST_HIGH - POST_LOW)
+    post.apply_translation((POST_LOW + POST_HIGH) / 2)
+    shelf = trimesh.creation.box(extents=[1.5, 1.0, 0.05])
+    shelf.apply_translation([-2.5, 2.0, 0.8])
+    ball = trimesh.creation.icosphere(subdivisions=3, radius=0.6)
+    ball.apply_translation([-2.0, -2.5, 0.7])
+    return DeviceScene(scene_of((ground, 1), (post, 2), (shelf, 3), (ball, 4)), device)
+
+
+@pytest.mark.parametrize("with_actor", [False, True], ids=["static", "actor"])
+def test_faces_found_sunlit_render_as_if_every_shadow_ray_were_traced(device, monkeypatch, with_actor):
+    """A pixel on a face that no static geometry can shade skips its static shadow ray
+    (``goggles.render.sunlit``): the images are byte for byte those of a render that traces every ray,
+    an actor's shadow still falls on such faces, and most of the rough ground is found lit."""
+    import warp as wp
+
+    import goggles.render.renderer as renderer_module
+    from goggles.render import sunlit
+    from goggles.scene.actors import box_shape
+
+    world = bumpy_world(device)
+    if with_actor:  # a floating crate over the ground, shadowing faces the table calls lit
+        shape = world.add_shape(box_shape("crate", (0.8, 0.8, 0.3)))
+        world.set_actors([shape], transform([1.0, -1.0, 1.2], [1, 0, 0, 0])[None])
+    camera = CameraModel.from_fov(160, 120, 70.0)
+    views = [
+        transform([-7.0, -1.0, 3.0], quat_from_axis_angle([0, 1, 0], 0.35)),
+        transform([0.0, 0.0, 6.0], quat_from_axis_angle([0, 1, 0], np.pi / 2)),
+        transform([4.0, 5.0, 2.0], quat_from_axis_angle([0, 0, 1], -2.2)),
+    ]
+    T_WC = np.stack([camera_pose_from_body(T) for T in views])
+    levels = sunlit.sunlit_faces(world, SUN).numpy()
+    assert 0.4 < np.mean(levels > 0) < 1.0 and np.mean(levels == len(sunlit.MARGINS)) > 0.05
+    # Independently (trimesh): nothing lies over a face found lit, higher than the table allows (0.5 mm).
+    static = world.static
+    mesh = trimesh.Trimesh(static.vertices, static.faces, process=False)
+    rng = np.random.default_rng(3)
+    lit = np.flatnonzero(levels > 0)
+    weights = rng.dirichlet(np.ones(3), size=(len(lit), 8))  # 8 points on each
+    points = np.einsum("fkc,fcx->fkx", weights, static.vertices[static.faces[lit]]).reshape(-1, 3)
+    assert not mesh.ray.intersects_any(points + 0.6e-3 * SUN, np.tile(SUN, (len(points), 1))).any()
+
+    def render() -> np.ndarray:
+        renderer = Renderer(world, [camera] * 3, shading=Shading.SUN, sun_W=SUN, ambient=0.3)
+        renderer.render(T_WC)
+        images = renderer.images()
+        renderer.close()
+        return images
+
+    fast = render()
+    none_lit = lambda scene, sun: wp.zeros(scene.num_faces, dtype=wp.int8, device=scene.device)  # noqa: E731
+    monkeypatch.setattr(renderer_module, "sunlit_faces", none_lit)
+    traced = render()
+    np.testing.assert_array_equal(fast.rgb, traced.rgb)
+    on_static = (fast.status == 0) & (fast.face >= 0) & (fast.face < world.num_faces)
+    assert np.mean(levels[fast.face[on_static]] > 0) > 0.3  # the table was used, not only kept
+    grey = fast.rgb.astype(float).mean(axis=-1)
+    assert (grey[on_static] < 0.6 * grey[on_static].max()).sum() > 500  # real shadows in view

@@ -13,8 +13,9 @@ import warp as wp
 
 from goggles.render.projection import distortion5, inside_image, project_point
 from goggles.render.shading import SHADING_LIDAR, SHADING_UNLIT, Lighting, albedo, shade, sky_colour
+from goggles.render.sunlit import SHADOW_GRAZING, SHADOW_START_M, SHADOW_START_PER_M, whole_face_lit
 from goggles.world.appearance import SceneData
-from goggles.world.queries import ActorData, Hit, any_hit, closer_actor_hit, static_hit
+from goggles.world.queries import ActorData, Hit, any_actor_hit, any_hit, closer_actor_hit, static_hit
 
 _DEFAULT_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
 _OPTIONS = {
@@ -41,6 +42,7 @@ SHADOW_TOLERANCE_M = wp.constant(0.01)
 
 #: How far a shadow ray looks for what hides the sun, metres (beyond any scene).
 SUN_DISTANCE = wp.constant(1.0e5)
+
 
 #: Segmentation id of pixels that hit nothing.
 SEGMENT_NONE = wp.constant(0)
@@ -277,13 +279,23 @@ def render_kernel(use_traced: bool, use_actors: bool, use_shading: bool, use_sha
                         sunlit = float(1.0)  # noqa: UP018 (Warp: a variable the branch below may change)
                         if wp.static(use_shadows):
                             if light.shading != SHADING_UNLIT and wp.dot(normal, light.sun_W) > 0.0:
-                                # One ray towards the sun, from just off the surface (1 mm + 1e-5 of the distance).
-                                start = origin + direction * hit.t + normal * (1.0e-3 + 1.0e-5 * hit.t)
+                                # One ray towards the sun, from just off the surface along the sun's line
+                                # (``sunlit``); against the actors only on a face no static geometry shades.
+                                incidence = wp.max(wp.dot(normal, light.sun_W), SHADOW_GRAZING)
+                                lift = (SHADOW_START_M + SHADOW_START_PER_M * hit.t) / incidence
+                                start = origin + direction * hit.t + light.sun_W * lift
+                                whole = False
+                                if hit.face < light.static_faces:
+                                    whole = whole_face_lit(light.sunlit[hit.face], hit.t)
                                 if wp.static(use_actors):
-                                    if any_hit(scene.mesh, actors, start, light.sun_W, SUN_DISTANCE):
+                                    if whole:
+                                        if any_actor_hit(actors, start, light.sun_W, SUN_DISTANCE):
+                                            sunlit = 0.0
+                                    elif any_hit(scene.mesh, actors, start, light.sun_W, SUN_DISTANCE):
                                         sunlit = 0.0
-                                elif wp.mesh_query_ray_anyhit(scene.mesh, start, light.sun_W, SUN_DISTANCE):
-                                    sunlit = 0.0
+                                elif not whole:
+                                    if wp.mesh_query_ray_anyhit(scene.mesh, start, light.sun_W, SUN_DISTANCE):
+                                        sunlit = 0.0
                         colour = shade(light, colour, normal, sunlit)
                     out.rgb[c, y, x, 0] = to_byte(colour[0])
                     out.rgb[c, y, x, 1] = to_byte(colour[1])

@@ -30,6 +30,7 @@ from goggles.errors import ConfigError
 from goggles.render import invalid, kernels
 from goggles.render.camera import CameraModel
 from goggles.render.shading import Lighting, Shading, face_reflectivity_kernel
+from goggles.render.sunlit import sunlit_faces
 from goggles.world import DeviceScene
 
 log = logging.getLogger(__name__)
@@ -194,6 +195,9 @@ class Renderer:
         light.shadows = bool(shadows)
         light.sky = sky_rgb is not None
         light.zenith = wp.vec3(*(sky_rgb if sky_rgb is not None else background_rgb))
+        light.sunlit, light.static_faces = wp.zeros(1, dtype=wp.int8, device=d), 0
+        if shadows and light.shading == Shading.SUN:  # faces no static geometry shades skip the static ray
+            light.sunlit, light.static_faces = sunlit_faces(scene, sun / np.linalg.norm(sun)), scene.num_faces
         self._light = light
 
         wanted = kernels.OutputFlags()
