@@ -561,6 +561,9 @@ class LidarBench:
     cpu_ms: float
     backend: str
     threads: int
+    embree_ms: float | None
+    """The peer: bare Embree finding the triangle each of the same rays hits (one thread; None on CUDA
+    or without embreex), timed in the same run."""
 
 
 def bench_lidar(
@@ -570,6 +573,7 @@ def bench_lidar(
     scan from one pose of ``bench_views`` to the next, each point from its own pose, as the engine
     scans a flying vehicle's LiDAR); wall and process CPU time per scan (the renderer's threads included)."""
     from goggles.paths import default_scene
+    from goggles.render.embree import EmbreeTracer, embree_available
     from goggles.scene import load_static_scene
     from goggles.sensors.lidar import Lidar, lidar_model
     from goggles.world import DeviceScene
@@ -584,7 +588,14 @@ def bench_lidar(
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     points = lidar.model.points_per_scan
     r = lidar.renderer
-    result = LidarBench(model_name, points, wall / scans * 1e3, cpu / scans * 1e3, r.backend, r.threads)
+    embree_ms = None
+    if r.device.is_cpu and embree_available():  # the peer: the same rays, Embree alone
+        tracer = EmbreeTracer(scene, threads=1)
+        directions = np.ascontiguousarray(lidar.model.rays(0)[0].reshape(-1, 3) @ poses[0][:3, :3].T, np.float32)
+        origins = np.ascontiguousarray(np.broadcast_to(poses[0][:3, 3], directions.shape), np.float32)
+        reach = np.full(len(directions), lidar.model.max_range, np.float32)
+        embree_ms = _time(lambda: tracer.faces(origins, directions, reach), 0.5) * 1e3
+    result = LidarBench(model_name, points, wall / scans * 1e3, cpu / scans * 1e3, r.backend, r.threads, embree_ms)
     lidar.close()
     return result
 

@@ -11,7 +11,7 @@ import trimesh
 from goggles.frames import transform
 from goggles.sensors.lidar import MID360, OS1_64, VLP16, Lidar
 from goggles.world import DeviceScene
-from tests.conftest import scene_of
+from tests.conftest import quad, scene_of
 
 LOW, HIGH = np.array([-5.0, -4.0, -1.0]), np.array([6.0, 4.5, 3.0])
 
@@ -78,6 +78,14 @@ def test_intensity_is_albedo_times_the_cosine_of_incidence(tracer):
     albedo = scan.intensity / cosine
     lit = cosine > 0.2
     assert np.ptp(albedo[lit]) < 0.02 and albedo[lit].mean() > 0.5  # one albedo, whatever the angle
+    # Over an open floor, the beams above the horizon return nothing: range +inf, intensity 0.
+    floor = quad([[-99, -99, 0], [99, -99, 0], [99, 99, 0], [-99, 99, 0]])  # -1 degree meets it at 57 m
+    open_air = Lidar(DeviceScene(scene_of((floor, 1)), device), VLP16, backend=backend)
+    scan = open_air.scan(transform([0, 0, 1], [1, 0, 0, 0]))
+    open_air.close()
+    missed = np.isinf(scan.range)
+    assert missed.sum() == VLP16.columns * 8  # the eight beams at or above +1 degree
+    assert np.all(scan.intensity[missed] == 0.0) and np.all(scan.intensity[~missed] > 0.0)
 
 
 def test_an_actor_added_after_the_first_scan_returns_its_own_albedo(tracer):

@@ -320,8 +320,12 @@ class Renderer:
             p_rows = np.broadcast_to(T_WC[:, None, :3, 3], (n, h, 3))
         else:
             R_rows, p_rows = _interpolate(T_WC, T_WC_last_row, np.linspace(0.0, 1.0, h) if h > 1 else np.zeros(1))
-        self._cameras.R_WC.assign(R_rows.astype(np.float32))
-        self._cameras.p_WC.assign(p_rows.astype(np.float32))
+        if self.device.is_cpu:  # straight into the arrays' memory: no temporary Warp arrays
+            self._cameras.R_WC.numpy()[...] = R_rows
+            self._cameras.p_WC.numpy()[...] = p_rows
+        else:
+            self._cameras.R_WC.assign(R_rows.astype(np.float32))
+            self._cameras.p_WC.assign(p_rows.astype(np.float32))
         self._rolling = T_WC_last_row is not None
         if self.backend == "embree":
             self._origins = p_rows.astype(np.float32)  # (n, H, 3)

@@ -163,6 +163,7 @@ class Lidar:
             scene,
             [self._table],
             shading=Shading.LIDAR,
+            background_rgb=(0.0, 0.0, 0.0),  # no return: intensity 0
             outputs={"depth", "rgb"},
             backend=backend,
             threads=threads,
