@@ -94,9 +94,10 @@ def bench_render(
     are (one launch on CUDA). Each backend renders: every output (closest hit, depth, range, normal,
     segmentation, shaded texture), depth only (a depth camera), every output with the sun's shadows,
     with a global-shutter camera's noise and vignetting on top (``GLOBAL_SHUTTER``), and motion blur
-    of four sub-frames. Embree alone only finds the closest hits, on the same number of threads. A
-    backend the device cannot run (Embree on CUDA) is left out. ``bvh`` picks Warp's BVH builder for the static mesh
-    (``goggles.world.BVH_BUILDERS``; default per device).
+    of four sub-frames; and an OS1-64 LiDAR scans the same world (its cost too against the ideal
+    render). Embree alone only finds the closest hits, on the same number of threads. A backend the
+    device cannot run (Embree on CUDA) is left out. ``bvh`` picks Warp's BVH builder for the static
+    mesh (``goggles.world.BVH_BUILDERS``; default per device).
     """
     import warp as wp
 
@@ -105,11 +106,13 @@ def bench_render(
     from goggles.render.embree import EmbreeTracer
     from goggles.scene import load_static_scene
     from goggles.sensors.camera_noise import GLOBAL_SHUTTER, CameraNoise
+    from goggles.sensors.lidar import OS1_64, Lidar
     from goggles.world import DeviceScene
 
     scene = scene_path if isinstance(scene_path, StaticScene) else load_static_scene(scene_path)
     T_WB = scene.view if scene.view is not None else np.eye(4)
-    T_WC = np.stack([camera_pose_from_body(T) for T in bench_views(T_WB, views)])
+    T_WB_views = bench_views(T_WB, views)
+    T_WC = np.stack([camera_pose_from_body(T) for T in T_WB_views])
     camera = CameraModel.from_fov(width, height, vfov_deg)
     world = DeviceScene(scene, device, bvh=bvh)
     rates: dict[tuple[str, str], float] = {}
@@ -157,6 +160,16 @@ def bench_render(
             if "+" in outputs:
                 costs[backend, outputs] = _paired_cost(render_views, ideal, seconds)
             renderer.close()
+        # An OS1-64 scan (65,536 rays at 10 Hz) of the same world, the sensor turning during the scan.
+        lidar = Lidar(world, OS1_64, backend=backend, threads=threads)
+
+        def scan(lidar=lidar, start=T_WB_views[0], end=T_WB_views[1]) -> None:
+            lidar.scan(start, end)
+            wp.synchronize_device(world.device)
+
+        rates[backend, "lidar-os1-64"] = OS1_64.points_per_scan / _time(scan, seconds)
+        costs[backend, "lidar-os1-64"] = _paired_cost(scan, ideal, seconds)
+        lidar.close()
         ideal_renderer.close()
 
     embree = EmbreeTracer(scene, threads=used_threads if world.device.is_cpu else threads)

@@ -76,13 +76,17 @@ def test_bench_render_reports_both_backends_and_bare_embree():
     lines = [dict(item.split("=") for item in line.split()) for line in result.stdout.splitlines() if "=" in line]
     assert float(lines[-1]["embree_rays_per_s"]) > 1e4
     renders = {(f["backend"], f["outputs"]): f for f in lines[:-1]}
-    kinds = ("all", "depth", "all+shadows", "all+shadows+noise", "all+blur4")
+    kinds = ("all", "depth", "all+shadows", "all+shadows+noise", "all+blur4", "lidar-os1-64")
     assert set(renders) == {(b, o) for b in ("warp", "embree") for o in kinds}
     for fields in renders.values():
-        # Every render traced rays, within a sane factor of Embree on the same rays and threads.
-        assert float(fields["rays_per_s"]) > 1e4 and 0.05 < float(fields["ratio"]) < 5.0
-        # A realistic render's cost over the ideal one: blur draws 4 sub-frames, shadows add rays.
-        assert ("cost_vs_ideal" in fields) == fields["outputs"].startswith("all+")
+        # Every render traced rays, within a sane factor of Embree on the same rays and threads (a LiDAR's
+        # 65,536 rays against tiny cameras: per-call costs weigh on those).
+        bound = 50.0 if fields["outputs"] == "lidar-os1-64" else 5.0
+        assert float(fields["rays_per_s"]) > 1e4 and 0.05 < float(fields["ratio"]) < bound
+        # A realistic render's (and a LiDAR scan's) cost over the ideal one: blur draws 4 sub-frames.
+        assert ("cost_vs_ideal" in fields) == (
+            fields["outputs"].startswith("all+") or fields["outputs"] == "lidar-os1-64"
+        )
     for backend in ("warp", "embree"):
         assert float(renders[backend, "all+blur4"]["cost_vs_ideal"]) > 1.5
     terrain = goggles(
