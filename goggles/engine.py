@@ -56,7 +56,11 @@ class Engine:
 
     Args:
         config: the run file's contents.
-        device: Warp device for rendering and physics.
+        device: Warp device for rendering (and physics, unless ``physics_device`` is given).
+        physics_device: Warp device of the simulated vehicles, with its own copy of the static scene and
+            the gates to collide with (people, whose meshes live on the render device, are not
+            obstacles then); None: the render device's, sharing its world. Physics on the CPU beside
+            rendering on CUDA keeps each small vehicle step off the GPU's launch queue.
         backend: primary-ray tracer of the cameras (``goggles.render.BACKENDS``; auto: Embree on the CPU).
         world: a ``goggles.world.World`` built for this run's scene and course (``build_run_world``) to
             reuse instead of building one.
@@ -70,6 +74,7 @@ class Engine:
         config: RunConfig,
         *,
         device=None,
+        physics_device=None,
         backend: str = "auto",
         world=None,
         status: Callable[[str], None] | None = None,
@@ -100,10 +105,14 @@ class Engine:
             build_interval=BUILD_INTERVAL_S * real_time,
         )
         simulate = self.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
+        self.physics_world = self.world
+        if simulate and physics_device is not None:
+            self.physics_world = built.on(physics_device).scene
+            log.info("physics on %s, rendering on %s: people are not obstacles", self.physics_world.device, device)
         self.vehicles, self.fleets = make_vehicles(
             config.vehicles,
             simulate=simulate,
-            world=self.world,
+            world=self.physics_world,
             dt=self.dt,
             seed=config.seed,
             collisions=config.collisions,

@@ -555,3 +555,29 @@ def test_lockstep_replies_after_a_contact_of_its_steps_is_out(device):
         thread.join(10)
         engine.close()
         client.close()
+
+
+def test_physics_on_a_world_of_its_own_flies_and_collides_as_on_the_render_world(device):
+    """``physics_device``: the vehicles simulate on their own copy of the scene and gates (here on the
+    same kind of device, so the two runs can be compared) and publish byte for byte what a run sharing
+    the render world publishes: states, IMU, the collision with a gate's bar, and the images."""
+    from goggles.paths import default_course
+    from tests.test_host_copies import _Kept
+
+    config = run_config(scale=1000.0, route=True)
+    into_the_bar = dataclasses.replace(config.vehicles[0], route=((3.0, 0.95, 1.8, 0.0),))
+    config = dataclasses.replace(config, zmq=None, course=default_course(), vehicles=(into_the_bar,))
+    runs = {}
+    for name, physics_device in (("shared", None), ("own", device)):
+        sink = _Kept()
+        engine = Engine(config, device=device, physics_device=physics_device, sinks=[sink])
+        assert (engine.physics_world is engine.world) == (physics_device is None)
+        engine.run(duration=4.0)
+        engine.close()
+        # Every message begins with its header after the 8-byte fingerprint: utime, then the wall clock's
+        # (left out, as is the clock's message: its measured scale is this machine's speed).
+        runs[name] = [(c, d[:16] + d[24:]) for c, d in sink.messages if c != "clock"]
+    assert runs["own"] == runs["shared"]
+    collisions = [goggles_lcm.collision_t.decode(d) for c, d in sink.messages if c == "quad0/collision"]
+    assert any(c.normal[0] < -0.5 for c in collisions)  # pushed back from the bar's face, towards -x
+    assert any(c.endswith("/depth") for c, _ in runs["own"])

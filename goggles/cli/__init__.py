@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 quiet_warp_init()
             check_device(getattr(args, "device", None))
+            check_device(getattr(args, "physics_device", None), "--physics-device")
         return args.run(args)
     except GogglesError as exc:
         print(f"goggles: error: {exc}", file=sys.stderr)

@@ -128,7 +128,7 @@ def quiet_warp_init() -> None:
         os.close(saved)
 
 
-def check_device(name: str | None) -> None:
+def check_device(name: str | None, option: str = "--device") -> None:
     """Refuse a Warp device this machine does not have, naming the ones it has.
 
     Raises:
@@ -142,9 +142,9 @@ def check_device(name: str | None) -> None:
     if name in available or name == "cuda" and wp.is_cuda_available():
         return
     if name.startswith("cuda") and not wp.is_cuda_available():
-        raise ConfigError(f"--device {name}: no CUDA device is available on this machine; devices: {available}")
+        raise ConfigError(f"{option} {name}: no CUDA device is available on this machine; devices: {available}")
     raise ConfigError(
-        f"--device {name!r} is not a Warp device here; devices: {available} (or 'cuda' for the first GPU)"
+        f"{option} {name!r} is not a Warp device here; devices: {available} (or 'cuda' for the first GPU)"
     )
 
 

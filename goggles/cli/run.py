@@ -56,6 +56,12 @@ def add_parser(commands) -> None:
         "interface); without it, loopback only",
     )
     run.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
+    run.add_argument(
+        "--physics-device",
+        default=None,
+        help="Warp device of the simulated vehicles, with its own copy of the scene and gates to collide with "
+        "(e.g. cpu beside --device cuda; people are then not obstacles); default: --device's, sharing its world",
+    )
     add_backend_arg(run)
     run.add_argument(
         "--expose",
@@ -183,6 +189,7 @@ def cmd_run(args) -> int:
     engine = Engine(
         config,
         device=args.device,
+        physics_device=args.physics_device,
         backend=args.backend,
         status=lambda line: print(line, file=sys.stderr, flush=True),
         recorder=recorder,

@@ -42,6 +42,11 @@ class World:
         """Only the gates placed, where they were built (a world reused by another run)."""
         self.scene.set_actors(range(len(self.gate_poses)), self.gate_poses)
 
+    def on(self, device) -> World:
+        """The static scene and the gates again, on ``device`` with BVHs of their own (a simulator's
+        collision geometry kept apart from the render device); avatars are not copied."""
+        return build_world(self.scene.static, course=self.course, device=device)
+
     def gate_boxes(self) -> list:
         """(gate name, [(T (4, 4), size (3,))]) of every gate's four bars in the world, for viewers."""
         entities = []
