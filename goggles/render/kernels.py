@@ -306,18 +306,28 @@ def render_kernel(use_traced: bool, use_actors: bool, use_shading: bool, use_sha
 
 @wp.kernel
 def make_rays_kernel(
-    cameras: CameraBatch, c: int, first_row: int, direction: wp.array3d(dtype=wp.vec3), reach: wp.array3d(dtype=float)
+    cameras: CameraBatch,
+    c: int,
+    first_row: int,
+    direction: wp.array3d(dtype=wp.vec3),
+    reach: wp.array3d(dtype=float),
+    per_ray_origin: bool,
+    origin: wp.array3d(dtype=wp.vec3),
 ):
     """World-frame ray directions and reaches of rows ``first_row + k`` of camera ``c``, for another
-    tracer on the CPU (computed as ``render_kernel`` computes them); a thread per row."""
+    tracer on the CPU (computed as ``render_kernel`` computes them), and each ray's origin when the rows
+    have poses of their own (``per_ray_origin``: a rolling shutter, a LiDAR's sweep); a thread per row."""
     k = wp.tid()
     y = first_row + k
     R = cameras.R_WC[c, y]
+    p = cameras.p_WC[c, y]
     max_depth = cameras.max_depth[c]
     radial = cameras.radial[c] != 0
     for x in range(direction.shape[2]):
         ray_C = cameras.rays_C[c, y, x]
         direction[c, y, x] = R * ray_C
+        if per_ray_origin:
+            origin[c, y, x] = p
         if radial:
             reach[c, y, x] = max_depth
         else:

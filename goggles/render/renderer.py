@@ -279,6 +279,8 @@ class Renderer:
         self._reach = wp.zeros((n, h, w), dtype=float, device=d)
         self._direction_view, self._reach_view = self._directions.numpy(), self._reach.numpy()
         self._origins = np.zeros((n, h, 3), np.float32)
+        self._ray_origins: wp.array | None = None  # per ray, allocated by the first rolling render
+        self._untraced_origin = wp.zeros((1, 1, 1), dtype=wp.vec3, device=d)
         # Faces are needed for every output but depth (and the stereo shadow, which reads depth).
         self._need_faces = bool(self.outputs & {"rgb", "segmentation", "normal_W", "face"})
         # Barycentrics are for textures; the rest of the surface can come from the triangle's plane.
@@ -487,10 +489,14 @@ class Renderer:
         c, first, end = chunk
         dim = (end - first, self.width)
         d = self.device
-        rays = [self._cameras, c, first, self._directions, self._reach]
+        if self._rolling and self._ray_origins is None:
+            self._ray_origins = wp.zeros(self._directions.shape, dtype=wp.vec3, device=d)
+            self._ray_origin_view = self._ray_origins.numpy()
+        per_ray = self._ray_origins if self._rolling else self._untraced_origin
+        rays = [self._cameras, c, first, self._directions, self._reach, self._rolling, per_ray]
         wp.launch(kernels.make_rays_kernel, dim=dim[0], inputs=rays, device=d)
-        if self._rolling:  # a rolling shutter: each row from its own position
-            origins = np.repeat(self._origins[c, first:end], dim[1], axis=0)
+        if self._rolling:  # a rolling shutter: each row from its own position, written by the kernel
+            origins = self._ray_origin_view[c, first:end].reshape(-1, 3)
         else:
             origins = np.broadcast_to(self._origins[c, 0], (dim[0] * dim[1], 3))  # one origin, no per-ray copy
         directions = self._direction_view[c, first:end].reshape(-1, 3)
