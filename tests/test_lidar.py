@@ -110,6 +110,17 @@ def test_an_actor_added_after_the_first_scan_returns_its_own_albedo(tracer):
     assert walls.intensity[ahead].mean() > 0.5  # the wall behind it, seen before
 
 
+def test_a_rosette_drawn_on_the_device_is_the_models_pattern(device):
+    """The scan's directions come from a kernel; they are the model's own (``LidarModel.rays``), late
+    into a long run too, where the pattern's index is in the billions."""
+    lidar = Lidar(DeviceScene(room(), device), MID360)
+    for scan in (0, 1, 123_456):
+        lidar._scan = scan
+        drawn = lidar.scan(transform([0, 0, 1], [1, 0, 0, 0])).directions
+        np.testing.assert_allclose(drawn, MID360.rays(scan)[0], atol=2e-6)
+    lidar.close()
+
+
 def test_a_rosette_does_not_repeat_and_keeps_to_its_field(device):
     lidar = Lidar(DeviceScene(room(), device), MID360)
     first = lidar.scan(transform([0, 0, 1], [1, 0, 0, 0]))

@@ -15,8 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import warp as wp
 
 from goggles.errors import ConfigError
+
+wp.set_module_options({"enable_backward": False})
 
 #: The golden ratio's fractional part and its square root's: irrational steps, so a rosette never repeats.
 _STEP_A, _STEP_B = 0.6180339887498949, 0.7548776662466927
@@ -75,6 +78,24 @@ class LidarModel:
             directions = directions.reshape(-1, ROSETTE_ROW, 3)
             times = times[::ROSETTE_ROW]
         return directions, times
+
+
+@wp.kernel
+def rosette_rays_kernel(first: wp.float64, low: float, high: float, rays: wp.array3d(dtype=wp.vec3)):
+    """A rosette scan's directions straight into the renderer's ray table (one camera, runs of
+    ``ROSETTE_ROW`` points): point i of the scan is point ``first + i`` of the endless pattern, as
+    ``LidarModel.rays`` draws it (float64 steps: the pattern's index grows by 200,000 a second)."""
+    i = wp.tid()
+    k = first + wp.float64(i)
+    step_a = k * wp.float64(_STEP_A)
+    step_b = k * wp.float64(_STEP_B)
+    azimuth = 2.0 * wp.pi * float(step_a - wp.floor(step_a))
+    swing = 0.5 - 0.5 * wp.cos(2.0 * wp.pi * float(step_b - wp.floor(step_b)))
+    elevation = low + (high - low) * swing
+    row = i // rays.shape[2]
+    rays[0, row, i - row * rays.shape[2]] = wp.vec3(
+        wp.cos(elevation) * wp.cos(azimuth), wp.cos(elevation) * wp.sin(azimuth), wp.sin(elevation)
+    )
 
 
 def _uniform(count: int, low: float, high: float) -> tuple[float, ...]:
@@ -174,15 +195,18 @@ class Lidar:
         """One scan, each point from the sensor's pose at its firing time (poses interpolated from the
         scan's start to its end; None: the sensor stands still)."""
         directions = self._table.ray_directions()
-        if self.model.pattern != "spin":
-            directions, _ = self.model.rays(self._scan)
-            self.renderer.set_rays([directions])
+        if self.model.pattern != "spin":  # this scan's stretch of the pattern, drawn on the device
+            low, high = np.radians(self.model.elevations_deg)
+            first = float(self._scan * self.model.columns)
+            rays = self.renderer.rays_C
+            wp.launch(rosette_rays_kernel, dim=self.model.columns, inputs=[first, low, high], outputs=[rays])
+            directions = rays.numpy()[0].copy()
         self._scan += 1
         T_end = T_WS_start if T_WS_end is None else T_WS_end
         self.renderer.render(np.asarray(T_WS_start)[None], np.asarray(T_end)[None])
         images = self.renderer.images()
         intensity = images.rgb[0, ..., 0] * np.float32(1.0 / 255.0)  # grey: every channel alike
-        return LidarScan(images.depth[0], intensity, self._times, np.asarray(directions))
+        return LidarScan(images.depth[0], intensity, self._times, directions)
 
     def close(self) -> None:
         self.renderer.close()
