@@ -106,7 +106,9 @@ class Engine:
         )
         simulate = self.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
         self.physics_world = self.world
-        if simulate and physics_device is not None:
+        if physics_device is not None and not simulate:
+            log.warning("the physics device is not used: %s mode simulates no vehicle", self.mode.name.lower())
+        elif physics_device is not None:
             self.physics_world = built.on(physics_device).scene
             log.info("physics on %s, rendering on %s: people are not obstacles", self.physics_world.device, device)
         self.vehicles, self.fleets = make_vehicles(
