@@ -43,7 +43,6 @@ SHADOW_TOLERANCE_M = wp.constant(0.01)
 #: How far a shadow ray looks for what hides the sun, metres (beyond any scene).
 SUN_DISTANCE = wp.constant(1.0e5)
 
-
 #: Segmentation id of pixels that hit nothing.
 SEGMENT_NONE = wp.constant(0)
 #: Face id of pixels that hit nothing.

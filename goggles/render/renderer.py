@@ -331,6 +331,9 @@ class Renderer:
         self._rolling = T_WC_last_row is not None
         if self.backend == "embree":
             self._origins = p_rows.astype(np.float32)  # (n, H, 3)
+            if self._rolling and self._ray_origins is None:  # before the threads share the chunks
+                self._ray_origins = wp.zeros(self._directions.shape, dtype=wp.vec3, device=self.device)
+                self._ray_origin_view = self._ray_origins.numpy()
         self._cull_actors(T_WC if T_WC_last_row is None else np.concatenate([T_WC, T_WC_last_row]))
         self._trace()
 
@@ -489,9 +492,6 @@ class Renderer:
         c, first, end = chunk
         dim = (end - first, self.width)
         d = self.device
-        if self._rolling and self._ray_origins is None:
-            self._ray_origins = wp.zeros(self._directions.shape, dtype=wp.vec3, device=d)
-            self._ray_origin_view = self._ray_origins.numpy()
         per_ray = self._ray_origins if self._rolling else self._untraced_origin
         rays = [self._cameras, c, first, self._directions, self._reach, self._rolling, per_ray]
         wp.launch(kernels.make_rays_kernel, dim=dim[0], inputs=rays, device=d)

@@ -289,14 +289,17 @@ def sunlit_faces_kernel(
     g1 = footprint(f0, f1, f2, margins[0])
     g2 = footprint(f0, f1, f2, margins[1])
     g3 = footprint(f0, f1, f2, margins[2])
-    # Candidates: triangles whose boxes overlap the widest footprint's and reach above the lowest point
-    # of f's plane over it (a triangle wholly below that cannot rise above f anywhere).
-    floor = wp.min(
-        wp.min(height_at(f0, f1, f2, wp.vec2(g3[0, 0], g3[0, 1])), height_at(f0, f1, f2, wp.vec2(g3[1, 0], g3[1, 1]))),
-        height_at(f0, f1, f2, wp.vec2(g3[2, 0], g3[2, 1])),
+    # Candidates: triangles whose boxes overlap f's box widened by the widest margin (which holds every
+    # point a shadow ray can start over; the pushed corners of a thin face reach far beyond it) and
+    # reach above the lowest point of f's plane over that box (a triangle wholly below it cannot rise
+    # above f anywhere). The exact test above then uses the pushed corners: a superset, conservative.
+    reach = margins[2]
+    low = wp.vec3(wp.min(wp.min(f0[0], f1[0]), f2[0]) - reach, wp.min(wp.min(f0[1], f1[1]), f2[1]) - reach, 0.0)
+    high = wp.vec3(wp.max(wp.max(f0[0], f1[0]), f2[0]) + reach, wp.max(wp.max(f0[1], f1[1]), f2[1]) + reach, 1.0e9)
+    low[2] = wp.min(
+        wp.min(height_at(f0, f1, f2, wp.vec2(low[0], low[1])), height_at(f0, f1, f2, wp.vec2(low[0], high[1]))),
+        wp.min(height_at(f0, f1, f2, wp.vec2(high[0], low[1])), height_at(f0, f1, f2, wp.vec2(high[0], high[1]))),
     )
-    low = wp.vec3(wp.min(wp.min(g3[0, 0], g3[1, 0]), g3[2, 0]), wp.min(wp.min(g3[0, 1], g3[1, 1]), g3[2, 1]), floor)
-    high = wp.vec3(wp.max(wp.max(g3[0, 0], g3[1, 0]), g3[2, 0]), wp.max(wp.max(g3[0, 1], g3[1, 1]), g3[2, 1]), 1.0e9)
     query = wp.mesh_query_aabb(mesh, anchor + low, anchor + high)
     level = int(3)  # noqa: UP018 (Warp: a variable the loop changes)
     t = int(0)  # noqa: UP018 (Warp: the query writes the face index here)
