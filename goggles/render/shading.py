@@ -44,8 +44,8 @@ class Lighting:
     """Pixels that hit nothing show a gradient from ``background`` (horizon) to ``zenith``."""
     zenith: wp.vec3
     sunlit: wp.array(dtype=wp.int8)
-    """(static faces,) 1 where no static geometry shades any point of the face (``goggles.render.sunlit``):
-    its pixels trace shadow rays against the actors only. One 0 when shadows are off."""
+    """(static faces,) how far no static geometry shades the face (``goggles.render.sunlit`` levels; 0:
+    trace): a hit within its level traces its shadow ray against the actors only. One 0 when shadows are off."""
     static_faces: int
     """Faces ``sunlit`` covers (the static scene's; 0 when shadows are off)."""
 
