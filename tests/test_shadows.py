@@ -107,7 +107,7 @@ def test_faces_found_sunlit_render_as_if_every_shadow_ray_were_traced(device, mo
 
     world = bumpy_world(device)
     if with_actor:  # a floating crate over the ground, shadowing faces the table calls lit
-        shape = world.add_shape(box_shape("crate", (0.8, 0.8, 0.3)))
+        shape = world.add_shape(box_shape("crate", (1.6, 1.6, 0.3)))
         world.set_actors([shape], transform([1.0, -1.0, 1.2], [1, 0, 0, 0])[None])
     camera = CameraModel.from_fov(160, 120, 70.0)
     views = [
@@ -127,7 +127,7 @@ def test_faces_found_sunlit_render_as_if_every_shadow_ray_were_traced(device, mo
     points = np.einsum("fkc,fcx->fkx", weights, static.vertices[static.faces[lit]]).reshape(-1, 3)
     assert not mesh.ray.intersects_any(points + 0.6e-3 * SUN, np.tile(SUN, (len(points), 1))).any()
 
-    def render() -> np.ndarray:
+    def render():
         renderer = Renderer(world, [camera] * 3, shading=Shading.SUN, sun_W=SUN, ambient=0.3)
         renderer.render(T_WC)
         images = renderer.images()
@@ -143,3 +143,11 @@ def test_faces_found_sunlit_render_as_if_every_shadow_ray_were_traced(device, mo
     assert np.mean(levels[fast.face[on_static]] > 0) > 0.3  # the table was used, not only kept
     grey = fast.rgb.astype(float).mean(axis=-1)
     assert (grey[on_static] < 0.6 * grey[on_static].max()).sum() > 500  # real shadows in view
+    if with_actor:  # the crate's shadow (a slab test from each hit) falls on faces the table calls lit
+        on_lit = on_static & (levels[np.clip(fast.face, 0, len(levels) - 1)] > 0)
+        rays_W = np.einsum("nij,hwj->nhwi", T_WC[:, :3, :3], camera.ray_directions())
+        points = (T_WC[:, None, None, :3, 3] + rays_W * fast.range[..., None])[on_lit]
+        low, high = np.array([0.2, -1.8, 1.05]), np.array([1.8, -0.2, 1.35])
+        t0, t1 = (low - points) / SUN, (high - points) / SUN
+        in_shadow = np.maximum(np.minimum(t0, t1).max(axis=1), 0.0) <= np.maximum(t0, t1).min(axis=1)
+        assert in_shadow.sum() > 50
