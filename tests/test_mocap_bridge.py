@@ -42,6 +42,17 @@ class Receiver:
             self.drain(0.005)
         return self.messages
 
+    def until(self, counts: dict[str, int], timeout: float = 20.0) -> list:
+        """Collect until each channel has brought its count of messages (or ``timeout`` passes: the
+        test's assertions then say what is missing), so a loaded machine only makes a test slower."""
+        end = time.perf_counter() + timeout
+        while time.perf_counter() < end:
+            self.drain(0.005)
+            got = [sum(1 for _, c, _ in self.messages if c == channel) for channel in counts]
+            if all(n >= want for n, want in zip(got, counts.values())):
+                break
+        return self.messages
+
     def drain(self, timeout: float = 0.05) -> list:
         while self.socket.poll(int(timeout * 1000)):
             channel, data = split_frame([self.socket.recv()])
@@ -88,7 +99,7 @@ def test_real_natnet_packets_come_out_as_racequad_in_enu(shared):
     with NatNetEmulator(command_port=ports[0], data_port=ports[1], replay=vectors):
         source = NatNetSource(command_port=ports[0], data_port=ports[1])
         running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
-        receiver.collect(0.5)
+        receiver.until({"pose/RaceQuad": 21})
         running.finish()
         source.close()
     poses = [m for _, channel, m in receiver.drain() if channel == "pose/RaceQuad"]
@@ -214,7 +225,7 @@ def test_motioncapture_mock_and_optitrack_backends(shared):
         "mock", "", options={"rigid_bodies": "quad0(1,2,0.5,0.7071068,0,0,0.7071068)", "frequency": "100"}
     )
     running = Running(source, bridge_to(receiver, RoomCalibration.for_system("mock")))
-    receiver.collect(0.5)
+    receiver.until({"pose/quad0": 1})
     running.finish()
     source.close()
     pose = [m for _, channel, m in receiver.drain() if channel == "pose/quad0"][-1]
@@ -226,7 +237,7 @@ def test_motioncapture_mock_and_optitrack_backends(shared):
     with NatNetEmulator(command_port=command_port, data_port=1511, replay=shared / "mocap-vectors/natnet-v3-mje-nz"):
         source = MotionCaptureSource("optitrack", "127.0.0.1", options={"port_command": str(command_port)})
         running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
-        receiver.collect(0.5)
+        receiver.until({"pose/RaceQuad": 1})
         running.finish()
         source.close()
     pose = [m for _, channel, m in receiver.drain() if channel == "pose/RaceQuad"][-1]
@@ -313,7 +324,7 @@ def test_qualisys_bodies_and_skeletons_through_qtm_rt():
     ):
         source = QtmSource("127.0.0.1", port=port)
         running = Running(source, bridge_to(receiver, RoomCalibration.for_system("qualisys")))
-        receiver.collect(0.8)
+        receiver.until({"pose/quad0": 31, "skeleton/alice": 31})
         running.finish()
         source.close()
     messages = receiver.drain()
