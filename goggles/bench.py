@@ -93,7 +93,7 @@ def bench_render(
     The views are one batch of cameras, rendered together as a camera group or a swarm's cameras
     are (one launch on CUDA). Each backend renders: every output (closest hit, depth, range, normal,
     segmentation, shaded texture), depth only (a depth camera), every output with the sun's shadows,
-    with a global-shutter camera's noise and vignetting on top (``GLOBAL_SHUTTER``), and motion blur
+    with a global-shutter camera's noise and vignetting (``GLOBAL_SHUTTER``), with both, and motion blur
     of four sub-frames; and an OS1-64 LiDAR scans the same world (its cost too against the ideal
     render). Embree alone only finds the closest hits, on the same number of threads. A backend the
     device cannot run (Embree on CUDA) is left out. ``bvh`` picks Warp's BVH builder for the static
@@ -125,6 +125,7 @@ def bench_render(
             ("all", every, Shading.SUN, False),
             ("depth", {"depth"}, Shading.NONE, False),
             ("all+shadows", every, Shading.SUN, True),
+            ("all+noise", every, Shading.SUN, False),
             ("all+shadows+noise", every, Shading.SUN, True),
             ("all+blur4", every, Shading.SUN, False),
         ):
