@@ -162,7 +162,7 @@ def bench_render(
                 costs[backend, outputs] = _paired_cost(render_views, ideal, seconds)
             renderer.close()
         # An OS1-64 scan (65,536 rays at 10 Hz) of the same world, the sensor turning during the scan.
-        lidar = Lidar(world, OS1_64, backend=backend, threads=threads)
+        lidar = Lidar(world, OS1_64, backend=backend)  # on its own default thread count, as a LiDAR scans
 
         def scan(lidar=lidar, start=T_WB_views[0], end=T_WB_views[1]) -> None:
             lidar.scan(start, end)
@@ -581,7 +581,7 @@ class LidarBench:
 
 
 def bench_lidar(
-    model_name: str = "os1-64", *, scans: int = 50, backend: str = "auto", device=None, threads: int | None = None
+    model_name: str = "os1-64", *, scans: int = 50, backend: str = "auto", device=None, threads: int | None = 1
 ) -> LidarBench:
     """Scan the default scene from its viewpoint ``scans`` times, the sensor turning all the while (a
     scan from one pose of ``bench_views`` to the next, each point from its own pose, as the engine

@@ -82,16 +82,16 @@ def add_parser(commands) -> None:
         "lidar",
         help="LiDAR scans of the default scene: milliseconds of wall and CPU time per scan",
         description="Scan the default scene with a LiDAR preset from its viewpoint, the sensor turning during each "
-        "scan (every point from its own pose, as the engine scans). On the CPU it runs on one thread (the least CPU "
-        "time per scan) and then on --threads (the engine's default: all cores, the least wall time); a line each: "
-        "'model=<m> points=<n> threads=<t> ms_per_scan=<wall> cpu_ms_per_scan=<process CPU, all threads> "
-        "embree_ms=<the peer: bare Embree finding the triangles the same rays hit, one thread, same run>'.",
+        "scan (every point from its own pose, as the engine scans), on --threads CPU threads (default 1, as a "
+        "LiDAR scans). The last line is 'model=<m> points=<n> threads=<t> ms_per_scan=<wall> "
+        "cpu_ms_per_scan=<process CPU, all threads> embree_ms=<the peer: bare Embree finding the triangles the "
+        "same rays hit, one thread, same run>'.",
     )
     bench_lidar.add_argument("--model", default="os1-64", help="preset: vlp16, os1-64, os1-128, os0-128, mid360")
     bench_lidar.add_argument("--scans", type=int, default=50)
     bench_lidar.add_argument("--device", default=None, help="Warp device")
     bench_lidar.add_argument(
-        "--threads", type=int, default=None, help="CPU threads of the second run (default: all cores)"
+        "--threads", type=int, default=1, help="CPU threads per scan (default 1, the LiDAR's own default)"
     )
     add_backend_arg(bench_lidar)
     bench_lidar.set_defaults(run=cmd_bench_lidar)
@@ -236,20 +236,15 @@ def cmd_bench_lidar(args) -> int:
     lidar_model(args.model)  # a one-line error for an unknown preset
     if args.scans < 1:
         raise ConfigError("--scans must be at least 1")
-    if args.threads is not None and args.threads < 1:
+    if args.threads < 1:
         raise ConfigError("--threads must be at least 1")
-    import warp as wp
-
-    cpu = wp.get_device(args.device).is_cpu
-    for i, threads in enumerate([1, args.threads] if cpu else [None]):
-        result = bench_lidar(args.model, scans=args.scans, backend=args.backend, device=args.device, threads=threads)
-        if i == 0:
-            print(f"{result.model}: {result.points} points per scan, {result.backend} backend, {os.cpu_count()} cores")
-        peer = "" if result.embree_ms is None else f" embree_ms={result.embree_ms:.2f}"
-        print(
-            f"model={result.model} points={result.points} threads={result.threads} ms_per_scan={result.wall_ms:.2f} "
-            f"cpu_ms_per_scan={result.cpu_ms:.2f}{peer}"
-        )
+    result = bench_lidar(args.model, scans=args.scans, backend=args.backend, device=args.device, threads=args.threads)
+    print(f"{result.model}: {result.points} points per scan, {result.backend} backend, {os.cpu_count()} cores")
+    peer = "" if result.embree_ms is None else f" embree_ms={result.embree_ms:.2f}"
+    print(
+        f"model={result.model} points={result.points} threads={result.threads} ms_per_scan={result.wall_ms:.2f} "
+        f"cpu_ms_per_scan={result.cpu_ms:.2f}{peer}"
+    )
     return 0
 
 
