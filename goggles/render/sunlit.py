@@ -47,18 +47,16 @@ MARGINS = (0.25e-3, 1.0e-3, 4.0e-3)
 _tables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+#: ``MARGINS`` in a kernel.
+_MARGINS = wp.constant(wp.vec3(*MARGINS))
+
+
 @wp.func
 def whole_face_lit(level: wp.int8, distance: float) -> bool:
     """May a hit ``distance`` metres away on a face of this sun-lit ``level`` skip its static shadow ray?"""
-    stray = STRAY_M + STRAY_PER_M * distance
-    lit = False
-    if level >= wp.int8(3):
-        lit = stray <= wp.static(MARGINS[2])
-    elif level == wp.int8(2):
-        lit = stray <= wp.static(MARGINS[1])
-    elif level == wp.int8(1):
-        lit = stray <= wp.static(MARGINS[0])
-    return lit
+    if level <= wp.int8(0):
+        return False
+    return STRAY_M + STRAY_PER_M * distance <= _MARGINS[wp.min(int(level), 3) - 1]
 
 
 def sunlit_faces(scene, sun_W) -> wp.array:
@@ -136,64 +134,29 @@ def inside_triangle(a: wp.vec3, b: wp.vec3, c: wp.vec3, x: wp.vec2) -> bool:
 
 
 @wp.func
-def rises_above(
-    f0: wp.vec3,
-    f1: wp.vec3,
-    f2: wp.vec3,
-    g0: wp.vec3,
-    g1: wp.vec3,
-    g2: wp.vec3,
-    t0: wp.vec3,
-    t1: wp.vec3,
-    t2: wp.vec3,
-    rise: float,
-) -> bool:
-    """Does triangle t (sun frame) rise more than ``rise`` above face f's plane anywhere over the
-    widened footprint g of f (g0..g2: f's edges pushed out)?"""
-    flat_t = wp.abs((t1[0] - t0[0]) * (t2[1] - t0[1]) - (t1[1] - t0[1]) * (t2[0] - t0[0])) < 1.0e-12
-    # t's corners over the widened footprint
+def rises_above(f0: wp.vec3, f1: wp.vec3, f2: wp.vec3, g: wp.mat33, t: wp.mat33, rise: float) -> bool:
+    """Does triangle t (sun frame, corners as rows) rise more than ``rise`` above face f's plane anywhere
+    over the widened footprint g of f (f's corners with its edges pushed out, as rows)?"""
+    flat_t = wp.abs((t[1, 0] - t[0, 0]) * (t[2, 1] - t[0, 1]) - (t[1, 1] - t[0, 1]) * (t[2, 0] - t[0, 0])) < 1.0e-12
     for k in range(3):
-        t = t0
-        if k == 1:
-            t = t1
-        elif k == 2:
-            t = t2
-        x = wp.vec2(t[0], t[1])
-        if inside_triangle(g0, g1, g2, x):
-            if t[2] - height_at(f0, f1, f2, x) > rise:
+        # t's corner k over the widened footprint
+        x = wp.vec2(t[k, 0], t[k, 1])
+        if inside_triangle(g[0], g[1], g[2], x):
+            if t[k, 2] - height_at(f0, f1, f2, x) > rise:
                 return True
-    # the footprint's corners over t
-    if not flat_t:
-        for k in range(3):
-            g = g0
-            if k == 1:
-                g = g1
-            elif k == 2:
-                g = g2
-            x = wp.vec2(g[0], g[1])
-            if inside_triangle(t0, t1, t2, x):
-                if height_at(t0, t1, t2, x) - height_at(f0, f1, f2, x) > rise:
-                    return True
+        # the footprint's corner k over t
+        x = wp.vec2(g[k, 0], g[k, 1])
+        if not flat_t and inside_triangle(t[0], t[1], t[2], x):
+            if height_at(t[0], t[1], t[2], x) - height_at(f0, f1, f2, x) > rise:
+                return True
     # crossings of the footprint's edges with t's
     for i in range(3):
-        p = g0
-        q = g1
-        if i == 1:
-            p = g1
-            q = g2
-        elif i == 2:
-            p = g2
-            q = g0
+        p = g[i]
+        q = g[(i + 1) % 3]
+        r = wp.vec2(q[0] - p[0], q[1] - p[1])
         for j in range(3):
-            a = t0
-            b = t1
-            if j == 1:
-                a = t1
-                b = t2
-            elif j == 2:
-                a = t2
-                b = t0
-            r = wp.vec2(q[0] - p[0], q[1] - p[1])
+            a = t[j]
+            b = t[(j + 1) % 3]
             s = wp.vec2(b[0] - a[0], b[1] - a[1])
             denominator = r[0] * s[1] - r[1] * s[0]
             if wp.abs(denominator) > 1.0e-20:
@@ -229,34 +192,18 @@ def footprint(f0: wp.vec3, f1: wp.vec3, f2: wp.vec3, margin: float) -> wp.mat33:
 
 
 @wp.func
-def blocks(f0: wp.vec3, f1: wp.vec3, f2: wp.vec3, g: wp.mat33, t0: wp.vec3, t1: wp.vec3, t2: wp.vec3, rise: float):
-    return rises_above(f0, f1, f2, g[0], g[1], g[2], t0, t1, t2, rise)
-
-
-@wp.func
 def lit_level(
-    f0: wp.vec3,
-    f1: wp.vec3,
-    f2: wp.vec3,
-    g1: wp.mat33,
-    g2: wp.mat33,
-    g3: wp.mat33,
-    t0: wp.vec3,
-    t1: wp.vec3,
-    t2: wp.vec3,
-    rise: float,
-    level: int,
+    f0: wp.vec3, f1: wp.vec3, f2: wp.vec3, g1: wp.mat33, g2: wp.mat33, g3: wp.mat33, t: wp.mat33, rise: float, best: int
 ) -> int:
-    """The highest level, at most ``level``, whose widened footprint triangle t does not rise above."""
-    best = level
+    """The highest level, at most ``best``, whose widened footprint triangle t does not rise above."""
     if best == 3:
-        if blocks(f0, f1, f2, g3, t0, t1, t2, rise):
+        if rises_above(f0, f1, f2, g3, t, rise):
             best = 2
     if best == 2:
-        if blocks(f0, f1, f2, g2, t0, t1, t2, rise):
+        if rises_above(f0, f1, f2, g2, t, rise):
             best = 1
     if best == 1:
-        if blocks(f0, f1, f2, g1, t0, t1, t2, rise):
+        if rises_above(f0, f1, f2, g1, t, rise):
             best = 0
     return best
 
@@ -305,10 +252,11 @@ def sunlit_faces_kernel(
     t = int(0)  # noqa: UP018 (Warp: the query writes the face index here)
     while wp.mesh_query_aabb_next(query, t):
         if t != f:
-            t0 = points[indices[t * 3]] - anchor
-            t1 = points[indices[t * 3 + 1]] - anchor
-            t2 = points[indices[t * 3 + 2]] - anchor
-            level = lit_level(f0, f1, f2, g1, g2, g3, t0, t1, t2, rise, level)
+            i = t * 3
+            corners = wp.matrix_from_rows(
+                points[indices[i]] - anchor, points[indices[i + 1]] - anchor, points[indices[i + 2]] - anchor
+            )
+            level = lit_level(f0, f1, f2, g1, g2, g3, corners, rise, level)
             if level == 0:
                 return
     lit[f] = wp.int8(level)
