@@ -587,7 +587,7 @@ def bench_lidar(
     scan from one pose of ``bench_views`` to the next, each point from its own pose, as the engine
     scans a flying vehicle's LiDAR); wall and process CPU time per scan (the renderer's threads included)."""
     from goggles.paths import default_scene
-    from goggles.render.embree import EmbreeTracer, embree_available
+    from goggles.render.embree import embree_available, tracer_for
     from goggles.scene import load_static_scene
     from goggles.sensors.lidar import Lidar, lidar_model
     from goggles.world import DeviceScene
@@ -604,7 +604,7 @@ def bench_lidar(
     r = lidar.renderer
     embree_ms = None
     if r.device.is_cpu and embree_available():  # the peer: the same rays, Embree alone
-        tracer = EmbreeTracer(scene, threads=1)
+        tracer = tracer_for(r.scene)  # the renderer's own Embree scene when it traces with Embree
         directions = np.ascontiguousarray(lidar.model.rays(0)[0].reshape(-1, 3) @ poses[0][:3, :3].T, np.float32)
         origins = np.ascontiguousarray(np.broadcast_to(poses[0][:3, 3], directions.shape), np.float32)
         reach = np.full(len(directions), lidar.model.max_range, np.float32)

@@ -278,7 +278,7 @@ class Renderer:
         self._directions = wp.zeros((n, h, w), dtype=wp.vec3, device=d)
         self._reach = wp.zeros((n, h, w), dtype=float, device=d)
         self._direction_view, self._reach_view = self._directions.numpy(), self._reach.numpy()
-        self._origins = np.zeros((n, h, 3), np.float32)
+        self._positions = np.zeros((n, 3), np.float32)  # each camera's, for a global shutter's rays
         self._ray_origins: wp.array | None = None  # per ray, allocated by the first rolling render
         self._untraced_origin = wp.zeros((1, 1, 1), dtype=wp.vec3, device=d)
         # Faces are needed for every output but depth (and the stereo shadow, which reads depth).
@@ -330,7 +330,7 @@ class Renderer:
             self._cameras.p_WC.assign(p_rows.astype(np.float32))
         self._rolling = T_WC_last_row is not None
         if self.backend == "embree":
-            self._origins = p_rows.astype(np.float32)  # (n, H, 3)
+            self._positions = T_WC[:, :3, 3].astype(np.float32)
             if self._rolling and self._ray_origins is None:  # before the threads share the chunks
                 self._ray_origins = wp.zeros(self._directions.shape, dtype=wp.vec3, device=self.device)
                 self._ray_origin_view = self._ray_origins.numpy()
@@ -350,7 +350,7 @@ class Renderer:
         each camera tests only its own (an environment's gates). The embree backend (CPU only) reads
         the positions where the kernel wrote them: host memory."""
         if self.backend == "embree":
-            self._origins = self._cameras.p_WC.numpy()  # a view on the CPU, (n, H, 3)
+            self._positions = self._cameras.p_WC.numpy()[:, 0]  # where the kernel wrote them (host memory)
         count = self.scene.actors.count
         lists = None if actors_per_camera is None else np.asarray(actors_per_camera, np.int32)
         if not (count == self._posed_count and _same(lists, self._posed_lists)):
@@ -498,7 +498,7 @@ class Renderer:
         if self._rolling:  # a rolling shutter: each row from its own position, written by the kernel
             origins = self._ray_origin_view[c, first:end].reshape(-1, 3)
         else:
-            origins = np.broadcast_to(self._origins[c, 0], (dim[0] * dim[1], 3))  # one origin, no per-ray copy
+            origins = np.broadcast_to(self._positions[c], (dim[0] * dim[1], 3))  # one origin, no per-ray copy
         directions = self._direction_view[c, first:end].reshape(-1, 3)
         reach = self._reach_view[c, first:end].reshape(-1)
         traced = kernels.TracedRows()
