@@ -3,6 +3,7 @@ slowed renderer, malformed input floods, live mode from bus poses."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import socket
 import threading
@@ -507,12 +508,12 @@ def test_a_command_reaches_only_its_vehicle(device):
     sim.close()
 
 
-def test_lockstep_replies_after_the_queued_imu_samples_are_out(device):
-    """With ``imu_batch = 4`` the samples wait on the device, but a lockstep reply still comes only
-    once every sample of the requested steps is published (a step of 10 ends between state copies)."""
+@contextlib.contextmanager
+def lockstep_engine(config, device):
+    """An engine of ``config`` running in a thread, keeping every message it publishes (the sink), and a
+    client of its buses; both closed on the way out."""
     from tests.test_host_copies import _Kept
 
-    config = run_config(mode="lockstep", route=False, imu_batch=4)
     sink = _Kept()
     engine = Engine(config, device=device, sinks=[sink])
     stop = threading.Event()
@@ -520,41 +521,36 @@ def test_lockstep_replies_after_the_queued_imu_samples_are_out(device):
     thread.start()
     client = Client(endpoints(config))
     try:
+        yield sink, client
+    finally:
+        stop.set()
+        thread.join(10)
+        engine.close()
+        client.close()
+
+
+def test_lockstep_replies_after_the_queued_imu_samples_are_out(device):
+    """With ``imu_batch = 4`` the samples wait on the device, but a lockstep reply still comes only
+    once every sample of the requested steps is published (a step of 10 ends between state copies)."""
+    config = run_config(mode="lockstep", route=False, imu_batch=4)
+    with lockstep_engine(config, device) as (sink, client):
         for k in range(1, 6):
             reply = client.step(10)
             ticks = 10 * k // 4 + 1  # IMU samples at steps 0, 4, 8, ... <= 10 k
             imu = [goggles_lcm.imu_t.decode(d) for c, d in sink.messages if c == "quad0/imu"]
             assert reply.header.utime == round(10 * k / 960 * 1e6)
             assert [m.header.utime for m in imu] == [round(4 * j / 960 * 1e6) for j in range(ticks)]
-    finally:
-        stop.set()
-        thread.join(10)
-        engine.close()
-        client.close()
 
 
 def test_lockstep_replies_after_a_contact_of_its_steps_is_out(device):
     """Contacts wait on the device for a state copy, but a lockstep reply publishes one made during
     its steps first: resting on the landing pad is reported by the reply to the very first step."""
-    from tests.test_host_copies import _Kept
-
     config = run_config(mode="lockstep", route=False, start=[0.0, 0.0, 0.1, 0.0], floor_z=0.1)
-    sink = _Kept()
-    engine = Engine(config, device=device, sinks=[sink])
-    stop = threading.Event()
-    thread = threading.Thread(target=engine.run, kwargs={"stop": stop}, daemon=True)
-    thread.start()
-    client = Client(endpoints(config))
-    try:
+    with lockstep_engine(config, device) as (sink, client):
         reply = client.step(1)
         collisions = [goggles_lcm.collision_t.decode(d) for c, d in sink.messages if c == "quad0/collision"]
         assert len(collisions) == 1 and collisions[0].vehicle == "quad0"
         assert collisions[0].header.utime <= reply.header.utime
-    finally:
-        stop.set()
-        thread.join(10)
-        engine.close()
-        client.close()
 
 
 def test_physics_on_a_world_of_its_own_flies_and_collides_as_on_the_render_world(device):
