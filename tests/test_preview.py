@@ -118,8 +118,18 @@ def test_preview_page_in_headless_chromium(tmp_path, device):
             )
         assert frames >= 10, "the page received no stereo frames"
         assert page.evaluate("document.getElementById('status').textContent") == "connected"
-        assert page.evaluate("document.getElementById('stereo').naturalWidth") == 2 * 96  # left | right
-        assert page.evaluate("document.getElementById('third').naturalWidth") == 320
+
+        def settled(expression: str, expected):
+            """The expression's value once it is ``expected`` (an image swapped for the next frame reads
+            width 0 until that frame is decoded), or its last value at the deadline."""
+            value = page.evaluate(expression)
+            while value != expected and time.monotonic() < deadline:
+                time.sleep(0.05)
+                value = page.evaluate(expression)
+            return value
+
+        assert settled("document.getElementById('stereo').naturalWidth", 2 * 96) == 2 * 96  # left | right
+        assert settled("document.getElementById('third').naturalWidth", 320) == 320
         shot = page.call("Page.captureScreenshot", format="png")["data"]
         (tmp_path / "preview.png").write_bytes(base64.b64decode(shot))
         import cv2
