@@ -628,6 +628,8 @@ class EnvsBench:
     memory_growth_kb: float
     """Process memory (CPU) or Warp's device memory (CUDA) gained between the first and the last step."""
     device: str
+    recorded: bool
+    """Whether the steps replayed recordings of their device work (the observation's included)."""
 
     @property
     def vs_single(self) -> float:
@@ -677,10 +679,13 @@ def bench_envs(
     steps: int = 200,
     device: str | None = None,
     outputs: tuple[str, ...] = ("depth",),
+    backend: str = "auto",
+    recorded: bool | None = None,
     progress=None,
 ) -> EnvsBench:
     """Step ``envs`` hovering vehicles with cameras of ``width`` x ``height`` (observing ``outputs``)
-    in the default scene for ``steps`` steps, then one environment alone for the same work."""
+    in the default scene for ``steps`` steps, then one environment alone for the same work (both with
+    the renderer ``backend``, replaying recorded steps or not: ``DroneVectorEnv``'s ``recorded``)."""
     import torch
     import warp as wp
 
@@ -694,7 +699,15 @@ def bench_envs(
     camera = CameraModel.from_fov(width, height, 80.0)
 
     def run(n: int, count: int) -> tuple[float, float, float]:
-        env = DroneVectorEnv(n, camera=camera, camera_outputs=outputs, scene=scene, device=str(scene.device))
+        env = DroneVectorEnv(
+            n,
+            camera=camera,
+            camera_outputs=outputs,
+            scene=scene,
+            device=str(scene.device),
+            backend=backend,
+            recorded=recorded,
+        )
         env.reset(seed=0)
         action = torch.zeros((n, 4), device=env.torch_device)
         for _ in range(3):
@@ -710,9 +723,10 @@ def bench_envs(
         wp.synchronize_device(scene.device)
         elapsed = time.perf_counter() - start
         growth = _memory_kb(scene.device) - first
+        replayed = env._score_recorded.recordings > 0
         env.close()
-        return n * count / elapsed, owned / 1024.0 / n, growth
+        return n * count / elapsed, owned / 1024.0 / n, growth, replayed
 
-    batched, per_env, growth = run(envs, steps)
-    single, _, _ = run(1, max(20, steps))
-    return EnvsBench(envs, batched, single, per_env, growth, str(scene.device))
+    batched, per_env, growth, replayed = run(envs, steps)
+    single, *_ = run(1, max(20, steps))
+    return EnvsBench(envs, batched, single, per_env, growth, str(scene.device), replayed)

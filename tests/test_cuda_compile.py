@@ -23,6 +23,7 @@ MODULES = [
     "goggles.sensors.stereo_depth",
     "goggles.sensors.camera_noise",
     "goggles.sensors.lidar",
+    "goggles.sensors.draws",
     "goggles.scene.avatar",
 ]
 

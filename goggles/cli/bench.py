@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -115,7 +116,7 @@ def add_parser(commands) -> None:
         "segmentation with --segmentation) in the default scene, then one environment alone for the same work. "
         "The last line is 'envs=<N> "
         "steps_per_s=<environment steps/s> frames_per_s=<camera frames/s> device=<d> vs_single=<batched over "
-        "single throughput> memory_per_env_kb=<k> memory_growth_kb=<k>'.",
+        "single throughput> memory_per_env_kb=<k> memory_growth_kb=<k> recorded=<on|off>'.",
     )
     bench_envs.add_argument("--envs", type=int, default=64, help="environments in the batch")
     bench_envs.add_argument("--width", type=int, default=64)
@@ -124,6 +125,14 @@ def add_parser(commands) -> None:
     bench_envs.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
     bench_envs.add_argument(
         "--segmentation", action="store_true", help="observe segmentation as well as depth (one render)"
+    )
+    add_backend_arg(bench_envs)
+    bench_envs.add_argument(
+        "--recorded",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="replay recordings of each step's device work (CUDA graphs on a GPU; default: on CUDA only; "
+        "on the CPU the observation is recorded with --backend warp only)",
     )
     bench_envs.set_defaults(run=cmd_bench_envs)
 
@@ -267,6 +276,8 @@ def cmd_bench_envs(args) -> int:
         steps=args.steps,
         device=args.device,
         outputs=("depth", "segmentation") if args.segmentation else ("depth",),
+        backend=args.backend,
+        recorded=args.recorded,
         progress=progress,
     )
     print(
@@ -277,6 +288,6 @@ def cmd_bench_envs(args) -> int:
     print(
         f"envs={result.envs} steps_per_s={result.steps_per_s:.1f} frames_per_s={result.steps_per_s:.1f} "
         f"device={result.device} vs_single={result.vs_single:.2f} memory_per_env_kb={result.memory_per_env_kb:.1f} "
-        f"memory_growth_kb={result.memory_growth_kb:.1f}"
+        f"memory_growth_kb={result.memory_growth_kb:.1f} recorded={'on' if result.recorded else 'off'}"
     )
     return 0

@@ -57,6 +57,8 @@ class VehicleState:
     contact_point: wp.array(dtype=wp.vec3)
     contact_normal: wp.array(dtype=wp.vec3)
     contact_depth: wp.array(dtype=float)
+    clock: wp.array(dtype=wp.int32)
+    """(1,) the global index of the next physics step (on the device: recorded steps replay it)."""
 
 
 @wp.func
@@ -105,13 +107,13 @@ def step_vehicles_kernel(
     actors: ActorData,
     first: int,
     steps: int,
-    first_step: int,
     state: VehicleState,
 ):
-    """Advance vehicle ``first + tid`` by ``steps`` physics steps; ``first_step`` is the global step
-    index of the first one (it decides which steps sample the IMU). Each vehicle has its own
-    parameters (``airframes[i]``: domain randomisation draws them per vehicle)."""
+    """Advance vehicle ``first + tid`` by ``steps`` physics steps from the global step ``state.clock``
+    (it decides which steps sample the IMU). Each vehicle has its own parameters (``airframes[i]``:
+    domain randomisation draws them per vehicle)."""
     i = first + wp.tid()
+    first_step = state.clock[0]
     af = airframes[i]
     x = Rigid()
     x.p = state.position[i]
@@ -241,6 +243,12 @@ def reset_vehicles_kernel(
     state.contact_step[i] = -1
     state.rng[i] = wp.rand_init(seed, (first_index + i) * 65536 + episode[i])
     episode[i] = episode[i] + 1
+
+
+@wp.kernel
+def advance_clock_kernel(steps: int, state: VehicleState):
+    """After every vehicle's launch of ``steps`` steps."""
+    state.clock[0] = state.clock[0] + steps
 
 
 @wp.kernel

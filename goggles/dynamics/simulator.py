@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
+from goggles.captured import RecordedWork, recording, struct_key
 from goggles.dynamics import kernels
 from goggles.dynamics.airframe import MAX_ROTORS, Airframe
 from goggles.dynamics.control import COMMAND_SIZE, ControlMode
@@ -97,6 +98,8 @@ class MultirotorSim:
         threads: CPU threads sharing a step call; default all cores. Ignored on CUDA.
         actors: collide with the world's placed actors too (False: its static mesh only, as the
             learning environments, whose actors belong to one environment each, do).
+        recorded: replay each step count's launches from a recording (``goggles.captured``: a CUDA
+            graph); None: on CUDA. The same states either way.
     """
 
     def __init__(
@@ -119,6 +122,7 @@ class MultirotorSim:
         seed: int = 0,
         threads: int | None = None,
         actors: bool = True,
+        recorded: bool | None = None,
     ):
         if num_vehicles < 1:
             raise ConfigError(f"num_vehicles must be >= 1, got {num_vehicles}")
@@ -192,6 +196,7 @@ class MultirotorSim:
         state.contact_point = wp.zeros(n, dtype=wp.vec3, device=d)
         state.contact_normal = wp.zeros(n, dtype=wp.vec3, device=d)
         state.contact_depth = wp.zeros(n, dtype=float, device=d)
+        state.clock = wp.zeros(1, dtype=wp.int32, device=d)
         self.state_arrays = state
         # The packed rows carry a queue of IMU samples (record_imu) after the state: one copy brings both.
         self.imu_queue, self._imu_queued = imu_queue, 0
@@ -202,6 +207,7 @@ class MultirotorSim:
         self._packed_host = HostMirror(self._packed)
         self._no_actors = no_actors(d)
         wp.load_module(kernels, device=d)
+        self._recorded = RecordedWork(self.launch_steps, d, enabled=d.is_cuda if recorded is None else recorded)
         self.seed = seed
         self.reset()
 
@@ -246,8 +252,9 @@ class MultirotorSim:
         for name in ("accel_bias", "gyro_bias", "imu_gyro", "filter_y", "filter_dy", "integral"):
             getattr(s, name).zero_()
         wp.launch(kernels.seed_kernel, dim=n, inputs=[self.seed], outputs=[s.rng], device=self.device)
+        s.clock.zero_()
         self.step_count = 0
-        self._changed()
+        self.changed()
 
     def set_airframes(self, airframes: Sequence[Airframe], vehicles: Sequence[int] | None = None) -> None:
         """Give vehicles their own parameters (domain randomisation): ``airframes[k]`` for vehicle
@@ -289,7 +296,7 @@ class MultirotorSim:
             outputs=[self.state_arrays],
             device=self.device,
         )
-        self._changed()
+        self.changed()
 
     def _rows(self, value, width: int, what: str, default: float) -> np.ndarray:
         if value is None:
@@ -343,32 +350,45 @@ class MultirotorSim:
         """Advance every vehicle by ``steps`` physics steps (one launch per CPU thread)."""
         if steps < 1:
             return
-        if self._pool is None:
-            self._launch(0, self.num_vehicles, steps)
+        self._recorded(int(steps), key=self._recording_key)
+        self.stepped(steps)
+
+    def launch_steps(self, steps: int) -> None:
+        """The device work of ``step`` alone (recordable: a learning environment records it with its
+        own work); ``stepped`` keeps the books after it."""
+        bounds = np.linspace(0, self.num_vehicles, self.threads + 1).astype(int)
+        if self._pool is None or recording(self.device):
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                self._launch(a, b - a, steps)
         else:
-            bounds = np.linspace(0, self.num_vehicles, self.threads + 1).astype(int)
             list(self._pool.map(lambda ab: self._launch(ab[0], ab[1] - ab[0], steps), zip(bounds[:-1], bounds[1:])))
+        d = self.device
+        wp.launch(kernels.advance_clock_kernel, dim=1, inputs=[int(steps)], outputs=[self.state_arrays], device=d)
+
+    def stepped(self, steps: int) -> None:
+        """``launch_steps(steps)`` ran: the host's step count and state copy follow."""
         self.step_count += steps
-        self._changed()
+        self.changed()
+
+    def _recording_key(self) -> tuple[str, str]:
+        """What step's launches pass by value besides the step count: placing actors changes it."""
+        return struct_key(self._actors()), struct_key(self.settings)
+
+    def _actors(self):
+        return self.world.actors if self.world is not None and self.collide_actors else self._no_actors
 
     def _launch(self, first: int, count: int, steps: int) -> None:
         wp.launch(
             kernels.step_vehicles_kernel,
             dim=count,
-            inputs=[
-                self.airframe_params,
-                self.settings,
-                self.world.actors if self.world is not None and self.collide_actors else self._no_actors,
-                int(first),
-                int(steps),
-                int(self.step_count),
-            ],
+            inputs=[self.airframe_params, self.settings, self._actors(), int(first), int(steps)],
             outputs=[self.state_arrays],
             device=self.device,
         )
 
-    def _changed(self) -> None:
-        """The device state changed: the host copy and the states built from it are stale."""
+    def changed(self) -> None:
+        """The device state changed: the host copy and the states built from it are stale (the
+        simulator's own calls say so; work it did not run, such as a replayed recording, must too)."""
         self._version += 1
         self._states = None
 

@@ -9,7 +9,9 @@ following ``step`` (Gymnasium's next-step autoreset, the default: that step's ac
 its reward 0) or within the same ``step`` (same-step, as Isaac Lab and most GPU RL libraries expect:
 the final observation is in ``info["final_obs"]``). Nothing crosses to the host per step, except one
 flag checking the actions are finite, and the done mask when domain randomisation draws new
-airframes.
+airframes. On CUDA each step replays recordings of its device work (``goggles.captured``: CUDA
+graphs of the physics steps, the resets, the scoring and the observation) instead of launching
+each kernel from Python.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 import warp as wp
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from goggles.captured import RecordedWork, struct_key
 from goggles.dynamics.airframe import load_airframe
 from goggles.dynamics.control import ControlMode
 from goggles.dynamics.model import vec8
@@ -33,7 +36,7 @@ from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL
 from goggles.render import CameraModel, Renderer, Shading
 from goggles.render.projection import distortion5
-from goggles.sensors import draw_seed
+from goggles.sensors.draws import NoiseDraws
 from goggles.sensors.ranges import measure_ranges_kernel
 from goggles.sensors.stereo_depth import StereoDepth, stereo_depth_model
 from goggles.world.queries import no_actors
@@ -103,6 +106,11 @@ class DroneVectorEnv(VectorEnv):
         first_env: index of the first environment in the random streams: a slice of a larger batch
             (another process, another machine) replays exactly that slice.
         device: Warp device ("cpu", "cuda:0").
+        backend: the cameras' primary-ray tracer (``goggles.render.BACKENDS``; ``auto``: Embree on
+            the CPU, Warp on CUDA).
+        recorded: replay recordings of each step's device work (``goggles.captured``); None: on
+            CUDA. The same observations either way; on the CPU the rendering is recorded only with
+            the ``warp`` backend (Embree is called from Python) and a recording runs on one thread.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -126,6 +134,8 @@ class DroneVectorEnv(VectorEnv):
         seed: int = 0,
         first_env: int = 0,
         device: str | None = None,
+        backend: str = "auto",
+        recorded: bool | None = None,
     ):
         if num_envs < 1:
             raise ConfigError(f"num_envs must be >= 1, got {num_envs}")
@@ -163,7 +173,7 @@ class DroneVectorEnv(VectorEnv):
         self._episode_host = np.zeros(n, np.int64)  # episodes drawn per environment (randomisation)
 
         spaces = {"state": gymnasium.spaces.Box(-np.inf, np.inf, (kernels.STATE_SIZE,), np.float32)}
-        spaces |= self._set_up_camera(camera, camera_outputs, depth_model)
+        spaces |= self._set_up_camera(camera, camera_outputs, depth_model, backend)
         self._prepared = self.task.prepare(self)
         self.max_steps = max(1, int(round(self.task.time_limit(self._prepared) / (self.sim.dt * physics_per_action))))
         spaces |= self._set_up_ranges(range_sensor)
@@ -190,6 +200,8 @@ class DroneVectorEnv(VectorEnv):
         self._final = None
         if autoreset == AutoresetMode.SAME_STEP:  # the ended episodes' last observations, kept apart
             self._final = {k: torch.empty_like(v) for k, v in self._observations.items()}
+        self._actions = wp.zeros((n, self.action_size), dtype=wp.float32, device=d)
+        self._set_up_recordings(d.is_cuda if recorded is None else bool(recorded))
 
     # ------------------------------------------------------------------ Gymnasium API
 
@@ -201,12 +213,15 @@ class DroneVectorEnv(VectorEnv):
             self.episodes.episode.zero_()
             if self._stereo is not None:
                 self._stereo.reseed(self.seed)
-            self._range_reads = 0
+            if self.range_sensor is not None:
+                self._range_draws.reseed(self.seed)
             self._episode_host[:] = 0
+            for recorded in self._recordings:
+                recorded.forget()  # the seed is passed by value
         self.episodes.mask.fill_(1)
         self._start_episodes(np.ones(self.num_envs, bool))
         self.episodes.mask.zero_()
-        self._observe()
+        self._observe_recorded(key=self._actors_key)
         return self._observations, self._info()
 
     def step(self, actions: torch.Tensor):
@@ -214,44 +229,22 @@ class DroneVectorEnv(VectorEnv):
         environments that ended at the previous step are reset instead (their action ignored, their
         reward 0, their observation the new episode's first). Same-step: those that end now are reset
         before returning."""
-        actions = self._checked(actions)
-        d = self.device
-        wp.launch(
-            kernels.commands_kernel,
-            dim=self.num_envs,
-            inputs=[
-                wp.from_torch(actions),
-                self._scale,
-                self._offset,
-                self._unit,
-                self._in_units,
-                self.episodes.mask,
-            ],
-            outputs=[self.sim.state_arrays],
-            device=d,
-        )
-        self.sim.step(self.physics_per_action)
+        wp.to_torch(self._actions).copy_(self._checked(actions))  # kept where the recordings read them
+        self._physics_recorded()
+        self.sim.stepped(self.physics_per_action)
         if self._final is None:
             # The environments that ended last step start anew after the physics, so what they
             # return is exactly their first observation.
             self._start_episodes(self._resetting())
-        self.task.score(self, self._prepared)
-        self._observe()
+        self._score_recorded(key=self._actors_key)
         info = self._info()
-        wp.launch(
-            kernels.mask_from_done_kernel,
-            dim=self.num_envs,
-            inputs=[self.episodes.terminated, self.episodes.truncated],
-            outputs=[self.episodes.mask],
-            device=d,
-        )
         reward, terminated, truncated = self._outputs
         if self._final is not None:  # same-step: keep the last observations, then start anew now
             for name, value in self._observations.items():
                 self._final[name].copy_(value)
             self._start_episodes(self._resetting())
             self.episodes.mask.zero_()
-            self._observe()
+            self._observe_recorded(key=self._actors_key)
             info = self._info() | {"final_obs": self._final, "_final_obs": terminated | truncated}
         return self._observations, reward, terminated, truncated, info
 
@@ -261,6 +254,26 @@ class DroneVectorEnv(VectorEnv):
             self.renderer.close()
 
     # ------------------------------------------------------------------ set-up
+
+    def _set_up_recordings(self, enabled: bool) -> None:
+        """A step's device work in four parts, each recorded (or run eagerly): what lies between them
+        runs on the host (drawing new airframes, keeping the same-step final observations)."""
+        d = self.device
+        observable = enabled and (self.renderer is None or self.renderer.backend == "warp")
+        self._physics_recorded = RecordedWork(self._advance, d, enabled=enabled)
+        self._restart_recorded = RecordedWork(self._restart, d, enabled=enabled)
+        self._score_recorded = RecordedWork(self._score, d, enabled=observable)
+        self._observe_recorded = RecordedWork(self._observe, d, enabled=observable)
+        self._recordings = (
+            self._physics_recorded,
+            self._restart_recorded,
+            self._score_recorded,
+            self._observe_recorded,
+        )
+
+    def _actors_key(self):
+        """What the observation's recordings pass by value from the scene: its placed actors."""
+        return struct_key(self.scene.actors) if self.scene is not None else None
 
     def _set_up_actions(self) -> None:
         """The action columns: scale, offset, and which are in per-vehicle units (``Control``)."""
@@ -278,7 +291,7 @@ class DroneVectorEnv(VectorEnv):
         flagged = np.array([self._in_units[j] for j in range(self.action_size)]) != 0
         self.sim.set_command(c.mode, np.where(flagged, at_zero * units, at_zero))
 
-    def _set_up_camera(self, camera, outputs, depth_model) -> dict:
+    def _set_up_camera(self, camera, outputs, depth_model, backend) -> dict:
         """One camera per vehicle in one renderer; its observation spaces."""
         self.renderer, self.camera_outputs, self._stereo = None, (), None
         if camera is None:
@@ -291,7 +304,7 @@ class DroneVectorEnv(VectorEnv):
         n, d = self.num_envs, self.device
         self.camera_outputs, self._camera = tuple(outputs), camera
         shading = Shading.SUN if "rgb" in outputs else Shading.NONE
-        self.renderer = Renderer(self.scene, [camera] * n, outputs=set(outputs), shading=shading)
+        self.renderer = Renderer(self.scene, [camera] * n, outputs=set(outputs), shading=shading, backend=backend)
         if isinstance(depth_model, str):
             depth_model = stereo_depth_model(depth_model)
         if depth_model is not None:
@@ -318,7 +331,7 @@ class DroneVectorEnv(VectorEnv):
         self._range_pose = (wp.zeros(n, dtype=wp.mat33, device=d), wp.zeros(n, dtype=wp.vec3, device=d))
         self._range_raw = wp.zeros((n, zones), dtype=float, device=d)
         self._ranges = wp.zeros((n, zones), dtype=wp.float32, device=d)
-        self._range_actors, self._range_reads = no_actors(d), 0
+        self._range_actors, self._range_draws = no_actors(d), NoiseDraws(self.seed, d)
         return {"ranges": gymnasium.spaces.Box(model.min_range, model.max_range, (zones,), np.float32)}
 
     def _set_up_beacons(self, beacons: bool) -> dict:
@@ -370,12 +383,42 @@ class DroneVectorEnv(VectorEnv):
     def _start_episodes(self, resetting: np.ndarray | None) -> None:
         """Reset the environments in ``episodes.mask`` on the device (``resetting``: the same on the host,
         needed only to draw new airframes)."""
-        e = self.episodes
         if self.randomization is not None and resetting is not None and resetting.any():
             self._randomize(np.flatnonzero(resetting))
+        self._restart_recorded()
+        self.sim.changed()
+
+    # ------------------------------------------------------------------ device work (recordable)
+
+    def _advance(self) -> None:
+        """The actions become commands; the physics steps."""
+        wp.launch(
+            kernels.commands_kernel,
+            dim=self.num_envs,
+            inputs=[self._actions, self._scale, self._offset, self._unit, self._in_units, self.episodes.mask],
+            outputs=[self.sim.state_arrays],
+            device=self.device,
+        )
+        self.sim.launch_steps(self.physics_per_action)
+
+    def _restart(self) -> None:
+        """The environments in ``episodes.mask`` draw a new episode and their vehicles start it."""
+        e = self.episodes
         self.task.begin(self, self._prepared)
         self.sim.reset_where(
             e.mask, e.start_position, e.start_attitude, self._hover_speed, e.episode, first_index=self.first_env
+        )
+
+    def _score(self) -> None:
+        """Rewards and done flags, the observation, and the mask of the environments to reset next."""
+        self.task.score(self, self._prepared)
+        self._observe()
+        wp.launch(
+            kernels.mask_from_done_kernel,
+            dim=self.num_envs,
+            inputs=[self.episodes.terminated, self.episodes.truncated],
+            outputs=[self.episodes.mask],
+            device=self.device,
         )
 
     def _randomize(self, envs: np.ndarray) -> None:
@@ -463,8 +506,6 @@ class DroneVectorEnv(VectorEnv):
             outputs=[R_WS, p_WS],
             device=d,
         )
-        seed = draw_seed(self.seed, self._range_reads)
-        self._range_reads += 1
         wp.launch(
             measure_ranges_kernel,
             dim=self._range_raw.shape,
@@ -477,12 +518,13 @@ class DroneVectorEnv(VectorEnv):
                 m.min_range,
                 m.max_range,
                 m.sigma,
-                seed,
+                self._range_draws.array,
                 self.first_env,
             ],
             outputs=[self._range_raw],
             device=d,
         )
+        self._range_draws.next()
         wp.launch(
             kernels.ranges_observation_kernel,
             dim=self._range_raw.shape,

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 import warp as wp
 
+from goggles.captured import recording
 from goggles.errors import ConfigError
 from goggles.render import invalid, kernels
 from goggles.render.camera import CameraModel
@@ -538,7 +539,7 @@ class Renderer:
         return [scene.data, scene.actors, self._cameras, self._light, self._wanted, self._culling, traced]
 
     def _pool_map(self, work, items) -> None:
-        if self._pool is None:
+        if self._pool is None or recording(self.device):  # a recording is one ordered stream
             for item in items:
                 work(item)
         else:

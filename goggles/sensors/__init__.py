@@ -5,10 +5,6 @@ Contract:
       by camera then id; projection is the camera model's (with distortion); occlusion by ray casting
       against the static scene and the placed actors.
     * ``RangeSensor(scene, model)``: ``measure(T_WS)`` -> (n, rows, cols) ranges with REP 117 values.
-    * Noise is seeded per draw (``draw_seed``): new noise every call, the same on a rerun.
+    * Noise is seeded per draw (``draws.NoiseDraws``, counted on the device): new noise every call, the
+      same on a rerun.
 """
-
-
-def draw_seed(seed: int, draw: int) -> int:
-    """The noise seed of a sensor's ``draw``-th measurement (a Warp kernel's 31-bit seed)."""
-    return (seed * 1_000_003 + draw) % (2**31)

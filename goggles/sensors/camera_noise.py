@@ -18,7 +18,7 @@ import numpy as np
 import warp as wp
 
 from goggles.errors import ConfigError
-from goggles.sensors import draw_seed
+from goggles.sensors.draws import NoiseDraws, draw_seed
 
 wp.set_module_options({"enable_backward": False})
 
@@ -68,7 +68,7 @@ def camera_noise_kernel(
     full_scale: wp.array(dtype=float),
     vignetting: wp.array(dtype=float),
     normal_table: wp.array(dtype=float),
-    seed: int,
+    draws: wp.array(dtype=wp.int64),
     row_stride: int,
     row_offset: int,
     span: int,
@@ -82,6 +82,7 @@ def camera_noise_kernel(
         return  # an ideal camera
     width = rgb.shape[2]
     read = read_noise[c]
+    seed = draw_seed(draws)
     for column in range(span):
         x = block * span + column
         cos_theta = rays_C[c, y, x][2]
@@ -115,18 +116,17 @@ class CameraNoise:
         self._scale = wp.array([2.0**m.adc_bits - 1.0 if m else 255.0 for m in models], dtype=float, device=device)
         self._vignetting = wp.array([m.vignetting if m else 0.0 for m in models], dtype=float, device=device)
         self._normals = wp.array(_normal_quantiles(1024), dtype=float, device=device)
-        self._seed, self._frames = seed, 0
+        self._draws = NoiseDraws(seed, device)
         wp.load_module(camera_noise_kernel.module, device=device)
 
     def apply(self) -> None:
         """Expose the renderer's last colour image in place."""
         if not self.active:
             return
-        seed = draw_seed(self._seed, self._frames)
-        self._frames += 1
         r = self._renderer
-        inputs = [r.rays_C, self._well, self._read, self._scale, self._vignetting, self._normals, seed]
+        inputs = [r.rays_C, self._well, self._read, self._scale, self._vignetting, self._normals, self._draws.array]
         r.launch_rows(camera_noise_kernel, inputs, [r.buffers.rgb])
+        self._draws.next()
 
 
 def _normal_quantiles(count: int) -> np.ndarray:

@@ -15,7 +15,7 @@ import warp as wp
 
 from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, fetch
-from goggles.sensors import draw_seed
+from goggles.sensors.draws import NoiseDraws, draw_seed
 from goggles.world import DeviceScene
 from goggles.world.queries import ActorData, closest_hit
 
@@ -74,7 +74,7 @@ def measure_ranges_kernel(
     min_range: float,
     max_range: float,
     sigma: float,
-    seed: int,
+    draws: wp.array(dtype=wp.int64),
     first_sensor: int,
     out_range: wp.array2d(dtype=float),
 ):
@@ -88,7 +88,7 @@ def measure_ranges_kernel(
     else:
         reading = hit.t
         if sigma > 0.0:
-            rng = wp.rand_init(seed, (first_sensor + s) * directions_S.shape[0] + z)
+            rng = wp.rand_init(draw_seed(draws), (first_sensor + s) * directions_S.shape[0] + z)
             reading += sigma * wp.randn(rng)
         out_range[s, z] = reading
 
@@ -107,9 +107,8 @@ class RangeSensor:
         self.scene = scene
         self.model = model
         self.noise = noise
-        self._seed = seed
-        self._calls = 0
         d = scene.device
+        self._draws = NoiseDraws(seed, d)
         self._directions = wp.array(model.directions().reshape(-1, 3), dtype=wp.vec3, device=d)
         self._buffers: dict[int, tuple] = {}
         wp.load_module(measure_ranges_kernel.module, device=d)  # compiled now, not inside the first reading
@@ -132,9 +131,6 @@ class RangeSensor:
         R_WS, p_WS, out, host = self._buffers[n]
         R_WS.assign(T_WS[:, :3, :3].astype(np.float32))
         p_WS.assign(T_WS[:, :3, 3].astype(np.float32))
-        # Each call's noise stream is seeded by (seed, call number): new draws, the same on a rerun.
-        seed = draw_seed(self._seed, self._calls)
-        self._calls += 1
         wp.launch(
             measure_ranges_kernel,
             dim=(n, self.model.rows * self.model.cols),
@@ -147,12 +143,13 @@ class RangeSensor:
                 self.model.min_range,
                 self.model.max_range,
                 self.model.sigma if self.noise else 0.0,
-                seed,
+                self._draws.array,
                 0,
             ],
             outputs=[out],
             device=d,
         )
+        self._draws.next()  # each call draws new noise, the same on a rerun
         (reading,) = fetch([host])
         return reading.reshape(n, self.model.rows, self.model.cols).copy()  # the buffer is reused
 

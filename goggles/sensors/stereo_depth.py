@@ -17,7 +17,7 @@ import numpy as np
 import warp as wp
 
 from goggles.errors import ConfigError
-from goggles.sensors import draw_seed
+from goggles.sensors.draws import NoiseDraws, draw_seed
 
 wp.set_module_options({"enable_backward": False})
 
@@ -60,7 +60,7 @@ def stereo_depth_kernel(
     sigma: wp.array(dtype=float),
     step: wp.array(dtype=float),
     search: wp.array(dtype=float),
-    seed: int,
+    draws: wp.array(dtype=wp.int64),
     first_camera: int,
     row_stride: int,
     row_offset: int,
@@ -74,6 +74,7 @@ def stereo_depth_kernel(
     if fb <= 0.0:
         return  # no model on this camera
     width = depth.shape[2]
+    seed = draw_seed(draws)
     for column in range(span):
         x = block * span + column
         z = depth[c, y, x]
@@ -123,19 +124,18 @@ class StereoDepth:
         self._sigma = wp.array(sigma, dtype=float, device=device)
         self._step = wp.array(step, dtype=float, device=device)
         self._search = wp.array(np.minimum(search, 3.0e38), dtype=float, device=device)
-        self._seed, self._frames, self._first = seed, 0, int(first_camera)
+        self._draws, self._first = NoiseDraws(seed, device), int(first_camera)
         wp.load_module(stereo_depth_kernel.module, device=device)
 
     def reseed(self, seed: int) -> None:
         """Draw from ``seed`` again, from its first frame (a learning environment's ``reset(seed=)``)."""
-        self._seed, self._frames = int(seed), 0
+        self._draws.reseed(seed)
 
     def apply(self) -> None:
         """Re-measure the renderer's last depth image in place."""
         if not self.active:
             return
-        seed = draw_seed(self._seed, self._frames)
-        self._frames += 1
         r = self._renderer
-        inputs = [self._fb, self._sigma, self._step, self._search, seed, self._first]
+        inputs = [self._fb, self._sigma, self._step, self._search, self._draws.array, self._first]
         r.launch_rows(stereo_depth_kernel, inputs, [r.buffers.depth])
+        self._draws.next()
