@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from goggles.captured import RecordedWork
 from goggles.config import IMAGE_OUTPUTS, CameraConfig
-from goggles.host_copies import HostMirror, fetch
+from goggles.host_copies import HostMirror, collect
 from goggles.render import Renderer, Shading, stereo_right_offset
 from goggles.sensors.beacons import BeaconSensor
 from goggles.sensors.camera_noise import CameraNoise
@@ -47,7 +48,13 @@ class CameraGroup:
     noise: CameraNoise | None = None
     """The group's colour sensors (their ``noise_model``), when any has one."""
     last_render_wall: float = 0.0
+    recorded: bool = False
+    """Replay a recording of each frame's trace, sensor models and copy (``goggles.captured``)."""
     _host: HostMirror | None = None
+
+    def __post_init__(self):
+        enabled = self.recorded and self.renderer.backend == "warp"  # Embree is called from Python
+        self._frame = RecordedWork(self._trace_and_measure, self.renderer.device, enabled=enabled)
 
     @property
     def name(self) -> str:
@@ -73,11 +80,10 @@ class CameraGroup:
         """
         exposure = np.array([c.config.exposure_s for c in self.cameras])
         readout = np.array([c.config.readout_s for c in self.cameras])
-        if moving is None or not (exposure.any() or readout.any()):
-            self.renderer.render(T_WC)
-        elif not exposure.any():
-            self.renderer.render(moving(-readout), moving(np.zeros_like(readout)))
-        else:
+        published = self.outputs()
+        if published and self._host is None:  # the published outputs lie side by side on the device: one copy
+            self._host = HostMirror(self.renderer.block(published))
+        if exposure.any() and moving is not None:  # sub-frames summed on the device: run eagerly
             subframes = max(c.config.blur_subframes for c in self.cameras)
             self.renderer.render_exposure(
                 moving(-readout - exposure),
@@ -86,24 +92,46 @@ class CameraGroup:
                 T_open_last_row=moving(-exposure),
                 T_close_last_row=moving(np.zeros_like(exposure)),
             )
+            self._measure()
+        else:
+            if moving is None or not readout.any():
+                self.renderer.set_poses(T_WC)
+            else:
+                self.renderer.set_poses(moving(-readout), moving(np.zeros_like(readout)))
+            self._frame(key=self.renderer.trace_key)
+        if not published:  # beacons only
+            return {}
+        (block,) = collect([self._host])
+        start = min(self.renderer.layout[o].offset for o in published)
+        return {output: self.renderer.layout[output].view(block, start) for output in published}
+
+    def _trace_and_measure(self) -> None:
+        """A frame's device work after the poses: recorded on CUDA (``goggles.captured``)."""
+        self.renderer.trace()
+        self._measure()
+
+    def _measure(self) -> None:
+        """The sensor models on the rendered images, then the published block's copy to the host."""
         if self.depth is not None:
             self.depth.apply()
         if self.noise is not None:
             self.noise.apply()
-        if not self.outputs():  # beacons only
-            return {}
-        if self._host is None:  # the published outputs lie side by side on the device: one copy
-            self._host = HostMirror(self.renderer.block(self.outputs()))
-        (block,) = fetch([self._host])
-        start = min(self.renderer.layout[o].offset for o in self.outputs())
-        return {output: self.renderer.layout[output].view(block, start) for output in self.outputs()}
+        if self._host is not None:
+            self._host.enqueue()
 
 
 def camera_groups(
-    scene: DeviceScene, configs, physics_rate: float, beacons: list[Beacon], seed: int, backend: str = "auto"
+    scene: DeviceScene,
+    configs,
+    physics_rate: float,
+    beacons: list[Beacon],
+    seed: int,
+    backend: str = "auto",
+    recorded: bool | None = None,
 ) -> list[CameraGroup]:
     """Group the configured cameras by size and rate and give each group a renderer (``backend``: the
-    primary-ray tracer, ``goggles.render.BACKENDS``) that writes only the outputs the group publishes."""
+    primary-ray tracer, ``goggles.render.BACKENDS``) that writes only the outputs the group publishes;
+    ``recorded``: replay recorded frames (``CameraGroup.recorded``; None: on CUDA)."""
     by_key: dict[tuple, list[tuple[Camera, int]]] = {}
     for c in configs:
         cameras = by_key.setdefault((c.model.width, c.model.height, c.rate), [])
@@ -136,5 +164,6 @@ def camera_groups(
         if "rgb" in published and any(m.config.noise_model is not None for m, _ in members):
             noise = CameraNoise([m.config.noise_model for m, _ in members], renderer, seed=seed)
         period = int(round(physics_rate / rate))
-        groups.append(CameraGroup([m for m, _ in members], renderer, period, detector, depth, noise))
+        record = scene.device.is_cuda if recorded is None else recorded
+        groups.append(CameraGroup([m for m, _ in members], renderer, period, detector, depth, noise, recorded=record))
     return groups

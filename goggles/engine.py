@@ -62,6 +62,9 @@ class Engine:
             obstacles then); None: the render device's, sharing its world. Physics on the CPU beside
             rendering on CUDA keeps each small vehicle step off the GPU's launch queue.
         backend: primary-ray tracer of the cameras (``goggles.render.BACKENDS``; auto: Embree on the CPU).
+        recorded: replay recordings of the physics steps and of each camera group's frame (trace, sensor
+            models, copy to the host: ``goggles.captured``, CUDA graphs); None: on CUDA. The same bytes
+            either way.
         world: a ``goggles.world.World`` built for this run's scene and course (``build_run_world``) to
             reuse instead of building one.
         status: called about once per wall second with a one-line status (the CLI prints it).
@@ -76,6 +79,7 @@ class Engine:
         device=None,
         physics_device=None,
         backend: str = "auto",
+        recorded: bool | None = None,
         world=None,
         status: Callable[[str], None] | None = None,
         recorder=None,
@@ -118,9 +122,16 @@ class Engine:
             dt=self.dt,
             seed=config.seed,
             collisions=config.collisions,
+            recorded=recorded,
         )
         self.groups = camera_groups(
-            self.world, config.cameras, config.physics_rate, built.beacons, config.seed, backend=backend
+            self.world,
+            config.cameras,
+            config.physics_rate,
+            built.beacons,
+            config.seed,
+            backend=backend,
+            recorded=recorded,
         )
         self.range_sensors = [(c, RangeSensor(self.world, c.model, seed=config.seed)) for c in config.range_sensors]
         self.lidars = [(c, Lidar(self.world, c.model, backend=backend)) for c in config.lidars]

@@ -43,17 +43,23 @@ class HostMirror:
             self._host = None
             self.array = source.numpy()  # the device array's own memory
 
-    def start(self) -> None:
-        """Begin the copy (asynchronous on CUDA: wait with ``fetch`` or a device synchronisation)."""
+    def enqueue(self) -> None:
+        """Begin the copy (asynchronous on CUDA), counted by ``collect``, which waits for it: recorded
+        work (``goggles.captured``) may hold the copy, since its replays are counted there."""
         if self._host is not None:
             wp.copy(self._host, self.source)
-        COPIES.add()
 
 
 def fetch(mirrors: Sequence[HostMirror]) -> list[np.ndarray]:
     """Copy every mirror's device array to the host with one synchronisation; their host arrays."""
     for mirror in mirrors:
-        mirror.start()
+        mirror.enqueue()
+    return collect(mirrors)
+
+
+def collect(mirrors: Sequence[HostMirror]) -> list[np.ndarray]:
+    """The host arrays of mirrors whose copies were enqueued: counted, then one synchronisation."""
+    COPIES.add(len(mirrors))
     devices = {str(mirror.source.device): mirror.source.device for mirror in mirrors if mirror.source.device.is_cuda}
     for device in devices.values():  # Warp's Device is not hashable: keyed by its name
         wp.synchronize_device(device)

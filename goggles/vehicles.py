@@ -92,7 +92,9 @@ class Fleet:
     """Stepped since its contacts were last taken."""
 
 
-def make_vehicles(configs, *, simulate: bool, world, dt: float, seed: int, collisions) -> tuple[dict, list[Fleet]]:
+def make_vehicles(
+    configs, *, simulate: bool, world, dt: float, seed: int, collisions, recorded: bool | None = None
+) -> tuple[dict, list[Fleet]]:
     """The vehicles of a run file's ``[[vehicle]]`` entries, by name, and the fleets of the simulated
     ones: a simulator per airframe, floor and IMU set-up, each vehicle at rest on its floor or hovering
     where it starts in the air, flying towards its route's first waypoint; or placed from outside."""
@@ -122,6 +124,7 @@ def make_vehicles(configs, *, simulate: bool, world, dt: float, seed: int, colli
             world=world,
             collisions=collisions,
             floor_z=floor_z,
+            recorded=recorded,
         )
         N = airframe.num_rotors
         sim.reset(

@@ -179,13 +179,13 @@ def test_lockstep_is_deterministic(device):
 
 
 def test_auto_scale_holds_the_camera_interval_under_a_slow_renderer(monkeypatch):
-    original = Renderer.render
+    original = Renderer.trace
 
-    def slow(self, T_WC):
+    def slow(self):
         time.sleep(0.03)  # a renderer that needs 30 ms per frame: 0.9 s per sim second at 30 Hz
-        original(self, T_WC)
+        original(self)
 
-    monkeypatch.setattr(Renderer, "render", slow)
+    monkeypatch.setattr(Renderer, "trace", slow)
     config = run_config(scale="auto")
     client = Client(endpoints(config))
     client.subscribe("quad0/stereo_left/depth")
@@ -551,6 +551,36 @@ def test_lockstep_replies_after_a_contact_of_its_steps_is_out(device):
         collisions = [goggles_lcm.collision_t.decode(d) for c, d in sink.messages if c == "quad0/collision"]
         assert len(collisions) == 1 and collisions[0].vehicle == "quad0"
         assert collisions[0].header.utime <= reply.header.utime
+
+
+def test_recorded_steps_and_frames_publish_what_eager_ones_do(device):
+    """Replaying recordings (``goggles.captured``: CUDA graphs there) of the physics steps and of each
+    camera group's frame publishes byte for byte what launching every kernel does: a noisy stereo
+    pair and a rolling-shutter colour camera with noise, a vehicle that collides with a gate's bar."""
+    from goggles.paths import default_course
+    from tests.test_host_copies import _Kept
+
+    cameras = [
+        {"vehicle": "quad0", "name": "stereo", "width": 40, "height": 24, "baseline": 0.1, "rate": 30.0,
+         "outputs": ["depth", "segmentation"], "depth_model": "d435"},
+        {"vehicle": "quad0", "name": "front", "width": 32, "height": 24, "rate": 60.0, "outputs": ["rgb"],
+         "noise_model": "global-shutter", "readout_s": 0.01},
+    ]  # fmt: skip
+    config = run_config(scale=1000.0, route=True, cameras=cameras)
+    into_the_bar = dataclasses.replace(config.vehicles[0], route=((3.0, 0.95, 1.8, 0.0),))
+    config = dataclasses.replace(config, zmq=None, course=default_course(), vehicles=(into_the_bar,))
+    runs = {}
+    for recorded in (False, True):
+        sink = _Kept()
+        engine = Engine(config, device=device, backend="warp", recorded=recorded, sinks=[sink])
+        engine.run(duration=3.0)
+        assert all(group._frame.recordings > 0 for group in engine.groups) == recorded
+        assert all(fleet.sim._recorded.recordings > 0 for fleet in engine.fleets) == recorded
+        engine.close()
+        runs[recorded] = [(c, d[:16] + d[24:]) for c, d in sink.messages if c != "clock"]  # wall clocks apart
+    assert runs[True] == runs[False]
+    channels = {c for c, _ in runs[True]}
+    assert {"quad0/stereo_left/depth", "quad0/front/rgb", "quad0/collision"} <= channels
 
 
 def test_physics_on_a_world_of_its_own_flies_and_collides_as_on_the_render_world(device):

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 import warp as wp
 
-from goggles.captured import recording
+from goggles.captured import recording, struct_key
 from goggles.errors import ConfigError
 from goggles.render import invalid, kernels
 from goggles.render.camera import CameraModel
@@ -300,7 +300,14 @@ class Renderer:
         return self._cameras.rays_C
 
     def render(self, T_WC: np.ndarray, T_WC_last_row: np.ndarray | None = None) -> None:
-        """Trace every camera from its pose; results stay in ``self.buffers`` on the device.
+        """Trace every camera from its pose; results stay in ``self.buffers`` on the device
+        (``set_poses`` then ``trace``)."""
+        self.set_poses(T_WC, T_WC_last_row)
+        self.trace()
+
+    def set_poses(self, T_WC: np.ndarray, T_WC_last_row: np.ndarray | None = None) -> None:
+        """Give every camera its pose for the next ``trace`` (host work: the upload, and each camera's
+        list of actors it may see).
 
         Args:
             T_WC: (n, 4, 4) poses of the camera optical frames in the world, metres: when the first
@@ -336,7 +343,6 @@ class Renderer:
                 self._ray_origins = wp.zeros(self._directions.shape, dtype=wp.vec3, device=self.device)
                 self._ray_origin_view = self._ray_origins.numpy()
         self._cull_actors(T_WC if T_WC_last_row is None else np.concatenate([T_WC, T_WC_last_row]))
-        self._trace()
 
     @property
     def camera_poses(self) -> tuple[wp.array, wp.array]:
@@ -367,9 +373,11 @@ class Renderer:
             self._culling.index.assign(index)
             self._posed_count, self._posed_lists, self._culled_any = count, lists, True
         self._rolling = False
-        self._trace()
+        self.trace()
 
-    def _trace(self) -> None:
+    def trace(self) -> None:
+        """Trace every camera from the poses ``set_poses`` gave (device work: recordable with the
+        ``warp`` backend, ``trace_key`` saying what it passes by value)."""
         self._kernel = self._render_kernel()
         if self._light.shading == Shading.LIDAR:
             self._fill_reflectivity()
@@ -381,6 +389,10 @@ class Renderer:
             self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras], [self.buffers])
             b = self.buffers
             self._launch_all(invalid.write_invalid_kernel, [b.status], [b.depth, b.range, self._wanted.range])
+
+    def trace_key(self) -> str:
+        """What ``trace`` passes by value: placing actors, adding shapes or a new appearance changes it."""
+        return "".join(struct_key(s) for s in self._render_inputs(self._untraced))
 
     def _fill_reflectivity(self) -> None:
         """Each face's mean albedo for LiDAR returns, once per appearance table (empty after a change)."""
