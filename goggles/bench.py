@@ -287,6 +287,7 @@ def bench_latency(
     seconds: float = 10.0,
     device: str | None = None,
     transport: str = "zmq",
+    recorded: bool | None = None,
 ) -> LatencyBench:
     """Run ``goggles run`` in live mode in its own process, send poses at the camera rate, and time
     each pose until both depth images rendered from it have arrived: over ZeroMQ on loopback, or
@@ -336,6 +337,8 @@ max_depth = 50.0
         command = [sys.executable, "-m", "goggles.cli", "run", path]
         if device:
             command += ["--device", device]
+        if recorded is not None:
+            command.append("--recorded" if recorded else "--no-recorded")
         engine = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         client = _DdsClient(domain) if transport == "ros2" else _ZmqClient(endpoints)
         try:

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from goggles.cli.common import add_backend_arg, add_camera_args
+from goggles.cli.common import add_backend_arg, add_camera_args, add_recorded_arg
 from goggles.errors import ConfigError
 
 
@@ -78,6 +78,7 @@ def add_parser(commands) -> None:
         help="zmq: poses and images over ZeroMQ; ros2: PoseStamped in and Image out over DDS, measured next to "
         "ZeroMQ in the same run (the last line is the DDS figure)",
     )
+    add_recorded_arg(bench_latency)
     bench_latency.set_defaults(run=cmd_bench_latency)
     bench_lidar = benches.add_parser(
         "lidar",
@@ -204,6 +205,7 @@ def cmd_bench_latency(args) -> int:
             seconds=args.seconds,
             device=args.device,
             transport=transport,
+            recorded=args.recorded,
         )
         how = "ZeroMQ on loopback" if transport == "zmq" else "ROS 2 over DDS (Cyclone) on this machine"
         print(

@@ -67,6 +67,16 @@ def add_backend_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_recorded_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--recorded",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="replay recordings of the physics steps and of each camera group's frame (CUDA graphs; the same "
+        "bytes either way); default: on CUDA only. On the CPU the frames are recorded with --backend warp only",
+    )
+
+
 def camera_model(args):
     from goggles.render import CameraModel
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import add_backend_arg, positive_float, stop_on_signals
+from goggles.cli.common import add_backend_arg, add_recorded_arg, positive_float, stop_on_signals
 from goggles.errors import ConfigError
 
 
@@ -63,6 +63,7 @@ def add_parser(commands) -> None:
         "(e.g. cpu beside --device cuda; people are then not obstacles); default: --device's, sharing its world",
     )
     add_backend_arg(run)
+    add_recorded_arg(run)
     run.add_argument(
         "--expose",
         default=None,
@@ -191,6 +192,7 @@ def cmd_run(args) -> int:
         device=args.device,
         physics_device=args.physics_device,
         backend=args.backend,
+        recorded=args.recorded,
         status=lambda line: print(line, file=sys.stderr, flush=True),
         recorder=recorder,
         sinks=sinks,
