@@ -62,6 +62,8 @@ class RecordedWork:
         graph = self._graphs.get(full)
         if graph is None:
             if full not in self._seen:
+                if len(self._seen) >= 8 * self._keep:  # keys come and go (people, shapes): forget old ones
+                    self._seen.clear()
                 self._seen.add(full)
                 self.work(*args)
                 return
