@@ -221,7 +221,7 @@ class DroneVectorEnv(VectorEnv):
         self.episodes.mask.fill_(1)
         self._start_episodes(np.ones(self.num_envs, bool))
         self.episodes.mask.zero_()
-        self._observe_recorded(key=self._actors_key)
+        self._observe_recorded(key=self._scene_key)
         return self._observations, self._info()
 
     def step(self, actions: torch.Tensor):
@@ -236,7 +236,7 @@ class DroneVectorEnv(VectorEnv):
             # The environments that ended last step start anew after the physics, so what they
             # return is exactly their first observation.
             self._start_episodes(self._resetting())
-        self._score_recorded(key=self._actors_key)
+        self._score_recorded(key=self._scene_key)
         info = self._info()
         reward, terminated, truncated = self._outputs
         if self._final is not None:  # same-step: keep the last observations, then start anew now
@@ -244,7 +244,7 @@ class DroneVectorEnv(VectorEnv):
                 self._final[name].copy_(value)
             self._start_episodes(self._resetting())
             self.episodes.mask.zero_()
-            self._observe_recorded(key=self._actors_key)
+            self._observe_recorded(key=self._scene_key)
             info = self._info() | {"final_obs": self._final, "_final_obs": terminated | truncated}
         return self._observations, reward, terminated, truncated, info
 
@@ -271,8 +271,11 @@ class DroneVectorEnv(VectorEnv):
             self._observe_recorded,
         )
 
-    def _actors_key(self):
-        """What the observation's recordings pass by value from the scene: its placed actors."""
+    def _scene_key(self):
+        """What the observation's recordings pass by value from the scene: its placed actors, and with a
+        camera everything the render passes (appearance, lighting)."""
+        if self.renderer is not None:
+            return self.renderer.trace_key()
         return struct_key(self.scene.actors) if self.scene is not None else None
 
     def _set_up_actions(self) -> None:
