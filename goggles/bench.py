@@ -701,7 +701,7 @@ def bench_envs(
     scene = DeviceScene(load_static_scene(default_scene()), device)
     camera = CameraModel.from_fov(width, height, 80.0)
 
-    def run(n: int, count: int) -> tuple[float, float, float]:
+    def run(n: int, count: int) -> tuple[float, float, float, bool]:
         env = DroneVectorEnv(
             n,
             camera=camera,

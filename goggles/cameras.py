@@ -48,12 +48,13 @@ class CameraGroup:
     noise: CameraNoise | None = None
     """The group's colour sensors (their ``noise_model``), when any has one."""
     last_render_wall: float = 0.0
-    recorded: bool = False
-    """Replay a recording of each frame's trace, sensor models and copy (``goggles.captured``)."""
+    recorded: bool | None = None
+    """Replay a recording of each frame's trace, sensor models and copy (``goggles.captured``; None:
+    on CUDA)."""
     _host: HostMirror | None = None
 
     def __post_init__(self):
-        enabled = self.recorded and self.renderer.backend == "warp"  # Embree is called from Python
+        enabled = self.recorded if self.renderer.backend == "warp" else False  # Embree is called from Python
         self._frame = RecordedWork(self._trace_and_measure, self.renderer.device, enabled=enabled)
 
     @property
@@ -164,6 +165,5 @@ def camera_groups(
         if "rgb" in published and any(m.config.noise_model is not None for m, _ in members):
             noise = CameraNoise([m.config.noise_model for m, _ in members], renderer, seed=seed)
         period = int(round(physics_rate / rate))
-        record = scene.device.is_cuda if recorded is None else recorded
-        groups.append(CameraGroup([m for m, _ in members], renderer, period, detector, depth, noise, recorded=record))
+        groups.append(CameraGroup([m for m, _ in members], renderer, period, detector, depth, noise, recorded=recorded))
     return groups

@@ -38,14 +38,15 @@ class RecordedWork:
     Args:
         work: the device work; its positional arguments are part of the key.
         device: where it runs.
-        enabled: False runs every call eagerly (the same results, call by call).
+        enabled: False runs every call eagerly (the same results, call by call); None: recorded on
+            CUDA only (a CPU replay runs on one thread, where the eager work may use several).
         keep: recordings kept (one per key; the least recently used goes first).
     """
 
-    def __init__(self, work: Callable[..., None], device, *, enabled: bool = True, keep: int = 8):
+    def __init__(self, work: Callable[..., None], device, *, enabled: bool | None = None, keep: int = 8):
         self.work = work
         self.device = wp.get_device(device)
-        self.enabled = enabled
+        self.enabled = self.device.is_cuda if enabled is None else bool(enabled)
         self.recordings = 0
         """How many times work was recorded (a new key, or after ``forget``)."""
         self._keep = keep

@@ -32,7 +32,12 @@ def add_kernel(total: wp.array(dtype=float), amount: float):
 
 def test_work_runs_eagerly_then_records_once_per_key_and_replays():
     total = wp.zeros(1, dtype=float, device="cpu")
-    work = RecordedWork(lambda amount: wp.launch(add_kernel, dim=1, inputs=[total, amount], device="cpu"), "cpu")
+
+    def launch(amount: float) -> None:
+        wp.launch(add_kernel, dim=1, inputs=[total, amount], device="cpu")
+
+    assert not RecordedWork(launch, "cpu").enabled  # by default only on CUDA
+    work = RecordedWork(launch, "cpu", enabled=True)
     for amount in (1.0, 1.0, 1.0, 2.0, 2.0, 1.0):
         work(amount)
     assert total.numpy()[0] == 8.0  # every call ran once: eager, recorded + replayed, replayed

@@ -207,7 +207,7 @@ class MultirotorSim:
         self._packed_host = HostMirror(self._packed)
         self._no_actors = no_actors(d)
         wp.load_module(kernels, device=d)
-        self._recorded = RecordedWork(self.launch_steps, d, enabled=d.is_cuda if recorded is None else recorded)
+        self._recorded = RecordedWork(self.launch_steps, d, enabled=recorded)
         self.seed = seed
         self.reset()
 
@@ -356,11 +356,10 @@ class MultirotorSim:
     def launch_steps(self, steps: int) -> None:
         """The device work of ``step`` alone (recordable: a learning environment records it with its
         own work); ``stepped`` keeps the books after it."""
-        bounds = np.linspace(0, self.num_vehicles, self.threads + 1).astype(int)
-        if self._pool is None or recording(self.device):
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                self._launch(a, b - a, steps)
+        if self._pool is None or recording(self.device):  # shares across threads only speed it up
+            self._launch(0, self.num_vehicles, steps)
         else:
+            bounds = np.linspace(0, self.num_vehicles, self.threads + 1).astype(int)
             list(self._pool.map(lambda ab: self._launch(ab[0], ab[1] - ab[0], steps), zip(bounds[:-1], bounds[1:])))
         d = self.device
         wp.launch(kernels.advance_clock_kernel, dim=1, inputs=[int(steps)], outputs=[self.state_arrays], device=d)

@@ -201,7 +201,7 @@ class DroneVectorEnv(VectorEnv):
         if autoreset == AutoresetMode.SAME_STEP:  # the ended episodes' last observations, kept apart
             self._final = {k: torch.empty_like(v) for k, v in self._observations.items()}
         self._actions = wp.zeros((n, self.action_size), dtype=wp.float32, device=d)
-        self._set_up_recordings(d.is_cuda if recorded is None else bool(recorded))
+        self._set_up_recordings(recorded)
 
     # ------------------------------------------------------------------ Gymnasium API
 
@@ -255,11 +255,11 @@ class DroneVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------------ set-up
 
-    def _set_up_recordings(self, enabled: bool) -> None:
+    def _set_up_recordings(self, enabled: bool | None) -> None:
         """A step's device work in four parts, each recorded (or run eagerly): what lies between them
         runs on the host (drawing new airframes, keeping the same-step final observations)."""
         d = self.device
-        observable = enabled and (self.renderer is None or self.renderer.backend == "warp")
+        observable = enabled if self.renderer is None or self.renderer.backend == "warp" else False
         self._physics_recorded = RecordedWork(self._advance, d, enabled=enabled)
         self._restart_recorded = RecordedWork(self._restart, d, enabled=enabled)
         self._score_recorded = RecordedWork(self._score, d, enabled=observable)

@@ -14,12 +14,13 @@ import warp as wp
 wp.set_module_options({"enable_backward": False})
 
 _MODULUS = 2**31
+_MODULUS_IN_KERNELS = wp.constant(wp.int64(_MODULUS))
 
 
 @wp.func
 def draw_seed(draws: wp.array(dtype=wp.int64)) -> int:
     """The present draw's 31-bit kernel seed (``draws``: a ``NoiseDraws.array``)."""
-    return int((draws[0] * wp.int64(1000003) + draws[1]) % wp.int64(2147483648))
+    return int((draws[0] * wp.int64(1000003) + draws[1]) % _MODULUS_IN_KERNELS)
 
 
 @wp.kernel
