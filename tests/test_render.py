@@ -238,14 +238,26 @@ def test_bad_inputs_are_refused(device):
 
 
 def test_one_launch_renders_many_cameras_consistently(tracer):
-    """Rendering cameras together equals rendering each alone (batching changes nothing)."""
+    """Rendering cameras together equals rendering each alone (batching changes nothing), cameras of
+    one model sharing one ray table and a camera of another model among them keeping its own."""
     sphere = trimesh.creation.icosphere(subdivisions=3, radius=1.0)
     sphere.apply_translation([4.0, 1.0, 0.5])
     scene = scene_of((ground_plane(z=-1.0), 1), (sphere, 2))
     camera = CameraModel.from_fov(32, 24, 60.0)
-    poses = [camera_pose_from_body(transform([0, y, 0], [1, 0, 0, 0])) for y in (0.0, 0.5, 1.0)]
-    together = render(scene, [camera] * 3, poses, tracer)
+    distorted = CameraModel.from_fov(32, 24, 70.0, distortion=(-0.2, 0.05, 0.0, 0.0, 0.0))
+    same = CameraModel.from_fov(32, 24, 60.0)  # equal to ``camera``, another object
+    cameras = [camera, distorted, same, camera]
+    poses = [camera_pose_from_body(transform([0, y, 0], [1, 0, 0, 0])) for y in (0.0, 0.5, 1.0, 1.5)]
+    device, backend = tracer
+    renderer = Renderer(DeviceScene(scene, device), cameras, backend=backend)
+    assert renderer.rays_C.shape[0] == 2 and renderer.ray_table.numpy().tolist() == [0, 1, 0, 0]
+    renderer.render(np.asarray(poses))
+    together = renderer.images()
+    renderer.close()
     for i, T in enumerate(poses):
-        alone = render(scene, [camera], [T], tracer)
+        alone = render(scene, [cameras[i]], [T], tracer)
         np.testing.assert_array_equal(together.depth[i], alone.depth[0])
         np.testing.assert_array_equal(together.rgb[i], alone.rgb[0])
+        np.testing.assert_array_equal(together.segmentation[i], alone.segmentation[0])
+    undistorted = render(scene, [camera], [poses[1]], tracer)
+    assert not np.array_equal(together.depth[1], undistorted.depth[0])  # camera 1 traced its own table

@@ -47,6 +47,10 @@ class CameraModel:
                 raise ConfigError(f"camera {name}={getattr(self, name)} must be finite")
         if self.fx <= 0 or self.fy <= 0:
             raise ConfigError(f"camera focal lengths fx={self.fx}, fy={self.fy} must be positive (pixels)")
+        try:  # a tuple of floats: hashable, as a renderer keys its ray tables on camera models
+            object.__setattr__(self, "distortion", tuple(float(c) for c in self.distortion))
+        except (TypeError, ValueError):
+            raise ConfigError(f"camera distortion {self.distortion!r} must be five numbers (k1 k2 p1 p2 k3)") from None
         if len(self.distortion) != 5 or not all(math.isfinite(c) for c in self.distortion):
             raise ConfigError(f"camera distortion {self.distortion} must be five finite numbers (k1, k2, p1, p2, k3)")
         if not (0.0 <= self.min_depth < self.max_depth and math.isfinite(self.max_depth)):

@@ -54,7 +54,9 @@ class CameraBatch:
     """Cameras rendered together, all of one size."""
 
     rays_C: wp.array3d(dtype=wp.vec3)
-    """(n, H, W) unit ray directions, optical frame."""
+    """(m, H, W) unit ray directions, optical frame: one table per distinct camera model."""
+    ray_table: wp.array(dtype=wp.int32)
+    """(n,) which of the ``rays_C`` tables each camera uses (a batch of one model keeps one table)."""
     R_WC: wp.array2d(dtype=wp.mat33)
     """(n, H) orientation of each camera when each row was exposed (all rows alike: a global shutter)."""
     p_WC: wp.array2d(dtype=wp.vec3)
@@ -211,12 +213,13 @@ def render_kernel(use_traced: bool, use_actors: bool, use_shading: bool, use_sha
         c = first_camera + i
         y = row_offset + k * row_stride
         radial = cameras.radial[c] != 0
+        table = cameras.ray_table[c]
         origin = cameras.p_WC[c, y]
         R = cameras.R_WC[c, y]
         max_depth = cameras.max_depth[c]
         for column in range(span):
             x = block * span + column
-            ray_C = cameras.rays_C[c, y, x]
+            ray_C = cameras.rays_C[table, y, x]
             direction = R * ray_C
             along = ray_C[2]  # depth per metre of ray: the optical axis component, or 1 for a radial sensor
             if radial:
@@ -322,8 +325,9 @@ def make_rays_kernel(
     p = cameras.p_WC[c, y]
     max_depth = cameras.max_depth[c]
     radial = cameras.radial[c] != 0
+    table = cameras.ray_table[c]
     for x in range(direction.shape[2]):
-        ray_C = cameras.rays_C[c, y, x]
+        ray_C = cameras.rays_C[table, y, x]
         direction[c, y, x] = R * ray_C
         if per_ray_origin:
             origin[c, y, x] = p
@@ -355,11 +359,12 @@ def mark_stereo_shadow_kernel(cameras: CameraBatch, row_stride: int, row_offset:
     depth = out.depth
     width = status.shape[2]
     height = status.shape[1]
+    table = cameras.ray_table[c]
     for column in range(span):
         x = block * span + column
         if int(status[c, y, x]) != STATUS_HIT:
             continue
-        ray_C = cameras.rays_C[c, y, x]
+        ray_C = cameras.rays_C[table, y, x]
         p_W = cameras.p_WC[c, y] + cameras.R_WC[c, y] * (ray_C * (depth[c, y, x] / ray_C[2]))
         p_P = wp.transpose(cameras.R_WC[partner, y]) * (p_W - cameras.p_WC[partner, y])  # the partner's same row
         visible = False

@@ -163,8 +163,13 @@ class Renderer:
         self.threads = 1 if d.is_cuda else max(1, min(threads or default_threads, height))
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="goggles-render") if self.threads > 1 else None
 
+        # One ray table per distinct camera model (a learning batch's thousands of cameras share one).
+        models: dict = {}
+        ray_table = np.array([models.setdefault(c, len(models)) for c in cameras], np.int32)
+        tables = np.stack([model.ray_directions() for model in models])  # (m, H, W, 3)
         batch = kernels.CameraBatch()
-        batch.rays_C = wp.array(np.stack([c.ray_directions() for c in cameras]), dtype=wp.vec3, device=d)
+        batch.rays_C = wp.array(tables, dtype=wp.vec3, device=d)
+        batch.ray_table = wp.array(ray_table, dtype=wp.int32, device=d)
         batch.R_WC = wp.zeros((n, height), dtype=wp.mat33, device=d)
         batch.p_WC = wp.zeros((n, height), dtype=wp.vec3, device=d)
         batch.partner = wp.array(partner, dtype=wp.int32, device=d)
@@ -175,10 +180,10 @@ class Renderer:
         self._radial = np.array([bool(getattr(c, "radial", False)) for c in cameras])
         batch.radial = wp.array(self._radial.astype(np.int32), dtype=wp.int32, device=d)
         self._cameras = batch
-        rays = np.stack([c.ray_directions() for c in cameras]).reshape(n, -1, 3)
+        rays = tables.reshape(len(tables), -1, 3)
         with np.errstate(divide="ignore", invalid="ignore"):  # radial sensors look every way: never culled
             slopes = rays[..., :2] / rays[..., 2:]  # x/z and y/z: the view's extent, distortion included
-        self._view_slopes = np.stack([slopes.min(axis=1), slopes.max(axis=1)], axis=1)  # (n, 2, 2)
+        self._view_slopes = np.stack([slopes.min(axis=1), slopes.max(axis=1)], axis=1)[ray_table]  # (n, 2, 2)
         self._max_depth = np.array([c.max_depth for c in cameras])
         culling = kernels.ActorCulling()
         culling.count = wp.zeros(n, dtype=wp.int32, device=d)
@@ -296,8 +301,14 @@ class Renderer:
 
     @property
     def rays_C(self) -> wp.array:
-        """(n, H, W) unit ray of every pixel in its camera's optical frame (sensor models read it)."""
+        """(m, H, W) unit ray of every pixel in its camera's optical frame, one table per distinct
+        camera model (sensor models read it; ``ray_table`` says which table is whose)."""
         return self._cameras.rays_C
+
+    @property
+    def ray_table(self) -> wp.array:
+        """(n,) int32: camera c's rays are ``rays_C[ray_table[c]]``."""
+        return self._cameras.ray_table
 
     def render(self, T_WC: np.ndarray, T_WC_last_row: np.ndarray | None = None) -> None:
         """Trace every camera from its pose; results stay in ``self.buffers`` on the device
@@ -402,13 +413,6 @@ class Renderer:
             table = wp.empty(faces, dtype=float, device=self.device)
             wp.launch(face_reflectivity_kernel, dim=faces, inputs=[data, table], device=self.device)
             data.face_reflectivity = table
-
-    def set_rays(self, directions) -> None:
-        """New ray tables, (H, W, 3) per camera, for the next renders (a LiDAR whose pattern moves)."""
-        rays = np.stack([np.asarray(r, dtype=np.float32) for r in directions])
-        if rays.shape != (self.num_cameras, self.height, self.width, 3):
-            raise ConfigError(f"ray tables must be {(self.num_cameras, self.height, self.width, 3)}, got {rays.shape}")
-        self._cameras.rays_C.assign(rays)
 
     def render_exposure(
         self,

@@ -63,6 +63,7 @@ def camera_noise_model(name: str) -> CameraNoiseModel:
 @wp.kernel
 def camera_noise_kernel(
     rays_C: wp.array3d(dtype=wp.vec3),
+    ray_table: wp.array(dtype=wp.int32),
     full_well: wp.array(dtype=float),
     read_noise: wp.array(dtype=float),
     full_scale: wp.array(dtype=float),
@@ -83,9 +84,10 @@ def camera_noise_kernel(
     width = rgb.shape[2]
     read = read_noise[c]
     seed = draw_seed(draws)
+    table = ray_table[c]
     for column in range(span):
         x = block * span + column
-        cos_theta = rays_C[c, y, x][2]
+        cos_theta = rays_C[table, y, x][2]
         falloff = 1.0 - vignetting[c] * (1.0 - cos_theta * cos_theta * cos_theta * cos_theta)
         state = wp.rand_init(seed, (c * rgb.shape[1] + y) * width + x)
         # Three standard normals from one random word: three 10-bit indices into a table of the normal
@@ -124,7 +126,8 @@ class CameraNoise:
         if not self.active:
             return
         r = self._renderer
-        inputs = [r.rays_C, self._well, self._read, self._scale, self._vignetting, self._normals, self._draws.array]
+        noise = [self._well, self._read, self._scale, self._vignetting, self._normals, self._draws.array]
+        inputs = [r.rays_C, r.ray_table, *noise]
         r.launch_rows(camera_noise_kernel, inputs, [r.buffers.rgb])
         self._draws.next()
 
