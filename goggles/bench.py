@@ -36,6 +36,8 @@ class RenderBench:
     triangles: int
     threads: int
     device: str
+    pixel_order: str
+    """The warp backend's pixel order (``Renderer.pixel_order``)."""
 
     def ratio(self, backend: str, outputs: str) -> float:
         return self.rays_per_s[backend, outputs] / self.embree_rays_per_s
@@ -86,6 +88,7 @@ def bench_render(
     device: str | None = None,
     backends: tuple[str, ...] = ("warp", "embree"),
     bvh: str | None = None,
+    pixel_order: str = "auto",
     seconds: float = 2.0,
 ) -> RenderBench:
     """Render the same views of a scene with each backend, and trace the same rays with bare Embree.
@@ -97,7 +100,8 @@ def bench_render(
     of four sub-frames; and an OS1-64 LiDAR scans the same world (its cost too against the ideal
     render). Embree alone only finds the closest hits, on the same number of threads. A backend the
     device cannot run (Embree on CUDA) is left out. ``bvh`` picks Warp's BVH builder for the static
-    mesh (``goggles.world.BVH_BUILDERS``; default per device).
+    mesh (``goggles.world.BVH_BUILDERS``; default per device), ``pixel_order`` the warp backend's
+    (``goggles.render.PIXEL_ORDERS``).
     """
     import warp as wp
 
@@ -117,6 +121,7 @@ def bench_render(
     world = DeviceScene(scene, device, bvh=bvh)
     rates: dict[tuple[str, str], float] = {}
     costs: dict[tuple[str, str], float] = {}
+    warp_order = "rows"
     for backend in backends:
         if backend == "embree" and world.device.is_cuda:
             continue
@@ -137,7 +142,10 @@ def bench_render(
                 outputs=chosen,
                 shading=shading,
                 shadows=shadows,
+                pixel_order=pixel_order if backend == "warp" else "auto",
             )
+            if backend == "warp":
+                warp_order = renderer.pixel_order
             noise = CameraNoise([GLOBAL_SHUTTER] * views, renderer) if outputs.endswith("noise") else None
 
             blur = 4 if outputs.endswith("blur4") else 0
@@ -194,6 +202,7 @@ def bench_render(
         triangles=scene.num_faces,
         threads=embree.threads,
         device=str(world.device),
+        pixel_order=warp_order,
     )
 
 

@@ -7,10 +7,13 @@ import cv2
 import numpy as np
 import pytest
 import trimesh
+import warp as wp
 
 from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL, camera_pose_from_body, quat_from_euler, transform
 from goggles.render import CameraModel, Renderer, Shading, stereo_right_offset
+from goggles.render.kernels import tile_pixel
+from goggles.scene import box_shape
 from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of
 
@@ -261,3 +264,60 @@ def test_one_launch_renders_many_cameras_consistently(tracer):
         np.testing.assert_array_equal(together.segmentation[i], alone.segmentation[0])
     undistorted = render(scene, [camera], [poses[1]], tracer)
     assert not np.array_equal(together.depth[1], undistorted.depth[0])  # camera 1 traced its own table
+
+
+@wp.kernel
+def _tile_order_kernel(width: int, height: int, order: wp.array2d(dtype=wp.int32)):
+    index = wp.tid()
+    pixel = tile_pixel(index, width, height)
+    order[pixel[1], pixel[0]] = index
+
+
+def test_tiles_cover_every_pixel_once_in_8x4_blocks(device):
+    """CUDA's pixel order: a warp's 32 threads take an 8 x 4 tile; a short last band makes 8 x 2 tiles."""
+    width, height = 24, 18
+    order = wp.full((height, width), -1, dtype=wp.int32, device=device)
+    wp.launch(_tile_order_kernel, dim=width * height, inputs=[width, height], outputs=[order], device=device)
+    got = order.numpy()
+    assert sorted(got.ravel().tolist()) == list(range(width * height))  # every pixel exactly once
+    np.testing.assert_array_equal(got[:4, :8], np.arange(32).reshape(4, 8))
+    np.testing.assert_array_equal(got[:4, 8:16], 32 + np.arange(32).reshape(4, 8))
+    np.testing.assert_array_equal(got[4:8, :8], 4 * width + np.arange(32).reshape(4, 8))
+    np.testing.assert_array_equal(got[16:, 8:16], 16 * width + 16 + np.arange(16).reshape(2, 8))
+
+
+def test_tiled_pixels_render_what_rows_render(device):
+    """Every output of a tiled render (a thread per pixel, CUDA's default) equals the row-order render's,
+    with an actor, the sun's shadows and a stereo partner, on an image whose last band is short."""
+    sphere = trimesh.creation.icosphere(subdivisions=3, radius=1.0)
+    sphere.apply_translation([4.0, 1.0, 0.5])
+    world = DeviceScene(
+        scene_of((ground_plane(z=-1.0), 1), (sphere, 2)),
+        device,
+        shapes=[box_shape("crate", [1.0, 1.0, 1.0], rgb=(1.0, 0.0, 0.0), segmentation=7)],
+    )
+    world.set_actors([0], [transform([5.0, -1.5, 0.0], quat_from_euler(0.0, 0.0, 0.4))])
+    camera = CameraModel.from_fov(32, 18, 70.0, distortion=(-0.1, 0.01, 0.0, 0.0, 0.0))
+    left = camera_pose_from_body(transform([0.0, 0.0, 0.3], quat_from_euler(0.05, 0.1, 0.0)))
+    poses = np.stack([left, left @ stereo_right_offset(0.3)])
+    images = {}
+    for order in ("rows", "tiles"):
+        renderer = Renderer(world, [camera] * 2, shadow_partner=[1, -1], backend="warp", pixel_order=order)
+        assert renderer.pixel_order == order
+        renderer.render(poses)
+        images[order] = renderer.images()
+        renderer.close()
+    for name in ("status", "depth", "range", "rgb", "segmentation", "normal_W", "face"):
+        np.testing.assert_array_equal(getattr(images["tiles"], name), getattr(images["rows"], name), err_msg=name)
+    assert {1, 2, 7} <= set(np.unique(images["tiles"].segmentation).tolist())  # ground, sphere and crate seen
+
+
+def test_pixel_order_is_checked(device):
+    world = DeviceScene(scene_of((ground_plane(), 1)), device)
+    with pytest.raises(ConfigError, match="multiple of 8"):
+        Renderer(world, [CameraModel.from_fov(30, 18, 60.0)], backend="warp", pixel_order="tiles")
+    with pytest.raises(ConfigError, match="pixel order"):
+        Renderer(world, [CameraModel.from_fov(32, 18, 60.0)], backend="warp", pixel_order="diagonal")
+    auto = Renderer(world, [CameraModel.from_fov(32, 18, 60.0)], backend="warp")
+    assert auto.pixel_order == ("tiles" if auto.device.is_cuda else "rows")
+    auto.close()

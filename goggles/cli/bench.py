@@ -40,6 +40,13 @@ def add_parser(commands) -> None:
         help="Warp's BVH builder for the static mesh (default: SAH on CUDA, Warp's default on the CPU)",
     )
     bench_render.add_argument(
+        "--pixel-order",
+        choices=["auto", "tiles", "rows"],
+        default="auto",
+        help="which pixels a GPU warp's threads trace together with the warp backend: 8x4 tiles or 32 of a row "
+        "(default auto: tiles on CUDA, rows on the CPU; tiles on the CPU cost a thread per pixel)",
+    )
+    bench_render.add_argument(
         "--backend",
         choices=["warp", "embree", "both"],
         default="both",
@@ -160,11 +167,12 @@ def cmd_bench_render(args) -> int:
         device=args.device,
         backends=("warp", "embree") if args.backend == "both" else (args.backend,),
         bvh=args.bvh,
+        pixel_order=args.pixel_order,
         seconds=args.seconds,
     )
     print(
         f"scene: {result.triangles} triangles, {result.views} views of {result.width}x{result.height}, "
-        f"device {result.device}, {result.threads} threads"
+        f"device {result.device}, {result.threads} threads, warp pixel order {result.pixel_order}"
     )
     for (backend, outputs), rate in result.rays_per_s.items():
         cost = ""

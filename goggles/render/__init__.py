@@ -15,7 +15,7 @@ Contract:
 """
 
 from goggles.render.camera import CameraModel, stereo_right_offset
-from goggles.render.renderer import Images, Renderer
+from goggles.render.renderer import PIXEL_ORDERS, Images, Renderer
 from goggles.render.shading import Shading
 
-__all__ = ["CameraModel", "Images", "Renderer", "Shading", "stereo_right_offset"]
+__all__ = ["PIXEL_ORDERS", "CameraModel", "Images", "Renderer", "Shading", "stereo_right_offset"]

@@ -135,6 +135,27 @@ class TracedRows:
     """Geometric normal (not unit, any side)."""
 
 
+#: On CUDA a warp's 32 threads take an 8 x 4 tile of pixels instead of 32 pixels of one row, so that
+#: their rays leave side by side and walk the same BVH nodes (measured on an H100 with a bare BVH
+#: query: +12 %). Each band of TILE_ROWS rows is cut into tiles TILE_COLUMNS wide; the image's last
+#: band may have fewer rows.
+TILE_COLUMNS = wp.constant(8)
+TILE_ROWS = wp.constant(4)
+
+
+@wp.func
+def tile_pixel(index: int, width: int, height: int) -> wp.vec2i:
+    """Pixel (x, y) of a camera's ``index``-th thread in tile order (``width`` a multiple of TILE_COLUMNS)."""
+    band_pixels = width * TILE_ROWS
+    band = index // band_pixels
+    top = band * TILE_ROWS
+    tile_pixels = TILE_COLUMNS * wp.min(TILE_ROWS, height - top)
+    within_band = index - band * band_pixels
+    tile = within_band // tile_pixels
+    within_tile = within_band - tile * tile_pixels
+    return wp.vec2i(tile * TILE_COLUMNS + within_tile % TILE_COLUMNS, top + within_tile // TILE_COLUMNS)
+
+
 @wp.func
 def to_byte(value: float) -> wp.uint8:
     return wp.uint8(wp.clamp(value * 255.0 + 0.5, 0.0, 255.0))
@@ -194,31 +215,39 @@ def render_kernel(use_traced: bool, use_actors: bool, use_shading: bool, use_sha
         wanted: OutputFlags,
         culling: ActorCulling,
         traced: TracedRows,
+        tiled: bool,
         first_camera: int,
         row_stride: int,
         row_offset: int,
         span: int,
         out: ImageBuffers,
     ):
-        """Every output of ``span`` pixels of camera ``first_camera + i``, row ``row_offset + k * row_stride``.
+        """Every output of ``span`` pixels of camera ``first_camera + i``, row ``row_offset + k * row_stride``;
+        or, ``tiled`` (a thread per pixel over whole cameras), pixel ``tile_pixel(k * width + block)``.
 
         The closest static hit comes from Warp's BVH here, or from another tracer (``traced.used``:
         Embree, one chunk of rows of one camera per launch); the actors in the camera's view are always
         found here (Warp BVHs, ``culling``), and every output is written by the code below whoever
         traced. On the CPU a thread takes a whole row (``span`` = width): Warp copies the struct
         arguments into every thread, which would cost more per pixel than writing a depth image. On
-        CUDA ``span`` is 1.
+        CUDA ``span`` is 1 and the pixels are tiled (``TILE_COLUMNS``).
         """
         i, k, block = wp.tid()
         c = first_camera + i
         y = row_offset + k * row_stride
+        first_column = block * span
+        if tiled:
+            width = cameras.rays_C.shape[2]
+            pixel = tile_pixel(k * width + block, width, cameras.rays_C.shape[1])
+            first_column = pixel[0]
+            y = pixel[1]
         radial = cameras.radial[c] != 0
         table = cameras.ray_table[c]
         origin = cameras.p_WC[c, y]
         R = cameras.R_WC[c, y]
         max_depth = cameras.max_depth[c]
         for column in range(span):
-            x = block * span + column
+            x = first_column + column
             ray_C = cameras.rays_C[table, y, x]
             direction = R * ray_C
             along = ray_C[2]  # depth per metre of ray: the optical axis component, or 1 for a radial sensor

@@ -101,6 +101,25 @@ def choose_backend(backend: str, device) -> str:
     return backend
 
 
+#: Pixel orders of the render kernel's threads (``Renderer(pixel_order=...)``).
+PIXEL_ORDERS = ("auto", "tiles", "rows")
+
+
+def _pixel_order(order: str, backend: str, device, width: int) -> str:
+    """The pixel order a render runs in: ``tiles`` or ``rows``."""
+    if order not in PIXEL_ORDERS:
+        raise ConfigError(f"pixel order {order!r}: use one of {', '.join(PIXEL_ORDERS)}")
+    tileable = backend == "warp" and width % kernels.TILE_COLUMNS == 0
+    if order == "auto":
+        return "tiles" if device.is_cuda and tileable else "rows"
+    if order == "tiles" and not tileable:
+        raise ConfigError(
+            f"pixel order tiles needs the warp backend and a width that is a multiple of {kernels.TILE_COLUMNS} "
+            f"(here {backend}, {width} px): use rows"
+        )
+    return order
+
+
 class Renderer:
     """Renders a batch of same-size cameras against a DeviceScene (one launch on CUDA; on the CPU a
     launch per worker thread, or per chunk of rows with Embree).
@@ -121,6 +140,10 @@ class Renderer:
         shadows: the sun casts shadows (one ray per lit point; SUN shading only).
         sky_rgb: the sky's colour straight up, for a gradient from ``background_rgb`` at the horizon;
             None: a uniform background.
+        pixel_order: which pixels a GPU warp's threads take together, one of ``PIXEL_ORDERS``:
+            ``tiles`` (8 x 4, rays side by side), ``rows`` (32 of one row), ``auto`` (tiles on CUDA
+            where the width is a multiple of 8). Tiles on the CPU cost a thread per pixel: for
+            comparisons only.
     """
 
     def __init__(
@@ -138,6 +161,7 @@ class Renderer:
         sky_rgb: Sequence[float] | None = None,
         outputs: Collection[str] = OUTPUTS,
         backend: str = "auto",
+        pixel_order: str = "auto",
     ):
         if not cameras:
             raise ConfigError("a renderer needs at least one camera")
@@ -152,6 +176,7 @@ class Renderer:
         if unknown:
             raise ConfigError(f"unknown render outputs {unknown}; choose from {', '.join(OUTPUTS)}")
         self.backend = choose_backend(backend, scene.device)
+        self.pixel_order = _pixel_order(pixel_order, self.backend, scene.device, width)
         _check_memory(scene.device, n * width * height, f"{n} camera(s) of {width}x{height}")
         self.scene = scene
         self.cameras = tuple(cameras)
@@ -394,8 +419,12 @@ class Renderer:
             self._fill_reflectivity()
         if self.backend == "embree":
             self._pool_map(self._trace_rows, self._chunks)
+        elif self.pixel_order == "tiles":  # one launch, a thread per pixel
+            n, h, w = self.num_cameras, self.height, self.width
+            inputs = [*self._render_inputs(self._untraced), True, 0, 1, 0, 1]
+            wp.launch(self._kernel, dim=(n, h, w), inputs=inputs, outputs=[self.buffers], device=self.device)
         else:
-            self._launch_all(self._kernel, [*self._render_inputs(self._untraced), 0], [self.buffers])
+            self._launch_all(self._kernel, [*self._render_inputs(self._untraced), False, 0], [self.buffers])
         if self._has_partners:  # the stereo shadow: NaN, written by a kernel compiled for IEEE NaNs
             self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras], [self.buffers])
             b = self.buffers
@@ -544,7 +573,7 @@ class Renderer:
         wp.launch(
             self._kernel,
             dim=(1, dim[0], 1),
-            inputs=[*self._render_inputs(traced), c, 1, first, dim[1]],
+            inputs=[*self._render_inputs(traced), False, c, 1, first, dim[1]],
             outputs=[self.buffers],
             device=d,
         )
