@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import warp as wp
 
 torch = pytest.importorskip("torch")
 gymnasium = pytest.importorskip("gymnasium")
@@ -16,6 +17,7 @@ from goggles.paths import default_scene  # noqa: E402
 from goggles.render import CameraModel  # noqa: E402
 from goggles.scene import load_static_scene  # noqa: E402
 from goggles.world import DeviceScene  # noqa: E402
+from tests.conftest import NO_CUDA, _require_cuda  # noqa: E402
 
 CAMERA = CameraModel.from_fov(32, 24, 80.0)
 
@@ -717,3 +719,57 @@ def test_a_device_this_machine_lacks_is_a_clear_error():
         pytest.skip("this machine has CUDA")
     with pytest.raises(ConfigError, match="device 'cuda'"):
         DroneVectorEnv(1, device="cuda")
+
+
+@wp.kernel
+def _busy_kernel(loops: int, out: wp.array(dtype=float)):
+    """Keeps Warp's stream busy for a while: a long chain of dependent arithmetic."""
+    i = wp.tid()
+    x = float(i)
+    for _ in range(loops):
+        x = wp.sin(x) + 1.0
+    out[i] = x
+
+
+@NO_CUDA
+@pytest.mark.parametrize("mode", ["next", "same"])
+def test_a_caller_on_a_torch_stream_of_its_own_reads_each_steps_observations(arena, mode):
+    """A policy on its own torch stream (not the default one Warp's streams follow) reads the
+    observations, rewards and final observations of the step it asked for, though Warp's stream is
+    still busy when ``step`` returns; the reference steps on the default stream."""
+    _require_cuda("cuda:0")
+    autoreset = {"next": gymnasium.vector.AutoresetMode.NEXT_STEP, "same": gymnasium.vector.AutoresetMode.SAME_STEP}
+    task = HoverTask(max_distance=0.3, episode_s=0.3)  # short episodes: resets happen
+    envs = [
+        DroneVectorEnv(
+            16, task=task, camera=CAMERA, scene=DeviceScene(arena, "cuda:0"), autoreset=autoreset[mode], device="cuda:0"
+        )
+        for _ in range(2)
+    ]
+    generator = torch.Generator().manual_seed(3)
+    actions = [(torch.rand(20, 16, 4, generator=generator) * 2.0 - 1.0)[i].to("cuda:0") for i in range(20)]
+    busy = wp.zeros(1, dtype=float, device="cuda:0")
+
+    def run(env, on_stream: bool) -> list[torch.Tensor]:
+        seen = []
+        observations, _ = env.reset(seed=5)
+        seen.append(observations["state"].clone())
+        for action in actions:
+            if on_stream:  # Warp's stream is busy for tens of milliseconds before each step's work
+                wp.launch(_busy_kernel, dim=1, inputs=[2_000_000], outputs=[busy], device="cuda:0")
+            observations, reward, terminated, truncated, info = env.step(action)
+            seen += [observations["state"].clone(), observations["depth"].clone(), reward.clone(), terminated.clone()]
+            if "final_obs" in info:
+                seen.append(info["final_obs"]["state"].clone())
+        return seen
+
+    expected = run(envs[0], on_stream=False)
+    stream = torch.cuda.Stream("cuda:0")
+    with torch.cuda.stream(stream):
+        got = run(envs[1], on_stream=True)
+    stream.synchronize()
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)
+    for env in envs:
+        env.close()

@@ -7,7 +7,8 @@ same tensors every step, rewritten in place, so a caller keeping an observation 
 ``step`` clones it. An environment that ended is reset on the device, the others go on: at the
 following ``step`` (Gymnasium's next-step autoreset, the default: that step's action is ignored and
 its reward 0) or within the same ``step`` (same-step, as Isaac Lab and most GPU RL libraries expect:
-the final observation is in ``info["final_obs"]``). Nothing crosses to the host per step, except one
+the final observation is in ``info["final_obs"]``). A caller on a torch stream of its own is waited
+on, and waits, where data changes hands (``StreamOrder``). Nothing crosses to the host per step, except one
 flag checking the actions are finite, and the done mask when domain randomisation draws new
 airframes. On CUDA each step replays recordings of its device work (``goggles.captured``: CUDA
 graphs of the physics steps, the resets, the scoring and the observation) instead of launching
@@ -31,6 +32,7 @@ from goggles.dynamics.model import vec8
 from goggles.dynamics.simulator import GRAVITY, MultirotorSim
 from goggles.envs import kernels
 from goggles.envs.randomization import DEFAULTS, Randomization, randomized_airframe
+from goggles.envs.streams import StreamOrder
 from goggles.envs.tasks import Episodes, HoverTask
 from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL
@@ -184,6 +186,7 @@ class DroneVectorEnv(VectorEnv):
         self.observation_space = gymnasium.vector.utils.batch_space(self.single_observation_space, n)
         self.action_space = gymnasium.vector.utils.batch_space(self.single_action_space, n)
         self.torch_device = torch.device(wp.device_to_torch(d))
+        self._streams = StreamOrder(d, self.torch_device)
         self._observations = {"state": wp.to_torch(self._state)}
         if "depth" in spaces:
             self._observations["depth"] = wp.to_torch(self._depth)
@@ -218,10 +221,12 @@ class DroneVectorEnv(VectorEnv):
             self._episode_host[:] = 0
             for recorded in self._recordings:
                 recorded.forget()  # the seed is passed by value
+        self._streams.warp_waits_for_caller()  # the caller may still be reading the last observations
         self.episodes.mask.fill_(1)
         self._start_episodes(np.ones(self.num_envs, bool))
         self.episodes.mask.zero_()
         self._observe_recorded(key=self._scene_key)
+        self._streams.caller_waits_for_warp()
         return self._observations, self._info()
 
     def step(self, actions: torch.Tensor):
@@ -230,6 +235,7 @@ class DroneVectorEnv(VectorEnv):
         reward 0, their observation the new episode's first). Same-step: those that end now are reset
         before returning."""
         wp.to_torch(self._actions).copy_(self._checked(actions))  # kept where the recordings read them
+        self._streams.warp_waits_for_caller()  # for the actions, and for reads of the last observations
         self._physics_recorded()
         self.sim.stepped(self.physics_per_action)
         if self._final is None:
@@ -240,12 +246,15 @@ class DroneVectorEnv(VectorEnv):
         info = self._info()
         reward, terminated, truncated = self._outputs
         if self._final is not None:  # same-step: keep the last observations, then start anew now
+            self._streams.caller_waits_for_warp()
             for name, value in self._observations.items():
                 self._final[name].copy_(value)
+            self._streams.warp_waits_for_caller()
             self._start_episodes(self._resetting())
             self.episodes.mask.zero_()
             self._observe_recorded(key=self._scene_key)
             info = self._info() | {"final_obs": self._final, "_final_obs": terminated | truncated}
+        self._streams.caller_waits_for_warp()
         return self._observations, reward, terminated, truncated, info
 
     def close(self, **kwargs) -> None:
