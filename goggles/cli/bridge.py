@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import stop_on_signals
+from goggles.cli.common import freeze_start_up_heap, stop_on_signals
 
 
 def add_parser(commands) -> None:
@@ -74,6 +74,7 @@ def cmd_bridge_mocap(args) -> int:
     publisher = Publisher(None if args.no_zmq else args.zmq, None if args.no_lcm else args.lcm_url)
     bridge = MocapBridge(calibration, publisher)
     stop = stop_on_signals()
+    freeze_start_up_heap()
     print(
         f"goggles bridge: {args.system} at {args.host} -> ZeroMQ {'off' if args.no_zmq else args.zmq}, "
         f"LCM {'off' if args.no_lcm else args.lcm_url}; Ctrl-C stops",

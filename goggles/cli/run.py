@@ -5,7 +5,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import add_backend_arg, add_recorded_arg, positive_float, stop_on_signals
+from goggles.cli.common import (
+    add_backend_arg,
+    add_recorded_arg,
+    freeze_start_up_heap,
+    positive_float,
+    stop_on_signals,
+)
 from goggles.errors import ConfigError
 
 
@@ -201,6 +207,7 @@ def cmd_run(args) -> int:
         sink.set_scene(engine.scene_boxes)
         print(f"Foxglove: ws://{args.foxglove_host}:{sink.port}", file=sys.stderr, flush=True)
     stop_on_signals(stop)
+    freeze_start_up_heap()
     channels = sorted({f"{c.vehicle}/{c.name}" for c in config.cameras})
     print(
         f"goggles: {config.mode.name.lower()} mode, {len(engine.vehicles)} vehicle(s), cameras {channels}; "
