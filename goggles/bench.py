@@ -474,9 +474,15 @@ def _embree_stereo_ms(width: int, height: int) -> float | None:
     return float(np.median(times[1:]) * 1e3)
 
 
+#: Seconds of poses sent before the timed ones: the engine's first frames from fresh poses load
+#: modules and record their work (CUDA graphs), a start-up cost paid once per run, not per frame.
+WARMUP_S = 1.0
+
+
 def _drive(client, engine, rate: float, seconds: float):
-    """Send poses at ``rate`` (after the engine answers) and collect arrival times by pose utime
-    (``client``: ``send_pose(position) -> utime``, ``receive(timeout) -> (channel, pose utime) | None``)."""
+    """Send poses at ``rate`` (after the engine answers and ``WARMUP_S`` of poses not timed) and
+    collect arrival times by pose utime (``client``: ``send_pose(position) -> utime``,
+    ``receive(timeout) -> (channel, pose utime) | None``)."""
     sent: dict[int, float] = {}
     arrived: dict[int, dict[str, float]] = {}
 
@@ -497,10 +503,11 @@ def _drive(client, engine, rate: float, seconds: float):
     period = 1.0 / rate
     start = time.perf_counter()
     k = 0
-    while time.perf_counter() - start < seconds:
+    while time.perf_counter() - start < WARMUP_S + seconds:
         position = [-4.0 + 0.5 * np.sin(0.5 * k * period), 0.3 * np.cos(0.7 * k * period), 1.5]
         utime = client.send_pose(position)
-        sent[utime] = time.perf_counter()
+        if time.perf_counter() - start >= WARMUP_S:
+            sent[utime] = time.perf_counter()
         k += 1
         next_send = start + k * period
         while (remaining := next_send - time.perf_counter()) > 0:
