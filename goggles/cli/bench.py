@@ -71,7 +71,8 @@ def add_parser(commands) -> None:
         help="pose sent -> stereo depth received, over ZeroMQ on loopback (or ROS 2 over DDS)",
         description="Start 'goggles run' in live mode in its own process with a stereo depth camera, send poses "
         "over ZeroMQ at the camera rate, and time each pose until both depth images rendered from it arrive "
-        "(after one second of poses not timed: the engine's start-up). The last line is 'p50_ms=<x> p99_ms=<y> width=<W> height=<H>'.",
+        "(after one second of poses not timed: the engine's start-up). "
+        "The last line is 'p50_ms=<x> p99_ms=<y> width=<W> height=<H>'.",
     )
     bench_latency.add_argument("--width", type=int, default=320)
     bench_latency.add_argument("--height", type=int, default=240)
