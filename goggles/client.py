@@ -148,6 +148,28 @@ class Client:
         self._pub.send(frame(f"pose/{name}", message.encode()))
         return utime
 
+    def spawn(self, actor: str, prop: str, position, orientation=(1.0, 0.0, 0.0, 0.0)) -> None:
+        """Place a new actor ``actor`` of the run file's ``[[prop]]`` ``prop`` at a world pose
+        (orientation w, x, y, z); an actor of that name already placed is placed anew."""
+        self._edit(0, actor, prop, position, orientation)
+
+    def move(self, actor: str, position, orientation=(1.0, 0.0, 0.0, 0.0)) -> None:
+        """Move a spawned actor to a world pose."""
+        self._edit(1, actor, "", position, orientation)
+
+    def remove(self, actor: str) -> None:
+        """Take a spawned actor out of the world."""
+        self._edit(2, actor, "", (0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0))
+
+    def _edit(self, action: int, actor: str, prop: str, position, orientation) -> None:
+        message = goggles_lcm.scene_edit_t()
+        message.header = header(time.time_ns() // 1000, next(self._seq))
+        message.action = action
+        message.actor, message.asset = actor, prop
+        message.position = [float(v) for v in position]
+        message.orientation = [float(v) for v in orientation]
+        self._pub.send(frame("scene/edit", message.encode()))
+
     def send_raw(self, frames: list[bytes]) -> None:
         """Send arbitrary frames to the engine's input socket (for tests of malformed input)."""
         self._pub.send_multipart(frames)

@@ -17,6 +17,7 @@ from goggles.dynamics.model import CollisionResponse
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, quat_to_matrix
 from goggles.render.camera import CameraModel
+from goggles.scene.actors import PropSpec
 from goggles.scene.assets import UNITS_M, UP_AXES
 from goggles.sensors.camera_noise import PRESETS as CAMERA_NOISE_MODELS
 from goggles.sensors.camera_noise import CameraNoiseModel
@@ -30,6 +31,8 @@ from goggles.transport.buses import DEFAULT_LCM_URL, CurveServer, ZmqEndpoints
 from goggles.transport.ros2 import DISTROS, Ros2Settings
 
 CAMERA_OUTPUTS = ("depth", "range", "rgb", "segmentation", "beacons")
+#: Longest prop name (scene edits name them in messages).
+MAX_NAME = 64
 IMAGE_OUTPUTS = ("depth", "range", "rgb", "segmentation")
 
 
@@ -147,6 +150,8 @@ class RunConfig:
     lidars: tuple[LidarConfig, ...] = ()
     ros2: Ros2Settings | None = None
     """None: ROS 2 off."""
+    props: tuple[PropSpec, ...] = ()
+    """What scene edits may spawn, by name."""
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -161,7 +166,7 @@ def load_run_config(path: str | Path) -> RunConfig:
 
 def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     """Build a RunConfig from parsed TOML (``path`` only names the file in errors and anchors paths)."""
-    tables = {"run", "clock", "lcm", "zmq", "ros2", "vehicle", "camera", "range_sensor", "lidar", "avatar"}
+    tables = {"run", "clock", "lcm", "zmq", "ros2", "vehicle", "camera", "range_sensor", "lidar", "avatar", "prop"}
     top = Table(path, "top level", data, tables)
     base = path.parent if path is not None else Path.cwd()
     run = Table(
@@ -246,6 +251,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         lidars=tuple(_lidar(path, i, c, set(names), physics_rate) for i, c in enumerate(top.get("lidar", []))),
         extrapolate=run.number("extrapolate", 0.0),
         avatars=tuple(_avatar(path, base, i, a) for i, a in enumerate(top.get("avatar", []))),
+        props=_props(path, base, top.get("prop", [])),
         curve=CurveServer((base / zmq.text("curve_secret_key")).resolve(), (base / zmq.text("curve_clients")).resolve())
         if "curve_secret_key" in zmq.table
         else None,
@@ -441,6 +447,48 @@ def _avatar(path, base: Path, index: int, table) -> AvatarConfig:
         T_WR=T_WR,
         speed=r.number("speed", 1.0, positive=True),
     )
+
+
+def _props(path, base: Path, tables) -> tuple[PropSpec, ...]:
+    if not isinstance(tables, list):
+        raise ConfigError(f"{path}: [[prop]] must be an array of tables")
+    props = tuple(_prop(path, base, i, t) for i, t in enumerate(tables))
+    names = [p.name for p in props]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{path}: [[prop]] names must be unique, got {names}")
+    return props
+
+
+def _prop(path, base: Path, index: int, table) -> PropSpec:
+    r = Table(path, f"[[prop]] #{index + 1}", table, {"name", "box", "rgb", "mesh", "units", "up", "segmentation"})
+    name = r.text("name", required=True)
+    if len(name) > MAX_NAME:
+        raise r.error("name", f"at most {MAX_NAME} characters")
+    segmentation = r.get("segmentation", 1)
+    if isinstance(segmentation, bool) or not isinstance(segmentation, int) or not 1 <= segmentation < 2**31:
+        raise r.error("segmentation", "an integer class id >= 1")
+    if ("box" in r.table) == ("mesh" in r.table):
+        raise ConfigError(f"{path}: {r.where}: give 'box' (extents, m) or 'mesh' (a file), one of them")
+    if "box" in r.table:
+        if "units" in r.table or "up" in r.table:
+            raise ConfigError(f"{path}: {r.where}: 'units' and 'up' are for a mesh, not a box")
+        extents = r.vector("box", 3, unit="m")
+        if np.any(extents <= 0.0):
+            raise r.error("box", "three extents > 0 (m)")
+        rgb = r.vector("rgb", 3, [0.8, 0.8, 0.8])
+        if np.any((rgb < 0.0) | (rgb > 1.0)):
+            raise r.error("rgb", "three numbers in [0, 1]")
+        box = (float(extents[0]), float(extents[1]), float(extents[2]))
+        return PropSpec(name, segmentation, box=box, rgb=(float(rgb[0]), float(rgb[1]), float(rgb[2])))
+    if "rgb" in r.table:
+        raise ConfigError(f"{path}: {r.where}: 'rgb' is for a box; a mesh brings its own colours")
+    mesh = (base / r.text("mesh")).resolve()
+    units, up = r.text("units", required=True), r.text("up", required=True)  # never guessed, as in a scene file
+    if units not in UNITS_M:
+        raise r.error("units", f"one of {sorted(UNITS_M)}")
+    if up not in UP_AXES:
+        raise r.error("up", f"one of {sorted(UP_AXES)}")
+    return PropSpec(name, segmentation, mesh=mesh, units=units, up=up)
 
 
 def load_camera_yaml(path: Path, **limits) -> CameraModel:

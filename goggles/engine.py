@@ -47,6 +47,7 @@ from goggles.transport.schema import MalformedMessage, decode_input
 from goggles.vehicles import Fleet, Vehicle, make_vehicles, pose_after
 from goggles.world.build import build_run_world
 from goggles.world.crowd import BUILD_INTERVAL_S, Crowd
+from goggles.world.props import Props
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ class Engine:
             keep={a.name for a, _ in self.clips},
             build_interval=BUILD_INTERVAL_S * real_time,
         )
+        self.props = Props(self.crowd, self.built)
         simulate = self.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
         self.physics_world = self.world
         if physics_device is not None and not simulate:
@@ -137,7 +139,9 @@ class Engine:
         self.lidars = [(c, Lidar(self.world, c.model, backend=backend)) for c in config.lidars]
         self.buses = open_buses(config)
         self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)
-        self.inputs = InputHandler(self.buses, self.vehicles, self.crowd, sinks=self.sinks, log_time_ns=self._log_ns)
+        self.inputs = InputHandler(
+            self.buses, self.vehicles, self.crowd, self.props, sinks=self.sinks, log_time_ns=self._log_ns
+        )
         self.counters = self.inputs.counters
         self.outputs = Outputs(self.buses, self.sinks, self.counters, self.times, self._log_ns)
         self.clock = PacedClock(config.scale, max_scale=config.max_scale)
@@ -434,8 +438,8 @@ class Engine:
         self.outputs.clock(self.mode, scale, self.achieved_rates(), self._utime())
 
     def scene_boxes(self) -> list:
-        """The actors as boxes for viewers: (name, [(T_WA (4, 4), size (3,))]) per gate and person."""
-        return self.built.gate_boxes() + self.crowd.boxes()
+        """The actors as boxes for viewers: (name, [(T_WA (4, 4), size (3,))]) per gate, prop and person."""
+        return self.built.gate_boxes() + self.props.boxes() + self.crowd.boxes()
 
     def time_source(self) -> str:
         """What drives sim time, and how fast it advanced since the last call (for the status line)."""

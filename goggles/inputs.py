@@ -20,6 +20,7 @@ from goggles.status import Counters
 from goggles.transport.schema import MalformedMessage, decode_input
 from goggles.vehicles import Vehicle
 from goggles.world.crowd import Crowd
+from goggles.world.props import Props
 
 log = logging.getLogger(__name__)
 
@@ -28,23 +29,25 @@ INPUT_BUDGET_S = 0.02
 
 
 class InputHandler:
-    """Applies inputs to ``vehicles`` and ``crowd``; accepted ones also go to ``sinks`` (recordings)
-    stamped with ``log_time_ns()``."""
+    """Applies inputs to ``vehicles``, ``crowd`` and ``props``; accepted ones also go to ``sinks``
+    (recordings) stamped with ``log_time_ns()``."""
 
     def __init__(
         self,
         buses,
         vehicles: dict[str, Vehicle],
         crowd: Crowd,
+        props: Props | None = None,
         *,
         sinks=(),
         log_time_ns: Callable[[], int] = time.time_ns,
     ):
-        self.buses, self.vehicles, self.crowd = buses, vehicles, crowd
+        self.buses, self.vehicles, self.crowd, self.props = buses, vehicles, crowd, props
         self.sinks, self.log_time_ns = sinks, log_time_ns
         self.counters = Counters()
         self._last_drop_log = 0.0
         self._turn = 0
+        self._edits_refused: set[tuple[str, str]] = set()
         self._backlog: deque = deque()
         """Inputs taken from a bus but not applied yet: the budget ran out (the next poll starts here)."""
 
@@ -118,8 +121,7 @@ class InputHandler:
             if not self.crowd.offer(channel[len("skeleton/") :], pose):
                 self.counters.ignored += 1
         elif channel == "scene/edit":
-            decode_input(data, goggles_lcm.scene_edit_t)
-            self.counters.ignored += 1  # validated; moving scene actors by edits is not built yet
+            self._edit(decode_input(data, goggles_lcm.scene_edit_t))
         else:
             raise MalformedMessage(f"no input channel {channel!r}")
 
@@ -131,6 +133,20 @@ class InputHandler:
             self.counters.ignored += 1
             return
         vehicle.set_pose(transform(message.position, message.orientation), message.header.utime)
+
+    def _edit(self, message) -> None:
+        """A well-formed edit that cannot apply (an unknown prop or actor, no room) is ignored, and
+        said once per actor and reason."""
+        T_WA = transform(message.position, message.orientation)
+        why = "this run declares no props" if self.props is None else None
+        if why is None:
+            why = self.props.edit(message.action, message.actor, message.asset, T_WA)
+        if why is None:
+            return
+        self.counters.ignored += 1
+        if (message.actor, why) not in self._edits_refused and len(self._edits_refused) < 1024:
+            self._edits_refused.add((message.actor, why))
+            log.warning("scene edit of %s ignored: %s", message.actor, why)
 
     def _command(self, name: str, message) -> None:
         vehicle = self.vehicles.get(name)

@@ -121,7 +121,7 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None) 
         engine: a ``goggles.engine.Engine`` in REPLAY mode.
         recorded: (log time ns, channel, bytes) in time order, as ``goggles.record.read_log`` yields
             them; vehicle poses come from ``<vehicle>/state`` (a simulated flight) or ``pose/<vehicle>``
-            (a live one), people from ``skeleton/<name>``.
+            (a live one), people from ``skeleton/<name>``, props from ``scene/edit``.
         speed: play at this multiple of the recorded pace; None: as fast as possible.
         progress: called about once per wall second with the log time reached, s.
 
@@ -137,6 +137,14 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None) 
     used, start_wall, last_progress = 0, time.perf_counter(), time.perf_counter()
     t_first = None
     for t_ns, channel, data in recorded:
+        if channel == "scene/edit":  # as the run applied it: after the events of the step it came at
+            if t_first is not None:
+                engine.run_events_before(int(round(t_ns * 1e-9 / engine.dt)) + 1)
+            try:
+                inputs.apply(channel, data)
+            except MalformedMessage as exc:
+                inputs.count_malformed(channel, exc)
+            continue
         if not (channel.endswith("/state") or channel.startswith(("pose/", "skeleton/"))):
             continue
         try:  # the message's own time stamp (sim time), not the log's: lcm-logger stamps on receipt

@@ -30,10 +30,14 @@ class scene_edit_t(object):
         """
 
         self.asset = ""
-        """ LCM Type: string """
+        """
+        the placed object's name (unique; 1 to 64 characters)
+        LCM Type: string
+        """
+
         self.position = [ 0.0 for dim0 in range(3) ]
         """
-        mesh or scene path (spawn only)
+        spawn: the run file's [[prop]] to place an instance of
         LCM Type: double[3]
         """
 

@@ -56,6 +56,8 @@ class FoxgloveSink:
         self._topics: dict[str, object] = {}
         self._scene_entities = scene_entities
         self._last_scene = 0
+        self._shown: set[str] = set()
+        """The scene entities the last update showed (one that left is deleted from the view)."""
 
     def set_scene(self, scene_entities) -> None:
         """Where the 3D scene's actors come from (e.g. ``Engine.scene_boxes``)."""
@@ -144,10 +146,23 @@ class FoxgloveSink:
         )
 
     def _publish_scene(self, log_time_ns: int) -> None:
-        from foxglove.messages import Color, CubePrimitive, Pose, Quaternion, SceneEntity, SceneUpdate, Vector3
+        """Every actor as boxes; an actor gone since the last update (a removed prop, a person who
+        left) is deleted from the view."""
+        from foxglove.messages import (
+            Color,
+            CubePrimitive,
+            Pose,
+            Quaternion,
+            SceneEntity,
+            SceneEntityDeletion,
+            SceneEntityDeletionType,
+            SceneUpdate,
+            Vector3,
+        )
 
-        entities = []
+        entities, shown = [], set()
         for name, boxes in self._scene_entities():
+            shown.add(name)
             cubes = []
             for T, size in boxes:
                 q = matrix_to_quat(T[:3, :3])
@@ -162,7 +177,12 @@ class FoxgloveSink:
                     )
                 )
             entities.append(SceneEntity(timestamp=self._stamp(log_time_ns), frame_id="world", id=name, cubes=cubes))
-        self._scene.log(SceneUpdate(entities=entities), log_time=log_time_ns)
+        deletions = [
+            SceneEntityDeletion(timestamp=self._stamp(log_time_ns), type=SceneEntityDeletionType.MatchingId, id=name)
+            for name in sorted(self._shown - shown)
+        ]
+        self._shown = shown
+        self._scene.log(SceneUpdate(deletions=deletions, entities=entities), log_time=log_time_ns)
 
     def close(self) -> None:
         self.server.stop()

@@ -7,6 +7,7 @@ places instances of it with a pose per frame, so moving an actor never rebuilds 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -42,3 +43,29 @@ def box_shape(name: str, extents, rgb=(0.8, 0.8, 0.8), segmentation: int = 1) ->
     box = trimesh.creation.box(extents=extents)
     box.visual.vertex_colors = np.tile([*(np.asarray(rgb) * 255).astype(int), 255], (len(box.vertices), 1))
     return ActorShape(name, [part_from_trimesh(box, name)], segmentation)
+
+
+@dataclass(frozen=True)
+class PropSpec:
+    """An object a run may spawn while it runs (a run file's ``[[prop]]``): a box of one colour, or a
+    mesh file, in its own frame (a spawn's pose places that frame)."""
+
+    name: str
+    segmentation: int
+    """Class id in segmentation images (>= 1)."""
+    box: tuple[float, float, float] | None = None
+    """Extents (x, y, z), metres, of a box centred on the prop's origin; None: a mesh."""
+    rgb: tuple[float, float, float] = (0.8, 0.8, 0.8)
+    """The box's colour, [0, 1]."""
+    mesh: Path | None = None
+    """A mesh file (OBJ, glTF/GLB, PLY, STL)."""
+    units: str = "m"
+    up: str = "+z"
+
+    def shape(self) -> ActorShape:
+        """Its actor shape (a mesh file is read here: ``SceneError`` names it)."""
+        if self.box is not None:
+            return box_shape(self.name, self.box, rgb=self.rgb, segmentation=self.segmentation)
+        from goggles.scene.assets import load_asset
+
+        return ActorShape(self.name, load_asset(self.mesh, units=self.units, up=self.up), self.segmentation)

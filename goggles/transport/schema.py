@@ -51,6 +51,8 @@ MAX_BONE_NAME = 64
 MAX_SKELETON_BYTES = 1024 + MAX_BONES * (4 + MAX_BONE_NAME + 1 + 4 + 3 * 8 + 4 * 8)
 #: Largest magnitude a float32 holds: numeric inputs are used in float32, so beyond it is infinity.
 FLOAT32_MAX = 3.4028234663852886e38
+#: Longest actor or prop name in a scene edit.
+MAX_EDIT_NAME = 64
 
 
 class Encoding(IntEnum):
@@ -137,6 +139,10 @@ def _validate(message) -> None:
             _finite(message.positions[i], f"bone {i} position")
             _quaternion(message.orientations[i], f"bone {i} orientation")
     elif isinstance(message, goggles_lcm.scene_edit_t):
+        if message.action not in (0, 1, 2):
+            raise MalformedMessage(f"scene edit action {message.action} is not 0 (spawn), 1 (move) or 2 (remove)")
+        if not 0 < len(message.actor) <= MAX_EDIT_NAME or len(message.asset) > MAX_EDIT_NAME:
+            raise MalformedMessage(f"scene edit actor and asset names must be 1 to {MAX_EDIT_NAME} characters")
         _finite(message.position, "scene edit position")
         _quaternion(message.orientation, "scene edit orientation")
     elif isinstance(message, goggles_lcm.step_t) and not 0 < message.steps <= 10_000_000:

@@ -33,6 +33,8 @@ class World:
     """(k, 4, 4) world pose of each gate; gate i is actor instance i (and shape i)."""
     beacons: list[Beacon] = field(default_factory=list)
     """The four corner beacons of every gate, ``<gate>/<corner>``, attached to the gate's actor."""
+    props: tuple = ()
+    """The props a run may spawn (``PropSpec``); prop i is shape ``len(gate_poses) + i``."""
 
     @property
     def device(self):
@@ -44,7 +46,7 @@ class World:
 
     def on(self, device) -> World:
         """The static scene and the gates again, on ``device`` with BVHs of their own (a simulator's
-        collision geometry kept apart from the render device); avatars are not copied."""
+        collision geometry kept apart from the render device); avatars and props are not copied."""
         return build_world(self.scene.static, course=self.course, device=device)
 
     def gate_boxes(self) -> list:
@@ -66,10 +68,11 @@ def build_world(
     course: Course | None = None,
     device=None,
     spare_actors: int = 0,
+    props: tuple = (),
 ) -> World:
     """Upload ``scene`` (a StaticScene, a scene file or mesh path; None: the built-in arena) to
     ``device`` and place ``course``'s gates in it, leaving room for ``spare_actors`` more instances
-    (avatars)."""
+    (avatars, props); the shapes of ``props`` (``PropSpec``) follow the gates'."""
     if not isinstance(scene, StaticScene):
         from goggles.paths import default_scene
         from goggles.scene import load_static_scene
@@ -79,7 +82,7 @@ def build_world(
     device_scene = DeviceScene(
         scene,
         device,
-        shapes=[gate_shape(g.opening, g.name) for g in gates],
+        shapes=[*(gate_shape(g.opening, g.name) for g in gates), *(p.shape() for p in props)],
         max_actors=max(1, len(gates) + spare_actors),
     )
     poses = np.array([g.T_WG for g in gates]).reshape(-1, 4, 4)
@@ -89,16 +92,18 @@ def build_world(
         for i, gate in enumerate(gates)
         for k, p in enumerate(gate.beacon_positions_G())
     ]
-    return World(device_scene, course, poses, beacons)
+    return World(device_scene, course, poses, beacons, tuple(props))
 
 
 def build_run_world(config, device=None) -> World:
     """The world a run (``RunConfig``) flies in: its scene, and its course's gates (shifted by the
-    run's ``perturb`` seed), with room for the avatars a run may bring."""
+    run's ``perturb`` seed), with room for the avatars a run may bring and the props it may spawn."""
     from goggles.scene.gates import load_course
     from goggles.world.crowd import MAX_AVATARS
+    from goggles.world.props import MAX_PROPS
 
     course = load_course(config.course) if config.course is not None else None
     if course is not None and config.perturb is not None:
         course = course.perturbed(config.perturb)
-    return build_world(config.scene, course=course, device=device, spare_actors=MAX_AVATARS)
+    spare = MAX_AVATARS + (MAX_PROPS if config.props else 0)
+    return build_world(config.scene, course=course, device=device, spare_actors=spare, props=config.props)

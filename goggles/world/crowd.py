@@ -41,11 +41,12 @@ class Avatar:
 
 
 class Crowd:
-    """Avatars in ``scene``, placed after the first ``len(fixed_poses)`` actor instances (the gates).
+    """Avatars in ``scene``, placed after the actor instances that are not people (the gates, then
+    the props: ``set_fixed``); the crowd places every instance.
 
     Args:
         scene: the world on the device.
-        fixed_poses: (k, 4, 4) poses of the actors that are not people; instance i is shape i.
+        fixed_poses: (k, 4, 4) poses of the actors that are not people at start; instance i is shape i.
         keep: names never removed for silence (BVH clips, posed on every update).
         build_interval: wall seconds between two new avatars (0 where the result must not depend on
             the machine's speed: lockstep, replay).
@@ -60,6 +61,7 @@ class Crowd:
     ):
         self.scene = scene
         self.fixed_poses = np.asarray(fixed_poses).reshape(-1, 4, 4)
+        self.fixed_shapes = list(range(len(self.fixed_poses)))
         self.keep = set(keep)
         self.avatars: dict[str, Avatar] = {}
         self._pending: dict[str, SkeletonPose] = {}
@@ -107,10 +109,17 @@ class Crowd:
             self._free_shapes.append(self.avatars.pop(name).shape)
             changed = True
         if changed:
-            fixed = len(self.fixed_poses)
-            shapes = [*range(fixed), *(a.shape for a in self.avatars.values())]
-            poses = np.concatenate([self.fixed_poses, np.repeat(np.eye(4)[None], len(self.avatars), axis=0)])
-            self.scene.set_actors(shapes, poses)
+            self._place()
+
+    def set_fixed(self, shapes, poses: np.ndarray) -> None:
+        """The actors that are not people, (k,) shape indices and (k, 4, 4) poses, placed now."""
+        self.fixed_shapes, self.fixed_poses = list(shapes), np.asarray(poses).reshape(-1, 4, 4)
+        self._place()
+
+    def _place(self) -> None:
+        shapes = [*self.fixed_shapes, *(a.shape for a in self.avatars.values())]
+        poses = np.concatenate([self.fixed_poses, np.repeat(np.eye(4)[None], len(self.avatars), axis=0)])
+        self.scene.set_actors(shapes, poses)
 
     def _build(self, name: str, pose: SkeletonPose) -> Avatar:
         mesh = build_avatar_mesh(pose)

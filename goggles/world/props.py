@@ -1,0 +1,72 @@
+"""Props: objects a run spawns, moves and removes while it runs (``scene/edit`` inputs).
+
+The run file declares what may be spawned (``[[prop]]``: a box or a mesh file); the world builds
+each into an actor shape once, at start, so a spawn is a placement, never a mesh load in the loop. An
+edit names the actor it places (unique names, at most ``MAX_PROPS``) and, to spawn, the prop it is
+an instance of. Props are actors like the gates: cameras, range sensors, LiDARs and the simulated
+vehicles' collisions see them from the edit on. They are placed after the gates and before the
+people (the crowd places every instance).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from goggles.world.build import World
+from goggles.world.crowd import Crowd
+
+#: Most props placed at once.
+MAX_PROPS = 32
+
+#: ``scene_edit_t.action`` values.
+SPAWN, MOVE, REMOVE = 0, 1, 2
+
+
+class Props:
+    """The props placed now, by actor name, in spawn order.
+
+    Args:
+        crowd: places every actor instance (its fixed ones: the gates, then these).
+        world: the gates (first: instance i is gate i, as their beacons say) and the props' shapes.
+    """
+
+    def __init__(self, crowd: Crowd, world: World):
+        self.crowd = crowd
+        self._gate_poses = np.array(world.gate_poses).reshape(-1, 4, 4)
+        first = len(self._gate_poses)
+        self.shapes = {p.name: first + i for i, p in enumerate(world.props)}
+        """Shape index of each prop the run declares."""
+        self.placed: dict[str, tuple[str, np.ndarray]] = {}
+        """Actor name -> (prop, (4, 4) pose in the world)."""
+
+    def edit(self, action: int, actor: str, prop: str, T_WA: np.ndarray) -> str | None:
+        """Apply one edit (``SPAWN``: place a new actor of ``prop``, or re-place one of that name;
+        ``MOVE``; ``REMOVE``); returns None when applied, else why it was not (an unknown prop or
+        actor, or no room)."""
+        if action == SPAWN:
+            if prop not in self.shapes:
+                known = ", ".join(sorted(self.shapes)) or "none: declare [[prop]] tables in the run file"
+                return f"no prop {prop!r} to spawn (the run file declares {known})"
+            if actor not in self.placed and len(self.placed) >= MAX_PROPS:
+                return f"no room for {actor!r}: {MAX_PROPS} props are placed already"
+            self.placed[actor] = (prop, T_WA)
+        elif actor not in self.placed:
+            return f"no actor {actor!r} to {'move' if action == MOVE else 'remove'}"
+        elif action == MOVE:
+            self.placed[actor] = (self.placed[actor][0], T_WA)
+        else:
+            del self.placed[actor]
+        shapes = [*range(len(self._gate_poses)), *(self.shapes[prop] for prop, _ in self.placed.values())]
+        poses = [*self._gate_poses, *(T for _, T in self.placed.values())]
+        self.crowd.set_fixed(shapes, np.reshape(poses, (-1, 4, 4)))
+        return None
+
+    def boxes(self) -> list:
+        """(actor name, [(T (4, 4), size (3,))]) per placed prop, its shape's box, for viewers."""
+        entities = []
+        for name, (prop, T_WA) in self.placed.items():
+            lower, upper = self.crowd.scene.shape_bounds(self.shapes[prop])
+            T = np.array(T_WA, dtype=np.float64)
+            T[:3, 3] = T_WA[:3, :3] @ ((lower + upper) / 2.0) + T_WA[:3, 3]
+            entities.append((name, [(T, upper - lower)]))
+        return entities

@@ -1,0 +1,329 @@
+"""Props: objects scene edits (``scene/edit``) spawn, move and remove while a run goes on, over real
+ZeroMQ and LCM: seen by the cameras at the depth a closed form gives, obstacles to the vehicles,
+replayed as the run applied them, bad run files named, and every bad edit counted and dropped."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import lcm
+import numpy as np
+import pytest
+import trimesh
+
+import goggles_lcm
+from goggles.client import Client, image_array
+from goggles.config import load_run_config
+from goggles.engine import Engine
+from goggles.errors import ConfigError
+from goggles.record import Recorder, read_log
+from goggles.replay import replay_file
+from goggles.transport.schema import decode_any
+from goggles.world.props import MAX_PROPS
+from tests.test_engine import free_port
+from tests.test_host_copies import _Kept
+
+#: The centre pixels of the 32x24 forward camera.
+CENTRE = (slice(10, 14), slice(14, 18))
+
+
+def write_run_file(tmp_path, *, lcm_port=None, start="[0.0, 0.0, 0.1, 0.0]", camera=True, props=None) -> str:
+    """A lockstep run on a floor: the vehicle resting 0.1 m up (``floor_z``), a forward camera 0.5 m
+    above it (optical axis along world +x at z = 0.6), a crate and a cone scene edits may spawn."""
+    trimesh.creation.cone(radius=0.3, height=1.0).export(tmp_path / "cone.stl")
+    floor = trimesh.creation.box(extents=[200.0, 200.0, 0.2])
+    floor.apply_translation([0.0, 0.0, -0.1])  # its top at z = 0
+    floor.export(tmp_path / "floor.stl")
+    ports = [free_port() for _ in range(3)]
+    text = f"""
+[run]
+mode = "lockstep"
+scene = "floor.stl"
+seed = 3
+[lcm]
+enabled = {"true" if lcm_port else "false"}
+url = "udpm://239.255.76.67:{lcm_port or 7667}?ttl=0&recv_buf_size=8388608"
+[zmq]
+publish = "tcp://127.0.0.1:{ports[0]}"
+inputs = "tcp://127.0.0.1:{ports[1]}"
+control = "tcp://127.0.0.1:{ports[2]}"
+[[vehicle]]
+name = "quad0"
+start = {start}
+floor_z = 0.1
+"""
+    if camera:
+        text += """
+[[camera]]
+vehicle = "quad0"
+name = "front"
+width = 32
+height = 24
+vfov_deg = 60.0
+rate = 30.0
+outputs = ["depth", "segmentation"]
+position = [0.0, 0.0, 0.5]
+max_depth = 100.0
+"""
+    text += (
+        props
+        if props is not None
+        else """
+[[prop]]
+name = "crate"
+box = [1.0, 1.0, 1.0]     # m
+rgb = [0.9, 0.1, 0.1]
+segmentation = 20
+[[prop]]
+name = "cone"
+mesh = "cone.stl"
+units = "m"
+up = "+z"
+segmentation = 21
+"""
+    )
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@contextlib.contextmanager
+def running(config, device, recorder=None):
+    """The engine in a thread, a sink keeping what it publishes, and a ZeroMQ client."""
+    sink = _Kept()
+    engine = Engine(config, device=device, sinks=[sink], recorder=recorder)
+    stop = threading.Event()
+    thread = threading.Thread(target=engine.run, kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    client = Client(config.zmq)
+    try:
+        yield engine, sink, client
+    finally:
+        stop.set()
+        thread.join(10)
+        engine.close()
+        client.close()
+
+
+def taken(engine, count: int) -> None:
+    """Inputs and step requests travel on different sockets: step once the engine has taken ``count``
+    inputs (its counter is the acknowledgement), never after a guessed sleep."""
+    deadline = time.monotonic() + 10.0
+    while engine.counters.received < count and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert engine.counters.received >= count
+
+
+def joined(engine, client) -> int:
+    """Wait until the client's PUB socket reaches the engine (a publisher drops what it sends before
+    its connection is up), and return how many inputs the engine has taken then: harmless edits are
+    resent until one arrives, then a marker spawned and removed (one connection keeps its order, so
+    once the marker is gone every earlier edit has been taken)."""
+    deadline = time.monotonic() + 10.0
+    while engine.counters.received == 0:
+        assert time.monotonic() < deadline, "the engine never heard the client"
+        client.remove("nobody")
+        time.sleep(0.05)
+    client.spawn("marker", "crate", [90.0, 90.0, 0.5])
+    while "marker" not in engine.props.placed:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    client.remove("marker")
+    while "marker" in engine.props.placed:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    return engine.counters.received
+
+
+def last(sink, channel: str):
+    return [decode_any(d) for c, d in sink.messages if c == channel][-1]
+
+
+def plane_depth(state, value: float, axis: int = 0) -> np.ndarray:
+    """Depth of the plane {x, y, z}[axis] = ``value`` at the centre pixels of the forward camera
+    (+inf where the ray meets it behind or beyond max_depth), in closed form
+    from the vehicle's published pose: pinhole rays (u - cx) / f, (v - cy) / f, 1 of the 32x24,
+    60-degree camera, turned from the optical frame (z forward, x right, y down) to the body's (FLU)."""
+    from goggles.frames import quat_to_matrix
+
+    R_WB = quat_to_matrix(np.asarray(state.orientation))
+    p_WC = np.asarray(state.position) + R_WB @ [0.0, 0.0, 0.5]
+    R_BO = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
+    f = 12.0 / np.tan(np.radians(30.0))
+    v, u = np.mgrid[CENTRE]
+    rays_O = np.stack([(u - 15.5) / f, (v - 11.5) / f, np.ones(u.shape)], axis=-1)  # z = 1: t is the depth
+    along = (rays_O @ (R_WB @ R_BO).T)[..., axis]
+    with np.errstate(divide="ignore"):
+        depth = (value - p_WC[axis]) / along
+    return np.where((depth > 0.0) & (depth <= 100.0), depth, np.inf)
+
+
+def test_edits_spawn_move_and_remove_a_prop_the_camera_sees(tmp_path, device):
+    """A 1 m crate spawned 3 m ahead: its near face at 2.5 m is the depth of the centre pixels (a
+    plane across the optical axis), in the crate's class; moved to 5 m it reads 4.5; a cone from a
+    mesh file shows its class; removed, the floor is back. The move comes over LCM, the rest over
+    ZeroMQ."""
+    lcm_port = free_port()
+    config = load_run_config(write_run_file(tmp_path, lcm_port=lcm_port))
+    bus = lcm.LCM(config.lcm_url)
+    with running(config, device) as (engine, sink, client):
+        base = joined(engine, client)
+        ignored = engine.counters.ignored
+        client.step(32)
+        depth = image_array(last(sink, "quad0/front/depth"))[CENTRE]
+        np.testing.assert_allclose(depth, plane_depth(last(sink, "quad0/state"), 0.0, axis=2), rtol=1e-5)
+        assert np.all(depth > 6.0)  # the floor far ahead, or nothing: beyond where the crate goes
+
+        client.spawn("crate1", "crate", [3.0, 0.0, 0.6])
+        taken(engine, base + 1)
+        client.step(32)
+        depth = image_array(last(sink, "quad0/front/depth"))[CENTRE]
+        np.testing.assert_allclose(depth, plane_depth(last(sink, "quad0/state"), 2.5), rtol=1e-5)
+        assert np.all(image_array(last(sink, "quad0/front/segmentation"))[CENTRE] == 20)
+
+        moved = goggles_lcm.scene_edit_t()
+        moved.action, moved.actor = 1, "crate1"
+        moved.position, moved.orientation = [5.0, 0.0, 0.6], [1.0, 0.0, 0.0, 0.0]
+        bus.publish("scene/edit", moved.encode())
+        taken(engine, base + 2)
+        client.step(32)
+        depth = image_array(last(sink, "quad0/front/depth"))[CENTRE]
+        np.testing.assert_allclose(depth, plane_depth(last(sink, "quad0/state"), 4.5), rtol=1e-5)
+
+        client.spawn("cone1", "cone", [2.0, 0.0, 0.1])  # its base on the floor, its tip at 1.1 m
+        taken(engine, base + 3)
+        client.step(32)
+        inner = image_array(last(sink, "quad0/front/segmentation"))[CENTRE][1:3, 1:3]  # the narrow cone's middle
+        assert np.all(inner == 21)
+
+        client.remove("cone1")
+        client.remove("crate1")
+        taken(engine, base + 5)
+        client.step(32)
+        depth = image_array(last(sink, "quad0/front/depth"))[CENTRE]
+        np.testing.assert_allclose(depth, plane_depth(last(sink, "quad0/state"), 0.0, axis=2), rtol=1e-5)
+        assert engine.counters.ignored == ignored and engine.counters.malformed == 0
+        assert [name for name, _ in engine.scene_boxes()] == []  # viewers see none left
+
+
+def test_a_spawned_prop_is_an_obstacle(tmp_path, device):
+    """A vehicle hovering in the open meets nothing; a crate spawned with a face through it is a
+    collision."""
+    config = load_run_config(write_run_file(tmp_path, start="[0.0, 0.0, 1.5, 0.0]", camera=False))
+    with running(config, device) as (engine, sink, client):
+        base = joined(engine, client)
+        client.step(96)
+        assert not [c for c, _ in sink.messages if c == "quad0/collision"]
+        state = last(sink, "quad0/state")
+        client.spawn("crate1", "crate", [state.position[0] + 0.5, state.position[1], state.position[2]])
+        taken(engine, base + 1)
+        client.step(32)
+        collisions = [decode_any(d) for c, d in sink.messages if c == "quad0/collision"]
+        assert len(collisions) == 1 and collisions[0].vehicle == "quad0"
+        assert [name for name, _ in engine.scene_boxes()] == ["crate1"]
+
+
+def test_replay_applies_the_edits_where_the_run_did(tmp_path, device):
+    """A recorded run whose crate came, moved and went replays to the same image bytes."""
+    run_file = write_run_file(tmp_path)
+    config = load_run_config(run_file)
+    original = tmp_path / "flight.mcap"
+    recorder = Recorder(original, metadata={"run_file": open(run_file).read(), "run_file_path": run_file})
+    with running(config, device, recorder=recorder) as (engine, sink, client):
+        base = joined(engine, client)
+        client.step(40)
+        for k, (edit, args) in enumerate(
+            [
+                (client.spawn, ("crate1", "crate", [3.0, 0.0, 0.6])),
+                (client.move, ("crate1", [4.0, 0.5, 0.8], [0.9, 0.0, 0.0, 0.436])),
+                (client.remove, ("crate1",)),
+            ]
+        ):
+            edit(*args)
+            taken(engine, base + k + 1)
+            client.step(45)  # not a multiple of the frame period: edits fall between frames
+    recorder.close()
+    replayed = tmp_path / "replayed.mcap"
+    replay_file(original, record=replayed, device=device)
+
+    def depths(path):
+        return {
+            decode_any(d).header.utime: decode_any(d).data for _, c, d in read_log(path) if c == "quad0/front/depth"
+        }
+
+    first, second = depths(original), depths(replayed)
+    assert len(first) >= 5 and set(first) <= set(second)
+    assert all(first[t] == second[t] for t in first)
+    assert len({first[t] for t in first}) >= 3  # the crate really came, moved and went
+
+
+def test_bad_edits_are_counted_and_dropped(tmp_path, device):
+    """Edits that cannot apply (an unknown prop or actor, no room) are ignored; malformed ones (an
+    unknown action, no name, a NaN or zero-quaternion pose) are counted as such; the run goes on."""
+    config = load_run_config(write_run_file(tmp_path, camera=False))
+    with running(config, device) as (engine, sink, client):
+        received = joined(engine, client)
+        ignored = engine.counters.ignored
+        client.step(1)
+        client.spawn("x", "piano", [0.0, 0.0, 1.0])  # no such prop
+        client.move("ghost", [0.0, 0.0, 1.0])  # no such actor
+        client.remove("ghost")
+        for k in range(MAX_PROPS + 1):  # one too many
+            client.spawn(f"post{k}", "crate", [20.0 + k, 20.0, 0.5])
+        for action, actor, position, orientation in [
+            (7, "a", [0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]),
+            (0, "", [0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]),
+            (0, "a" * 65, [0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]),
+            (0, "a", [0.0, float("nan"), 0.0], [1.0, 0.0, 0.0, 0.0]),
+            (1, "post0", [0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]),
+        ]:
+            message = goggles_lcm.scene_edit_t()
+            message.action, message.actor, message.asset = action, actor, "crate"
+            message.position, message.orientation = position, orientation
+            client.send("scene/edit", message.encode())
+        client.send("scene/edit", b"\x00garbage")
+        deadline = time.monotonic() + 10.0
+        while engine.counters.received - received + engine.counters.malformed < 3 + MAX_PROPS + 1 + 6:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        client.step(10)
+        assert engine.counters.ignored - ignored == 4 and engine.counters.malformed == 6
+        assert len(engine.props.placed) == MAX_PROPS
+        assert engine.world.actors.count == MAX_PROPS
+
+
+@pytest.mark.parametrize(
+    "table, says",
+    [
+        ('name = "a"\nbox = [1.0, 1.0]', "'box' must be a list of 3"),
+        ('name = "a"\nbox = [1.0, 0.0, 1.0]', "three extents > 0"),
+        ('name = "a"', "give 'box'"),
+        ('name = "a"\nbox = [1.0, 1.0, 1.0]\nmesh = "cone.stl"', "give 'box'"),
+        ('name = "a"\nbox = [1.0, 1.0, 1.0]\nrgb = [2.0, 0.0, 0.0]', "'rgb' must be three numbers in"),
+        ('name = "a"\nbox = [1.0, 1.0, 1.0]\nsegmentation = 0', "'segmentation' must be an integer"),
+        ('name = "a"\nbox = [1.0, 1.0, 1.0]\nup = "+z"', "'units' and 'up' are for a mesh"),
+        ('name = "a"\nmesh = "cone.stl"\nunits = "furlong"\nup = "+z"', "'units' must be one of"),
+        ('name = "a"\nmesh = "cone.stl"\nup = "+z"', "missing key 'units'"),
+        ('name = "a"\nmesh = "cone.stl"\nunits = "m"\nup = "z"', "'up' must be one of"),
+        ('name = "a"\nmesh = "cone.stl"\nrgb = [0.5, 0.5, 0.5]', "'rgb' is for a box"),
+        ("box = [1.0, 1.0, 1.0]", "missing key 'name'"),
+        ('name = "a"\nbox = [1.0, 1.0, 1.0]\ncolour = 1', "unknown key 'colour'"),
+        ('name = "a"\nbox = [1.0, 1.0, 1.0]\n[[prop]]\nname = "a"\nbox = [1.0, 1.0, 1.0]', "names must be unique"),
+    ],
+)
+def test_bad_prop_tables_name_the_file_and_key(tmp_path, table, says):
+    path = write_run_file(tmp_path, camera=False, props=f"\n[[prop]]\n{table}\n")
+    with pytest.raises(ConfigError, match=says) as error:
+        load_run_config(path)
+    assert str(tmp_path / "run.toml") in str(error.value)
+
+
+def test_a_missing_prop_mesh_is_named_when_the_run_starts(tmp_path):
+    from goggles.errors import GogglesError
+
+    missing = '\n[[prop]]\nname = "a"\nmesh = "nowhere.obj"\nunits = "m"\nup = "+z"\n'
+    path = write_run_file(tmp_path, camera=False, props=missing)
+    with pytest.raises(GogglesError, match="nowhere.obj"):
+        Engine(load_run_config(path), device="cpu")
