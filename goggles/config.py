@@ -29,10 +29,9 @@ from goggles.sensors.stereo_depth import PRESETS as STEREO_DEPTH_MODELS
 from goggles.sensors.stereo_depth import StereoDepthModel
 from goggles.transport.buses import DEFAULT_LCM_URL, CurveServer, ZmqEndpoints
 from goggles.transport.ros2 import DISTROS, Ros2Settings
+from goggles.transport.schema import MAX_EDIT_NAME
 
 CAMERA_OUTPUTS = ("depth", "range", "rgb", "segmentation", "beacons")
-#: Longest prop name (scene edits name them in messages).
-MAX_NAME = 64
 IMAGE_OUTPUTS = ("depth", "range", "rgb", "segmentation")
 
 
@@ -462,8 +461,8 @@ def _props(path, base: Path, tables) -> tuple[PropSpec, ...]:
 def _prop(path, base: Path, index: int, table) -> PropSpec:
     r = Table(path, f"[[prop]] #{index + 1}", table, {"name", "box", "rgb", "mesh", "units", "up", "segmentation"})
     name = r.text("name", required=True)
-    if len(name) > MAX_NAME:
-        raise r.error("name", f"at most {MAX_NAME} characters")
+    if len(name) > MAX_EDIT_NAME:
+        raise r.error("name", f"at most {MAX_EDIT_NAME} characters (a scene edit names it)")
     segmentation = r.get("segmentation", 1)
     if isinstance(segmentation, bool) or not isinstance(segmentation, int) or not 1 <= segmentation < 2**31:
         raise r.error("segmentation", "an integer class id >= 1")
