@@ -22,6 +22,7 @@ import goggles_lcm
 from goggles.control_modes import ControlMode
 from goggles.errors import ConfigError
 from goggles.transport.buses import ZmqEndpoints, frame, split_frame
+from goggles.transport.messages import scene_edit_message
 from goggles.transport.schema import Encoding, decode_any, header
 
 #: Receive queue bound per subscription socket: newer frames replace nothing, older ones are dropped.
@@ -72,8 +73,11 @@ class Client:
         self._sub.setsockopt(zmq.LINGER, 0)
         self._req = None
         self._latest: dict[str, object] = {}
-        self._pub = self._socket(zmq.PUB)
+        # XPUB: a PUB that also hears the engine's subscription, so ``wait_for_engine`` knows when a
+        # message would arrive (a publisher drops what it sends before the engine has subscribed).
+        self._pub = self._socket(zmq.XPUB)
         self._pub.setsockopt(zmq.LINGER, 0)
+        self._engine_heard = False
         for socket, endpoint in ((self._sub, endpoints.publish), (self._pub, endpoints.inputs)):
             try:
                 socket.connect(endpoint)
@@ -151,24 +155,30 @@ class Client:
     def spawn(self, actor: str, prop: str, position, orientation=(1.0, 0.0, 0.0, 0.0)) -> None:
         """Place a new actor ``actor`` of the run file's ``[[prop]]`` ``prop`` at a world pose
         (orientation w, x, y, z); an actor of that name already placed is placed anew."""
-        self._edit(0, actor, prop, position, orientation)
+        self._edit("spawn", actor, prop, position, orientation)
 
     def move(self, actor: str, position, orientation=(1.0, 0.0, 0.0, 0.0)) -> None:
         """Move a spawned actor to a world pose."""
-        self._edit(1, actor, "", position, orientation)
+        self._edit("move", actor, "", position, orientation)
 
     def remove(self, actor: str) -> None:
         """Take a spawned actor out of the world."""
-        self._edit(2, actor, "", (0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0))
+        self._edit("remove", actor, "", (0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0))
 
-    def _edit(self, action: int, actor: str, prop: str, position, orientation) -> None:
-        message = goggles_lcm.scene_edit_t()
-        message.header = header(time.time_ns() // 1000, next(self._seq))
-        message.action = action
-        message.actor, message.asset = actor, prop
-        message.position = [float(v) for v in position]
-        message.orientation = [float(v) for v in orientation]
+    def _edit(self, action: str, actor: str, prop: str, position, orientation) -> None:
+        utime, seq = time.time_ns() // 1000, next(self._seq)
+        message = scene_edit_message(utime, seq, action, actor, prop, position, orientation)
         self._pub.send(frame("scene/edit", message.encode()))
+
+    def wait_for_engine(self, timeout: float = 5.0) -> None:
+        """Return once the engine's input socket has subscribed to this client (what is sent from then
+        on arrives); TimeoutError if no engine listens at the inputs endpoint within ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while not self._engine_heard:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0.0 or not self._pub.poll(int(remaining * 1000)):
+                raise TimeoutError(f"no engine subscribed at {self.endpoints.inputs} within {timeout:g} s")
+            self._engine_heard = self._pub.recv()[:1] == b"\x01"  # 1: subscribe (0: unsubscribe)
 
     def send_raw(self, frames: list[bytes]) -> None:
         """Send arbitrary frames to the engine's input socket (for tests of malformed input)."""
@@ -199,7 +209,10 @@ class Client:
             raise TimeoutError(f"no lockstep reply from {self.endpoints.control} within {timeout} s")
         return goggles_lcm.step_t.decode(self._req.recv())
 
-    def close(self) -> None:
+    def close(self, linger: float = 0.0) -> None:
+        """Close the sockets; ``linger`` s: time left to deliver inputs still queued (a one-shot sender)."""
+        if self._pub is not None and linger > 0.0:
+            self._pub.close(int(linger * 1000))
         for socket in (self._sub, self._pub, self._req, *self._latest.values()):
             if socket is not None:
                 socket.close(0)

@@ -8,7 +8,7 @@ import argparse
 import logging
 import sys
 
-from goggles.cli import bench, bridge, dataset, echo, fly, keys, preview, race, render, replay, run
+from goggles.cli import bench, bridge, dataset, echo, edit, fly, keys, preview, race, render, replay, run
 from goggles.cli.common import check_device, join_negative_values, quiet_warp_init, tag_leaf_parsers
 from goggles.errors import GogglesError
 
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress and Warp messages")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (render, bench, run, preview, keys, replay, dataset, echo, race, bridge, fly):
+    for module in (render, bench, run, preview, keys, replay, dataset, echo, edit, race, bridge, fly):
         module.add_parser(commands)
     return parser
 

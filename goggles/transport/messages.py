@@ -137,3 +137,20 @@ def step_reply(request_id: int, steps: int, step: int, dt: float) -> bytes:
     reply.request_id = request_id
     reply.steps = steps
     return reply.encode()
+
+
+#: ``scene_edit_t.action`` of each edit.
+EDIT_ACTIONS = {"spawn": 0, "move": 1, "remove": 2}
+
+
+def scene_edit_message(
+    utime: int, seq: int, action: str, actor: str, prop: str, position, orientation
+) -> goggles_lcm.scene_edit_t:
+    """Spawn (an actor of ``prop``), move or remove an actor at a world pose (orientation w, x, y, z)."""
+    message = goggles_lcm.scene_edit_t()
+    message.header = header(utime, seq)
+    message.action = EDIT_ACTIONS[action]
+    message.actor, message.asset = actor, prop
+    message.position = [float(v) for v in position]
+    message.orientation = [float(v) for v in orientation]
+    return message
