@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import goggles_lcm
 from goggles.dynamics import ControlMode
+from goggles.errors import ConfigError
 from goggles.frames import transform
 from goggles.scene.avatar import SkeletonPose
 from goggles.status import Counters
@@ -140,7 +141,10 @@ class InputHandler:
         T_WA = transform(message.position, message.orientation)
         why = "this run declares no props" if self.props is None else None
         if why is None:
-            why = self.props.edit(message.action, message.actor, message.asset, T_WA)
+            try:
+                why = self.props.edit(message.action, message.actor, message.asset, T_WA)
+            except ConfigError as exc:  # a pose the world refuses: the message's fault, never the run's
+                raise MalformedMessage(str(exc)) from exc
         if why is None:
             return
         self.counters.ignored += 1

@@ -112,14 +112,17 @@ class Crowd:
             self._place()
 
     def set_fixed(self, shapes, poses: np.ndarray) -> None:
-        """The actors that are not people, (k,) shape indices and (k, 4, 4) poses, placed now."""
-        self.fixed_shapes, self.fixed_poses = list(shapes), np.asarray(poses).reshape(-1, 4, 4)
-        self._place()
+        """The actors that are not people, (k,) shape indices and (k, 4, 4) poses, placed now (kept
+        only if the scene takes them: ``ConfigError`` otherwise)."""
+        shapes, poses = list(shapes), np.asarray(poses).reshape(-1, 4, 4)
+        self._place(shapes, poses)
+        self.fixed_shapes, self.fixed_poses = shapes, poses
 
-    def _place(self) -> None:
-        shapes = [*self.fixed_shapes, *(a.shape for a in self.avatars.values())]
-        poses = np.concatenate([self.fixed_poses, np.repeat(np.eye(4)[None], len(self.avatars), axis=0)])
-        self.scene.set_actors(shapes, poses)
+    def _place(self, shapes=None, poses=None) -> None:
+        shapes = self.fixed_shapes if shapes is None else shapes
+        poses = self.fixed_poses if poses is None else poses
+        people = np.repeat(np.eye(4)[None], len(self.avatars), axis=0)
+        self.scene.set_actors([*shapes, *(a.shape for a in self.avatars.values())], np.concatenate([poses, people]))
 
     def _build(self, name: str, pose: SkeletonPose) -> Avatar:
         mesh = build_avatar_mesh(pose)

@@ -43,22 +43,24 @@ class Props:
         """Apply one edit (``SPAWN``: place a new actor of ``prop``, or re-place one of that name;
         ``MOVE``; ``REMOVE``); returns None when applied, else why it was not (an unknown prop or
         actor, or no room)."""
+        placed = dict(self.placed)  # kept only once the world has taken it
         if action == SPAWN:
             if prop not in self.shapes:
                 known = ", ".join(sorted(self.shapes)) or "none: declare [[prop]] tables in the run file"
                 return f"no prop {prop!r} to spawn (the run file declares {known})"
-            if actor not in self.placed and len(self.placed) >= MAX_PROPS:
+            if actor not in placed and len(placed) >= MAX_PROPS:
                 return f"no room for {actor!r}: {MAX_PROPS} props are placed already"
-            self.placed[actor] = (prop, T_WA)
-        elif actor not in self.placed:
+            placed[actor] = (prop, T_WA)
+        elif actor not in placed:
             return f"no actor {actor!r} to {'move' if action == MOVE else 'remove'}"
         elif action == MOVE:
-            self.placed[actor] = (self.placed[actor][0], T_WA)
+            placed[actor] = (placed[actor][0], T_WA)
         else:
-            del self.placed[actor]
-        shapes = [*range(len(self._gate_poses)), *(self.shapes[prop] for prop, _ in self.placed.values())]
-        poses = [*self._gate_poses, *(T for _, T in self.placed.values())]
+            del placed[actor]
+        shapes = [*range(len(self._gate_poses)), *(self.shapes[prop] for prop, _ in placed.values())]
+        poses = [*self._gate_poses, *(T for _, T in placed.values())]
         self.crowd.set_fixed(shapes, np.reshape(poses, (-1, 4, 4)))
+        self.placed = placed
         return None
 
     def boxes(self) -> list:
