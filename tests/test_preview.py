@@ -194,3 +194,65 @@ def test_pages_that_never_read_cost_a_few_frames_each():
     print(f"10 pages that never read: RSS +{grown:.0f} MB over 5 s")
     assert server.frames_sent > 100
     assert grown < 40, f"RSS grew {grown:.0f} MB with 10 pages that never read"
+
+
+class _SmallFrames:
+    """A frame source of one small frame every 20 ms."""
+
+    def next_frames(self, timeout: float = 0.5):
+        time.sleep(0.02)
+        return [(0, b"\xff\xd8 a frame")]
+
+
+def test_a_token_keeps_the_stream_to_pages_opened_with_it():
+    """With a token (what ``goggles preview`` sets when it serves beyond this machine) the page and
+    its script still load, and the stream goes only to a request carrying the token, as the page
+    passes its own query on."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    port = free_port()
+    server = PreviewServer(_SmallFrames(), port=port, token="s3cret-Token_1")
+    stop = threading.Event()
+    thread = threading.Thread(target=server.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/?token=s3cret-Token_1", timeout=2).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert b"<html" in page.lower()
+        script = urllib.request.urlopen(f"http://127.0.0.1:{port}/app.js", timeout=2).read()
+        assert b"/stream${location.search}" in script  # the page hands its token to the stream
+        for query in ("", "?token=wrong", "?token=s3cret-Token_", "?other=s3cret-Token_1"):
+            with pytest.raises(InvalidStatus) as refused:
+                connect(f"ws://127.0.0.1:{port}/stream{query}", open_timeout=5)
+            assert refused.value.response.status_code == 403
+        assert server.refused == 4
+        with connect(f"ws://127.0.0.1:{port}/stream?token=s3cret-Token_1", open_timeout=5) as websocket:
+            assert websocket.recv(timeout=5).endswith(b"a frame")
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def test_the_preview_command_makes_a_token_when_it_serves_beyond_this_machine():
+    """On all addresses the printed URL carries a fresh random token; on loopback it carries none."""
+    import re
+    import sys
+
+    def printed_url(host: str) -> str:
+        command = [sys.executable, "-m", "goggles.cli", "preview", "--host", host, "--port", str(free_port())]
+        command += ["--endpoint", f"tcp://127.0.0.1:{free_port()}", "--no-third-person", "--duration", "1"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return re.search(r"goggles preview: (\S+)", done.stderr).group(1)
+
+    exposed, again = printed_url("0.0.0.0"), printed_url("0.0.0.0")
+    token = re.fullmatch(r"http://0\.0\.0\.0:\d+/\?token=([\w-]+)", exposed).group(1)
+    assert len(token) >= 20 and token not in again  # unguessable, new each time
+    assert "token" not in printed_url("127.0.0.1")

@@ -22,6 +22,12 @@ def add_parser(commands) -> None:
     preview.add_argument("--camera", default="stereo", help="a stereo camera publishing rgb")
     preview.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0 exposes the page)")
     preview.add_argument("--port", type=int, default=8080)
+    preview.add_argument(
+        "--token",
+        default=None,
+        help="the stream goes only to pages opened with ?token=TOKEN (default: a random one when --host is not "
+        "a loopback address, none on this machine)",
+    )
     preview.add_argument("--scene", type=Path, default=None, help="scene of the third-person view (default arena)")
     preview.add_argument(
         "--viewpoint",
@@ -47,13 +53,18 @@ def cmd_preview(args) -> int:
     client = Client(ZmqEndpoints(publish=args.endpoint), keys=args.keys)
     scene = None if args.no_third_person else load_static_scene(args.scene or default_scene())
     source = FrameSource(client, args.vehicle, args.camera, scene=scene, viewpoint=args.viewpoint, device=args.device)
-    server = PreviewServer(source, host=args.host, port=args.port)
+    token = args.token
+    if token is None and not _loopback(args.host):
+        import secrets
+
+        token = secrets.token_urlsafe(16)
+    server = PreviewServer(source, host=args.host, port=args.port, token=token)
     stop = stop_on_signals()
     if args.duration is not None:
         threading.Timer(args.duration, stop.set).start()
+    page = f"http://{args.host}:{args.port}/" + (f"?token={token}" if token else "")
     print(
-        f"goggles preview: http://{args.host}:{args.port}/ (frames from {args.endpoint}, "
-        f"{args.vehicle}/{args.camera}); Ctrl-C stops",
+        f"goggles preview: {page} (frames from {args.endpoint}, {args.vehicle}/{args.camera}); Ctrl-C stops",
         file=sys.stderr,
         flush=True,
     )
@@ -63,3 +74,15 @@ def cmd_preview(args) -> int:
         client.close()
     print(f"sent {server.frames_sent} frames")
     return 0
+
+
+def _loopback(host: str) -> bool:
+    """Is ``host`` this machine only?"""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -3,20 +3,24 @@
 It reads the engine's newest stereo colour images over ZeroMQ (conflating subscriptions: it always
 shows the latest frame), puts left and right side by side, renders a third-person view of the
 vehicle (a marker placed at its camera's pose, seen from a chosen viewpoint in the same scene), and
-sends both as JPEG over a WebSocket to every open page. Binds 127.0.0.1 unless told otherwise.
-Each message: kind (uint8: 0 stereo, 1 third person), send time (float64 ms since the epoch, for the
-page's latency figure), JPEG bytes.
+sends both as JPEG over a WebSocket to every open page. Binds 127.0.0.1 unless told otherwise; with
+a ``token`` the stream goes only to pages opened with ``?token=<token>`` (the page passes it on),
+as ``goggles preview`` sets whenever it serves beyond this machine. Each message: kind (uint8: 0
+stereo, 1 third person), send time (float64 ms since the epoch, for the page's latency figure),
+JPEG bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import struct
 import threading
 import time
 from http import HTTPStatus
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
@@ -116,15 +120,22 @@ def _buffered(connection) -> int:
 class PreviewServer:
     """Serves the page and the frame stream; ``run`` blocks until ``stop`` is set."""
 
-    def __init__(self, source: FrameSource, *, host: str = "127.0.0.1", port: int = 8080):
-        self.source, self.host, self.port = source, host, port
+    def __init__(self, source: FrameSource, *, host: str = "127.0.0.1", port: int = 8080, token: str | None = None):
+        self.source, self.host, self.port, self.token = source, host, port, token
         self.frames_sent = 0
+        self.refused = 0
+        """Stream requests without the token."""
         self._clients: set = set()
 
     async def _request(self, connection, request):
-        if request.path in ("/stream", "/stream/"):
+        url = urlsplit(request.path)
+        if url.path in ("/stream", "/stream/"):
+            given = parse_qs(url.query).get("token", [""])[0]
+            if self.token is not None and not hmac.compare_digest(given.encode(), self.token.encode()):
+                self.refused += 1
+                return connection.respond(HTTPStatus.FORBIDDEN, "open the page at the URL goggles preview printed\n")
             return None  # upgrade to the WebSocket
-        name = "index.html" if request.path in ("/", "/index.html") else request.path.lstrip("/")
+        name = "index.html" if url.path in ("/", "/index.html") else url.path.lstrip("/")
         path = (STATIC / name).resolve()
         if STATIC not in path.parents or not path.is_file():
             return connection.respond(HTTPStatus.NOT_FOUND, "not found\n")

@@ -10,7 +10,7 @@ let frames = 0;
 let latestStereo = null;  // an ImageBitmap of the newest stereo pair, for the headset
 
 function connect() {
-  const socket = new WebSocket(`ws://${location.host}/stream`);
+  const socket = new WebSocket(`ws://${location.host}/stream${location.search}`);  // ?token=... when exposed
   socket.binaryType = "arraybuffer";
   socket.onopen = () => { status.textContent = "connected"; status.className = ""; };
   socket.onclose = () => {
