@@ -136,10 +136,13 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None) 
     inputs = engine.inputs
     used, start_wall, last_progress = 0, time.perf_counter(), time.perf_counter()
     t_first = None
+    anchor_ns, last_step = 0, 0  # log time minus stamp time at the newest pose; that pose's step
     for t_ns, channel, data in recorded:
         if channel == "scene/edit":  # as the run applied it: after the events of the step it came at
-            if t_first is not None:
-                engine.run_events_before(int(round(t_ns * 1e-9 / engine.dt)) + 1)
+            if t_first is not None:  # its log time on the stamps' clock (exact for goggles' own logs,
+                # where both are sim time; lcm-logger's receipt times land within a pose period)
+                step = max(int(round((t_ns - anchor_ns) * 1e-9 / engine.dt)), last_step)
+                engine.run_events_before(step + 1)
             try:
                 inputs.apply(channel, data)
             except MalformedMessage as exc:
@@ -153,6 +156,7 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None) 
             inputs.count_malformed(channel, MalformedMessage(str(exc)))
             continue
         step = int(round(stamp * 1e-6 / engine.dt))
+        anchor_ns, last_step = t_ns - stamp * 1000, step
         if t_first is None:
             engine.start_at(step)
         engine.run_events_before(step)
