@@ -47,6 +47,7 @@ def add_parser(commands) -> None:
 
 def cmd_edit(args) -> int:
     from goggles.errors import ConfigError
+    from goggles.transport.schema import MAX_EDIT_NAME
 
     position, orientation = (0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0)
     if args.action != "remove":
@@ -59,8 +60,6 @@ def cmd_edit(args) -> int:
             orientation = args.orientation
         elif len(args.at) == 4:
             orientation = (math.cos(args.at[3] / 2.0), 0.0, 0.0, math.sin(args.at[3] / 2.0))
-    from goggles.transport.schema import MAX_EDIT_NAME
-
     prop = getattr(args, "prop", "")
     if not 0 < len(args.actor) <= MAX_EDIT_NAME or len(prop) > MAX_EDIT_NAME:
         raise ConfigError(f"actor and prop names must be 1 to {MAX_EDIT_NAME} characters")
