@@ -11,7 +11,7 @@ import numpy as np
 
 import goggles_lcm
 from goggles.frames import matrix_to_quat
-from goggles.transport.schema import Encoding, header
+from goggles.transport.schema import EDIT_ACTIONS, Encoding, header
 
 #: ``image_t.encoding`` of each image output.
 ENCODINGS = {
@@ -137,10 +137,6 @@ def step_reply(request_id: int, steps: int, step: int, dt: float) -> bytes:
     reply.request_id = request_id
     reply.steps = steps
     return reply.encode()
-
-
-#: ``scene_edit_t.action`` of each edit.
-EDIT_ACTIONS = {"spawn": 0, "move": 1, "remove": 2}
 
 
 def scene_edit_message(

@@ -53,6 +53,8 @@ MAX_SKELETON_BYTES = 1024 + MAX_BONES * (4 + MAX_BONE_NAME + 1 + 4 + 3 * 8 + 4 *
 FLOAT32_MAX = 3.4028234663852886e38
 #: Longest actor or prop name in a scene edit.
 MAX_EDIT_NAME = 64
+#: ``scene_edit_t.action`` of each edit.
+EDIT_ACTIONS = {"spawn": 0, "move": 1, "remove": 2}
 
 
 class Encoding(IntEnum):
@@ -139,7 +141,7 @@ def _validate(message) -> None:
             _finite(message.positions[i], f"bone {i} position")
             _quaternion(message.orientations[i], f"bone {i} orientation")
     elif isinstance(message, goggles_lcm.scene_edit_t):
-        if message.action not in (0, 1, 2):
+        if message.action not in EDIT_ACTIONS.values():
             raise MalformedMessage(f"scene edit action {message.action} is not 0 (spawn), 1 (move) or 2 (remove)")
         if not 0 < len(message.actor) <= MAX_EDIT_NAME or len(message.asset) > MAX_EDIT_NAME:
             raise MalformedMessage(f"scene edit actor and asset names must be 1 to {MAX_EDIT_NAME} characters")
