@@ -211,11 +211,9 @@ class Client:
 
     def close(self, linger: float = 0.0) -> None:
         """Close the sockets; ``linger`` s: time left to deliver inputs still queued (a one-shot sender)."""
-        if self._pub is not None and linger > 0.0:
-            self._pub.close(int(linger * 1000))
         for socket in (self._sub, self._pub, self._req, *self._latest.values()):
             if socket is not None:
-                socket.close(0)
+                socket.close(int(linger * 1000) if socket is self._pub else 0)
 
 
 def describe(message) -> str:
