@@ -21,8 +21,12 @@ from goggles.clock import ClockMode
 from goggles.config import load_run_config, parse_run_config
 from goggles.errors import ConfigError, GogglesError
 from goggles.record import Recorder, read_log, read_metadata
+from goggles.transport.schema import MalformedMessage, decode_any
 
 log = logging.getLogger(__name__)
+
+MAX_GAP_S = 60.0
+"""A replay skips a pause in the poses longer than this instead of rendering it (a still vehicle)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ class ReplayResult:
     """Wall time of the replay."""
     log_seconds: float
     """Sim time the log covers."""
+    dropped: int = 0
+    """Recorded messages that could not be used (undecodable, or a pose with a corrupt time stamp)."""
     error: str | None = None
     """Why this log could not be replayed (a batch goes on with the others), or None."""
 
@@ -76,9 +82,11 @@ def replay_file(
     progress=None,
     seed: int | None = None,
     world=None,
+    max_gap_s: float = MAX_GAP_S,
 ) -> ReplayResult:
     """Replay one log (see the module docstring); ``threads`` caps CPU render threads (batch jobs use 1);
-    ``seed`` replaces the run file's; ``world``: one already built for this run's scene (``Engine``)."""
+    ``seed`` replaces the run file's; ``world``: one already built for this run's scene (``Engine``);
+    ``max_gap_s``: see ``replay_into``."""
     from goggles.engine import Engine
 
     config = replay_config(Path(path), sensors, scene, seed=seed)
@@ -98,7 +106,7 @@ def replay_file(
             yield item
 
     try:
-        poses = replay_into(engine, messages(), speed=speed, progress=progress)
+        poses = replay_into(engine, messages(), speed=speed, progress=progress, max_gap_s=max_gap_s)
     finally:
         engine.close()
         if recorder is not None:
@@ -110,11 +118,16 @@ def replay_file(
             "could be read: is it the right log, and the right --sensors run file?"
         )
     return ReplayResult(
-        Path(path), poses, recorder.written if recorder else 0, time.perf_counter() - start, last_time[0]
+        Path(path),
+        poses,
+        recorder.written if recorder else 0,
+        time.perf_counter() - start,
+        last_time[0],
+        dropped=engine.inputs.counters.malformed,
     )
 
 
-def replay_into(engine, recorded, *, speed: float | None = None, progress=None) -> int:
+def replay_into(engine, recorded, *, speed: float | None = None, progress=None, max_gap_s: float = MAX_GAP_S) -> int:
     """Render an engine's sensors again along a recorded flight (the engine built in REPLAY mode).
 
     Args:
@@ -124,41 +137,44 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None) 
             (a live one), people from ``skeleton/<name>``, props from ``scene/edit``.
         speed: play at this multiple of the recorded pace; None: as fast as possible.
         progress: called about once per wall second with the log time reached, s.
+        max_gap_s: a pose stamped more than this after the one before is a jump: if the next pose
+            jumped too, the poses paused (a stopped logger) and the replay skips to them with a
+            warning; if the next came back, that one stamp was corrupt, and its pose is counted
+            malformed and dropped. Either way no hours of frames are rendered for one bad stamp.
 
     Returns:
         The number of recorded poses used.
     """
-    from goggles.clock import ClockMode
-    from goggles.transport.schema import MalformedMessage, decode_any
-
     if engine.mode != ClockMode.REPLAY:
         raise MalformedMessage("replay needs an engine built in REPLAY mode")
     inputs = engine.inputs
     used, start_wall, last_progress = 0, time.perf_counter(), time.perf_counter()
-    t_first = None
-    anchor_ns, last_step = 0, 0  # log time minus stamp time at the newest pose; that pose's step
-    for t_ns, channel, data in recorded:
-        if channel == "scene/edit":  # as the run applied it: after the events of the step it came at
+    t_first, skipped_ns = None, 0
+    anchor_ns, last_step, last_t_ns = 0, 0, 0  # log time minus stamp time at the newest pose; its step, log time
+    max_gap = max(1, int(round(max_gap_s / engine.dt)))
+    for t_ns, channel, data, stamp in _without_stamp_spikes(_stamped(recorded, inputs), inputs, max_gap_s * 1e6):
+        if stamp is None:  # scene/edit, as the run applied it: after the events of the step it came at
             if t_first is not None:  # its log time on the stamps' clock (exact for goggles' own logs,
                 # where both are sim time; lcm-logger's receipt times land within a pose period)
-                step = max(int(round((t_ns - anchor_ns) * 1e-9 / engine.dt)), last_step)
-                engine.run_events_before(step + 1)
+                edit_step = max(int(round((t_ns - anchor_ns) * 1e-9 / engine.dt)), last_step)
+                engine.run_events_before(edit_step + 1)
             try:
                 inputs.apply(channel, data)
             except MalformedMessage as exc:
                 inputs.count_malformed(channel, exc)
             continue
-        if not (channel.endswith("/state") or channel.startswith(("pose/", "skeleton/"))):
-            continue
-        try:  # the message's own time stamp (sim time), not the log's: lcm-logger stamps on receipt
-            stamp = decode_any(data).header.utime
-        except (MalformedMessage, AttributeError) as exc:
-            inputs.count_malformed(channel, MalformedMessage(str(exc)))
-            continue
         step = int(round(stamp * 1e-6 / engine.dt))
-        anchor_ns, last_step = t_ns - stamp * 1000, step
         if t_first is None:
             engine.start_at(step)
+        elif step - engine.step > max_gap:
+            log.warning(
+                "the poses pause for %.1f s of sim time (from %.3f s): skipped ahead without rendering it",
+                (step - engine.step) * engine.dt,
+                engine.step * engine.dt,
+            )
+            engine.start_at(step)
+            skipped_ns += max(t_ns - last_t_ns, 0)
+        anchor_ns, last_step, last_t_ns = t_ns - stamp * 1000, step, t_ns
         engine.run_events_before(step)
         try:
             if channel.endswith("/state"):
@@ -172,7 +188,7 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None) 
         used += 1
         t_first = t_ns if t_first is None else t_first
         if speed is not None:
-            delay = (t_ns - t_first) * 1e-9 / speed - (time.perf_counter() - start_wall)
+            delay = (t_ns - t_first - skipped_ns) * 1e-9 / speed - (time.perf_counter() - start_wall)
             if delay > 0:
                 time.sleep(delay)
         if progress is not None and time.perf_counter() - last_progress > 1.0:
@@ -180,6 +196,61 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None) 
             progress(t_ns * 1e-9)
     engine.run_events_before(engine.step + 1)
     return used
+
+
+def _stamped(recorded, inputs):
+    """(log time ns, channel, bytes, stamp µs) of the poses, with their own time stamp (sim time, not
+    the log's: lcm-logger stamps on receipt), and of scene edits with stamp None; the rest skipped,
+    undecodable poses counted and dropped."""
+    for t_ns, channel, data in recorded:
+        if channel == "scene/edit":
+            yield t_ns, channel, data, None
+        elif channel.endswith("/state") or channel.startswith(("pose/", "skeleton/")):
+            try:
+                stamp = decode_any(data).header.utime
+            except (MalformedMessage, AttributeError) as exc:
+                inputs.count_malformed(channel, MalformedMessage(str(exc)))
+                continue
+            yield t_ns, channel, data, int(stamp)
+
+
+def _without_stamp_spikes(items, inputs, max_gap_us: float):
+    """The stamped items, less the poses stamped more than ``max_gap_us`` after the pose before while
+    the pose after came back (see ``replay_into``). A jump is held, with the edits after it, until the
+    next pose decides; one still held when the log ends is dropped."""
+    last, held = None, []  # the stamp of the newest pose passed on; a jumped pose and the edits after it
+    for item in items:
+        stamp = item[3]
+        if held:
+            if stamp is None:
+                held.append(item)
+                continue
+            if stamp - last > max_gap_us:  # the poses after it jumped too: a real pause, kept
+                last = held[0][3]
+                yield from held
+            else:
+                _drop_spike(inputs, held[0], last)
+                yield from held[1:]
+            held = []
+        if stamp is not None and last is not None and stamp - last > max_gap_us:
+            held = [item]
+            continue
+        if stamp is not None:
+            last = stamp if last is None else max(last, stamp)
+        yield item
+    if held:
+        _drop_spike(inputs, held[0], last)
+        yield from held[1:]
+
+
+def _drop_spike(inputs, item, last_us: int) -> None:
+    _, channel, _, stamp = item
+    inputs.count_malformed(
+        channel,
+        MalformedMessage(
+            f"time stamp {(stamp - last_us) * 1e-6:.1f} s after the pose before, and the next pose did not follow it"
+        ),
+    )
 
 
 def _config_text(sensors: Path | None, path: Path) -> str:

@@ -303,3 +303,53 @@ def test_files_that_are_not_recordings_are_called_that(tmp_path):
         list(read_log(tmp_path / "noise.lcmlog"))
     result = _goggles("replay", tmp_path / "noise.lcmlog", "--sensors", _run_file(tmp_path))
     assert result.returncode == 2 and "not an LCM event log" in result.stderr and "Traceback" not in result.stderr
+
+
+def _rewrite(original: Path, path: Path, change) -> Path:
+    """A copy of a recording whose poses ``change(stamp_us)`` returns (new stamp µs, log-time shift ns) for."""
+    recorder = Recorder(path, metadata=read_metadata(original), queue_size=100_000)
+    for t_ns, channel, data in read_log(original):
+        if channel.endswith("/state"):
+            message = decode_any(data)
+            message.header.utime, shift_ns = change(message.header.utime)
+            data, t_ns = message.encode(), t_ns + shift_ns
+        recorder.write(channel, data, t_ns)
+    recorder.close()
+    assert recorder.dropped == 0
+    return path
+
+
+def test_one_corrupt_far_future_stamp_is_dropped_not_rendered(tmp_path):
+    original = record_run(tmp_path)
+    spiked = _rewrite(original, tmp_path / "spiked.mcap", lambda u: (u + 10**10 if u == 250_000 else u, 0))
+    replayed = tmp_path / "replayed.mcap"
+    start = time.perf_counter()
+    result = replay_file(spiked, record=replayed)
+    assert time.perf_counter() - start < 60  # 10,000 s of frames would take hours
+    assert result.poses == 60 and result.dropped == 1
+    first, second = images(original), images(replayed)
+    assert set(first) == set(second)
+    differ = {utime for (_, utime) in first if first[_, utime] != second[_, utime]}
+    assert differ <= {250_000}  # only the frame at the dropped pose's instant lacks its pose
+
+
+def test_a_long_pause_in_the_poses_is_skipped(tmp_path, caplog):
+    original = record_run(tmp_path)
+    pause_us = 1000 * 10**6  # a whole number of frames and physics steps
+
+    def pause(length_us):
+        return lambda u: (u + length_us, length_us * 1000) if u >= 500_000 else (u, 0)
+
+    paused = _rewrite(original, tmp_path / "paused.mcap", pause(pause_us))
+    replayed = tmp_path / "replayed.mcap"
+    result = replay_file(paused, record=replayed)
+    assert result.poses == 61 and result.dropped == 0
+    assert "pause for 1000.0 s" in caplog.text
+    first, second = images(original), images(replayed)
+    shifted = {(channel, u + pause_us if u >= 500_000 else u): data for (channel, u), data in first.items()}
+    assert set(shifted) == set(second)  # no frame rendered in the pause
+    assert all(shifted[key] == second[key] for key in shifted)
+    short = _rewrite(original, tmp_path / "short.mcap", pause(2 * 10**6))
+    for max_gap_s, frames in ((60.0, 31 + 60), (1.0, 31)):  # a pause within the bound is rendered
+        replay_file(short, record=tmp_path / f"{max_gap_s}.mcap", max_gap_s=max_gap_s)
+        assert len(images(tmp_path / f"{max_gap_s}.mcap")) == 4 * frames

@@ -88,13 +88,15 @@ def camera_model(args):
     return CameraModel.from_fov(args.width, args.height, args.vfov, **extra)
 
 
-def positive_float(text: str, what: str) -> float:
+def positive_float(text, what: str, *, auto: bool = False) -> float:
+    """``text`` as a positive finite number, or a ConfigError naming the option (``auto``: which may also be 'auto')."""
     try:
         value = float(text)
-    except ValueError:
+    except (TypeError, ValueError):
         value = float("nan")
-    if not value > 0:
-        raise ConfigError(f"{what} must be 'auto' or a positive number, got {text!r}")
+    if not 0 < value < float("inf"):
+        either = "'auto' or " if auto else ""
+        raise ConfigError(f"{what} must be {either}a positive number, got {text!r}")
     return value
 
 

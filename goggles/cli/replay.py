@@ -24,15 +24,25 @@ def add_parser(commands) -> None:
     pace = replay.add_mutually_exclusive_group()
     pace.add_argument("--speed", type=float, default=None, help="play at this multiple of the recorded pace")
     pace.add_argument("--as-fast-as-possible", action="store_true", help="no pacing (the default)")
+    replay.add_argument(
+        "--max-gap",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="skip a pause in the poses longer than this instead of rendering it; a single pose stamped that far "
+        "ahead of its neighbours is a corrupt stamp, dropped and counted (default: 60)",
+    )
     replay.add_argument("--jobs", type=int, default=None, help="processes for a folder (default: all cores)")
     replay.add_argument("--device", default=None, help="Warp device")
     replay.set_defaults(run=cmd_replay)
 
 
 def cmd_replay(args) -> int:
-    from goggles.replay import replay_file, replay_folder
+    from goggles.cli.common import positive_float
+    from goggles.replay import MAX_GAP_S, replay_file, replay_folder
 
-    speed = None if args.as_fast_as_possible or args.speed is None else args.speed
+    speed = None if args.as_fast_as_possible or args.speed is None else positive_float(args.speed, "--speed")
+    max_gap_s = MAX_GAP_S if args.max_gap is None else positive_float(args.max_gap, "--max-gap")
     if args.log.is_dir():
         results = replay_folder(
             args.log,
@@ -42,6 +52,7 @@ def cmd_replay(args) -> int:
             scene=args.scene,
             speed=speed,
             device=args.device,
+            max_gap_s=max_gap_s,
         )
     else:
         results = [
@@ -52,6 +63,7 @@ def cmd_replay(args) -> int:
                 record=args.record,
                 speed=speed,
                 device=args.device,
+                max_gap_s=max_gap_s,
                 progress=lambda t: print(f"replayed {t:.1f} s of the log", file=sys.stderr, flush=True),
             )
         ]
@@ -62,6 +74,7 @@ def cmd_replay(args) -> int:
         print(
             f"{r.log}: {r.poses} poses, {r.frames} messages recorded, {r.log_seconds:.2f} s of log in "
             f"{r.seconds:.2f} s ({r.log_seconds / max(r.seconds, 1e-9):.2f}x real time)"
+            + (f", {r.dropped} recorded messages dropped (see the warnings)" if r.dropped else "")
         )
     if any(r.error is not None for r in results):
         return 2

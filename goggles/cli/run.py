@@ -137,7 +137,7 @@ def cmd_run(args) -> int:
     if args.mode is not None:
         changes["mode"] = {"sim": ClockMode.SIM, "lockstep": ClockMode.LOCKSTEP, "live": ClockMode.LIVE}[args.mode]
     if args.scale is not None:
-        changes["scale"] = None if args.scale == "auto" else positive_float(args.scale, "--scale")
+        changes["scale"] = None if args.scale == "auto" else positive_float(args.scale, "--scale", auto=True)
     if args.expose is not None:
         if args.keys is None:
             raise ConfigError("--expose needs --keys DIR (make them with: goggles keys DIR)")
