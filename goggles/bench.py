@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from goggles.errors import GogglesError
 from goggles.scene import StaticScene
 
 
@@ -358,7 +359,7 @@ max_depth = 50.0
             engine.wait(30)
     latencies = [max(both.values()) - sent[utime] for utime, both in arrived.items() if len(both) == 2]
     if not latencies:
-        raise RuntimeError("no stereo frame came back from the engine")
+        raise GogglesError("no stereo frame came back from the engine")
     return LatencyBench(
         p50_ms=float(np.percentile(latencies, 50) * 1e3),
         p99_ms=float(np.percentile(latencies, 99) * 1e3),
@@ -499,7 +500,8 @@ def _drive(client, engine, rate: float, seconds: float):
     deadline = time.perf_counter() + 120
     while client.receive(timeout=0.5) is None:
         if engine.poll() is not None or time.perf_counter() > deadline:
-            raise RuntimeError(f"the engine did not start: {engine.stderr.read()[-2000:]}")
+            said = [line for line in engine.stderr.read().splitlines() if line.strip()]
+            raise GogglesError(f"the engine did not start: {said[-1] if said else 'it said nothing'}")
     period = 1.0 / rate
     start = time.perf_counter()
     k = 0

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from goggles.cli.common import add_backend_arg, add_camera_args, add_recorded_arg
+from goggles.cli.common import add_backend_arg, add_camera_args, add_recorded_arg, at_least, positive
 from goggles.errors import ConfigError
 
 
@@ -24,8 +24,10 @@ def add_parser(commands) -> None:
         "to back); the last line is 'embree_rays_per_s=<embree>'.",
     )
     add_camera_args(bench_render, 640, 480)
-    bench_render.add_argument("--views", type=int, default=8, help="views around the viewpoint, one batch of cameras")
-    bench_render.add_argument("--seconds", type=float, default=2.0, help="minimum timing per render, s")
+    bench_render.add_argument(
+        "--views", type=at_least(1), default=8, help="views around the viewpoint, one batch of cameras"
+    )
+    bench_render.add_argument("--seconds", type=positive, default=2.0, help="minimum timing per render, s")
     bench_render.add_argument(
         "--terrain",
         type=int,
@@ -62,9 +64,9 @@ def add_parser(commands) -> None:
         "'vehicles=1 steps_per_s=<n> realtime_factor=<n/960>'; the line before it gives the same for the batch.",
     )
     bench_dynamics.add_argument("--preset", default="fg-quad", help="airframe preset (default %(default)s)")
-    bench_dynamics.add_argument("--batch", type=int, default=1024, help="vehicles in the batch run")
+    bench_dynamics.add_argument("--batch", type=at_least(1), default=1024, help="vehicles in the batch run")
     bench_dynamics.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
-    bench_dynamics.add_argument("--seconds", type=float, default=1.0, help="minimum timing per run, s")
+    bench_dynamics.add_argument("--seconds", type=positive, default=1.0, help="minimum timing per run, s")
     bench_dynamics.set_defaults(run=cmd_bench_dynamics)
     bench_latency = benches.add_parser(
         "latency",
@@ -74,10 +76,10 @@ def add_parser(commands) -> None:
         "(after one second of poses not timed: the engine's start-up). "
         "The last line is 'p50_ms=<x> p99_ms=<y> width=<W> height=<H>'.",
     )
-    bench_latency.add_argument("--width", type=int, default=320)
-    bench_latency.add_argument("--height", type=int, default=240)
-    bench_latency.add_argument("--rate", type=float, default=30.0, help="camera and pose rate, Hz")
-    bench_latency.add_argument("--seconds", type=float, default=10.0, help="how long to send timed poses")
+    bench_latency.add_argument("--width", type=at_least(1), default=320)
+    bench_latency.add_argument("--height", type=at_least(1), default=240)
+    bench_latency.add_argument("--rate", type=positive, default=30.0, help="camera and pose rate, Hz")
+    bench_latency.add_argument("--seconds", type=positive, default=10.0, help="how long to send timed poses")
     bench_latency.add_argument("--device", default=None, help="Warp device of the engine")
     bench_latency.add_argument(
         "--transport",
@@ -114,9 +116,9 @@ def add_parser(commands) -> None:
     )
     bench_dataset.add_argument("--jobs", type=int, default=8, help="jobs per run (default %(default)s)")
     bench_dataset.add_argument("--workers", type=int, default=2, help="the most workers (default %(default)s)")
-    bench_dataset.add_argument("--width", type=int, default=320)
-    bench_dataset.add_argument("--height", type=int, default=240)
-    bench_dataset.add_argument("--flight", type=float, default=2.0, help="seconds of recorded flight per job")
+    bench_dataset.add_argument("--width", type=at_least(1), default=320)
+    bench_dataset.add_argument("--height", type=at_least(1), default=240)
+    bench_dataset.add_argument("--flight", type=positive, default=2.0, help="seconds of recorded flight per job")
     bench_dataset.set_defaults(run=cmd_bench_dataset)
     bench_envs = benches.add_parser(
         "envs",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import freeze_start_up_heap, stop_on_signals
+from goggles.cli.common import freeze_start_up_heap, port, positive, stop_on_signals
 
 
 def add_parser(commands) -> None:
@@ -29,21 +29,21 @@ def add_parser(commands) -> None:
         help="optitrack: natnet (default: bodies and skeletons) or motioncapture (bodies); qualisys: qtm "
         "(default: 6D bodies and skeletons) or motioncapture; vicon, vrpn, mock: motioncapture",
     )
-    mocap.add_argument("--qtm-port", type=int, default=22223, help="Qualisys QTM real-time port (qtm backend)")
+    mocap.add_argument("--qtm-port", type=port, default=22223, help="Qualisys QTM real-time port (qtm backend)")
     mocap.add_argument("--multicast", action="store_true", help="NatNet: listen to Motive's multicast stream")
     mocap.add_argument(
         "--mock-bodies",
         default="",
         help="mock system: static bodies 'name(x,y,z,qw,qx,qy,qz);...' (metres, z up) at 100 Hz",
     )
-    mocap.add_argument("--command-port", type=int, default=1510)
-    mocap.add_argument("--data-port", type=int, default=1511)
+    mocap.add_argument("--command-port", type=port, default=1510)
+    mocap.add_argument("--data-port", type=port, default=1511)
     mocap.add_argument("--calibration", type=Path, default=None, help="room calibration TOML (calib/room-example.toml)")
     mocap.add_argument("--zmq", default="tcp://127.0.0.1:5556", help="the engine's ZeroMQ input endpoint")
     mocap.add_argument("--no-zmq", action="store_true")
     mocap.add_argument("--lcm-url", default="udpm://239.255.76.67:7667?ttl=0")
     mocap.add_argument("--no-lcm", action="store_true")
-    mocap.add_argument("--timeout", type=float, default=5.0, help="s to wait for the mocap server")
+    mocap.add_argument("--timeout", type=positive, default=5.0, help="s to wait for the mocap server")
     mocap.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     mocap.set_defaults(warp=False)  # no kernels: start without loading Warp
     mocap.set_defaults(run=cmd_bridge_mocap)

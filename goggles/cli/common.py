@@ -45,17 +45,51 @@ def floats_between(low: int, high: int, what: str):
     return parse
 
 
+def positive(text: str) -> float:
+    """argparse type: a positive finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def at_least(low: int):
+    """argparse type: an integer no smaller than ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
+
+
+def port(text: str) -> int:
+    """argparse type: a TCP or UDP port number."""
+    value = at_least(1)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number, 1 to 65535, got {value}")
+    return value
+
+
 def add_camera_args(parser: argparse.ArgumentParser, width: int, height: int) -> None:
     parser.add_argument(
         "--scene", type=Path, default=None, help="scene TOML or mesh file (default: the built-in arena)"
     )
-    parser.add_argument("--width", type=int, default=width, help="image width, pixels (default %(default)s)")
-    parser.add_argument("--height", type=int, default=height, help="image height, pixels (default %(default)s)")
+    parser.add_argument("--width", type=at_least(1), default=width, help="image width, pixels (default %(default)s)")
+    parser.add_argument("--height", type=at_least(1), default=height, help="image height, pixels (default %(default)s)")
     parser.add_argument(
-        "--vfov", type=float, default=60.0, help="vertical field of view, degrees (default %(default)s)"
+        "--vfov", type=positive, default=60.0, help="vertical field of view, degrees (default %(default)s)"
     )
     parser.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N (default: Warp's default)")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads per render (default: all cores)")
+    parser.add_argument("--threads", type=at_least(1), default=None, help="CPU threads per render (default: all cores)")
 
 
 def add_backend_arg(parser: argparse.ArgumentParser) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from goggles.cli.common import at_least
+
 
 def add_parser(commands) -> None:
     echo = commands.add_parser(
@@ -13,7 +15,7 @@ def add_parser(commands) -> None:
     echo.add_argument("channel", nargs="?", default="", help="channel or channel prefix (default: all)")
     echo.add_argument("--endpoint", default="tcp://127.0.0.1:5555", help="engine's ZeroMQ output endpoint")
     echo.add_argument("--lcm-url", default=None, help="listen on LCM at this URL instead of ZeroMQ")
-    echo.add_argument("--count", type=int, default=None, help="stop after this many messages")
+    echo.add_argument("--count", type=at_least(1), default=None, help="stop after this many messages")
     echo.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     echo.set_defaults(warp=False)  # no kernels: start without loading Warp
     echo.set_defaults(run=cmd_echo)
@@ -41,9 +43,9 @@ def cmd_echo(args) -> int:
         return 0
     import re
 
-    import lcm
+    from goggles.transport.buses import open_lcm
 
-    bus = lcm.LCM(args.lcm_url)
+    bus = open_lcm(args.lcm_url)
     pattern = re.escape(args.channel) + ".*"
 
     def on_message(channel: str, data: bytes) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from goggles.cli.common import floats, floats_between
+from goggles.cli.common import floats, floats_between, positive
 
 
 def add_parser(commands) -> None:
@@ -40,7 +40,7 @@ def add_parser(commands) -> None:
     for parser in (spawn, move, remove):
         parser.add_argument("--inputs", default="tcp://127.0.0.1:5556", help="the engine's ZeroMQ input endpoint")
         parser.add_argument("--lcm-url", default=None, help="send on LCM at this URL instead of ZeroMQ")
-        parser.add_argument("--timeout", type=float, default=5.0, help="how long to wait for the engine, s")
+        parser.add_argument("--timeout", type=positive, default=5.0, help="how long to wait for the engine, s")
         parser.set_defaults(warp=False)  # no kernels: start without loading Warp
         parser.set_defaults(run=cmd_edit)
 
@@ -95,13 +95,13 @@ def _send_zmq(endpoint: str, timeout: float, action: str, actor: str, prop: str,
 def _send_lcm(url: str, action: str, actor: str, prop: str, position, orientation) -> None:
     import time
 
-    import lcm
-
     from goggles.errors import ConfigError
+    from goggles.transport.buses import open_lcm
     from goggles.transport.messages import scene_edit_message
 
     message = scene_edit_message(time.time_ns() // 1000, 0, action, actor, prop, position, orientation)
+    bus = open_lcm(url)
     try:
-        lcm.LCM(url).publish("scene/edit", message.encode())
+        bus.publish("scene/edit", message.encode())
     except (OSError, RuntimeError, ValueError) as exc:
         raise ConfigError(f"LCM at {url!r}: {exc}") from None

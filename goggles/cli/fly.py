@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goggles.cli.common import floats_between, log
+from goggles.cli.common import floats_between, log, positive
 from goggles.errors import ConfigError
 
 
@@ -45,8 +45,8 @@ def add_parser(commands) -> None:
         default=None,
         help="default: the preset's (fg-quad: euler, as FlightGoggles)",
     )
-    fly.add_argument("--rate", type=float, default=960.0, help="physics rate, Hz (default %(default)s)")
-    fly.add_argument("--imu-rate", type=float, default=None, help="IMU rate, Hz, dividing --rate (default: --rate)")
+    fly.add_argument("--rate", type=positive, default=960.0, help="physics rate, Hz (default %(default)s)")
+    fly.add_argument("--imu-rate", type=positive, default=None, help="IMU rate, Hz, dividing --rate (default: --rate)")
     fly.add_argument("--ground-effect", choices=["none", "cheeseman-bennett", "conyers"], default="none")
     fly.add_argument("--no-disturbances", action="store_true", help="turn the stochastic force and moment off")
     fly.add_argument("--no-imu-noise", action="store_true", help="turn IMU white noise and bias walk off")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import floats, stop_on_signals
+from goggles.cli.common import floats, port, stop_on_signals
 
 
 def add_parser(commands) -> None:
@@ -21,7 +21,7 @@ def add_parser(commands) -> None:
     preview.add_argument("--vehicle", default="quad0")
     preview.add_argument("--camera", default="stereo", help="a stereo camera publishing rgb")
     preview.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0 exposes the page)")
-    preview.add_argument("--port", type=int, default=8080)
+    preview.add_argument("--port", type=port, default=8080)
     preview.add_argument(
         "--token",
         default=None,

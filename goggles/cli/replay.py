@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from goggles.cli.common import at_least, positive
+
 
 def add_parser(commands) -> None:
     replay = commands.add_parser(
@@ -22,27 +24,26 @@ def add_parser(commands) -> None:
         "--record", type=Path, default=None, help="record the new outputs here (a folder when replaying a folder)"
     )
     pace = replay.add_mutually_exclusive_group()
-    pace.add_argument("--speed", type=float, default=None, help="play at this multiple of the recorded pace")
+    pace.add_argument("--speed", type=positive, default=None, help="play at this multiple of the recorded pace")
     pace.add_argument("--as-fast-as-possible", action="store_true", help="no pacing (the default)")
     replay.add_argument(
         "--max-gap",
-        type=float,
+        type=positive,
         default=None,
         metavar="SECONDS",
         help="skip a pause in the poses longer than this instead of rendering it; a single pose stamped that far "
         "ahead of its neighbours is a corrupt stamp, dropped and counted (default: 60)",
     )
-    replay.add_argument("--jobs", type=int, default=None, help="processes for a folder (default: all cores)")
+    replay.add_argument("--jobs", type=at_least(1), default=None, help="processes for a folder (default: all cores)")
     replay.add_argument("--device", default=None, help="Warp device")
     replay.set_defaults(run=cmd_replay)
 
 
 def cmd_replay(args) -> int:
-    from goggles.cli.common import positive_float
     from goggles.replay import MAX_GAP_S, replay_file, replay_folder
 
-    speed = None if args.as_fast_as_possible or args.speed is None else positive_float(args.speed, "--speed")
-    max_gap_s = MAX_GAP_S if args.max_gap is None else positive_float(args.max_gap, "--max-gap")
+    speed = None if args.as_fast_as_possible else args.speed
+    max_gap_s = MAX_GAP_S if args.max_gap is None else args.max_gap
     if args.log.is_dir():
         results = replay_folder(
             args.log,

@@ -9,6 +9,7 @@ from goggles.cli.common import (
     add_backend_arg,
     add_recorded_arg,
     freeze_start_up_heap,
+    port,
     positive_float,
     stop_on_signals,
 )
@@ -85,7 +86,7 @@ def add_parser(commands) -> None:
     )
     run.add_argument(
         "--foxglove",
-        type=int,
+        type=port,
         nargs="?",
         const=8765,
         default=None,

@@ -13,7 +13,7 @@ import logging
 import numpy as np
 
 import goggles_lcm
-from goggles.errors import require
+from goggles.errors import ConfigError, require
 from goggles.frames import matrix_to_quat
 from goggles.transport.schema import Encoding, MalformedMessage, decode_any
 
@@ -49,7 +49,10 @@ class FoxgloveSink:
 
         self._foxglove = foxglove
         self._channels = {"image": RawImageChannel, "calibration": CameraCalibrationChannel}
-        self.server = foxglove.start_server(name="goggles", host=host, port=port)
+        try:
+            self.server = foxglove.start_server(name="goggles", host=host, port=port)
+        except (RuntimeError, OSError) as exc:  # foxglove's error for a port in use or a bad address
+            raise ConfigError(f"cannot serve Foxglove on {host}:{port}: {exc}") from None
         self.port = self.server.port
         self._tf = FrameTransformChannel("/tf")
         self._scene = SceneUpdateChannel("/scene")

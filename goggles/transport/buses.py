@@ -198,6 +198,16 @@ class ZmqBus:
             self._authenticator.stop()
 
 
+def open_lcm(url: str):
+    """An ``lcm.LCM`` on ``url``, or a ConfigError naming the URL (LCM itself says only that it failed)."""
+    import lcm
+
+    try:
+        return lcm.LCM(url)
+    except Exception as exc:
+        raise ConfigError(f"cannot open LCM at {url!r}: {exc} (a provider URL such as {DEFAULT_LCM_URL!r})") from None
+
+
 class LcmBus:
     """Engine-side LCM: publishes outputs, queues inputs of the ``INPUT_CHANNELS`` channels.
 
@@ -206,12 +216,7 @@ class LcmBus:
     """
 
     def __init__(self, url: str = DEFAULT_LCM_URL):
-        import lcm
-
-        try:
-            self.lcm = lcm.LCM(url)
-        except Exception as exc:
-            raise ConfigError(f"cannot open LCM at {url!r}: {exc}") from exc
+        self.lcm = open_lcm(url)
         self.url = url
         self._queue: deque[tuple[str, bytes]] = deque(maxlen=LCM_INPUT_QUEUE)
         self.oversized = 0
