@@ -35,7 +35,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["echo", "--endpoint", "tcp://nowhere", "quad0/imu"], "tcp://nowhere"),
         (["race", "--perturb", "-1"], "--perturb"),
         (["render", "--width", "100000", "--height", "100000", "--out", out], "GiB"),
-        (["render", "--width", "-5", "--out", out], "camera size"),
+        (["render", "--width", "-5", "--out", out], "argument --width: must be at least 1, got -5"),
         (["run", "--duration", "-1"], "--duration"),
         (["fly", "--duration", "-1", "--out", str(tmp / "x.csv")], "--duration"),
         (["render", "--pose", "1,2,3", "--out", out], "pose"),
@@ -49,7 +49,20 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["run", "--record", str(tmp), "--duration", "0.1"], "record"),
         (["run", "--record", str(tmp / "x.txt"), "--duration", "0.1"], ".mcap"),
         (["fly", "--preset", "no-such-quad", "--duration", "1", "--out", str(tmp / "x.csv")], "no-such-quad"),
-        (["bench", "render", "--width", "0"], "camera size"),
+        (["bench", "render", "--width", "0"], "argument --width: must be at least 1"),
+        (["bench", "latency", "--height", "0"], "argument --height: must be at least 1, got 0"),
+        (["bench", "render", "--views", "0"], "argument --views: must be at least 1"),
+        (["bench", "dynamics", "--seconds", "-1"], "argument --seconds: must be a positive number"),
+        (["fly", "--duration", "1", "--out", str(tmp / "x.csv"), "--rate", "0"], "argument --rate: must be a positive"),
+        (["preview", "--port", "99999"], "argument --port: must be a port number, 1 to 65535, got 99999"),
+        (["render", "--out", out, "--threads", "-2"], "argument --threads: must be at least 1"),
+        (["replay", "x.mcap", "--speed", "nan"], "argument --speed: must be a positive number"),
+        (["replay", "x.mcap", "--max-gap", "0"], "argument --max-gap: must be a positive number"),
+        (["echo", "--lcm-url", "bogus://x", "--duration", "0.1"], "cannot open LCM at 'bogus://x'"),
+        (
+            ["edit", "spawn", "box1", "crate", "--at", "1,1,1", "--lcm-url", "bogus://x"],
+            "cannot open LCM at 'bogus://x'",
+        ),
     ]
 
 
@@ -178,3 +191,29 @@ def test_commands_without_kernels_do_not_load_warp(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_foxglove_port_in_use_is_a_one_line_error():
+    pytest.importorskip("foxglove")
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "goggles.cli",
+                "run",
+                "--no-lcm",
+                "--duration",
+                "0.1",
+                "--foxglove",
+                str(taken.getsockname()[1]),
+            ],
+            capture_output=True,
+            text=True,
+        )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "cannot serve Foxglove on 127.0.0.1:" in result.stderr.strip().splitlines()[-1]
