@@ -116,6 +116,34 @@ class Table:
             raise self.error(key, f"a list of {n} finite numbers{bound}" + (f" ({unit})" if unit else ""))
         return array
 
+    def integer(
+        self, key: str, default=_MISSING, *, low: int | None = None, high: int | None = None, meaning: str = ""
+    ) -> int:
+        """A whole number (never a boolean or a float) in [``low``, ``high``] where given; without a
+        default the key is required."""
+        value = self.get(key, None if default is _MISSING else default, required=default is _MISSING)
+        bad = not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_))
+        if bad or low is not None and value < low or high is not None and value > high:
+            span = f" from {low} to {high}" if None not in (low, high) else f" >= {low}" if low is not None else ""
+            raise self.error(key, f"an integer{span}" + (f" ({meaning})" if meaning else ""))
+        return int(value)
+
+    def choice(self, key: str, options, default=_MISSING) -> str | None:
+        """One of ``options`` (names); a default of None makes the key optional (None when absent)."""
+        value = self.get(key, None if default is _MISSING else default, required=default is _MISSING)
+        if value is None and default is None:
+            return None
+        if not isinstance(value, str) or value not in options:
+            raise self.error(key, f"one of {sorted(options)}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        """true or false (never a number or a string that would read as one)."""
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, "true or false")
+        return value
+
     def text(self, key: str, default=_MISSING, *, required: bool = False) -> str:
         value = self.get(key, None if default is _MISSING else default, required=required or default is _MISSING)
         if not isinstance(value, str) or not value:

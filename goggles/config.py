@@ -172,9 +172,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         path, "[run]", data.get("run", {}), {"mode", "scene", "seed", "course", "perturb", "collisions", "extrapolate"}
     )
     modes = {"sim": ClockMode.SIM, "lockstep": ClockMode.LOCKSTEP, "live": ClockMode.LIVE}
-    mode_name = run.text("mode", "sim")
-    if mode_name not in modes:
-        raise run.error("mode", f"one of {sorted(modes)}")
+    mode_name = run.choice("mode", modes, "sim")
     scene = run.get("scene")
     if scene is not None and not isinstance(scene, str):
         raise run.error("scene", "a path")
@@ -198,16 +196,9 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     )
 
     ros2 = Table(path, "[ros2]", data.get("ros2", {}), {"enabled", "namespace", "domain_id", "distro", "expose"})
-    distro = ros2.text("distro", "humble")
-    if distro not in DISTROS:
-        raise ros2.error("distro", f"one of {list(DISTROS)}")
-    domain_id = ros2.number("domain_id", 0)
-    if domain_id != int(domain_id) or not 0 <= domain_id <= 232:
-        raise ros2.error("domain_id", "an integer from 0 to 232 (ROS_DOMAIN_ID)")
-    expose = ros2.get("expose", False)
-    if not isinstance(expose, bool):
-        raise ros2.error("expose", "true or false")
-    ros2_settings = Ros2Settings(ros2.text("namespace", "/goggles"), int(domain_id), distro, expose)
+    distro = ros2.choice("distro", DISTROS, "humble")
+    domain_id = ros2.integer("domain_id", 0, low=0, high=232, meaning="ROS_DOMAIN_ID")
+    ros2_settings = Ros2Settings(ros2.text("namespace", "/goggles"), domain_id, distro, ros2.flag("expose", False))
 
     vehicle_tables = top.get("vehicle", [])
     if not isinstance(vehicle_tables, list) or not vehicle_tables:
@@ -221,15 +212,11 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         _range_sensor(path, i, c, set(names), physics_rate) for i, c in enumerate(top.get("range_sensor", []))
     )
     responses = {r.name.lower(): r for r in CollisionResponse}
-    collisions = run.text("collisions", "crash")
-    if collisions not in responses:
-        raise run.error("collisions", f"one of {sorted(responses)}")
+    collisions = run.choice("collisions", responses, "crash")
     course = run.get("course")
     if course is not None and not isinstance(course, str):
         raise run.error("course", "a path")
-    perturb = run.get("perturb")
-    if perturb is not None and (isinstance(perturb, bool) or not isinstance(perturb, int)):
-        raise run.error("perturb", "an integer seed")
+    perturb = run.integer("perturb", None, low=0, high=2**32 - 1, meaning="a seed") if "perturb" in run.table else None
     return RunConfig(
         source=path,
         mode=modes[mode_name],
@@ -237,12 +224,12 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         physics_rate=physics_rate,
         scale=scale,
         max_scale=clock.number("max_scale", 1.0, positive=True),
-        seed=int(run.number("seed", 0)),
+        seed=run.integer("seed", 0, low=0, high=2**32 - 1),
         vehicles=vehicles,
         cameras=cameras,
-        lcm_url=lcm.text("url", DEFAULT_LCM_URL) if lcm.get("enabled", True) else None,
-        zmq=endpoints if zmq.get("enabled", True) else None,
-        ros2=ros2_settings if ros2.get("enabled", False) else None,
+        lcm_url=lcm.text("url", DEFAULT_LCM_URL) if lcm.flag("enabled", True) else None,
+        zmq=endpoints if zmq.flag("enabled", True) else None,
+        ros2=ros2_settings if ros2.flag("enabled", False) else None,
         course=None if course is None else (base / course).resolve(),
         perturb=perturb,
         collisions=responses[collisions],
@@ -271,14 +258,15 @@ def _vehicle(path, index: int, table, physics_rate: float) -> VehicleConfig:
         table,
         {"name", "preset", "start", "route", "route_tolerance", "imu_rate", "imu_batch", "state_rate", "floor_z"},
     )
-    imu_batch = r.get("imu_batch", 1)
-    if isinstance(imu_batch, bool) or not isinstance(imu_batch, int) or not 1 <= imu_batch <= 64:
-        raise r.error("imu_batch", "an integer from 1 to 64 (IMU samples delivered together)")
+    imu_batch = r.integer("imu_batch", 1, low=1, high=64, meaning="IMU samples delivered together")
     start = r.get("start", [0.0, 0.0, 0.0, 0.0])
     if isinstance(start, list) and len(start) == 3:
         start = [*start, 0.0]
     route = []
-    for point in r.get("route", []):
+    waypoints = r.get("route", [])
+    if not isinstance(waypoints, list):
+        raise r.error("route", "a list of waypoints [x, y, z] or [x, y, z, yaw]")
+    for point in waypoints:
         if isinstance(point, list) and len(point) == 3:
             point = [*point, 0.0]
         array = finite_vector(point, 4)
@@ -359,34 +347,19 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
         depth_model=_depth_model(r),
         noise_model=_noise_model(r),
         exposure_s=r.number("exposure_s", 0.0, minimum=0.0, unit="s"),
-        blur_subframes=_blur_subframes(r),
+        blur_subframes=r.integer("blur_subframes", 8, low=1, high=256),
         readout_s=r.number("readout_s", 0.0, minimum=0.0, unit="s"),
     )
 
 
-def _blur_subframes(r: Table) -> int:
-    value = r.get("blur_subframes", 8)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 256:
-        raise r.error("blur_subframes", "an integer from 1 to 256")
-    return value
-
-
 def _noise_model(r: Table) -> CameraNoiseModel | None:
-    name = r.get("noise_model")
-    if name is None:
-        return None
-    if name not in CAMERA_NOISE_MODELS:
-        raise r.error("noise_model", f"one of {sorted(CAMERA_NOISE_MODELS)}")
-    return CAMERA_NOISE_MODELS[name]
+    name = r.choice("noise_model", CAMERA_NOISE_MODELS, None)
+    return None if name is None else CAMERA_NOISE_MODELS[name]
 
 
 def _depth_model(r: Table) -> StereoDepthModel | None:
-    name = r.get("depth_model")
-    if name is None:
-        return None
-    if name not in STEREO_DEPTH_MODELS:
-        raise r.error("depth_model", f"one of {sorted(STEREO_DEPTH_MODELS)}")
-    return STEREO_DEPTH_MODELS[name]
+    name = r.choice("depth_model", STEREO_DEPTH_MODELS, None)
+    return None if name is None else STEREO_DEPTH_MODELS[name]
 
 
 def _range_sensor(path, index: int, table, vehicles: set[str], physics_rate: float) -> RangeSensorConfig:
@@ -432,9 +405,7 @@ def _lidar(path, index: int, table, vehicles: set[str], physics_rate: float) -> 
 
 def _avatar(path, base: Path, index: int, table) -> AvatarConfig:
     r = Table(path, f"[[avatar]] #{index + 1}", table, {"name", "bvh", "units", "up", "position", "yaw_deg", "speed"})
-    units, up = r.text("units", required=True), r.text("up", required=True)
-    if units not in UNITS_M or up not in UP_AXES:
-        raise r.error("units", f"units in {sorted(UNITS_M)} and up in {sorted(UP_AXES)} (a BVH file says neither)")
+    units, up = r.choice("units", UNITS_M), r.choice("up", UP_AXES)  # required: a BVH file says neither
     T_WR = np.eye(4)
     T_WR[:3, :3] = quat_to_matrix(quat_from_euler(0.0, 0.0, np.radians(r.number("yaw_deg", 0.0))))
     T_WR[:3, 3] = r.vector("position", 3, [0.0, 0.0, 0.0])
@@ -463,9 +434,7 @@ def _prop(path, base: Path, index: int, table) -> PropSpec:
     name = r.text("name", required=True)
     if len(name) > MAX_EDIT_NAME:
         raise r.error("name", f"at most {MAX_EDIT_NAME} characters (a scene edit names it)")
-    segmentation = r.get("segmentation", 1)
-    if isinstance(segmentation, bool) or not isinstance(segmentation, int) or not 1 <= segmentation < 2**31:
-        raise r.error("segmentation", "an integer class id >= 1")
+    segmentation = r.integer("segmentation", 1, low=1, high=2**31 - 1, meaning="a class id")
     if ("box" in r.table) == ("mesh" in r.table):
         raise ConfigError(f"{path}: {r.where}: give 'box' (extents, m) or 'mesh' (a file), one of them")
     if "box" in r.table:
@@ -482,11 +451,7 @@ def _prop(path, base: Path, index: int, table) -> PropSpec:
     if "rgb" in r.table:
         raise ConfigError(f"{path}: {r.where}: 'rgb' is for a box; a mesh brings its own colours")
     mesh = (base / r.text("mesh")).resolve()
-    units, up = r.text("units", required=True), r.text("up", required=True)  # never guessed, as in a scene file
-    if units not in UNITS_M:
-        raise r.error("units", f"one of {sorted(UNITS_M)}")
-    if up not in UP_AXES:
-        raise r.error("up", f"one of {sorted(UP_AXES)}")
+    units, up = r.choice("units", UNITS_M), r.choice("up", UP_AXES)  # required: never guessed, as in a scene file
     return PropSpec(name, segmentation, mesh=mesh, units=units, up=up)
 
 

@@ -54,3 +54,77 @@ def test_every_reader_names_a_file_that_is_not_toml(tmp_path, reader, content):
     path.write_bytes(content)
     with pytest.raises(GogglesError, match=r"bad\.toml: not valid TOML"):
         _readers()[reader](path)
+
+
+_RUN = """
+[run]
+{run}
+[lcm]
+{lcm}
+[ros2]
+{ros2}
+[[vehicle]]
+name = "quad0"
+{vehicle}
+[[camera]]
+vehicle = "quad0"
+name = "front"
+{camera}
+"""
+
+
+@pytest.mark.parametrize(
+    ("table", "line", "message"),
+    [
+        ("lcm", 'enabled = "no"', "[lcm]: 'enabled' must be true or false, got 'no'"),
+        ("lcm", "enabled = 0", "[lcm]: 'enabled' must be true or false, got 0"),
+        ("ros2", "expose = 1", "[ros2]: 'expose' must be true or false"),
+        ("ros2", "domain_id = 7.5", "'domain_id' must be an integer from 0 to 232 (ROS_DOMAIN_ID), got 7.5"),
+        ("ros2", 'distro = "kinetic"', "'distro' must be one of"),
+        ("run", "seed = 1.5", "[run]: 'seed' must be an integer from 0 to 4294967295, got 1.5"),
+        ("run", "seed = -1", "'seed' must be an integer from 0"),
+        ("run", "perturb = true", "'perturb' must be an integer"),
+        ("run", "mode = [1, 2]", "[run]: 'mode' must be one of ['live', 'lockstep', 'sim']"),
+        ("run", 'collisions = "bounce"', "'collisions' must be one of"),
+        ("vehicle", "route = -1", "[[vehicle]] #1: 'route' must be a list of waypoints"),
+        ("vehicle", "imu_batch = 65", "'imu_batch' must be an integer from 1 to 64"),
+        ("camera", "depth_model = [1, 2]", "[[camera]] #1: 'depth_model' must be one of"),
+        ("camera", 'noise_model = "grainy"', "'noise_model' must be one of"),
+        ("camera", "blur_subframes = 2.0", "'blur_subframes' must be an integer from 1 to 256"),
+    ],
+)
+def test_a_run_file_value_of_the_wrong_kind_names_the_file_table_and_key(tmp_path, table, line, message):
+    from goggles.config import load_run_config
+    from goggles.errors import ConfigError
+
+    path = tmp_path / "run.toml"
+    path.write_text(_RUN.format(**{t: line if t == table else "" for t in ("run", "lcm", "ros2", "vehicle", "camera")}))
+    with pytest.raises(ConfigError) as error:
+        load_run_config(path)
+    assert str(error.value).startswith(f"{path}: ") and message in str(error.value), str(error.value)
+
+
+@pytest.mark.parametrize(
+    "inertia", ['"x"', "{ a = 1 }", "[[1.0, 0.0], [0.0, 1.0]]", "[[1, 2, 0], [0, 1, 0], [0, 0, 1]]", "[1, -1, 1]"]
+)
+def test_an_airframe_inertia_that_is_not_one_names_the_file_and_key(tmp_path, inertia):
+    from goggles.dynamics.airframe import PRESETS_DIR, load_airframe
+    from goggles.errors import ConfigError
+
+    text = (PRESETS_DIR / "fg-quad.toml").read_text()
+    path = tmp_path / "quad.toml"
+    path.write_text(text.replace("inertia = [0.0049, 0.0049, 0.0069]", f"inertia = {inertia}"))
+    with pytest.raises(ConfigError, match=r"quad\.toml: \[body\]: 'inertia' must be 3 positive principal moments"):
+        load_airframe(path)
+
+
+def test_an_airframe_inertia_may_be_a_full_matrix(tmp_path):
+    from goggles.dynamics.airframe import PRESETS_DIR, load_airframe
+
+    text = (PRESETS_DIR / "fg-quad.toml").read_text()
+    path = tmp_path / "quad.toml"
+    matrix = "[[0.0049, 0.0001, 0.0], [0.0001, 0.0049, 0.0], [0.0, 0.0, 0.0069]]"
+    path.write_text(text.replace("inertia = [0.0049, 0.0049, 0.0069]", f"inertia = {matrix}"))
+    np.testing.assert_array_equal(
+        load_airframe(path).inertia, [[0.0049, 0.0001, 0.0], [0.0001, 0.0049, 0.0], [0.0, 0.0, 0.0069]]
+    )

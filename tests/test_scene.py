@@ -104,8 +104,8 @@ def test_single_mesh_path_is_a_scene(tmp_path):
     [
         ('[[asset]]\nfile = "box.stl"\nunits = "m"\nup = "+z"\ncolour = 3\n', "unknown key 'colour'"),
         ('[[asset]]\nfile = "box.stl"\nup = "+z"\n', "missing key 'units'"),
-        ('[[asset]]\nfile = "box.stl"\nunits = "furlong"\nup = "+z"\n', "units 'furlong' unknown"),
-        ('[[asset]]\nfile = "box.stl"\nunits = "m"\nup = "+q"\n', "up '\\+q' unknown"),
+        ('[[asset]]\nfile = "box.stl"\nunits = "furlong"\nup = "+z"\n', "'units' must be one of .*, got 'furlong'"),
+        ('[[asset]]\nfile = "box.stl"\nunits = "m"\nup = "+q"\n', "'up' must be one of .*, got '\\+q'"),
         ('[[asset]]\nfile = "box.stl"\nunits = "m"\nup = "+z"\nposition = [1, 2]\n', "'position' must be a list of 3"),
         ('[[asset]]\nfile = "box.stl"\nunits = "m"\nup = "+z"\nscale = -1\n', "'scale' must be a finite number > 0"),
         ('[[asset]]\nfile = "box.stl"\nunits = "m"\nup = "+z"\nsegmentation = 0\n', "'segmentation' must be"),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import Table, read_toml
+from goggles.checks import Table, finite_vector, read_toml
 from goggles.errors import ConfigError
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
@@ -243,9 +243,14 @@ def _airframe(path: Path, data: dict) -> Airframe:
 
     mass = body.number("mass", positive=True)
     inertia_value = body.get("inertia", required=True)
-    inertia = np.asarray(inertia_value, dtype=np.float64)
-    if inertia.shape == (3,):
-        inertia = np.diag(inertia)
+    moments = finite_vector(inertia_value, 3)  # None unless 3 finite numbers
+    rows = [finite_vector(row, 3) for row in inertia_value] if isinstance(inertia_value, list) else []
+    if moments is not None:
+        inertia = np.diag(moments)
+    elif len(rows) == 3 and all(row is not None for row in rows):
+        inertia = np.stack(rows)
+    else:
+        inertia = np.zeros(0)
     if inertia.shape != (3, 3) or not np.allclose(inertia, inertia.T) or np.any(np.linalg.eigvalsh(inertia) <= 0):
         raise ConfigError(
             f"{path}: [body]: 'inertia' must be 3 positive principal moments or a symmetric positive "

@@ -85,9 +85,9 @@ def load_asset(path: str | Path, *, units: str, up: str) -> list[MeshPart]:
     import trimesh
 
     path = Path(path)
-    if units not in UNITS_M:
+    if not isinstance(units, str) or units not in UNITS_M:
         raise SceneError(f"{path}: units {units!r} unknown; use one of {sorted(UNITS_M)}")
-    if up not in UP_AXES:
+    if not isinstance(up, str) or up not in UP_AXES:
         raise SceneError(f"{path}: up axis {up!r} unknown; use one of {sorted(UP_AXES)}")
     if not path.is_file():
         raise SceneError(f"{path}: mesh file not found")

@@ -107,10 +107,7 @@ def _asset(path: Path, index: int, entry: dict) -> AssetSpec:
             raise SceneError(f"{path}: {where}: missing key {key!r} (units and up axis are never guessed)")
     file = path.parent / str(entry["file"])
     table.where = where = f"{where} ({entry['file']})"
-    if entry["units"] not in UNITS_M:
-        raise SceneError(f"{path}: {where}: units {entry['units']!r} unknown; use one of {sorted(UNITS_M)}")
-    if entry["up"] not in UP_AXES:
-        raise SceneError(f"{path}: {where}: up {entry['up']!r} unknown; use one of {sorted(UP_AXES)}")
+    units, up = table.choice("units", UNITS_M), table.choice("up", UP_AXES)
     position = table.vector("position", 3, [0.0, 0.0, 0.0], unit="m")
     if "orientation" in entry and "rpy_deg" in entry:
         raise SceneError(f"{path}: {where}: give 'orientation' or 'rpy_deg', not both")
@@ -122,8 +119,6 @@ def _asset(path: Path, index: int, entry: dict) -> AssetSpec:
         if np.linalg.norm(orientation) < 1e-9:
             raise SceneError(f"{path}: {where}: 'orientation' must be a non-zero quaternion [w, x, y, z]")
     scale = table.number("scale", 1.0, positive=True)
-    segmentation = entry.get("segmentation", 1)
-    if not isinstance(segmentation, int) or isinstance(segmentation, bool) or not 1 <= segmentation < 2**31:
-        raise SceneError(f"{path}: {where}: 'segmentation' must be an integer class id >= 1, got {segmentation!r}")
+    segmentation = table.integer("segmentation", 1, low=1, high=2**31 - 1, meaning="a class id")
     name = str(entry.get("name", Path(str(entry["file"])).stem))
-    return AssetSpec(name, file, entry["units"], entry["up"], transform(position, orientation), scale, segmentation)
+    return AssetSpec(name, file, units, up, transform(position, orientation), scale, segmentation)
