@@ -13,6 +13,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
+#: Seeds are 32-bit unsigned (Warp's random streams and NumPy's generators both take them).
+MAX_SEED = 2**32 - 1
+
+
 def read_toml(path: Path, what: str, error: type[Exception] = ConfigError) -> dict:
     """The tables of the TOML file at `path`; `error` names the file if it is missing or not TOML.
 
@@ -49,6 +53,13 @@ def finite_vector(value, n: int) -> np.ndarray | None:
     if array.shape != (n,) or not np.all(np.isfinite(array)):
         return None
     return array
+
+
+def is_whole(value, low: int | None = None, high: int | None = None) -> bool:
+    """Is ``value`` an integer (not a boolean, not a float) in [``low``, ``high``] where given?"""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+        return False
+    return (low is None or value >= low) and (high is None or value <= high)
 
 
 def _is_number(value) -> bool:
@@ -122,8 +133,7 @@ class Table:
         """A whole number (never a boolean or a float) in [``low``, ``high``] where given; without a
         default the key is required."""
         value = self.get(key, None if default is _MISSING else default, required=default is _MISSING)
-        bad = not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_))
-        if bad or low is not None and value < low or high is not None and value > high:
+        if not is_whole(value, low, high):
             span = f" from {low} to {high}" if None not in (low, high) else f" >= {low}" if low is not None else ""
             raise self.error(key, f"an integer{span}" + (f" ({meaning})" if meaning else ""))
         return int(value)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import Table, finite_vector, read_toml
+from goggles.checks import MAX_SEED, Table, finite_vector, read_toml
 from goggles.clock import ClockMode
 from goggles.dynamics.model import CollisionResponse
 from goggles.errors import ConfigError
@@ -216,7 +216,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     course = run.get("course")
     if course is not None and not isinstance(course, str):
         raise run.error("course", "a path")
-    perturb = run.integer("perturb", None, low=0, high=2**32 - 1, meaning="a seed") if "perturb" in run.table else None
+    perturb = run.integer("perturb", None, low=0, high=MAX_SEED, meaning="a seed") if "perturb" in run.table else None
     return RunConfig(
         source=path,
         mode=modes[mode_name],
@@ -224,7 +224,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         physics_rate=physics_rate,
         scale=scale,
         max_scale=clock.number("max_scale", 1.0, positive=True),
-        seed=run.integer("seed", 0, low=0, high=2**32 - 1),
+        seed=run.integer("seed", 0, low=0, high=MAX_SEED),
         vehicles=vehicles,
         cameras=cameras,
         lcm_url=lcm.text("url", DEFAULT_LCM_URL) if lcm.flag("enabled", True) else None,

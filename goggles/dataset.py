@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from goggles.checks import Table, read_toml
+from goggles.checks import MAX_SEED, Table, is_whole, read_toml
 from goggles.config import IMAGE_OUTPUTS
 from goggles.errors import ConfigError, GogglesError
 
@@ -87,9 +87,7 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
     base = path.parent
     dataset = Table(path, "[dataset]", data.get("dataset", {}), {"output", "device", "workers"})
     output = (base / dataset.text("output", required=True)).resolve()
-    workers = dataset.get("workers")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise dataset.error("workers", "a positive integer")
+    workers = dataset.integer("workers", None, low=1) if "workers" in dataset.table else None
 
     def paths(table: Table, key: str, *, required: bool = False) -> list[str | None]:
         values = table.get(key, required=required)
@@ -110,18 +108,18 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
     if "jobs" in data:
         product = Table(path, "[jobs]", data["jobs"], {"logs", "rigs", "scenes", "seeds"})
         seeds = product.get("seeds", [None])
-        if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-            if seeds != [None]:
-                raise product.error("seeds", "a list of integers")
+        if seeds != [None] and not (isinstance(seeds, list) and seeds and all(is_whole(s, 0, MAX_SEED) for s in seeds)):
+            raise product.error("seeds", f"a list of integers from 0 to {MAX_SEED}")
         for log_path in paths(product, "logs", required=True):
             for rig in paths(product, "rigs"):
                 for scene in paths(product, "scenes"):
                     jobs += [Job(log_path, rig, scene, seed) for seed in seeds]
-    for i, entry in enumerate(top.get("job", [])):
+    job_tables = top.get("job", [])
+    if not isinstance(job_tables, list):
+        raise top.error("job", "[[job]] tables")
+    for i, entry in enumerate(job_tables):
         table = Table(path, f"[[job]] {i + 1}", entry, {"log", "rig", "scene", "seed"})
-        seed = table.get("seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise table.error("seed", "an integer")
+        seed = table.integer("seed", None, low=0, high=MAX_SEED) if "seed" in table.table else None
         (log_path,) = paths(table, "log", required=True)
         (rig,) = paths(table, "rig")
         (scene,) = paths(table, "scene")

@@ -58,6 +58,11 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["render", "--out", out, "--threads", "-2"], "argument --threads: must be at least 1"),
         (["replay", "x.mcap", "--speed", "nan"], "argument --speed: must be a positive number"),
         (["replay", "x.mcap", "--max-gap", "0"], "argument --max-gap: must be a positive number"),
+        (
+            ["fly", "--duration", "1", "--out", str(tmp / "x.csv"), "--seed", "-1"],
+            "argument --seed: must be at least 0",
+        ),
+        (["race", "--seed", str(2**32)], "argument --seed: must be a seed, 0 to 4294967295"),
         (["echo", "--lcm-url", "bogus://x", "--duration", "0.1"], "cannot open LCM at 'bogus://x'"),
         (
             ["edit", "spawn", "box1", "crate", "--at", "1,1,1", "--lcm-url", "bogus://x"],

@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+from goggles.checks import MAX_SEED
 from goggles.errors import ConfigError
 
 log = logging.getLogger("goggles")
@@ -69,6 +70,14 @@ def at_least(low: int):
         return value
 
     return parse
+
+
+def seed(text: str) -> int:
+    """argparse type: a seed, 0 to ``checks.MAX_SEED``."""
+    value = at_least(0)(text)
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be a seed, 0 to {MAX_SEED}, got {value}")
+    return value
 
 
 def port(text: str) -> int:

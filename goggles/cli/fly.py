@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goggles.cli.common import floats_between, log, positive
+from goggles.cli.common import floats_between, log, positive, seed
 from goggles.errors import ConfigError
 
 
@@ -38,7 +38,7 @@ def add_parser(commands) -> None:
         help="start x,y,z[,yaw] at rest, m and rad; above z = 0 the rotors start at hover speed "
         "(default: on the ground at the origin, rotors stopped)",
     )
-    fly.add_argument("--seed", type=int, default=0, help="seed of the disturbance and IMU noise")
+    fly.add_argument("--seed", type=seed, default=0, help="seed of the disturbance and IMU noise")
     fly.add_argument(
         "--integrator",
         choices=["euler", "rk4"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goggles.errors import ConfigError
+from goggles.cli.common import seed
 
 
 def add_parser(commands) -> None:
@@ -21,13 +21,13 @@ def add_parser(commands) -> None:
     race.add_argument("--log", type=Path, default=None, help="score this recorded flight instead of flying")
     race.add_argument(
         "--perturb",
-        type=int,
+        type=seed,
         default=None,
         metavar="SEED",
         help="shift every gate randomly within its perturbation bounds (seeded)",
     )
     race.add_argument("--scene", type=Path, default=None, help="scene to fly in (default: the built-in arena)")
-    race.add_argument("--seed", type=int, default=0, help="seed of the simulator's noise")
+    race.add_argument("--seed", type=seed, default=0, help="seed of the simulator's noise")
     race.add_argument("--out", type=Path, default=None, help="write the flown log as CSV")
     race.add_argument("--device", default=None, help="Warp device")
     race.set_defaults(run=cmd_race)
@@ -42,8 +42,6 @@ def cmd_race(args) -> int:
 
     course = load_course(args.course or default_course())
     if args.perturb is not None:
-        if args.perturb < 0:
-            raise ConfigError(f"--perturb {args.perturb}: the seed must be >= 0")
         course = course.perturbed(args.perturb)
     if args.log is not None:
         from goggles.race import read_flight_log
