@@ -137,10 +137,12 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
             (a live one), people from ``skeleton/<name>``, props from ``scene/edit``.
         speed: play at this multiple of the recorded pace; None: as fast as possible.
         progress: called about once per wall second with the log time reached, s.
-        max_gap_s: a pose stamped more than this after the one before is a jump: if the next pose
-            jumped too, the poses paused (a stopped logger) and the replay skips to them with a
-            warning; if the next came back, that one stamp was corrupt, and its pose is counted
-            malformed and dropped. Either way no hours of frames are rendered for one bad stamp.
+        max_gap_s: a pose stamped more than this from the one before is a jump. If the next pose
+            jumped too, it is real: forward, the poses paused (a stopped logger) and the replay skips
+            to them with a warning; backward, their clock restarted (a flight run again under one
+            lcm-logger) and the poses replay on from the last instant, with a warning. If the next
+            came back, that one stamp was corrupt, and its pose is counted malformed and dropped:
+            one bad stamp never renders hours of frames, nor stops the frames for hours.
 
     Returns:
         The number of recorded poses used.
@@ -215,24 +217,39 @@ def _stamped(recorded, inputs):
 
 
 def _without_stamp_spikes(items, inputs, max_gap_us: float):
-    """The stamped items, less the poses stamped more than ``max_gap_us`` after the pose before while
-    the pose after came back (see ``replay_into``). A jump is held, with the edits after it, until the
-    next pose decides; one still held when the log ends is dropped."""
-    last, held = None, []  # the stamp of the newest pose passed on; a jumped pose and the edits after it
-    for item in items:
-        stamp = item[3]
+    """The stamped items with the poses' clock made to run forward (see ``replay_into``): a pose
+    stamped more than ``max_gap_us`` from the pose before is held, with the edits after it, until
+    the next pose decides. If that one jumped too, the jump was real: forward, a pause (passed on
+    for the replay to skip); backward, a restarted clock (a flight run again under one logger),
+    whose poses go on from the last instant with a warning. If it came back, the held pose was a
+    corrupt stamp and is dropped; one still held when the log ends is dropped."""
+    last, held, offset = None, [], 0  # the newest stamp passed on; a jumped pose and the edits after it
+    for t_ns, channel, data, stamp in items:
+        item = (t_ns, channel, data, None if stamp is None else stamp + offset)
         if held:
             if stamp is None:
                 held.append(item)
                 continue
-            if stamp - last > max_gap_us:  # the poses after it jumped too: a real pause, kept
+            if abs(item[3] - last) > max_gap_us:  # the poses after it jumped too: real
+                jumped = held[0][3]
+                if jumped < last:
+                    log.warning(
+                        "the poses' clock went back %.1f s at %.3f s of sim time (a restarted clock?): "
+                        "replaying on from there",
+                        (last - jumped) * 1e-6,
+                        last * 1e-6,
+                    )
+                    offset += last - jumped
+                    held = [(*h[:3], None if h[3] is None else h[3] + last - jumped) for h in held]
+                    item = (*item[:3], item[3] + last - jumped)
                 last = held[0][3]
                 yield from held
             else:
                 _drop_spike(inputs, held[0], last)
                 yield from held[1:]
             held = []
-        if stamp is not None and last is not None and stamp - last > max_gap_us:
+        stamp = item[3]
+        if stamp is not None and last is not None and abs(stamp - last) > max_gap_us:
             held = [item]
             continue
         if stamp is not None:
@@ -248,7 +265,7 @@ def _drop_spike(inputs, item, last_us: int) -> None:
     inputs.count_malformed(
         channel,
         MalformedMessage(
-            f"time stamp {(stamp - last_us) * 1e-6:.1f} s after the pose before, and the next pose did not follow it"
+            f"time stamp {(stamp - last_us) * 1e-6:+.1f} s from the pose before, and the next pose did not follow it"
         ),
     )
 

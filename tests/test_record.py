@@ -353,3 +353,24 @@ def test_a_long_pause_in_the_poses_is_skipped(tmp_path, caplog):
     for max_gap_s, frames in ((60.0, 31 + 60), (1.0, 31)):  # a pause within the bound is rendered
         replay_file(short, record=tmp_path / f"{max_gap_s}.mcap", max_gap_s=max_gap_s)
         assert len(images(tmp_path / f"{max_gap_s}.mcap")) == 4 * frames
+
+
+def test_a_clock_restarted_under_one_logger_replays_on(tmp_path, caplog):
+    """Two flights in one log, the second's stamps from 0 again (goggles run twice under lcm-logger):
+    the second replays on from the first's last instant instead of waiting for its stamps to pass it."""
+    original = record_run(tmp_path)
+    twice = tmp_path / "twice.mcap"
+    recorder = Recorder(twice, metadata=read_metadata(original), queue_size=100_000)
+    for shift_ns in (0, 2 * 10**9):
+        for t_ns, channel, data in read_log(original):
+            recorder.write(channel, data, t_ns + shift_ns)
+    recorder.close()
+    replayed = tmp_path / "replayed.mcap"
+    result = replay_file(twice, record=replayed, max_gap_s=0.5)  # a 1 s flight: a jump of 0.5 s is one
+    assert result.poses == 2 * 61 and result.dropped == 0
+    assert "clock went back 1.0 s" in caplog.text
+    first, second = images(original), images(replayed)
+    again = {(channel, u + 10**6): data for (channel, u), data in first.items()}  # from the first's last instant
+    expected = {**{key: data for key, data in first.items() if key[1] < 10**6}, **again}
+    assert set(second) == set(expected)
+    assert all(second[key] == expected[key] for key in expected)

@@ -31,8 +31,9 @@ def add_parser(commands) -> None:
         type=positive,
         default=None,
         metavar="SECONDS",
-        help="skip a pause in the poses longer than this instead of rendering it; a single pose stamped that far "
-        "ahead of its neighbours is a corrupt stamp, dropped and counted (default: 60)",
+        help="skip a pause in the poses longer than this instead of rendering it, and replay on from where it was "
+        "when their clock goes back this far; a single pose stamped this far from its neighbours is a corrupt "
+        "stamp, dropped and counted (default: 60)",
     )
     replay.add_argument("--jobs", type=at_least(1), default=None, help="processes for a folder (default: all cores)")
     replay.add_argument("--device", default=None, help="Warp device")
