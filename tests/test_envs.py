@@ -212,6 +212,90 @@ def test_same_step_autoreset_returns_the_new_episode_and_keeps_the_last_observat
     steady.close()
 
 
+@pytest.mark.parametrize("mask_kind", ["numpy", "torch"])
+def test_autoreset_disabled_leaves_an_ended_episode_to_the_callers_reset_mask(arena, mask_kind):
+    """Disabled autoreset (Gymnasium's reset_mask): environment 0 ends and keeps falling, step after
+    step, until ``reset(options={"reset_mask": ...})`` starts it anew; that reset returns the others'
+    observations untouched (a camera's too, not a new draw of its noise), and they fly on exactly as in
+    a run where nothing ended."""
+    task = HoverTask(target_radius=0.0, max_distance=0.3)
+    disabled = gymnasium.vector.AutoresetMode.DISABLED
+    scene = DeviceScene(arena, "cpu")
+    kwargs = {"task": task, "camera": CAMERA, "depth_model": "d435", "scene": scene, "device": "cpu"}
+    falling = DroneVectorEnv(3, autoreset=disabled, **kwargs)
+    steady = DroneVectorEnv(3, **kwargs)
+    assert falling.metadata["autoreset_mode"] == disabled
+    falling.reset(seed=4)
+    steady.reset(seed=4)
+    fall = torch.zeros(3, 4)
+    fall[0, 0] = -1.0
+    ended, climb = 0, []
+    for _ in range(200):
+        observations, reward, terminated, truncated, _ = falling.step(fall)
+        reference, *_ = steady.step(torch.zeros(3, 4))
+        assert torch.equal(observations["state"][1:], reference["state"][1:])
+        ended += bool(terminated[0])
+        climb += [float(observations["state"][0, 5])] if ended else []
+        fall[0, 0] = 1.0 if ended else -1.0  # once ended, full thrust: an ended episode still obeys
+        if ended == 4:
+            break
+    assert ended == 4 and not terminated[1:].any()  # it ended, and went on ending: no autoreset
+    assert np.all(np.diff(climb, 2) > 0.01)  # braking its fall as its motors spin up (free fall: ~0)
+    assert observations["state"][0, :3].norm() > 0.3
+    before = {name: value.clone() for name, value in observations.items()}
+    mask = terminated.numpy().copy() if mask_kind == "numpy" else terminated.clone()
+    observations, info = falling.reset(options={"reset_mask": mask})
+    assert torch.allclose(observations["state"][0, :6], torch.zeros(6), atol=1e-6)  # anew: at its target, at rest
+    for name, value in observations.items():
+        assert torch.equal(value[1:], before[name][1:]), name
+    for _ in range(5):
+        observations, *_ = falling.step(torch.zeros(3, 4))
+        reference, *_ = steady.step(torch.zeros(3, 4))
+        assert torch.equal(observations["state"][1:], reference["state"][1:])
+    falling.close()
+    steady.close()
+
+
+def test_a_reset_mask_leaves_the_others_pending_next_step_autoreset():
+    """Next-step autoreset with a reset_mask: environment 0 has ended (its reset due at the next step)
+    when the caller resets environment 1; environment 0 still starts anew at that next step."""
+    task = HoverTask(target_radius=0.0, max_distance=0.3)
+    env = DroneVectorEnv(3, task=task, device="cpu")
+    env.reset(seed=4)
+    fall = torch.zeros(3, 4)
+    fall[0, 0] = -1.0
+    for _ in range(200):
+        observations, reward, terminated, truncated, _ = env.step(fall)
+        if terminated[0]:
+            break
+    assert terminated[0]
+    env.reset(options={"reset_mask": np.array([False, True, False])})
+    observations, reward, terminated, truncated, _ = env.step(fall)
+    assert reward[0] == 0 and torch.allclose(observations["state"][0, :6], torch.zeros(6), atol=1e-6)
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("seed", "options", "message"),
+    [
+        (None, {"reset_mask": np.array([True, False])}, r"\(3,\) bool array or tensor"),
+        (None, {"reset_mask": np.array([1, 0, 0])}, "bool array"),
+        (None, {"reset_mask": [True, False, False]}, "bool array"),
+        (None, {"reset_mask": np.zeros(3, bool)}, "resets nothing"),
+        (1, {"reset_mask": np.ones(3, bool)}, "without a reset_mask"),
+        (None, {"mask": np.ones(3, bool)}, "reset options \\['mask'\\] unknown"),
+        ([1, 2, 3], None, "seed must be one integer"),
+        (-1, None, "seed must be one integer >= 0"),
+    ],
+)
+def test_bad_reset_arguments_are_clear_errors(seed, options, message):
+    env = DroneVectorEnv(3, device="cpu")
+    env.reset(seed=0)
+    with pytest.raises(ConfigError, match=message):
+        env.reset(seed=seed, options=options)
+    env.close()
+
+
 def test_state_observation_holds_the_attitude_as_a_rotation_matrix():
     """Columns 6..14 are R_WB row-major, checked against trimesh's quaternion matrix of the simulator's
     attitude; columns 0..2 are target - position."""

@@ -7,7 +7,8 @@ same tensors every step, rewritten in place, so a caller keeping an observation 
 ``step`` clones it. An environment that ended is reset on the device, the others go on: at the
 following ``step`` (Gymnasium's next-step autoreset, the default: that step's action is ignored and
 its reward 0) or within the same ``step`` (same-step, as Isaac Lab and most GPU RL libraries expect:
-the final observation is in ``info["final_obs"]``). A caller on a torch stream of its own is waited
+the final observation is in ``info["final_obs"]``), or when the caller says (disabled: ``reset`` with
+``options={"reset_mask": ...}``, Gymnasium's way). A caller on a torch stream of its own is waited
 on, and waits, where data changes hands (``StreamOrder``). Nothing crosses to the host per step, except one
 flag checking the actions are finite, and the done mask when domain randomisation draws new
 airframes. On CUDA each step replays recordings of its device work (``goggles.captured``: CUDA
@@ -100,10 +101,11 @@ class DroneVectorEnv(VectorEnv):
             ``goggles.world.DeviceScene`` on ``device``); None: the floor plane only.
         physics_per_action: 960 Hz physics steps per action (8: a 120 Hz policy).
         randomization: what each episode draws (``Randomization``), or None.
-        autoreset: ``AutoresetMode.NEXT_STEP`` (default) or ``AutoresetMode.SAME_STEP`` (the reset
+        autoreset: ``AutoresetMode.NEXT_STEP`` (default), ``AutoresetMode.SAME_STEP`` (the reset
             observation returned with the done flags; the ended episodes' last observations in
             ``info["final_obs"]``, a dict like the observation, and which in ``info["_final_obs"]``;
-            with a camera, that step renders twice).
+            with a camera, that step renders twice) or ``AutoresetMode.DISABLED`` (an ended episode
+            goes on until ``reset(options={"reset_mask": mask})`` starts it anew).
         seed: default seed (``reset(seed=)`` replaces it).
         first_env: index of the first environment in the random streams: a slice of a larger batch
             (another process, another machine) replays exactly that slice.
@@ -145,8 +147,8 @@ class DroneVectorEnv(VectorEnv):
             raise ConfigError(f"control {control!r}: use one of {', '.join(CONTROLS)}")
         if physics_per_action < 1:
             raise ConfigError(f"physics_per_action must be >= 1, got {physics_per_action}")
-        if autoreset not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
-            raise ConfigError(f"autoreset {autoreset!r}: use AutoresetMode.NEXT_STEP or AutoresetMode.SAME_STEP")
+        if autoreset not in tuple(AutoresetMode):
+            raise ConfigError(f"autoreset {autoreset!r}: use one of {[str(m) for m in AutoresetMode]}")
         self.metadata = {"autoreset_mode": autoreset}
         self.num_envs = n = num_envs
         self.task = task or HoverTask()
@@ -209,7 +211,11 @@ class DroneVectorEnv(VectorEnv):
     # ------------------------------------------------------------------ Gymnasium API
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        """Start a new episode in every environment; ``seed`` makes every episode after it reproducible."""
+        """Start a new episode in every environment, or in those of ``options["reset_mask"]`` (an (N,)
+        bool NumPy array or tensor; the others keep their episode and observation). ``seed`` (one
+        integer: each environment's streams derive from it and the environment's index) makes every
+        episode after it reproducible; it restarts every environment, so not with a mask."""
+        only = self._reset_mask(seed, options)
         if seed is not None:
             self.seed = int(seed)
             self.sim.seed = self.seed
@@ -222,10 +228,23 @@ class DroneVectorEnv(VectorEnv):
             for recorded in self._recordings:
                 recorded.forget()  # the seed is passed by value
         self._streams.warp_waits_for_caller()  # the caller may still be reading the last observations
-        self.episodes.mask.fill_(1)
-        self._start_episodes(np.ones(self.num_envs, bool))
-        self.episodes.mask.zero_()
+        mask = wp.to_torch(self.episodes.mask)
+        if only is None:
+            mask.fill_(1)
+        else:
+            chosen = torch.as_tensor(only, device=self.torch_device)
+            pending = mask.clone()  # next-step autoresets due in the others stay due
+            mask.copy_(chosen.to(mask.dtype))
+            kept = {name: value.clone() for name, value in self._observations.items()}
+        self._start_episodes(np.ones(self.num_envs, bool) if only is None else only)
+        if only is None:
+            mask.zero_()
+        else:
+            mask.copy_(pending * ~chosen)
         self._observe_recorded(key=self._scene_key)
+        if only is not None:  # the others return what they last observed, not a new draw of its noise
+            for name, value in self._observations.items():
+                value[~chosen] = kept[name][~chosen]
         self._streams.caller_waits_for_warp()
         return self._observations, self._info()
 
@@ -238,11 +257,14 @@ class DroneVectorEnv(VectorEnv):
         self._streams.warp_waits_for_caller()  # for the actions, and for reads of the last observations
         self._physics_recorded()
         self.sim.stepped(self.physics_per_action)
-        if self._final is None:
+        disabled = self.metadata["autoreset_mode"] == AutoresetMode.DISABLED
+        if self._final is None and not disabled:
             # The environments that ended last step start anew after the physics, so what they
             # return is exactly their first observation.
             self._start_episodes(self._resetting())
         self._score_recorded(key=self._scene_key)
+        if disabled:  # nothing resets unless the caller asks
+            self.episodes.mask.zero_()
         info = self._info()
         reward, terminated, truncated = self._outputs
         if self._final is not None:  # same-step: keep the last observations, then start anew now
@@ -387,6 +409,31 @@ class DroneVectorEnv(VectorEnv):
         if not bool(torch.isfinite(actions).all()):
             raise ConfigError("actions must be finite (NaN or inf found); nothing was stepped")
         return actions
+
+    def _reset_mask(self, seed, options) -> np.ndarray | None:
+        """``options["reset_mask"]`` as an (N,) host bool array (None: reset all), checked."""
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise ConfigError(
+                f"seed must be one integer >= 0 (each environment's streams derive from it and its index), got {seed!r}"
+            )
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        if options:
+            raise ConfigError(f"reset options {sorted(options)} unknown: the one option is 'reset_mask'")
+        if mask is None:
+            return None
+        if isinstance(mask, torch.Tensor):
+            mask = mask.detach().cpu().numpy()
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (self.num_envs,):
+            raise ConfigError(
+                f"options['reset_mask'] must be a ({self.num_envs},) bool array or tensor, got "
+                f"{getattr(mask, 'dtype', type(mask).__name__)} of shape {getattr(mask, 'shape', None)}"
+            )
+        if not mask.any():
+            raise ConfigError("options['reset_mask'] resets nothing: give at least one True")
+        if seed is not None:
+            raise ConfigError("a seed restarts every environment's streams: give it without a reset_mask")
+        return mask
 
     def _resetting(self) -> np.ndarray | None:
         """The reset mask on the host, when new airframes are to be drawn there (else None: no copy)."""
