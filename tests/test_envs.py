@@ -213,26 +213,26 @@ def test_same_step_autoreset_returns_the_new_episode_and_keeps_the_last_observat
 
 
 @pytest.mark.parametrize("mask_kind", ["numpy", "torch"])
-def test_autoreset_disabled_leaves_an_ended_episode_to_the_callers_reset_mask(arena, mask_kind):
+def test_autoreset_disabled_leaves_an_ended_episode_to_the_callers_reset_mask(device, arena, mask_kind):
     """Disabled autoreset (Gymnasium's reset_mask): environment 0 ends and keeps falling, step after
     step, until ``reset(options={"reset_mask": ...})`` starts it anew; that reset returns the others'
     observations untouched (a camera's too, not a new draw of its noise), and they fly on exactly as in
     a run where nothing ended."""
     task = HoverTask(target_radius=0.0, max_distance=0.3)
     disabled = gymnasium.vector.AutoresetMode.DISABLED
-    scene = DeviceScene(arena, "cpu")
-    kwargs = {"task": task, "camera": CAMERA, "depth_model": "d435", "scene": scene, "device": "cpu"}
+    scene = DeviceScene(arena, device)
+    kwargs = {"task": task, "camera": CAMERA, "depth_model": "d435", "scene": scene, "device": device}
     falling = DroneVectorEnv(3, autoreset=disabled, **kwargs)
     steady = DroneVectorEnv(3, **kwargs)
     assert falling.metadata["autoreset_mode"] == disabled
     falling.reset(seed=4)
     steady.reset(seed=4)
-    fall = torch.zeros(3, 4)
+    fall = torch.zeros(3, 4, device=falling.torch_device)
     fall[0, 0] = -1.0
     ended, climb = 0, []
     for _ in range(200):
         observations, reward, terminated, truncated, _ = falling.step(fall)
-        reference, *_ = steady.step(torch.zeros(3, 4))
+        reference, *_ = steady.step(torch.zeros_like(fall))
         assert torch.equal(observations["state"][1:], reference["state"][1:])
         ended += bool(terminated[0])
         climb += [float(observations["state"][0, 5])] if ended else []
@@ -243,14 +243,14 @@ def test_autoreset_disabled_leaves_an_ended_episode_to_the_callers_reset_mask(ar
     assert np.all(np.diff(climb, 2) > 0.01)  # braking its fall as its motors spin up (free fall: ~0)
     assert observations["state"][0, :3].norm() > 0.3
     before = {name: value.clone() for name, value in observations.items()}
-    mask = terminated.numpy().copy() if mask_kind == "numpy" else terminated.clone()
+    mask = terminated.cpu().numpy().copy() if mask_kind == "numpy" else terminated.clone()
     observations, info = falling.reset(options={"reset_mask": mask})
-    assert torch.allclose(observations["state"][0, :6], torch.zeros(6), atol=1e-6)  # anew: at its target, at rest
+    assert torch.allclose(observations["state"][0, :6].cpu(), torch.zeros(6), atol=1e-6)  # anew: at its target, at rest
     for name, value in observations.items():
         assert torch.equal(value[1:], before[name][1:]), name
     for _ in range(5):
-        observations, *_ = falling.step(torch.zeros(3, 4))
-        reference, *_ = steady.step(torch.zeros(3, 4))
+        observations, *_ = falling.step(torch.zeros_like(fall))
+        reference, *_ = steady.step(torch.zeros_like(fall))
         assert torch.equal(observations["state"][1:], reference["state"][1:])
     falling.close()
     steady.close()
