@@ -129,10 +129,12 @@ class Table:
 
     def integer(
         self, key: str, default=_MISSING, *, low: int | None = None, high: int | None = None, meaning: str = ""
-    ) -> int:
+    ) -> int | None:
         """A whole number (never a boolean or a float) in [``low``, ``high``] where given; without a
-        default the key is required."""
+        default the key is required, a default of None makes it optional (None when absent)."""
         value = self.get(key, None if default is _MISSING else default, required=default is _MISSING)
+        if value is None and default is None:
+            return None
         if not is_whole(value, low, high):
             span = f" from {low} to {high}" if None not in (low, high) else f" >= {low}" if low is not None else ""
             raise self.error(key, f"an integer{span}" + (f" ({meaning})" if meaning else ""))

@@ -216,7 +216,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     course = run.get("course")
     if course is not None and not isinstance(course, str):
         raise run.error("course", "a path")
-    perturb = run.integer("perturb", None, low=0, high=MAX_SEED, meaning="a seed") if "perturb" in run.table else None
+    perturb = run.integer("perturb", None, low=0, high=MAX_SEED, meaning="a seed")
     return RunConfig(
         source=path,
         mode=modes[mode_name],

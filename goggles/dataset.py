@@ -87,7 +87,7 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
     base = path.parent
     dataset = Table(path, "[dataset]", data.get("dataset", {}), {"output", "device", "workers"})
     output = (base / dataset.text("output", required=True)).resolve()
-    workers = dataset.integer("workers", None, low=1) if "workers" in dataset.table else None
+    workers = dataset.integer("workers", None, low=1)
 
     def paths(table: Table, key: str, *, required: bool = False) -> list[str | None]:
         values = table.get(key, required=required)
@@ -119,7 +119,7 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
         raise top.error("job", "[[job]] tables")
     for i, entry in enumerate(job_tables):
         table = Table(path, f"[[job]] {i + 1}", entry, {"log", "rig", "scene", "seed"})
-        seed = table.integer("seed", None, low=0, high=MAX_SEED) if "seed" in table.table else None
+        seed = table.integer("seed", None, low=0, high=MAX_SEED)
         (log_path,) = paths(table, "log", required=True)
         (rig,) = paths(table, "rig")
         (scene,) = paths(table, "scene")
