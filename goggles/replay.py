@@ -154,7 +154,8 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
     t_first, skipped_ns = None, 0
     anchor_ns, last_step, last_t_ns = 0, 0, 0  # log time minus stamp time at the newest pose; its step, log time
     max_gap = max(1, int(round(max_gap_s / engine.dt)))
-    for t_ns, channel, data, stamp in _without_stamp_spikes(_stamped(recorded, inputs), inputs, max_gap_s * 1e6):
+    stamped = _agreeing_start(_stamped(recorded, inputs), inputs, max_gap_s * 1e6)
+    for t_ns, channel, data, stamp in _without_stamp_spikes(stamped, inputs, max_gap_s * 1e6):
         if stamp is None:  # scene/edit, as the run applied it: after the events of the step it came at
             if t_first is not None:  # its log time on the stamps' clock (exact for goggles' own logs,
                 # where both are sim time; lcm-logger's receipt times land within a pose period)
@@ -216,6 +217,28 @@ def _stamped(recorded, inputs):
             yield t_ns, channel, data, int(stamp)
 
 
+def _agreeing_start(items, inputs, max_gap_us: float):
+    """The stamped items, less a first pose whose stamp disagrees (by more than ``max_gap_us``) with
+    the two poses after it, which agree with each other: the clock a replay starts on comes from two
+    poses that agree, so a corrupt first stamp does not offset the whole flight. After the first
+    poses everything passes through unchanged."""
+    poses, held = [], []  # the first poses' stamps; everything held until the start is decided
+    for item in items:
+        held.append(item)
+        if item[3] is None:
+            continue
+        poses.append(item[3])
+        if len(poses) == 2 and abs(poses[1] - poses[0]) <= max_gap_us:
+            break  # the first two agree
+        if len(poses) == 3:
+            if abs(poses[2] - poses[1]) <= max_gap_us < abs(poses[1] - poses[0]):
+                first = next(i for i, h in enumerate(held) if h[3] is not None)
+                _drop_spike(inputs, held.pop(first), poses[1])
+            break
+    yield from held
+    yield from items
+
+
 def _without_stamp_spikes(items, inputs, max_gap_us: float):
     """The stamped items with the poses' clock made to run forward (see ``replay_into``): a pose
     stamped more than ``max_gap_us`` from the pose before is held, with the edits after it, until
@@ -260,12 +283,12 @@ def _without_stamp_spikes(items, inputs, max_gap_us: float):
         yield from held[1:]
 
 
-def _drop_spike(inputs, item, last_us: int) -> None:
+def _drop_spike(inputs, item, near_us: int) -> None:
     _, channel, _, stamp = item
     inputs.count_malformed(
         channel,
         MalformedMessage(
-            f"time stamp {(stamp - last_us) * 1e-6:+.1f} s from the pose before, and the next pose did not follow it"
+            f"time stamp {(stamp - near_us) * 1e-6:+.1f} s off the poses around it, which agree: a corrupt stamp"
         ),
     )
 

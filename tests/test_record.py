@@ -374,3 +374,14 @@ def test_a_clock_restarted_under_one_logger_replays_on(tmp_path, caplog):
     expected = {**{key: data for key, data in first.items() if key[1] < 10**6}, **again}
     assert set(second) == set(expected)
     assert all(second[key] == expected[key] for key in expected)
+
+
+def test_a_corrupt_first_stamp_does_not_offset_the_flight(tmp_path):
+    original = record_run(tmp_path)
+    spiked = _rewrite(original, tmp_path / "spiked.mcap", lambda u: (u + 10**10 if u == 0 else u, 0))
+    replayed = tmp_path / "replayed.mcap"
+    result = replay_file(spiked, record=replayed)
+    assert result.poses == 60 and result.dropped == 1
+    first, second = images(original), images(replayed)
+    assert set(second) == {key for key in first if key[1] > 0}  # the replay starts at the second pose
+    assert all(second[key] == first[key] for key in second)
