@@ -57,6 +57,16 @@ def positive(text: str) -> float:
     return value
 
 
+def auto_or_positive(text: str) -> str | float:
+    """argparse type: 'auto' or a positive finite number."""
+    if text == "auto":
+        return text
+    try:
+        return positive(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a positive number, got {text!r}") from None
+
+
 def at_least(low: int):
     """argparse type: an integer no smaller than ``low``."""
 
@@ -129,18 +139,6 @@ def camera_model(args):
         fx, fy, cx, cy = args.intrinsics
         return CameraModel(args.width, args.height, fx, fy, cx, cy, **extra)
     return CameraModel.from_fov(args.width, args.height, args.vfov, **extra)
-
-
-def positive_float(text, what: str, *, auto: bool = False) -> float:
-    """``text`` as a positive finite number, or a ConfigError naming the option (``auto``: which may also be 'auto')."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        either = "'auto' or " if auto else ""
-        raise ConfigError(f"{what} must be {either}a positive number, got {text!r}")
-    return value
 
 
 #: A value that looks like a flag to argparse but is a list of numbers starting with a negative one.

@@ -8,9 +8,9 @@ from pathlib import Path
 from goggles.cli.common import (
     add_backend_arg,
     add_recorded_arg,
+    auto_or_positive,
     freeze_start_up_heap,
     port,
-    positive_float,
     stop_on_signals,
 )
 from goggles.errors import ConfigError
@@ -35,7 +35,12 @@ def add_parser(commands) -> None:
         help="sim: built-in vehicles, paced clock; lockstep: advance on client step requests; "
         "live: vehicle poses from the bus (pose/<vehicle>)",
     )
-    run.add_argument("--scale", default=None, help="'auto' or sim seconds per wall second (overrides the run file)")
+    run.add_argument(
+        "--scale",
+        type=auto_or_positive,
+        default=None,
+        help="'auto' or sim seconds per wall second (overrides the run file)",
+    )
     run.add_argument(
         "--duration", type=float, default=None, help="stop after this many seconds (sim time; wall in live)"
     )
@@ -138,7 +143,7 @@ def cmd_run(args) -> int:
     if args.mode is not None:
         changes["mode"] = {"sim": ClockMode.SIM, "lockstep": ClockMode.LOCKSTEP, "live": ClockMode.LIVE}[args.mode]
     if args.scale is not None:
-        changes["scale"] = None if args.scale == "auto" else positive_float(args.scale, "--scale", auto=True)
+        changes["scale"] = None if args.scale == "auto" else args.scale
     if args.expose is not None:
         if args.keys is None:
             raise ConfigError("--expose needs --keys DIR (make them with: goggles keys DIR)")
