@@ -27,6 +27,7 @@ import warp as wp
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from goggles.captured import RecordedWork, struct_key
+from goggles.checks import is_whole
 from goggles.dynamics.airframe import load_airframe
 from goggles.dynamics.control import ControlMode
 from goggles.dynamics.model import vec8
@@ -412,7 +413,7 @@ class DroneVectorEnv(VectorEnv):
 
     def _reset_mask(self, seed, options) -> np.ndarray | None:
         """``options["reset_mask"]`` as an (N,) host bool array (None: reset all), checked."""
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        if seed is not None and not is_whole(seed, 0):
             raise ConfigError(
                 f"seed must be one integer >= 0 (each environment's streams derive from it and its index), got {seed!r}"
             )
