@@ -437,9 +437,10 @@ class Engine:
             scale = self.clock.scale if measured is None else measured
         self.outputs.clock(self.mode, scale, self.achieved_rates(), self._utime())
 
-    def scene_boxes(self) -> list:
-        """The actors as boxes for viewers: (name, [(T_WA (4, 4), size (3,))]) per gate, prop and person."""
-        return self.built.gate_boxes() + self.props.boxes() + self.crowd.boxes()
+    def viewed_actors(self) -> list:
+        """Every gate, prop and person as viewers draw them (``ViewedActor``: its mesh and where it is);
+        the static scene is ``self.built.scene.static``."""
+        return self.built.viewed_gates() + self.props.viewed() + self.crowd.viewed()
 
     def time_source(self) -> str:
         """What drives sim time, and how fast it advanced since the last call (for the status line)."""

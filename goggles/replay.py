@@ -287,9 +287,7 @@ def _drop_spike(inputs, item, near_us: int) -> None:
     _, channel, _, stamp = item
     inputs.count_malformed(
         channel,
-        MalformedMessage(
-            f"time stamp {(stamp - near_us) * 1e-6:+.1f} s off the poses around it: a corrupt stamp"
-        ),
+        MalformedMessage(f"time stamp {(stamp - near_us) * 1e-6:+.1f} s off the poses around it: a corrupt stamp"),
     )
 
 

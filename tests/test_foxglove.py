@@ -1,16 +1,158 @@
-"""Live viewing: the Foxglove WebSocket server advertises and streams the engine's outputs."""
+"""Live viewing: the Foxglove WebSocket server advertises and streams the engine's outputs, and shows
+the world as glTF models where the cameras see it."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import struct
 import time
 
+import numpy as np
+import pytest
+
 from goggles.engine import Engine
 from goggles.paths import default_course
 from goggles.preview.foxglove_sink import FoxgloveSink
+from goggles.preview.gltf import mesh_glb
+from goggles.scene import load_static_scene
+from goggles.scene.actors import PropSpec
+from goggles.world.props import REMOVE, SPAWN
+from tests.conftest import REPO
+from tests.test_avatar import skeleton
 from tests.test_engine import free_port, run_config
+
+SUBPROTOCOLS = ["foxglove.sdk.v1", "foxglove.websocket.v1"]
+
+_COMPONENTS = {5120: np.int8, 5121: np.uint8, 5122: np.int16, 5123: np.uint16, 5125: np.uint32, 5126: np.float32}
+_WIDTHS = {"SCALAR": 1, "VEC2": 2, "VEC3": 3, "VEC4": 4}
+
+
+def read_glb(data: bytes) -> dict[str, dict]:
+    """A GLB file's meshes by node name, read from the glTF 2.0 spec's layout (not by the writer's
+    library): 'corners' (n, 3, 3) triangle corners as a Z-up viewer shows them (Foxglove turns glTF's
+    Y-up into Z-up by +90 degrees about x), 'rgba' and 'uv' per corner (or None; glTF's uv (0, 0) is
+    the image's top-left corner) and 'image' (the encoded texture, or None)."""
+    magic, version, _ = struct.unpack_from("<III", data, 0)
+    assert magic == 0x46546C67 and version == 2
+    length, kind = struct.unpack_from("<II", data, 12)
+    assert kind == 0x4E4F534A  # JSON
+    gltf = json.loads(data[20 : 20 + length])
+    start = 20 + length
+    binary = data[start + 8 : start + 8 + struct.unpack_from("<I", data, start)[0]]
+
+    def view(index):
+        v = gltf["bufferViews"][index]
+        return binary[v.get("byteOffset", 0) : v.get("byteOffset", 0) + v["byteLength"]]
+
+    def accessor(index):
+        a = gltf["accessors"][index]
+        values = np.frombuffer(view(a["bufferView"]), _COMPONENTS[a["componentType"]], offset=a.get("byteOffset", 0))
+        values = values[: a["count"] * _WIDTHS[a["type"]]].reshape(a["count"], _WIDTHS[a["type"]])
+        if a.get("normalized"):
+            values = values / np.iinfo(values.dtype).max
+        return values
+
+    y_up_to_z_up = np.array([[1.0, 0, 0], [0, 0, -1], [0, 1, 0]])  # Foxglove's rotateX(pi / 2)
+    meshes = {}
+    for node in gltf["nodes"]:
+        assert "matrix" not in node and "rotation" not in node and "translation" not in node
+        (primitive,) = gltf["meshes"][node["mesh"]]["primitives"]
+        attributes = primitive["attributes"]
+        triangles = accessor(primitive["indices"]).reshape(-1, 3)
+        corners = (accessor(attributes["POSITION"]) @ y_up_to_z_up.T)[triangles]
+        rgba = accessor(attributes["COLOR_0"])[triangles] if "COLOR_0" in attributes else None
+        uv = accessor(attributes["TEXCOORD_0"])[triangles] if "TEXCOORD_0" in attributes else None
+        image = None
+        material = gltf["materials"][primitive["material"]] if "material" in primitive else {}
+        texture = material.get("pbrMetallicRoughness", {}).get("baseColorTexture")
+        if texture is not None:
+            source = gltf["images"][gltf["textures"][texture["index"]]["source"]]
+            image = bytes(view(source["bufferView"]))
+        meshes[node["name"]] = {"corners": corners, "rgba": rgba, "uv": uv, "image": image}
+    return meshes
+
+
+def test_a_textured_mesh_becomes_gltf_that_a_z_up_viewer_shows_where_it_is():
+    import cv2
+
+    scene = load_static_scene(REPO / "assets" / "arena" / "pad.obj")
+    meshes = read_glb(mesh_glb(scene))
+    assert len(meshes) == len(np.unique(scene.face_material))
+    for m in np.unique(scene.face_material):
+        faces = scene.face_material == m
+        mesh = meshes[f"material{m}"]
+        np.testing.assert_allclose(mesh["corners"], scene.vertices[scene.faces[faces]], atol=1e-6)
+        texture = scene.material_texture[m]
+        if texture >= 0:
+            decoded = cv2.imdecode(np.frombuffer(mesh["image"], np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
+            u, v = scene.corner_uv[faces][..., 0], scene.corner_uv[faces][..., 1]  # (0, 0): bottom-left
+            np.testing.assert_allclose(mesh["uv"], np.stack([u, 1.0 - v], axis=-1), atol=1e-6)
+            error = np.abs(decoded.astype(float) - scene.textures[texture])  # JPEG: close, not equal
+            assert decoded.shape == scene.textures[texture].shape and error.mean() < 3.0
+    assert any(scene.material_texture >= 0)
+
+
+def test_vertex_colours_and_replaced_vertices():
+    scene = load_static_scene(REPO / "assets" / "arena" / "crate.ply")
+    moved = scene.vertices + np.float32([1.0, 2.0, 3.0])
+    (mesh,) = read_glb(mesh_glb(scene, moved)).values()
+    np.testing.assert_allclose(mesh["corners"], moved[scene.faces], atol=1e-5)
+    expected = scene.corner_rgb * scene.material_rgb[scene.face_material][:, None, :]
+    np.testing.assert_allclose(mesh["rgba"][..., :3], expected, atol=1 / 255 + 1e-6)
+
+
+def _decoder(channel: dict):
+    """A protobuf class for a channel's advertised schema (the real protobuf library)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    assert channel["encoding"] == "protobuf"
+    files = descriptor_pb2.FileDescriptorSet.FromString(base64.b64decode(channel["schema"]))
+    pool = descriptor_pool.DescriptorPool()
+    for file in files.file:
+        pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(channel["schemaName"]))
+
+
+class Viewer:
+    """A Foxglove client on the real WebSocket protocol: advertised channels, subscriptions, messages."""
+
+    def __init__(self, socket):
+        self.socket, self.channels, self._subscribed = socket, {}, {}
+
+    def wait_for(self, topics: set[str], deadline: float) -> None:
+        while not topics <= set(self.channels):
+            assert time.monotonic() < deadline, f"never advertised: {topics - set(self.channels)}"
+            self._take(self.socket.recv(timeout=5))
+
+    def subscribe(self, topics) -> None:
+        subscriptions = []
+        for topic in topics:
+            sub = len(self._subscribed) + 1
+            self._subscribed[sub] = (topic, _decoder(self.channels[topic]))
+            subscriptions.append({"id": sub, "channelId": self.channels[topic]["id"]})
+        self.socket.send(json.dumps({"op": "subscribe", "subscriptions": subscriptions}))
+
+    def next(self, deadline: float):
+        """The next subscribed message as (topic, decoded message)."""
+        while True:
+            assert time.monotonic() < deadline, "no message came"
+            got = self._take(self.socket.recv(timeout=10))
+            if got is not None:
+                return got
+
+    def _take(self, message):
+        if isinstance(message, str):
+            payload = json.loads(message)
+            if payload.get("op") == "advertise":
+                self.channels.update({c["topic"]: c for c in payload["channels"]})
+            return None
+        if message[0] == 1:  # message data: op, subscription (u32), log time (u64), payload
+            (sub,) = struct.unpack_from("<I", message, 1)
+            topic, decoder = self._subscribed[sub]
+            return topic, decoder.FromString(message[13:])
+        return None
 
 
 def test_foxglove_server_streams_images_transforms_and_scene(device):
@@ -19,13 +161,11 @@ def test_foxglove_server_streams_images_transforms_and_scene(device):
     config = dataclasses.replace(run_config(scale=3.0, route=False), zmq=None, course=default_course())
     sink = FoxgloveSink(port=free_port())
     engine = Engine(config, device=device, sinks=[sink])
-    sink.set_scene(engine.scene_boxes)
+    sink.set_scene(engine.built.scene.static, engine.viewed_actors)
     try:
-        with connect(
-            f"ws://127.0.0.1:{sink.port}", subprotocols=["foxglove.sdk.v1", "foxglove.websocket.v1"], max_size=2**26
-        ) as socket:
+        with connect(f"ws://127.0.0.1:{sink.port}", subprotocols=SUBPROTOCOLS, max_size=2**26) as socket:
+            viewer = Viewer(socket)
             engine.run(duration=0.3)  # the channels appear with their first messages
-            channels = {}
             expected = {
                 "/quad0/stereo_left/depth",
                 "/quad0/stereo_left/rgb",
@@ -33,35 +173,113 @@ def test_foxglove_server_streams_images_transforms_and_scene(device):
                 "/tf",
                 "/scene",
             }
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and not expected <= set(channels):
-                message = socket.recv(timeout=5)
-                if isinstance(message, str):
-                    payload = json.loads(message)
-                    if payload.get("op") == "advertise":
-                        channels.update({c["topic"]: c for c in payload["channels"]})
-            assert expected <= set(channels)
-            assert channels["/quad0/stereo_left/depth"]["schemaName"] == "foxglove.RawImage"
-            assert channels["/scene"]["schemaName"] == "foxglove.SceneUpdate"
-            wanted = {1: channels["/quad0/stereo_left/depth"]["id"], 2: channels["/tf"]["id"]}
-            socket.send(
-                json.dumps(
-                    {
-                        "op": "subscribe",
-                        "subscriptions": [{"id": sub, "channelId": channel} for sub, channel in wanted.items()],
-                    }
-                )
-            )
+            viewer.wait_for(expected, time.monotonic() + 10)
+            assert viewer.channels["/quad0/stereo_left/depth"]["schemaName"] == "foxglove.RawImage"
+            assert viewer.channels["/scene"]["schemaName"] == "foxglove.SceneUpdate"
+            viewer.subscribe(["/quad0/stereo_left/depth", "/tf"])
             engine.run(duration=0.6)
-            received = set()
+            received, deadline = set(), time.monotonic() + 10
+            while received != {"/quad0/stereo_left/depth", "/tf"}:
+                topic, message = viewer.next(deadline)
+                received.add(topic)
+                if topic == "/quad0/stereo_left/depth":
+                    assert (message.width, message.height, message.encoding) == (48, 32, "32FC1")
+    finally:
+        engine.close()
+        sink.close()
+
+
+def _entities(update) -> dict:
+    return {entity.id: entity for entity in update.entities}
+
+
+def test_foxglove_shows_the_scene_gates_props_and_people_where_the_cameras_see_them(device):
+    """The static scene reaches a viewer while it is encoded and one that subscribes after; each gate, prop and
+    person is a glTF model whose triangles, placed by the entity's pose and turned Z-up as Foxglove
+    turns glTF, are where the renderer's are; a removed prop is deleted from the view."""
+    pytest.importorskip("google.protobuf")
+    from websockets.sync.client import connect
+
+    crate = PropSpec("crate", 20, box=(0.4, 0.6, 0.8), rgb=(1.0, 0.0, 0.0))
+    config = dataclasses.replace(run_config(scale=3.0, route=False), zmq=None, course=default_course(), props=(crate,))
+    sink = FoxgloveSink(port=free_port())
+    engine = Engine(config, device=device, sinks=[sink])
+    static = engine.built.scene.static
+    T_crate = np.eye(4)
+    T_crate[:3, :3] = [[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]  # turned 90 degrees about z
+    T_crate[:3, 3] = [2.0, 1.0, 0.4]
+    assert engine.props.edit(SPAWN, "crate1", "crate", T_crate) is None
+    assert engine.crowd.offer("alice", skeleton(np.pi / 2))
+    try:
+        with connect(f"ws://127.0.0.1:{sink.port}", subprotocols=SUBPROTOCOLS, max_size=2**27) as socket:
+            viewer = Viewer(socket)
+            sink.set_scene(static, engine.viewed_actors)
+            viewer.wait_for({"/scene", "/scene/static"}, time.monotonic() + 10)
+            viewer.subscribe(["/scene", "/scene/static"])
+            engine.run(duration=0.25)
+            updates, deadline = {}, time.monotonic() + 60  # the arena's glTF takes seconds to encode
+            while not {"/scene", "/scene/static"} <= set(updates):
+                topic, update = viewer.next(deadline)
+                updates[topic] = update
+
+            (scenery,) = updates["/scene/static"].entities
+            (model,) = scenery.models
+            assert model.media_type == "model/gltf-binary"
+            meshes = read_glb(model.data)
+            for m in np.unique(static.face_material):
+                faces = static.faces[static.face_material == m]
+                np.testing.assert_allclose(meshes[f"material{m}"]["corners"], static.vertices[faces], atol=1e-5)
+            assert sum(len(m["corners"]) for m in meshes.values()) == static.num_faces
+            with connect(f"ws://127.0.0.1:{sink.port}", subprotocols=SUBPROTOCOLS, max_size=2**27) as late:
+                latecomer = Viewer(late)  # subscribes once the scene went out: it is sent again
+                latecomer.wait_for({"/scene/static"}, time.monotonic() + 10)
+                latecomer.subscribe(["/scene/static"])
+                topic, update = latecomer.next(time.monotonic() + 10)
+                assert topic == "/scene/static" and [e.id for e in update.entities] == [scenery.id]
+                assert update.entities[0].models[0].data == model.data
+
+            shown = _entities(updates["/scene"])
+            gates = [g.name for g in engine.built.course.gates]
+            assert set(shown) == {*gates, "crate1", "alice"}
+
+            def world_corners(entity) -> np.ndarray:
+                (model,) = entity.models
+                p, q = model.pose.position, model.pose.orientation
+                from scipy.spatial.transform import Rotation
+
+                R = Rotation.from_quat([q.x, q.y, q.z, q.w]).as_matrix()
+                local = np.concatenate([m["corners"] for m in read_glb(model.data).values()]).reshape(-1, 3)
+                return local @ R.T + [p.x, p.y, p.z]
+
+            def renderer_corners(shape: int, T: np.ndarray) -> np.ndarray:
+                mesh = engine.built.scene.shape_mesh(shape)
+                points = mesh.points.numpy()[mesh.indices.numpy().reshape(-1, 3)].reshape(-1, 3)
+                return points @ T[:3, :3].T + T[:3, 3]
+
+            for i, (name, T) in enumerate(zip(gates, engine.built.gate_poses)):
+                np.testing.assert_allclose(
+                    np.sort(world_corners(shown[name]), axis=0), np.sort(renderer_corners(i, T), axis=0), atol=1e-4
+                )
+            box = world_corners(shown["crate1"])  # 0.6 m along world x, 0.4 along y once turned
+            np.testing.assert_allclose(box.min(axis=0), [1.7, 0.8, 0.0], atol=1e-5)
+            np.testing.assert_allclose(box.max(axis=0), [2.3, 1.2, 0.8], atol=1e-5)
+            (crate_mesh,) = read_glb(shown["crate1"].models[0].data).values()
+            np.testing.assert_allclose(crate_mesh["rgba"][..., :3], np.broadcast_to([1.0, 0.0, 0.0], (12, 3, 3)))
+            person = engine.crowd.avatars["alice"]
+            np.testing.assert_allclose(
+                np.sort(world_corners(shown["alice"]), axis=0),
+                np.sort(renderer_corners(person.shape, np.eye(4)), axis=0),
+                atol=1e-5,
+            )
+
+            assert engine.props.edit(REMOVE, "crate1", "", np.eye(4)) is None
+            engine.run(duration=0.5)  # until 0.5 s of sim time
             deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and received != {1, 2}:
-                message = socket.recv(timeout=5)
-                if isinstance(message, bytes) and message[0] == 1:  # message data: op, subscription, time, payload
-                    (subscription,) = struct.unpack_from("<I", message, 1)
-                    if len(message) > 13:
-                        received.add(subscription)
-            assert received == {1, 2}
+            while True:
+                topic, update = viewer.next(deadline)
+                if topic == "/scene" and "crate1" not in _entities(update):
+                    break
+            assert [d.id for d in update.deletions] == ["crate1"]
     finally:
         engine.close()
         sink.close()

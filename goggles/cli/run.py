@@ -211,7 +211,7 @@ def cmd_run(args) -> int:
         sinks=sinks,
     )
     for sink in sinks:
-        sink.set_scene(engine.scene_boxes)
+        sink.set_scene(engine.built.scene.static, engine.viewed_actors)
         print(f"Foxglove: ws://{args.foxglove_host}:{sink.port}", file=sys.stderr, flush=True)
     stop_on_signals(stop)
     freeze_start_up_heap()

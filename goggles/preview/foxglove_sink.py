@@ -2,19 +2,25 @@
 
 Images become RawImage (depth 32FC1, rgb8, segmentation 16UC1) with their CameraCalibration; vehicle
 states, tracked poses and camera poses become FrameTransforms on ``/tf`` (world -> ``<vehicle>`` ->
-``<vehicle>/<camera>``); gates and avatars become a SceneUpdate of cubes. The server binds 127.0.0.1
-unless told otherwise. Connect Foxglove to ``ws://127.0.0.1:8765``.
+``<vehicle>/<camera>``). The world comes as glTF models (``goggles.preview.gltf``) in SceneUpdates: the
+static scene once on ``/scene/static`` (encoded in a thread at start, and sent again to each new
+subscriber), and every gate, prop and person on ``/scene`` with each clock message (10 Hz of sim
+time), a person skinned as the cameras see them. The server binds 127.0.0.1 unless told otherwise.
+Connect Foxglove to ``ws://127.0.0.1:8765``.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import numpy as np
 
 import goggles_lcm
 from goggles.errors import ConfigError, require
 from goggles.frames import matrix_to_quat
+from goggles.preview.gltf import mesh_glb
 from goggles.transport.schema import Encoding, MalformedMessage, decode_any
 
 log = logging.getLogger(__name__)
@@ -33,11 +39,9 @@ class FoxgloveSink:
     Args:
         host: address to bind (127.0.0.1: this machine only).
         port: TCP port.
-        scene_entities: callable returning the current actors as (name, [(T_WA (4,4), size (3,))]) for the
-            3D scene, or None.
     """
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 8765, scene_entities=None):
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 8765):
         require("foxglove", "viewing", "the Foxglove live view")
         import foxglove
         from foxglove.channels import (
@@ -50,21 +54,58 @@ class FoxgloveSink:
         self._foxglove = foxglove
         self._channels = {"image": RawImageChannel, "calibration": CameraCalibrationChannel}
         try:
-            self.server = foxglove.start_server(name="goggles", host=host, port=port)
+            self.server = foxglove.start_server(
+                name="goggles", host=host, port=port, server_listener=_listener(self._on_subscribe)
+            )
         except (RuntimeError, OSError) as exc:  # foxglove's error for a port in use or a bad address
             raise ConfigError(f"cannot serve Foxglove on {host}:{port}: {exc}") from None
         self.port = self.server.port
         self._tf = FrameTransformChannel("/tf")
         self._scene = SceneUpdateChannel("/scene")
+        self._static_channel = SceneUpdateChannel("/scene/static")
         self._topics: dict[str, object] = {}
-        self._scene_entities = scene_entities
-        self._last_scene = 0
+        self._actors = None
+        self._models: dict[int, tuple[object, bytes]] = {}
+        """glTF of each rigid actor mesh shown last, by id (the mesh is held, so its id stays its own)."""
         self._shown: set[str] = set()
         """The scene entities the last update showed (one that left is deleted from the view)."""
+        self._static = None
+        """The static scene's SceneUpdate once encoded."""
+        self._static_lock = threading.Lock()
 
-    def set_scene(self, scene_entities) -> None:
-        """Where the 3D scene's actors come from (e.g. ``Engine.scene_boxes``)."""
-        self._scene_entities = scene_entities
+    def set_scene(self, static, actors) -> None:
+        """What the 3D view shows: ``static`` (a ``StaticScene``, or None), encoded now in a thread, and
+        ``actors``, a callable returning the ``ViewedActor``s now (``Engine.viewed_actors``)."""
+        self._actors = actors
+        if static is not None:
+            threading.Thread(target=self._encode_static, args=(static,), name="foxglove-static", daemon=True).start()
+
+    def _encode_static(self, static) -> None:
+        from foxglove.messages import SceneEntity, SceneUpdate
+
+        start = time.perf_counter()
+        try:
+            glb = mesh_glb(static)
+        except Exception as exc:  # a viewer must never stop the engine
+            log.warning("foxglove: could not encode the static scene %s: %s", static.name, exc)
+            return
+        log.info(
+            "foxglove: static scene %s as glTF, %.1f MB in %.1f s",
+            static.name,
+            len(glb) / 1e6,
+            time.perf_counter() - start,
+        )
+        entity = SceneEntity(frame_id="world", id=f"static/{static.name}", models=[_model(np.eye(4), glb)])
+        with self._static_lock:
+            self._static = SceneUpdate(entities=[entity])
+            self._static_channel.log(self._static)
+
+    def _on_subscribe(self, topic: str) -> None:
+        """A viewer that subscribes to the static scene gets it now (it is sent once, not repeated)."""
+        if topic == "/scene/static":
+            with self._static_lock:
+                if self._static is not None:
+                    self._static_channel.log(self._static)
 
     def write(self, channel: str, data: bytes, log_time_ns: int) -> None:
         try:
@@ -78,7 +119,7 @@ class FoxgloveSink:
                 self._transform("world", message.vehicle, message.position, message.orientation, log_time_ns)
             elif isinstance(message, goggles_lcm.pose_t):
                 self._transform("world", message.name, message.position, message.orientation, log_time_ns)
-            elif isinstance(message, goggles_lcm.clock_t) and self._scene_entities is not None:
+            elif isinstance(message, goggles_lcm.clock_t) and self._actors is not None:
                 self._publish_scene(log_time_ns)
         except Exception as exc:  # a viewer must never stop the engine
             log.warning("foxglove: could not show %s: %s", channel, exc)
@@ -149,39 +190,32 @@ class FoxgloveSink:
         )
 
     def _publish_scene(self, log_time_ns: int) -> None:
-        """Every actor as boxes; an actor gone since the last update (a removed prop, a person who
-        left) is deleted from the view."""
+        """Every actor as its model where it is; an actor gone since the last update (a removed prop, a
+        person who left) is deleted from the view."""
         from foxglove.messages import (
-            Color,
-            CubePrimitive,
-            Pose,
-            Quaternion,
             SceneEntity,
             SceneEntityDeletion,
             SceneEntityDeletionType,
             SceneUpdate,
-            Vector3,
         )
 
-        entities, shown = [], set()
-        for name, boxes in self._scene_entities():
-            shown.add(name)
-            cubes = []
-            for T, size in boxes:
-                q = matrix_to_quat(T[:3, :3])
-                cubes.append(
-                    CubePrimitive(
-                        pose=Pose(
-                            position=Vector3(x=T[0, 3], y=T[1, 3], z=T[2, 3]),
-                            orientation=Quaternion(x=q[1], y=q[2], z=q[3], w=q[0]),
-                        ),
-                        size=Vector3(x=size[0], y=size[1], z=size[2]),
-                        color=Color(r=1.0, g=0.5, b=0.0, a=0.8),
-                    )
-                )
-            entities.append(SceneEntity(timestamp=self._stamp(log_time_ns), frame_id="world", id=name, cubes=cubes))
+        stamp = self._stamp(log_time_ns)
+        entities, models = [], {}
+        actors = self._actors()
+        for actor in actors:
+            if actor.vertices is not None:  # deforming: encoded again each time
+                glb = mesh_glb(actor.mesh, actor.vertices)
+            else:
+                key = id(actor.mesh)
+                models[key] = self._models.get(key) or (actor.mesh, mesh_glb(actor.mesh))
+                glb = models[key][1]
+            entities.append(
+                SceneEntity(timestamp=stamp, frame_id="world", id=actor.name, models=[_model(actor.T_WA, glb)])
+            )
+        self._models = models
+        shown = {actor.name for actor in actors}
         deletions = [
-            SceneEntityDeletion(timestamp=self._stamp(log_time_ns), type=SceneEntityDeletionType.MatchingId, id=name)
+            SceneEntityDeletion(timestamp=stamp, type=SceneEntityDeletionType.MatchingId, id=name)
             for name in sorted(self._shown - shown)
         ]
         self._shown = shown
@@ -189,3 +223,34 @@ class FoxgloveSink:
 
     def close(self) -> None:
         self.server.stop()
+
+
+#: glTF binary's media type.
+GLB = "model/gltf-binary"
+
+
+def _model(T: np.ndarray, glb: bytes):
+    """A glTF model placed at T (4, 4), at its own scale."""
+    from foxglove.messages import ModelPrimitive, Pose, Quaternion, Vector3
+
+    q = matrix_to_quat(np.asarray(T)[:3, :3])
+    pose = Pose(
+        position=Vector3(x=float(T[0, 3]), y=float(T[1, 3]), z=float(T[2, 3])),
+        orientation=Quaternion(x=float(q[1]), y=float(q[2]), z=float(q[3]), w=float(q[0])),
+    )
+    return ModelPrimitive(pose=pose, scale=Vector3(x=1.0, y=1.0, z=1.0), data=glb, media_type=GLB)
+
+
+def _listener(on_subscribe):
+    """The server's listener, telling ``on_subscribe`` the topic a viewer subscribed to (foxglove's
+    ServerListener gives every other callback)."""
+    from foxglove.websocket import ServerListener
+
+    class Subscriptions(ServerListener):
+        def on_subscribe(self, client, channel) -> None:
+            try:
+                on_subscribe(channel.topic)
+            except Exception as exc:  # a viewer must never stop the server
+                log.warning("foxglove: subscription to %s: %s", channel.topic, exc)
+
+    return Subscriptions()

@@ -19,6 +19,7 @@ import warp as wp
 
 from goggles.errors import ConfigError
 from goggles.frames import quat_to_matrix
+from goggles.host_copies import HostMirror, fetch
 from goggles.scene.actors import ActorShape
 from goggles.scene.assets import Material, MeshPart
 
@@ -209,6 +210,7 @@ class SkinnedAvatar:
         self._index = wp.array(mesh.bone_index, dtype=wp.vec2i, device=d)
         self._weight = wp.array(mesh.bone_weight, dtype=wp.vec2, device=d)
         self._motions = wp.zeros(len(bind.bones), dtype=wp.transform, device=d)
+        self._points = HostMirror(target.points)
         # Per bone, the rest-pose box of the vertices it moves: a skinned vertex is a blend of its bones'
         # motions of it, so it lies in the union of those boxes moved by their bones (no vertex read back).
         self._bone_boxes = []
@@ -244,22 +246,6 @@ class SkinnedAvatar:
         corners = np.concatenate(corners)
         return np.stack([corners.min(axis=0), corners.max(axis=0)])
 
-
-def bone_boxes(T_WJ: np.ndarray, parents) -> list:
-    """(pose, size) of a thin box along every bone segment of a skeleton (what viewers draw for a person)."""
-    boxes = []
-    for child, parent in enumerate(parents):
-        if parent < 0:
-            continue
-        a, b = T_WJ[parent, :3, 3], T_WJ[child, :3, 3]
-        length = np.linalg.norm(b - a)
-        if length < 1e-6:
-            continue
-        z = (b - a) / length
-        x = np.cross(z, [0.0, 0.0, 1.0] if abs(z[2]) < 0.9 else [1.0, 0.0, 0.0])
-        x /= np.linalg.norm(x)
-        T = np.eye(4)
-        T[:3, :3] = np.column_stack([x, np.cross(z, x), z])
-        T[:3, 3] = (a + b) / 2.0
-        boxes.append((T, (0.08, 0.08, length)))
-    return boxes
+    def vertices(self) -> np.ndarray:
+        """(V, 3) the mesh as skinned last, a host copy (for viewers; the renderer never needs it)."""
+        return fetch([self._points])[0].copy()

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from goggles.scene.batch import StaticScene
-from goggles.scene.gates import Course, gate_bars, gate_shape
+from goggles.scene.gates import Course, gate_shape
 from goggles.world.device_scene import DeviceScene
+from goggles.world.viewed import ViewedActor
 
 
 @dataclass(frozen=True)
@@ -49,17 +50,11 @@ class World:
         collision geometry kept apart from the render device); avatars and props are not copied."""
         return build_world(self.scene.static, course=self.course, device=device)
 
-    def gate_boxes(self) -> list:
-        """(gate name, [(T (4, 4), size (3,))]) of every gate's four bars in the world, for viewers."""
-        entities = []
-        for gate, T_WG in zip(self.course.gates if self.course else (), self.gate_poses):
-            boxes = []
-            for size, centre in gate_bars(gate.opening):
-                T = T_WG.copy()
-                T[:3, 3] = T_WG[:3, :3] @ centre + T_WG[:3, 3]
-                boxes.append((T, size))
-            entities.append((gate.name, boxes))
-        return entities
+    def viewed_gates(self) -> list[ViewedActor]:
+        """Every gate as viewers draw it: its shape's mesh where it stands."""
+        gates = self.course.gates if self.course else ()
+        poses = self.gate_poses
+        return [ViewedActor(g.name, self.scene.shape_scene(i), T) for i, (g, T) in enumerate(zip(gates, poses))]
 
 
 def build_world(

@@ -17,8 +17,9 @@ import numpy as np
 import warp as wp
 
 from goggles.scene import avatar as skinning
-from goggles.scene.avatar import SkeletonPose, SkinnedAvatar, avatar_shape, bone_boxes, build_avatar_mesh
+from goggles.scene.avatar import SkeletonPose, SkinnedAvatar, avatar_shape, build_avatar_mesh
 from goggles.world.device_scene import DeviceScene
+from goggles.world.viewed import ViewedActor
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,10 @@ class Crowd:
         log.info("avatar %s: %d bones, %d triangles", name, len(pose.bones), len(mesh.faces))
         return Avatar(SkinnedAvatar(mesh, pose, self.scene.shape_mesh(index)), index)
 
-    def boxes(self) -> list:
-        """(name, [(T (4, 4), size (3,))]) per person: boxes along the bones, for viewers."""
-        return [(n, bone_boxes(a.last.T_WJ, a.last.parents)) for n, a in self.avatars.items() if a.last is not None]
+    def viewed(self) -> list[ViewedActor]:
+        """Every person as viewers draw them: the avatar's mesh as skinned now (copied to the host)."""
+        return [
+            ViewedActor(name, self.scene.shape_scene(a.shape), np.eye(4), a.skinned.vertices())
+            for name, a in self.avatars.items()
+            if a.last is not None
+        ]

@@ -163,6 +163,10 @@ class DeviceScene:
         """The BVH mesh of a shape (a deforming shape rewrites its points and refits it)."""
         return self._shape_meshes[index]
 
+    def shape_scene(self, index: int) -> StaticScene:
+        """A shape's parts merged into one mesh with its appearance, in its frame (for viewers)."""
+        return self._shape_scenes[index]
+
     def shape_bounds(self, index: int) -> np.ndarray:
         """(2, 3) lower and upper corners of a shape's box, in its frame."""
         return self._shape_bounds[index]

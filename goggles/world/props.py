@@ -14,6 +14,7 @@ import numpy as np
 
 from goggles.world.build import World
 from goggles.world.crowd import Crowd
+from goggles.world.viewed import ViewedActor
 
 #: Most props placed at once.
 MAX_PROPS = 32
@@ -63,12 +64,7 @@ class Props:
         self.placed = placed
         return None
 
-    def boxes(self) -> list:
-        """(actor name, [(T (4, 4), size (3,))]) per placed prop, its shape's box, for viewers."""
-        entities = []
-        for name, (prop, T_WA) in self.placed.items():
-            lower, upper = self.crowd.scene.shape_bounds(self.shapes[prop])
-            T = np.array(T_WA, dtype=np.float64)
-            T[:3, 3] = T_WA[:3, :3] @ ((lower + upper) / 2.0) + T_WA[:3, 3]
-            entities.append((name, [(T, upper - lower)]))
-        return entities
+    def viewed(self) -> list[ViewedActor]:
+        """Every placed prop as viewers draw it: its shape's mesh where it is placed."""
+        scene = self.crowd.scene
+        return [ViewedActor(name, scene.shape_scene(self.shapes[prop]), T) for name, (prop, T) in self.placed.items()]
