@@ -70,7 +70,8 @@ class Engine:
             reuse instead of building one.
         status: called about once per wall second with a one-line status (the CLI prints it).
         recorder, sinks: where every published output and accepted input also goes
-            (``write(channel, data, log_time_ns)``): a ``goggles.record.Recorder``, a Foxglove server.
+            (``write(channel, data, log_time_ns)``): a ``goggles.record.Recorder``, a Foxglove server; a sink
+            with ``set_scene(static, actors)`` is given the static scene and ``viewed_actors`` too.
     """
 
     def __init__(
@@ -110,6 +111,9 @@ class Engine:
             build_interval=BUILD_INTERVAL_S * real_time,
         )
         self.props = Props(self.crowd, self.built)
+        for sink in self.sinks:  # a viewer that draws the world (Foxglove) is told where it comes from
+            if hasattr(sink, "set_scene"):
+                sink.set_scene(self.built.scene.static, self.viewed_actors)
         simulate = self.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
         self.physics_world = self.world
         if physics_device is not None and not simulate:

@@ -83,10 +83,11 @@ def replay_file(
     seed: int | None = None,
     world=None,
     max_gap_s: float = MAX_GAP_S,
+    sinks=(),
 ) -> ReplayResult:
     """Replay one log (see the module docstring); ``threads`` caps CPU render threads (batch jobs use 1);
     ``seed`` replaces the run file's; ``world``: one already built for this run's scene (``Engine``);
-    ``max_gap_s``: see ``replay_into``."""
+    ``max_gap_s``: see ``replay_into``; ``sinks``: more places the outputs go (a Foxglove server)."""
     from goggles.engine import Engine
 
     config = replay_config(Path(path), sensors, scene, seed=seed)
@@ -96,7 +97,7 @@ def replay_file(
         recorder = Recorder(record, metadata=metadata)
     if threads is not None:
         os.environ.setdefault("GOGGLES_RENDER_THREADS", str(threads))
-    engine = Engine(config, device=device, recorder=recorder, world=world)
+    engine = Engine(config, device=device, recorder=recorder, world=world, sinks=sinks)
     start = time.perf_counter()
     last_time = [0.0]
 

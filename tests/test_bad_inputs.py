@@ -58,6 +58,8 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["render", "--out", out, "--threads", "-2"], "argument --threads: must be at least 1"),
         (["replay", "x.mcap", "--speed", "nan"], "argument --speed: must be a positive number"),
         (["replay", "x.mcap", "--max-gap", "0"], "argument --max-gap: must be a positive number"),
+        (["replay", str(tmp), "--foxglove"], "--foxglove shows one log at a time"),
+        (["replay", "x.mcap", "--foxglove", "99999"], "argument --foxglove: must be a port number"),
         (["run", "--scale", "0"], "argument --scale: must be 'auto' or a positive number, got '0'"),
         (
             ["fly", "--duration", "1", "--out", str(tmp / "x.csv"), "--seed", "-1"],

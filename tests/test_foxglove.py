@@ -161,7 +161,6 @@ def test_foxglove_server_streams_images_transforms_and_scene(device):
     config = dataclasses.replace(run_config(scale=3.0, route=False), zmq=None, course=default_course())
     sink = FoxgloveSink(port=free_port())
     engine = Engine(config, device=device, sinks=[sink])
-    sink.set_scene(engine.built.scene.static, engine.viewed_actors)
     try:
         with connect(f"ws://127.0.0.1:{sink.port}", subprotocols=SUBPROTOCOLS, max_size=2**26) as socket:
             viewer = Viewer(socket)
@@ -213,7 +212,6 @@ def test_foxglove_shows_the_scene_gates_props_and_people_where_the_cameras_see_t
     try:
         with connect(f"ws://127.0.0.1:{sink.port}", subprotocols=SUBPROTOCOLS, max_size=2**27) as socket:
             viewer = Viewer(socket)
-            sink.set_scene(static, engine.viewed_actors)
             viewer.wait_for({"/scene", "/scene/static"}, time.monotonic() + 10)
             viewer.subscribe(["/scene", "/scene/static"])
             engine.run(duration=0.25)
@@ -282,4 +280,27 @@ def test_foxglove_shows_the_scene_gates_props_and_people_where_the_cameras_see_t
             assert [d.id for d in update.deletions] == ["crate1"]
     finally:
         engine.close()
+        sink.close()
+
+
+def test_a_replayed_flight_streams_to_foxglove(tmp_path):
+    """``replay_file`` hands its outputs to a Foxglove sink as a run does, the world included."""
+    from websockets.sync.client import connect
+
+    from goggles.replay import replay_file
+    from tests.test_record import record_run
+
+    log = record_run(tmp_path, duration=0.5)
+    sink = FoxgloveSink(port=free_port())
+    try:
+        with connect(f"ws://127.0.0.1:{sink.port}", subprotocols=SUBPROTOCOLS, max_size=2**27) as socket:
+            viewer = Viewer(socket)
+            viewer.wait_for({"/scene/static"}, time.monotonic() + 10)  # the sink's own channels
+            result = replay_file(log, sinks=[sink])
+            assert result.error is None
+            viewer.wait_for({"/quad0/stereo_left/depth", "/scene"}, time.monotonic() + 10)
+            viewer.subscribe(["/scene/static"])
+            topic, update = viewer.next(time.monotonic() + 30)
+            assert topic == "/scene/static" and update.entities[0].id == "static/mars-arena"
+    finally:
         sink.close()

@@ -131,6 +131,32 @@ def add_recorded_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_foxglove_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--foxglove",
+        type=port,
+        nargs="?",
+        const=8765,
+        default=None,
+        metavar="PORT",
+        help="serve the outputs and the world to Foxglove on ws://127.0.0.1:PORT (default 8765)",
+    )
+    parser.add_argument(
+        "--foxglove-host", default="127.0.0.1", help="address of the Foxglove server (0.0.0.0 exposes it)"
+    )
+
+
+def foxglove_sinks(args) -> list:
+    """The Foxglove server that ``--foxglove`` asks for (printing where to connect), or none."""
+    if args.foxglove is None:
+        return []
+    from goggles.preview.foxglove_sink import FoxgloveSink
+
+    sink = FoxgloveSink(host=args.foxglove_host, port=args.foxglove)
+    print(f"Foxglove: ws://{args.foxglove_host}:{sink.port}", file=sys.stderr, flush=True)
+    return [sink]
+
+
 def camera_model(args):
     from goggles.render import CameraModel
 

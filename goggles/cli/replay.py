@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import at_least, positive
+from goggles.cli.common import add_foxglove_args, at_least, foxglove_sinks, positive
+from goggles.errors import ConfigError
 
 
 def add_parser(commands) -> None:
@@ -35,6 +36,7 @@ def add_parser(commands) -> None:
         "when their clock goes back this far; a single pose stamped this far from its neighbours is a corrupt "
         "stamp, dropped and counted (default: 60)",
     )
+    add_foxglove_args(replay)
     replay.add_argument("--jobs", type=at_least(1), default=None, help="processes for a folder (default: all cores)")
     replay.add_argument("--device", default=None, help="Warp device")
     replay.set_defaults(run=cmd_replay)
@@ -45,6 +47,8 @@ def cmd_replay(args) -> int:
 
     speed = None if args.as_fast_as_possible else args.speed
     max_gap_s = MAX_GAP_S if args.max_gap is None else args.max_gap
+    if args.log.is_dir() and args.foxglove is not None:
+        raise ConfigError(f"{args.log} is a folder: --foxglove shows one log at a time, give a file")
     if args.log.is_dir():
         results = replay_folder(
             args.log,
@@ -57,18 +61,24 @@ def cmd_replay(args) -> int:
             max_gap_s=max_gap_s,
         )
     else:
-        results = [
-            replay_file(
-                args.log,
-                sensors=args.sensors,
-                scene=args.scene,
-                record=args.record,
-                speed=speed,
-                device=args.device,
-                max_gap_s=max_gap_s,
-                progress=lambda t: print(f"replayed {t:.1f} s of the log", file=sys.stderr, flush=True),
-            )
-        ]
+        sinks = foxglove_sinks(args)
+        try:
+            results = [
+                replay_file(
+                    args.log,
+                    sensors=args.sensors,
+                    scene=args.scene,
+                    record=args.record,
+                    speed=speed,
+                    device=args.device,
+                    max_gap_s=max_gap_s,
+                    progress=lambda t: print(f"replayed {t:.1f} s of the log", file=sys.stderr, flush=True),
+                    sinks=sinks,
+                )
+            ]
+        finally:
+            for sink in sinks:
+                sink.close()
     for r in results:
         if r.error is not None:
             print(f"goggles: error: {r.error}", file=sys.stderr)

@@ -7,10 +7,11 @@ from pathlib import Path
 
 from goggles.cli.common import (
     add_backend_arg,
+    add_foxglove_args,
     add_recorded_arg,
     auto_or_positive,
+    foxglove_sinks,
     freeze_start_up_heap,
-    port,
     stop_on_signals,
 )
 from goggles.errors import ConfigError
@@ -89,16 +90,7 @@ def add_parser(commands) -> None:
         default=None,
         help="folder from 'goggles keys': server.key_secret, and clients/ with the accepted client keys",
     )
-    run.add_argument(
-        "--foxglove",
-        type=port,
-        nargs="?",
-        const=8765,
-        default=None,
-        metavar="PORT",
-        help="serve the outputs to Foxglove on ws://127.0.0.1:PORT (default 8765)",
-    )
-    run.add_argument("--foxglove-host", default="127.0.0.1", help="address of the Foxglove server (0.0.0.0 exposes it)")
+    add_foxglove_args(run)
     run.add_argument(
         "--record",
         type=Path,
@@ -195,11 +187,7 @@ def cmd_run(args) -> int:
             on_error=record_failed,
             ros2=ros2_topics,
         )
-    sinks = []
-    if args.foxglove is not None:
-        from goggles.preview.foxglove_sink import FoxgloveSink
-
-        sinks.append(FoxgloveSink(host=args.foxglove_host, port=args.foxglove))
+    sinks = foxglove_sinks(args)
     engine = Engine(
         config,
         device=args.device,
@@ -210,9 +198,6 @@ def cmd_run(args) -> int:
         recorder=recorder,
         sinks=sinks,
     )
-    for sink in sinks:
-        sink.set_scene(engine.built.scene.static, engine.viewed_actors)
-        print(f"Foxglove: ws://{args.foxglove_host}:{sink.port}", file=sys.stderr, flush=True)
     stop_on_signals(stop)
     freeze_start_up_heap()
     channels = sorted({f"{c.vehicle}/{c.name}" for c in config.cameras})
