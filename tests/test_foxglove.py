@@ -201,7 +201,7 @@ def test_foxglove_shows_the_scene_gates_props_and_people_where_the_cameras_see_t
 
     crate = PropSpec("crate", 20, box=(0.4, 0.6, 0.8), rgb=(1.0, 0.0, 0.0))
     config = dataclasses.replace(run_config(scale=3.0, route=False), zmq=None, course=default_course(), props=(crate,))
-    sink = FoxgloveSink(port=free_port())
+    sink = FoxgloveSink(port=free_port(), scene_interval_s=0.0)  # every clock message updates the actors
     engine = Engine(config, device=device, sinks=[sink])
     static = engine.built.scene.static
     T_crate = np.eye(4)

@@ -5,8 +5,8 @@ states, tracked poses and camera poses become FrameTransforms on ``/tf`` (world 
 ``<vehicle>/<camera>``). The world comes as glTF models (``goggles.preview.gltf``) in SceneUpdates: the
 static scene once on ``/scene/static`` (encoded in a thread at start, and sent again to each new
 subscriber), and every gate, prop and person on ``/scene`` with each clock message (10 Hz of sim
-time), a person skinned as the cameras see them. The server binds 127.0.0.1 unless told otherwise.
-Connect Foxglove to ``ws://127.0.0.1:8765``.
+time, at most 10 Hz of wall time), a person skinned as the cameras see them. The server binds
+127.0.0.1 unless told otherwise. Connect Foxglove to ``ws://127.0.0.1:8765``.
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ class FoxgloveSink:
     Args:
         host: address to bind (127.0.0.1: this machine only).
         port: TCP port.
+        scene_interval_s: least wall time between two updates of the actors (a fast simulation's clock
+            messages would otherwise encode each person many times a second for a viewer at 60 Hz).
     """
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 8765):
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 8765, scene_interval_s: float = 0.1):
         require("foxglove", "viewing", "the Foxglove live view")
         import foxglove
         from foxglove.channels import (
@@ -65,6 +67,8 @@ class FoxgloveSink:
         self._static_channel = SceneUpdateChannel("/scene/static")
         self._topics: dict[str, object] = {}
         self._actors = None
+        self.scene_interval_s = scene_interval_s
+        self._last_scene = -float("inf")
         self._models: dict[int, tuple[object, bytes]] = {}
         """glTF of each rigid actor mesh shown last, by id (the mesh is held, so its id stays its own)."""
         self._shown: set[str] = set()
@@ -120,7 +124,9 @@ class FoxgloveSink:
             elif isinstance(message, goggles_lcm.pose_t):
                 self._transform("world", message.name, message.position, message.orientation, log_time_ns)
             elif isinstance(message, goggles_lcm.clock_t) and self._actors is not None:
-                self._publish_scene(log_time_ns)
+                if time.monotonic() - self._last_scene >= self.scene_interval_s:
+                    self._last_scene = time.monotonic()
+                    self._publish_scene(log_time_ns)
         except Exception as exc:  # a viewer must never stop the engine
             log.warning("foxglove: could not show %s: %s", channel, exc)
 
