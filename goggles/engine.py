@@ -44,7 +44,7 @@ from goggles.status import RateLog, StageTimes, describe_time, status_line
 from goggles.transport import messages
 from goggles.transport.buses import ZmqBus, open_buses
 from goggles.transport.schema import MalformedMessage, decode_input
-from goggles.vehicles import Fleet, Vehicle, make_vehicles, pose_after
+from goggles.vehicles import Fleet, Vehicle, make_vehicles, pose_after, viewed_vehicles
 from goggles.world.build import build_run_world
 from goggles.world.crowd import BUILD_INTERVAL_S, Crowd
 from goggles.world.props import Props
@@ -111,9 +111,6 @@ class Engine:
             build_interval=BUILD_INTERVAL_S * real_time,
         )
         self.props = Props(self.crowd, self.built)
-        for sink in self.sinks:  # a viewer that draws the world (Foxglove) is told where it comes from
-            if hasattr(sink, "set_scene"):
-                sink.set_scene(self.built.scene.static, self.viewed_actors)
         simulate = self.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
         self.physics_world = self.world
         if physics_device is not None and not simulate:
@@ -152,6 +149,10 @@ class Engine:
         self._status_meter, self._clock_meter = ScaleMeter(), ScaleMeter()
         self._live_start = 0.0
         self._copies_from = (COPIES.count, 0.0)  # device→host copies, and the time, when the run began
+        self._viewed_vehicles = None
+        for sink in self.sinks:  # a viewer that draws the world (Foxglove) is told where it comes from
+            if hasattr(sink, "set_scene"):
+                sink.set_scene(self.built.scene.static, self.viewed_actors)
         self.schedule = self._schedule()
 
     def _schedule(self) -> Schedule:
@@ -442,9 +443,12 @@ class Engine:
         self.outputs.clock(self.mode, scale, self.achieved_rates(), self._utime())
 
     def viewed_actors(self) -> list:
-        """Every gate, prop and person as viewers draw them (``ViewedActor``: its mesh and where it is);
-        the static scene is ``self.built.scene.static``."""
-        return self.built.viewed_gates() + self.props.viewed() + self.crowd.viewed()
+        """Every gate, prop, person and vehicle as viewers draw them (``ViewedActor``: its mesh and
+        where it is); the static scene is ``self.built.scene.static``."""
+        if self._viewed_vehicles is None:  # built on the first call: a run without viewers never pays
+            cameras = [camera for group in self.groups for camera in group.cameras]
+            self._viewed_vehicles = viewed_vehicles(self.config.vehicles, cameras)
+        return self.built.viewed_gates() + self.props.viewed() + self.crowd.viewed() + self._viewed_vehicles
 
     def time_source(self) -> str:
         """What drives sim time, and how fast it advanced since the last call (for the status line)."""

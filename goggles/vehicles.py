@@ -1,17 +1,25 @@
 """The vehicles of a run: simulated, in fleets (the vehicles of one airframe, floor and IMU set-up
 share one ``MultirotorSim``: one physics launch for a swarm), or placed by poses from outside (mocap,
-recordings); with the pilot that flies each one's route and its live-pose bookkeeping."""
+recordings); with the pilot that flies each one's route, its live-pose bookkeeping, and how viewers
+draw it."""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from goggles.config import IMAGE_OUTPUTS
 from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
+from goggles.errors import GogglesError
 from goggles.frames import transform
 from goggles.pilots import RoutePilot
+from goggles.scene.vehicle_model import vehicle_model
+from goggles.world.viewed import ViewedActor
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -145,3 +153,29 @@ def make_vehicles(
 def _heading(yaw: float) -> np.ndarray:
     """(w, x, y, z) of a heading alone."""
     return np.array([np.cos(yaw / 2.0), 0.0, 0.0, np.sin(yaw / 2.0)])
+
+
+def viewed_vehicles(configs, cameras) -> list[ViewedActor]:
+    """Each vehicle as viewers draw it (its airframe's model), following the frame of its first camera
+    that publishes images (that frame's transform comes with every image, in every mode), or, with no
+    such camera, the vehicle's own frame (on the viewer's transforms from its states or poses)."""
+    models, viewed = {}, []
+    for v in configs:
+        if v.preset not in models:
+            try:
+                airframe = load_airframe(v.preset)
+            except GogglesError as exc:  # a replay's or live run's airframe need not exist here
+                log.warning("%s is drawn as fg-quad: %s", v.name, exc)
+                airframe = load_airframe("fg-quad")
+            models[v.preset] = vehicle_model(
+                airframe.name, airframe.rotor_positions, airframe.rotor_axes, airframe.rotor_radius
+            )
+        imaging = [c for c in cameras if c.vehicle == v.name and set(c.config.outputs) & set(IMAGE_OUTPUTS)]
+        if imaging:
+            camera = imaging[0]
+            viewed.append(
+                ViewedActor(v.name, models[v.preset], np.linalg.inv(camera.T_BC), frame=camera.channel_prefix)
+            )
+        else:
+            viewed.append(ViewedActor(v.name, models[v.preset], np.eye(4), frame=v.name))
+    return viewed

@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from goggles.dynamics import load_airframe
 from goggles.engine import Engine
 from goggles.paths import default_course
 from goggles.preview.foxglove_sink import FoxgloveSink
@@ -238,7 +239,7 @@ def test_foxglove_shows_the_scene_gates_props_and_people_where_the_cameras_see_t
 
             shown = _entities(updates["/scene"])
             gates = [g.name for g in engine.built.course.gates]
-            assert set(shown) == {*gates, "crate1", "alice"}
+            assert set(shown) == {*gates, "crate1", "alice", "quad0"}
 
             def world_corners(entity) -> np.ndarray:
                 (model,) = entity.models
@@ -270,6 +271,15 @@ def test_foxglove_shows_the_scene_gates_props_and_people_where_the_cameras_see_t
                 atol=1e-5,
             )
 
+            vehicle = shown["quad0"]  # follows the left camera's frame, which every image moves
+            assert vehicle.frame_id == "quad0/stereo_left" and vehicle.frame_locked
+            (left,) = [c for g in engine.groups for c in g.cameras if c.name == "stereo_left"]
+            body = world_corners(vehicle) @ left.T_BC[:3, :3].T + left.T_BC[:3, 3]  # camera frame -> body
+            airframe = load_airframe(config.vehicles[0].preset)
+            reach = np.abs(airframe.rotor_positions[:, :2]).max(axis=0) + airframe.rotor_radius
+            np.testing.assert_allclose(body[:, :2].max(axis=0), reach, atol=1e-4)  # rotor discs at the hubs
+            np.testing.assert_allclose(body[:, :2].min(axis=0), -reach, atol=1e-4)
+            assert abs(body[:, 2].mean()) < 0.05  # level in the body frame, not on its side
             assert engine.props.edit(REMOVE, "crate1", "", np.eye(4)) is None
             engine.run(duration=0.5)  # until 0.5 s of sim time
             deadline = time.monotonic() + 10
@@ -304,3 +314,15 @@ def test_a_replayed_flight_streams_to_foxglove(tmp_path):
             assert topic == "/scene/static" and update.entities[0].id == "static/mars-arena"
     finally:
         sink.close()
+
+
+def test_a_vehicle_without_a_camera_follows_its_own_frame_and_an_airframe_not_here_is_drawn_as_fg_quad(caplog):
+    from goggles.vehicles import viewed_vehicles
+
+    quad = run_config().vehicles[0]
+    lost = dataclasses.replace(quad, name="quad1", preset="/nowhere/my-airframe.toml")
+    own, fallback = viewed_vehicles([quad, lost], cameras=[])
+    assert (own.frame, fallback.frame) == ("quad0", "quad1")
+    np.testing.assert_array_equal(own.T_WA, np.eye(4))
+    np.testing.assert_array_equal(fallback.mesh.vertices, own.mesh.vertices)  # fg-quad's look
+    assert "quad1 is drawn as fg-quad" in caplog.text and "my-airframe.toml" in caplog.text

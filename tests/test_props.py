@@ -206,7 +206,7 @@ def test_edits_spawn_move_and_remove_a_prop_the_camera_sees(tmp_path, device):
         depth = image_array(last(sink, "quad0/front/depth"))[CENTRE]
         np.testing.assert_allclose(depth, plane_depth(last(sink, "quad0/state"), 0.0, axis=2), rtol=1e-5)
         assert engine.counters.ignored == ignored and engine.counters.malformed == 0
-        assert [a.name for a in engine.viewed_actors()] == []  # viewers see none left
+        assert [a.name for a in engine.viewed_actors()] == ["quad0"]  # viewers see no prop left
 
 
 def test_a_spawned_prop_is_an_obstacle(tmp_path, device):
@@ -223,7 +223,7 @@ def test_a_spawned_prop_is_an_obstacle(tmp_path, device):
         client.step(32)
         collisions = [decode_any(d) for c, d in sink.messages if c == "quad0/collision"]
         assert len(collisions) == 1 and collisions[0].vehicle == "quad0"
-        assert [a.name for a in engine.viewed_actors()] == ["crate1"]
+        assert [a.name for a in engine.viewed_actors()] == ["crate1", "quad0"]
 
 
 def test_replay_applies_the_edits_where_the_run_did(tmp_path, device):

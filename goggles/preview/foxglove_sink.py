@@ -1,12 +1,13 @@
 """Live viewing in Foxglove: the engine's outputs as Foxglove schemas on a WebSocket server.
 
 Images become RawImage (depth 32FC1, rgb8, segmentation 16UC1) with their CameraCalibration; vehicle
-states, tracked poses and camera poses become FrameTransforms on ``/tf`` (world -> ``<vehicle>`` ->
-``<vehicle>/<camera>``). The world comes as glTF models (``goggles.preview.gltf``) in SceneUpdates: the
-static scene once on ``/scene/static`` (encoded in a thread at start, and sent again to each new
-subscriber), and every gate, prop and person on ``/scene`` with each clock message (10 Hz of sim
-time, at most 10 Hz of wall time), a person skinned as the cameras see them. The server binds
-127.0.0.1 unless told otherwise. Connect Foxglove to ``ws://127.0.0.1:8765``.
+states, tracked poses and camera poses become FrameTransforms on ``/tf`` (``world`` -> ``<vehicle>``
+and ``world`` -> ``<vehicle>/<camera>``). The world comes as glTF models (``goggles.preview.gltf``)
+in SceneUpdates: the static scene once on ``/scene/static`` (encoded in a thread at start, and sent
+again to each new subscriber), and every gate, prop, person and vehicle on ``/scene`` with each clock
+message (10 Hz of sim time, at most 10 Hz of wall time): a person skinned as the cameras see them, a
+vehicle as its airframe's model locked to its camera's frame. The server binds 127.0.0.1 unless told
+otherwise. Connect Foxglove to ``ws://127.0.0.1:8765``.
 """
 
 from __future__ import annotations
@@ -215,9 +216,14 @@ class FoxgloveSink:
                 key = id(actor.mesh)
                 models[key] = self._models.get(key) or (actor.mesh, mesh_glb(actor.mesh))
                 glb = models[key][1]
-            entities.append(
-                SceneEntity(timestamp=stamp, frame_id="world", id=actor.name, models=[_model(actor.T_WA, glb)])
+            entity = SceneEntity(
+                timestamp=stamp,
+                frame_id=actor.frame,
+                frame_locked=actor.frame != "world",  # a vehicle follows its camera's frame between updates
+                id=actor.name,
+                models=[_model(actor.T_WA, glb)],
             )
+            entities.append(entity)
         self._models = models
         shown = {actor.name for actor in actors}
         deletions = [
