@@ -450,6 +450,20 @@ class Engine:
             self._viewed_vehicles = viewed_vehicles(self.config.vehicles, cameras)
         return self.built.viewed_gates() + self.props.viewed() + self.crowd.viewed() + self._viewed_vehicles
 
+    def scene_boxes(self) -> list:
+        """The actors in the world as boxes, for viewers that draw boxes: (name, [(T_WA (4, 4), size
+        (3,))]) per gate, prop and person, each its mesh's box where it is now."""
+        boxes = []
+        for actor in self.viewed_actors():
+            if actor.frame != "world":  # a vehicle: it has its own frame on every viewer
+                continue
+            points = actor.mesh.vertices if actor.vertices is None else actor.vertices
+            low, high = points.min(axis=0), points.max(axis=0)
+            T = np.array(actor.T_WA, dtype=np.float64)
+            T[:3, 3] = T[:3, :3] @ ((low + high) / 2.0) + T[:3, 3]
+            boxes.append((actor.name, [(T, high - low)]))
+        return boxes
+
     def time_source(self) -> str:
         """What drives sim time, and how fast it advanced since the last call (for the status line)."""
         measured = None if self.mode == ClockMode.LIVE else self._status_meter.read(self.step * self.dt)

@@ -207,6 +207,7 @@ def test_edits_spawn_move_and_remove_a_prop_the_camera_sees(tmp_path, device):
         np.testing.assert_allclose(depth, plane_depth(last(sink, "quad0/state"), 0.0, axis=2), rtol=1e-5)
         assert engine.counters.ignored == ignored and engine.counters.malformed == 0
         assert [a.name for a in engine.viewed_actors()] == ["quad0"]  # viewers see no prop left
+        assert engine.scene_boxes() == []
 
 
 def test_a_spawned_prop_is_an_obstacle(tmp_path, device):
@@ -224,6 +225,9 @@ def test_a_spawned_prop_is_an_obstacle(tmp_path, device):
         collisions = [decode_any(d) for c, d in sink.messages if c == "quad0/collision"]
         assert len(collisions) == 1 and collisions[0].vehicle == "quad0"
         assert [a.name for a in engine.viewed_actors()] == ["crate1", "quad0"]
+        ((name, ((T, size),)),) = engine.scene_boxes()  # the crate's box, where it was spawned
+        np.testing.assert_allclose(T[:3, 3], [state.position[0] + 0.5, state.position[1], state.position[2]])
+        np.testing.assert_allclose(size, [1.0, 1.0, 1.0], atol=1e-6)
 
 
 def test_replay_applies_the_edits_where_the_run_did(tmp_path, device):
