@@ -71,7 +71,8 @@ class Engine:
         status: called about once per wall second with a one-line status (the CLI prints it).
         recorder, sinks: where every published output and accepted input also goes
             (``write(channel, data, log_time_ns)``): a ``goggles.record.Recorder``, a Foxglove server; a sink
-            with ``set_scene(static, actors)`` is given the static scene and ``viewed_actors`` too.
+            with ``set_scene(static, actors, sensor_pose)`` is given the static scene, ``viewed_actors`` and
+            ``sensor_pose`` too.
     """
 
     def __init__(
@@ -152,7 +153,7 @@ class Engine:
         self._viewed_vehicles = None
         for sink in self.sinks:  # a viewer that draws the world (Foxglove) is told where it comes from
             if hasattr(sink, "set_scene"):
-                sink.set_scene(self.built.scene.static, self.viewed_actors)
+                sink.set_scene(self.built.scene.static, self.viewed_actors, self.sensor_pose)
         self.schedule = self._schedule()
 
     def _schedule(self) -> Schedule:
@@ -449,6 +450,14 @@ class Engine:
             cameras = [camera for group in self.groups for camera in group.cameras]
             self._viewed_vehicles = viewed_vehicles(self.config.vehicles, cameras)
         return self.built.viewed_gates() + self.props.viewed() + self.crowd.viewed() + self._viewed_vehicles
+
+    def sensor_pose(self, sensor: str) -> np.ndarray | None:
+        """(4, 4) where range sensor or LiDAR ``<vehicle>/<name>`` is in the world now, or None for
+        another name: viewers place its readings there (their messages hold the sensor frame's)."""
+        for c in (*self.config.lidars, *self.config.range_sensors):
+            if f"{c.vehicle}/{c.name}" == sensor:
+                return self.vehicles[c.vehicle].pose(self.config.extrapolate) @ c.T_BS
+        return None
 
     def scene_boxes(self) -> list:
         """The actors in the world as boxes, for viewers that draw boxes: (name, [(T_WA (4, 4), size

@@ -104,10 +104,18 @@ def test_vertex_colours_and_replaced_vertices():
     np.testing.assert_allclose(mesh["rgba"][..., :3], expected, atol=1 / 255 + 1e-6)
 
 
+class _Json:
+    @staticmethod
+    def FromString(data: bytes) -> dict:  # noqa: N802 (protobuf's name, so both decode alike)
+        return json.loads(data)
+
+
 def _decoder(channel: dict):
-    """A protobuf class for a channel's advertised schema (the real protobuf library)."""
+    """A protobuf class for a channel's advertised schema (the real protobuf library), or JSON."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+    if channel["encoding"] == "json":
+        return _Json
     assert channel["encoding"] == "protobuf"
     files = descriptor_pb2.FileDescriptorSet.FromString(base64.b64decode(channel["schema"]))
     pool = descriptor_pool.DescriptorPool()
@@ -326,3 +334,114 @@ def test_a_vehicle_without_a_camera_follows_its_own_frame_and_an_airframe_not_he
     np.testing.assert_array_equal(own.T_WA, np.eye(4))
     np.testing.assert_array_equal(fallback.mesh.vertices, own.mesh.vertices)  # fg-quad's look
     assert "quad1 is drawn as fg-quad" in caplog.text and "my-airframe.toml" in caplog.text
+
+
+class _Kept:
+    """A sink that keeps what the engine publishes (what the Foxglove view must agree with)."""
+
+    def __init__(self):
+        self.messages = []
+
+    def write(self, channel, data, log_time_ns):
+        self.messages.append((channel, data))
+
+
+def test_foxglove_shows_lidar_scans_beacons_imu_and_ranges_where_they_were_measured():
+    """A LiDAR scan is a point cloud placed where the sensor was (the vehicle's state at that step and
+    the run file's mount), beacon detections are circles and labels over the image
+    at Foxglove's pixel origin (OpenCV's plus half a pixel), and the IMU and the altimeter are JSON a
+    plot reads (gravity's +9.81 m/s^2 up at rest; no infinities, which JSON cannot carry)."""
+    pytest.importorskip("google.protobuf")
+    from websockets.sync.client import connect
+
+    from goggles.config import parse_run_config
+    from goggles.transport.schema import decode_any
+
+    start = [0.0, 0.0, 0.1, 0.0]
+    data = {
+        "run": {"mode": "sim", "course": str(default_course()), "seed": 1},
+        "clock": {"scale": 3.0},
+        "lcm": {"enabled": False},
+        "zmq": {"enabled": False},
+        "vehicle": [{"name": "quad0", "start": start, "floor_z": 0.1}],
+        "camera": [
+            {
+                "vehicle": "quad0",
+                "name": "front",
+                "width": 160,
+                "height": 120,
+                "vfov_deg": 70.0,
+                "rate": 30.0,
+                "position": [0.1, 0.0, 0.0],
+                "outputs": ["depth", "beacons"],
+            }
+        ],
+        "lidar": [
+            {
+                "vehicle": "quad0",
+                "name": "puck",
+                "preset": "vlp16",
+                "position": [0.05, 0.02, 0.1],
+                "rpy_deg": [0.0, 0.0, 30.0],
+            }
+        ],
+        "range_sensor": [{"vehicle": "quad0", "name": "altimeter", "preset": "flightgoggles-altimeter"}],
+    }
+    config = parse_run_config(data)
+    sink, kept = FoxgloveSink(port=free_port(), scene_interval_s=0.0), _Kept()
+    engine = Engine(config, sinks=[sink, kept])
+    topics = ["/quad0/puck/lidar", "/quad0/front/beacons", "/quad0/imu", "/quad0/altimeter/ranges"]
+    try:
+        with connect(f"ws://127.0.0.1:{sink.port}", subprotocols=SUBPROTOCOLS, max_size=2**27) as socket:
+            viewer = Viewer(socket)
+            engine.run(duration=0.05)  # every channel has its first message
+            viewer.wait_for(set(topics), time.monotonic() + 10)
+            assert viewer.channels["/quad0/puck/lidar"]["schemaName"] == "foxglove.PointCloud"
+            assert viewer.channels["/quad0/front/beacons"]["schemaName"] == "foxglove.ImageAnnotations"
+            viewer.subscribe(topics)
+            kept.messages.clear()
+            engine.run(duration=0.25)
+            got, deadline = {}, time.monotonic() + 20
+            while set(got) != set(topics):
+                topic, message = viewer.next(deadline)
+                got.setdefault(topic, message)  # the first after subscribing: the first kept below
+    finally:
+        engine.close()
+        sink.close()
+    published = {}
+    for channel, raw in kept.messages:
+        published.setdefault(channel, decode_any(raw))
+
+    cloud, scan = got["/quad0/puck/lidar"], published["quad0/puck/lidar"]
+    assert cloud.frame_id == "world" and cloud.point_stride == 16
+    assert [f.name for f in cloud.fields] == ["x", "y", "z", "intensity"]
+    local = np.frombuffer(cloud.data, np.float32).reshape(-1, 4)
+    np.testing.assert_allclose(local[:, :3], np.c_[scan.x, scan.y, scan.z], atol=1e-6)
+    from scipy.spatial.transform import Rotation
+
+    p, q = cloud.pose.position, cloud.pose.orientation
+    first = next(i for i, (c, _) in enumerate(kept.messages) if c == "quad0/puck/lidar")
+    state = [decode_any(d) for c, d in kept.messages[:first] if c == "quad0/state"][-1]  # the same step's
+    T_WB = np.eye(4)
+    T_WB[:3, :3] = Rotation.from_quat(np.roll(state.orientation, -1)).as_matrix()  # (w, x, y, z) -> (x, y, z, w)
+    T_WB[:3, 3] = state.position
+    T_BS = np.eye(4)  # the run file's mount
+    T_BS[:3, :3] = Rotation.from_euler("z", 30.0, degrees=True).as_matrix()
+    T_BS[:3, 3] = [0.05, 0.02, 0.1]
+    T_WS = T_WB @ T_BS
+    np.testing.assert_allclose(T_WS[:3, 3], np.add(start[:3], [0.05, 0.02, 0.1]), atol=2e-3)  # resting
+    np.testing.assert_allclose([p.x, p.y, p.z], T_WS[:3, 3], atol=1e-6)
+    np.testing.assert_allclose(Rotation.from_quat([q.x, q.y, q.z, q.w]).as_matrix(), T_WS[:3, :3], atol=1e-6)
+
+    marks, detections = got["/quad0/front/beacons"], published["quad0/front/beacons"]
+    assert detections.num_beacons > 0
+    np.testing.assert_allclose(
+        [(c.position.x, c.position.y) for c in marks.circles], np.c_[detections.u, detections.v] + 0.5, atol=1e-9
+    )
+    assert [t.text for t in marks.texts] == list(detections.ids)
+
+    imu = got["/quad0/imu"]
+    assert abs(imu["linear_acceleration"]["z"] - 9.81) < 0.5 and abs(imu["angular_velocity"]["x"]) < 0.5
+    ranges, altimeter = got["/quad0/altimeter/ranges"], published["quad0/altimeter/ranges"]
+    expected = [r if np.isfinite(r) else None for r in altimeter.ranges]
+    assert ranges["ranges"] == pytest.approx(expected) and ranges["max_range"] == pytest.approx(altimeter.max_range)

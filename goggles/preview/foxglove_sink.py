@@ -50,12 +50,20 @@ class FoxgloveSink:
         from foxglove.channels import (
             CameraCalibrationChannel,
             FrameTransformChannel,
+            ImageAnnotationsChannel,
+            PointCloudChannel,
             RawImageChannel,
             SceneUpdateChannel,
         )
 
         self._foxglove = foxglove
-        self._channels = {"image": RawImageChannel, "calibration": CameraCalibrationChannel}
+        self._channels = {
+            "image": RawImageChannel,
+            "calibration": CameraCalibrationChannel,
+            "points": PointCloudChannel,
+            "annotations": ImageAnnotationsChannel,
+            "json": foxglove.Channel,
+        }
         try:
             self.server = foxglove.start_server(
                 name="goggles", host=host, port=port, server_listener=_listener(self._on_subscribe)
@@ -68,6 +76,7 @@ class FoxgloveSink:
         self._static_channel = SceneUpdateChannel("/scene/static")
         self._topics: dict[str, object] = {}
         self._actors = None
+        self._sensor_pose = None
         self.scene_interval_s = scene_interval_s
         self._last_scene = -float("inf")
         self._models: dict[int, tuple[object, bytes]] = {}
@@ -78,10 +87,12 @@ class FoxgloveSink:
         """The static scene's SceneUpdate once encoded."""
         self._static_lock = threading.Lock()
 
-    def set_scene(self, static, actors) -> None:
-        """What the 3D view shows: ``static`` (a ``StaticScene``, or None), encoded now in a thread, and
-        ``actors``, a callable returning the ``ViewedActor``s now (``Engine.viewed_actors``)."""
-        self._actors = actors
+    def set_scene(self, static, actors, sensor_pose=None) -> None:
+        """What the 3D view shows: ``static`` (a ``StaticScene``, or None), encoded now in a thread;
+        ``actors``, a callable returning the ``ViewedActor``s now (``Engine.viewed_actors``); and
+        ``sensor_pose``, a callable giving a LiDAR's (4, 4) pose in the world now, or None
+        (``Engine.sensor_pose``), which places its scans."""
+        self._actors, self._sensor_pose = actors, sensor_pose
         if static is not None:
             threading.Thread(target=self._encode_static, args=(static,), name="foxglove-static", daemon=True).start()
 
@@ -124,12 +135,96 @@ class FoxgloveSink:
                 self._transform("world", message.vehicle, message.position, message.orientation, log_time_ns)
             elif isinstance(message, goggles_lcm.pose_t):
                 self._transform("world", message.name, message.position, message.orientation, log_time_ns)
+            elif isinstance(message, goggles_lcm.lidar_t):
+                self._points(channel, message, log_time_ns)
+            elif isinstance(message, goggles_lcm.beacons_t):
+                self._beacons(channel, message, log_time_ns)
+            elif isinstance(message, goggles_lcm.imu_t):
+                self._json(
+                    channel,
+                    log_time_ns,
+                    linear_acceleration=_xyz(message.linear_acceleration),
+                    angular_velocity=_xyz(message.angular_velocity),
+                )
+            elif isinstance(message, goggles_lcm.ranges_t):
+                self._json(
+                    channel,
+                    log_time_ns,
+                    ranges=[_finite(r) for r in message.ranges],
+                    min_range=message.min_range,
+                    max_range=message.max_range,
+                )
+            elif isinstance(message, goggles_lcm.collision_t):
+                self._json(
+                    channel,
+                    log_time_ns,
+                    other=message.other,
+                    point=_xyz(message.point),
+                    normal=_xyz(message.normal),
+                    depth=message.depth,
+                )
             elif isinstance(message, goggles_lcm.clock_t) and self._actors is not None:
                 if time.monotonic() - self._last_scene >= self.scene_interval_s:
                     self._last_scene = time.monotonic()
                     self._publish_scene(log_time_ns)
         except Exception as exc:  # a viewer must never stop the engine
             log.warning("foxglove: could not show %s: %s", channel, exc)
+
+    def _points(self, channel: str, scan, log_time_ns: int) -> None:
+        """A LiDAR scan as a point cloud placed where the sensor was when the scan began (its points
+        are in the sensor's frame), or in the sensor's own frame where that is not known."""
+        from foxglove.messages import PackedElementField, PackedElementFieldNumericType, PointCloud
+
+        T_WS = self._sensor_pose(scan.sensor) if self._sensor_pose is not None else None
+        f32 = PackedElementFieldNumericType.Float32
+        points = np.column_stack([scan.x, scan.y, scan.z, scan.intensity]).astype(np.float32)
+        self._topic("points", f"/{channel}").log(
+            PointCloud(
+                timestamp=self._stamp(log_time_ns),
+                frame_id="world" if T_WS is not None else scan.sensor,
+                pose=_pose(np.eye(4) if T_WS is None else T_WS),
+                point_stride=16,
+                fields=[
+                    PackedElementField(name=n, offset=4 * i, type=f32) for i, n in enumerate("x y z intensity".split())
+                ],
+                data=points.tobytes(),
+            ),
+            log_time=log_time_ns,
+        )
+
+    def _beacons(self, channel: str, detections, log_time_ns: int) -> None:
+        """IR beacon detections as annotations over their camera's images: a circle and the beacon's id
+        at each. Foxglove's pixel coordinates start at the top-left pixel's corner, OpenCV's (the
+        detections') at its centre: half a pixel apart."""
+        from foxglove.messages import CircleAnnotation, Color, ImageAnnotations, Point2, TextAnnotation
+
+        stamp = self._stamp(log_time_ns)
+        green, black = Color(r=0.1, g=1.0, b=0.2, a=1.0), Color(r=0.0, g=0.0, b=0.0, a=0.6)
+        circles, texts = [], []
+        for beacon, u, v in zip(detections.ids, detections.u, detections.v):
+            at = Point2(x=u + 0.5, y=v + 0.5)
+            circles.append(
+                CircleAnnotation(timestamp=stamp, position=at, diameter=8.0, thickness=2.0, outline_color=green)
+            )
+            label = Point2(x=u + 6.5, y=v - 5.5)
+            texts.append(
+                TextAnnotation(
+                    timestamp=stamp,
+                    position=label,
+                    text=beacon,
+                    font_size=10.0,
+                    text_color=green,
+                    background_color=black,
+                )
+            )
+        self._topic("annotations", f"/{channel}").log(
+            ImageAnnotations(timestamp=stamp, circles=circles, texts=texts), log_time=log_time_ns
+        )
+
+    def _json(self, channel: str, log_time_ns: int, **fields) -> None:
+        """Readings Foxglove has no schema for (IMU, ranges, collisions), as JSON a plot panel reads."""
+        stamp = {"sec": log_time_ns // 1_000_000_000, "nsec": log_time_ns % 1_000_000_000}
+        self._topic("json", f"/{channel}").log({"timestamp": stamp, **fields}, log_time=log_time_ns)
 
     def _topic(self, kind: str, name: str):
         key = f"{kind}:{name}"
@@ -241,16 +336,31 @@ class FoxgloveSink:
 GLB = "model/gltf-binary"
 
 
-def _model(T: np.ndarray, glb: bytes):
-    """A glTF model placed at T (4, 4), at its own scale."""
-    from foxglove.messages import ModelPrimitive, Pose, Quaternion, Vector3
+def _pose(T: np.ndarray):
+    """A Foxglove Pose of a (4, 4) rigid transform."""
+    from foxglove.messages import Pose, Quaternion, Vector3
 
     q = matrix_to_quat(np.asarray(T)[:3, :3])
-    pose = Pose(
+    return Pose(
         position=Vector3(x=float(T[0, 3]), y=float(T[1, 3]), z=float(T[2, 3])),
         orientation=Quaternion(x=float(q[1]), y=float(q[2]), z=float(q[3]), w=float(q[0])),
     )
-    return ModelPrimitive(pose=pose, scale=Vector3(x=1.0, y=1.0, z=1.0), data=glb, media_type=GLB)
+
+
+def _model(T: np.ndarray, glb: bytes):
+    """A glTF model placed at T (4, 4), at its own scale."""
+    from foxglove.messages import ModelPrimitive, Vector3
+
+    return ModelPrimitive(pose=_pose(T), scale=Vector3(x=1.0, y=1.0, z=1.0), data=glb, media_type=GLB)
+
+
+def _xyz(values) -> dict:
+    return {"x": float(values[0]), "y": float(values[1]), "z": float(values[2])}
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no infinities or NaN: a reading beyond the range, too close or invalid is null."""
+    return float(value) if np.isfinite(value) else None
 
 
 def _listener(on_subscribe):
