@@ -398,6 +398,10 @@ def test_foxglove_shows_lidar_scans_beacons_imu_and_ranges_where_they_were_measu
             viewer.wait_for(set(topics), time.monotonic() + 10)
             assert viewer.channels["/quad0/puck/lidar"]["schemaName"] == "foxglove.PointCloud"
             assert viewer.channels["/quad0/front/beacons"]["schemaName"] == "foxglove.ImageAnnotations"
+            imu_channel = viewer.channels["/quad0/imu"]  # JSON with a schema: a plot completes its paths
+            assert (imu_channel["encoding"], imu_channel["schemaEncoding"]) == ("json", "jsonschema")
+            imu_schema = json.loads(imu_channel["schema"])
+            assert imu_schema["properties"]["linear_acceleration"]["properties"]["z"] == {"type": "number"}
             viewer.subscribe(topics)
             kept.messages.clear()
             engine.run(duration=0.25)

@@ -62,7 +62,6 @@ class FoxgloveSink:
             "calibration": CameraCalibrationChannel,
             "points": PointCloudChannel,
             "annotations": ImageAnnotationsChannel,
-            "json": foxglove.Channel,
         }
         try:
             self.server = foxglove.start_server(
@@ -224,7 +223,10 @@ class FoxgloveSink:
     def _json(self, channel: str, log_time_ns: int, **fields) -> None:
         """Readings Foxglove has no schema for (IMU, ranges, collisions), as JSON a plot panel reads."""
         stamp = {"sec": log_time_ns // 1_000_000_000, "nsec": log_time_ns % 1_000_000_000}
-        self._topic("json", f"/{channel}").log({"timestamp": stamp, **fields}, log_time=log_time_ns)
+        message, key = {"timestamp": stamp, **fields}, f"json:/{channel}"
+        if key not in self._topics:  # its schema from its first message: Foxglove completes plot paths from it
+            self._topics[key] = self._foxglove.Channel(f"/{channel}", schema=_json_schema(message))
+        self._topics[key].log(message, log_time=log_time_ns)
 
     def _topic(self, kind: str, name: str):
         key = f"{kind}:{name}"
@@ -356,6 +358,15 @@ def _model(T: np.ndarray, glb: bytes):
 
 def _xyz(values) -> dict:
     return {"x": float(values[0]), "y": float(values[1]), "z": float(values[2])}
+
+
+def _json_schema(value) -> dict:
+    """The JSON schema of a message's shape: objects of numbers, strings and lists of numbers (or null)."""
+    if isinstance(value, dict):
+        return {"type": "object", "properties": {key: _json_schema(item) for key, item in value.items()}}
+    if isinstance(value, list):
+        return {"type": "array", "items": {"type": ["number", "null"]}}
+    return {"type": "string"} if isinstance(value, str) else {"type": "number"}
 
 
 def _finite(value: float) -> float | None:
