@@ -245,7 +245,8 @@ class FoxgloveSink:
         encoding, size = _IMAGE_ENCODINGS[Encoding(image.encoding)]
         pixels = bytes(image.data)
         if Encoding(image.encoding) == Encoding.SEGMENTATION_I32:
-            pixels = np.frombuffer(pixels, np.int32).astype(np.uint16).tobytes()
+            # Foxglove shows 16-bit class images: ids past 65535 saturate there (not wrap onto others)
+            pixels = np.clip(np.frombuffer(pixels, np.int32), 0, 65535).astype(np.uint16).tobytes()
         frame = image.camera
         stamp = self._stamp(log_time_ns)
         self._topic("image", f"/{channel}").log(
