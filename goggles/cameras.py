@@ -137,11 +137,11 @@ def camera_groups(
     for c in configs:
         cameras = by_key.setdefault((c.model.width, c.model.height, c.rate), [])
         if c.baseline is None:
-            cameras.append((Camera(c.vehicle, c.name, c, c.T_BC), -1))
+            cameras.append((Camera(c.vehicle, c.eyes[0], c, c.T_BC), -1))
         else:
-            left = len(cameras)
-            cameras.append((Camera(c.vehicle, f"{c.name}_left", c, c.T_BC), left + 1))
-            cameras.append((Camera(c.vehicle, f"{c.name}_right", c, c.T_BC @ stereo_right_offset(c.baseline)), -1))
+            left, right = c.eyes
+            cameras.append((Camera(c.vehicle, left, c, c.T_BC), len(cameras) + 1))
+            cameras.append((Camera(c.vehicle, right, c, c.T_BC @ stereo_right_offset(c.baseline)), -1))
     groups = []
     for (_, _, rate), members in by_key.items():
         models = [m.config.model for m, _ in members]

@@ -79,6 +79,12 @@ class CameraConfig:
     readout_s: float = 0.0
     """Rolling shutter: time from the first row's exposure to the last's, s; 0: a global shutter."""
 
+    @property
+    def eyes(self) -> tuple[str, ...]:
+        """The names its images are published under: ``<name>_left`` and ``<name>_right`` for a stereo
+        rig, ``<name>`` for a mono camera (channels ``<vehicle>/<eye>/<output>``)."""
+        return (self.name,) if self.baseline is None else (f"{self.name}_left", f"{self.name}_right")
+
 
 @dataclass(frozen=True)
 class RangeSensorConfig:

@@ -88,10 +88,10 @@ class Ros2Topics:
         mounts = []
         for c in cameras:
             if c.baseline is None:
-                eyes = [(c.name, "", c.T_BC, 0.0)]
+                eyes = [(c.eyes[0], "", c.T_BC, 0.0)]
             else:
                 T_BR, tx = c.T_BC @ stereo_right_offset(c.baseline), -c.model.fx * c.baseline
-                eyes = [(f"{c.name}_left", "/left", c.T_BC, 0.0), (f"{c.name}_right", "/right", T_BR, tx)]
+                eyes = [(c.eyes[0], "/left", c.T_BC, 0.0), (c.eyes[1], "/right", T_BR, tx)]
             for channel_name, suffix, T_BC, tx in eyes:
                 frame = f"{c.vehicle}/{channel_name}_optical_frame"
                 self._cameras[f"{c.vehicle}/{channel_name}"] = _Camera(f"{ns}/{c.vehicle}/{c.name}{suffix}", frame, tx)
