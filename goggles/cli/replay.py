@@ -47,9 +47,9 @@ def cmd_replay(args) -> int:
 
     speed = None if args.as_fast_as_possible else args.speed
     max_gap_s = MAX_GAP_S if args.max_gap is None else args.max_gap
-    if args.log.is_dir() and args.foxglove is not None:
-        raise ConfigError(f"{args.log} is a folder: --foxglove shows one log at a time, give a file")
     if args.log.is_dir():
+        if args.foxglove is not None:
+            raise ConfigError(f"{args.log} is a folder: --foxglove shows one log at a time, give a file")
         results = replay_folder(
             args.log,
             record_folder=args.record,

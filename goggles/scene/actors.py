@@ -40,9 +40,14 @@ def box_shape(name: str, extents, rgb=(0.8, 0.8, 0.8), segmentation: int = 1) ->
     """A box centred on its origin, of ``extents`` (x, y, z) metres and one colour."""
     import trimesh
 
-    box = trimesh.creation.box(extents=extents)
-    box.visual.vertex_colors = np.tile([*(np.asarray(rgb) * 255).astype(int), 255], (len(box.vertices), 1))
+    box = paint(trimesh.creation.box(extents=extents), rgb)
     return ActorShape(name, [part_from_trimesh(box, name)], segmentation)
+
+
+def paint(mesh, rgb):
+    """``mesh`` (a ``trimesh.Trimesh``) with every vertex coloured ``rgb`` in [0, 1], opaque; returned."""
+    mesh.visual.vertex_colors = np.tile([*(np.asarray(rgb) * 255).astype(int), 255], (len(mesh.vertices), 1))
+    return mesh
 
 
 @dataclass(frozen=True)

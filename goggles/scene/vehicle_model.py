@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from goggles.scene.actors import paint
 from goggles.scene.assets import part_from_trimesh
 from goggles.scene.batch import StaticScene, merge_parts
 
@@ -35,8 +36,5 @@ def vehicle_model(name: str, rotor_positions, rotor_axes, rotor_radius: float) -
         meshes.append((disc.apply_transform(T), FRONT_RGB if hub[0] > 1e-6 else BACK_RGB))
     parts = []
     for i, (mesh, rgb) in enumerate(meshes):
-        mesh.visual.vertex_colors = np.tile(
-            [*np.round(np.asarray(rgb) * 255).astype(int), 255], (len(mesh.vertices), 1)
-        )
-        parts.append((part_from_trimesh(mesh, f"{name} part {i}"), np.eye(4), 1))
+        parts.append((part_from_trimesh(paint(mesh, rgb), f"{name} part {i}"), np.eye(4), 1))
     return merge_parts(name, parts)
