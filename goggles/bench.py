@@ -38,7 +38,7 @@ class RenderBench:
     threads: int
     device: str
     pixel_order: str
-    """The warp backend's pixel order (``Renderer.pixel_order``)."""
+    """The warp and bvh backends' pixel order (``Renderer.pixel_order``)."""
 
     def ratio(self, backend: str, outputs: str) -> float:
         return self.rays_per_s[backend, outputs] / self.embree_rays_per_s
@@ -87,7 +87,7 @@ def bench_render(
     views: int = 8,
     threads: int | None = None,
     device: str | None = None,
-    backends: tuple[str, ...] = ("warp", "embree"),
+    backends: tuple[str, ...] = ("warp", "bvh", "embree"),
     bvh: str | None = None,
     pixel_order: str = "auto",
     seconds: float = 2.0,
@@ -101,8 +101,8 @@ def bench_render(
     of four sub-frames; and an OS1-64 LiDAR scans the same world (its cost too against the ideal
     render). Embree alone only finds the closest hits, on the same number of threads. A backend the
     device cannot run (Embree on CUDA) is left out. ``bvh`` picks Warp's BVH builder for the static
-    mesh (``goggles.world.BVH_BUILDERS``; default per device), ``pixel_order`` the warp backend's
-    (``goggles.render.PIXEL_ORDERS``).
+    mesh (``goggles.world.BVH_BUILDERS``; default per device), ``pixel_order`` the warp and bvh
+    backends' (``goggles.render.PIXEL_ORDERS``).
     """
     import warp as wp
 
@@ -143,9 +143,9 @@ def bench_render(
                 outputs=chosen,
                 shading=shading,
                 shadows=shadows,
-                pixel_order=pixel_order if backend == "warp" else "auto",
+                pixel_order=pixel_order if backend != "embree" else "auto",
             )
-            if backend == "warp":
+            if backend != "embree":
                 warp_order = renderer.pixel_order
             noise = CameraNoise([GLOBAL_SHUTTER] * views, renderer) if outputs.endswith("noise") else None
 

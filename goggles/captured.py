@@ -25,10 +25,11 @@ def recording(device) -> bool:
     return wp.get_device(device).is_capturing
 
 
-def struct_key(struct) -> str:
+def struct_key(struct) -> bytes:
     """What recorded work depends on in a Warp struct passed by value: the bytes the kernel receives
-    (its scalars, and where each of its arrays lies and how long it is)."""
-    return repr(struct.numpy_value())
+    (its scalars, and where each of its arrays lies and how long it is), nested structs included
+    (Warp's ``numpy_value`` cannot read those, so the struct's ctypes bytes are taken as they are)."""
+    return bytes(struct._ctype)
 
 
 class RecordedWork:

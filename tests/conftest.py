@@ -63,14 +63,16 @@ def device(request) -> str:
 
 
 def _tracers():
-    """(device, backend) pairs every render test runs on: both CPU tracers, and Warp on CUDA."""
+    """(device, backend) pairs every render test runs on: the three CPU tracers, and both BVHs on CUDA."""
     from goggles.render.embree import embree_available
 
     no_embree = pytest.mark.skipif(not embree_available(), reason="embreex is not installed")
     return [
         pytest.param(("cpu", "warp"), id="cpu-warp"),
+        pytest.param(("cpu", "bvh"), id="cpu-bvh"),
         pytest.param(("cpu", "embree"), id="cpu-embree", marks=no_embree),
         pytest.param(("cuda:0", "warp"), id="cuda-warp", marks=NO_CUDA),
+        pytest.param(("cuda:0", "bvh"), id="cuda-bvh", marks=NO_CUDA),
     ]
 
 

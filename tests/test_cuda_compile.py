@@ -47,17 +47,19 @@ def test_kernels_compile_for_cuda(name, arch):
     _compile(importlib.import_module(name), name, arch)
 
 
-#: The render kernel's variants that CUDA can run (Embree's ``use_traced`` is CPU-only): actors, shading, shadows.
-RENDER_VARIANTS = [(a, s, d) for a in (False, True) for s in (False, True) for d in (False, True)]
+#: The render kernel's variants that CUDA can run (Embree's ``rows`` are CPU-only): tracer, actors, shading, shadows.
+RENDER_VARIANTS = [
+    (t, a, s, d) for t in ("warp", "bvh") for a in (False, True) for s in (False, True) for d in (False, True)
+]
 
 
-@pytest.mark.parametrize("actors, shading, shadows", RENDER_VARIANTS)
-def test_render_kernel_variants_compile_for_cuda(actors, shading, shadows):
+@pytest.mark.parametrize("tracer, actors, shading, shadows", RENDER_VARIANTS)
+def test_render_kernel_variants_compile_for_cuda(tracer, actors, shading, shadows):
     from goggles.render.kernels import render_kernel
 
-    kernel = render_kernel(False, actors, shading, shadows)
+    kernel = render_kernel(tracer, actors, shading, shadows)
     assert kernel.module.options["enable_backward"] is False
-    _compile(kernel.module, f"render_kernel(actors={actors}, shading={shading}, shadows={shadows})", 90)
+    _compile(kernel.module, f"render_kernel({tracer}, actors={actors}, shading={shading}, shadows={shadows})", 90)
 
 
 def test_every_kernel_module_is_checked():

@@ -45,14 +45,15 @@ def add_parser(commands) -> None:
         "--pixel-order",
         choices=["auto", "tiles", "rows"],
         default="auto",
-        help="which pixels a GPU warp's threads trace together with the warp backend: 8x4 tiles or 32 of a row "
+        help="which pixels a GPU warp's threads trace together with the warp and bvh backends: 8x4 tiles or 32 "
+        "of a row "
         "(default auto: tiles on CUDA, rows on the CPU; tiles on the CPU cost a thread per pixel)",
     )
     bench_render.add_argument(
         "--backend",
-        choices=["warp", "embree", "both"],
-        default="both",
-        help="which goggles backends to time (default both; Embree is left out on CUDA)",
+        choices=["warp", "bvh", "embree", "both", "all"],
+        default="all",
+        help="which goggles backends to time: one, both (warp and embree) or all (default; Embree is left out on CUDA)",
     )
     bench_render.set_defaults(run=cmd_bench_render)
 
@@ -143,7 +144,7 @@ def add_parser(commands) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="replay recordings of each step's device work (CUDA graphs on a GPU; default: on CUDA only; "
-        "on the CPU the observation is recorded with --backend warp only)",
+        "on the CPU the observation is recorded with --backend warp or bvh only)",
     )
     bench_envs.set_defaults(run=cmd_bench_envs)
 
@@ -168,14 +169,14 @@ def cmd_bench_render(args) -> int:
         views=args.views,
         threads=args.threads,
         device=args.device,
-        backends=("warp", "embree") if args.backend == "both" else (args.backend,),
+        backends={"both": ("warp", "embree"), "all": ("warp", "bvh", "embree")}.get(args.backend, (args.backend,)),
         bvh=args.bvh,
         pixel_order=args.pixel_order,
         seconds=args.seconds,
     )
     print(
         f"scene: {result.triangles} triangles, {result.views} views of {result.width}x{result.height}, "
-        f"device {result.device}, {result.threads} threads, warp pixel order {result.pixel_order}"
+        f"device {result.device}, {result.threads} threads, warp/bvh pixel order {result.pixel_order}"
     )
     for (backend, outputs), rate in result.rays_per_s.items():
         cost = ""

@@ -114,10 +114,11 @@ def add_camera_args(parser: argparse.ArgumentParser, width: int, height: int) ->
 def add_backend_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend",
-        choices=["auto", "warp", "embree"],
+        choices=["auto", "warp", "bvh", "embree"],
         default="auto",
-        help="primary-ray tracer: warp (Warp's BVH, CPU or CUDA), embree (Intel Embree, CPU, 2-3x faster there), "
-        "auto (default: embree on the CPU when embreex is installed, else warp)",
+        help="primary-ray tracer: warp (Warp's BVH, CPU or CUDA), bvh (goggles' own BVH in the same kernel, CPU "
+        "or CUDA), embree (Intel Embree, CPU, 2-3x faster there), auto (default: embree on the CPU when embreex "
+        "is installed, else warp)",
     )
 
 
@@ -127,7 +128,7 @@ def add_recorded_arg(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="replay recordings of the physics steps and of each camera group's frame (CUDA graphs; the same "
-        "bytes either way); default: on CUDA only. On the CPU the frames are recorded with --backend warp only",
+        "bytes either way); default: on CUDA only. On the CPU the frames are recorded with --backend warp or bvh only",
     )
 
 

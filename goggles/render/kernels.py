@@ -16,6 +16,7 @@ from goggles.render.shading import SHADING_LIDAR, SHADING_UNLIT, Lighting, albed
 from goggles.render.sunlit import SHADOW_GRAZING, SHADOW_START_M, SHADOW_START_PER_M, whole_face_lit
 from goggles.world.appearance import SceneData
 from goggles.world.queries import ActorData, Hit, any_actor_hit, any_hit, closer_actor_hit, static_hit
+from goggles.world.ray_bvh import bvh_closest_hit
 
 _DEFAULT_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
 _OPTIONS = {
@@ -25,6 +26,10 @@ _OPTIONS = {
 wp.set_module_options(_OPTIONS)
 
 #: Pixel status codes (the validity mask of a rendered image).
+#: Where the render kernel's closest static hit comes from: Warp's BVH (``mesh_query_ray``), goggles'
+#: own (``goggles.world.ray_bvh``), or rows another tracer filled (``TracedRows``: Embree).
+TRACERS = ("warp", "bvh", "rows")
+
 STATUS_HIT = wp.constant(0)
 STATUS_NO_HIT = wp.constant(1)
 """Nothing within max_depth: depth and range read +inf."""
@@ -194,14 +199,17 @@ def traced_hit(
 
 
 @functools.cache
-def render_kernel(use_traced: bool, use_actors: bool, use_shading: bool, use_shadows: bool) -> wp.Kernel:
+def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows: bool) -> wp.Kernel:
     """The render kernel with only the features a render uses compiled in, built (in its own Warp
-    module) on first use: a closest static hit from Warp's BVH or from another tracer (``use_traced``:
-    Embree), actors, shaded colour, the sun's shadows. Measured on an H100, the kernel with every
-    feature held 164 registers and rendered depth at a third of the rate of a bare BVH query (1.06
-    against 3.0 Grays/s on 1M triangles); specialised and held to 64 registers, 2.3. Which optional
-    outputs are written stays a run-time choice (``OutputFlags``): each costs only its store.
+    module) on first use: where the closest static hit comes from (``tracer``, one of ``TRACERS``:
+    Warp's BVH, goggles' own, or another tracer's rows), actors, shaded colour, the sun's shadows.
+    Measured on an H100, the kernel with every feature held 164 registers and rendered depth at a third
+    of the rate of a bare BVH query (1.06 against 3.0 Grays/s on 1M triangles); specialised and held to
+    64 registers, 2.3. Which optional outputs are written stays a run-time choice (``OutputFlags``):
+    each costs only its store.
     """
+    if tracer not in TRACERS:
+        raise ValueError(f"tracer {tracer!r}: use one of {', '.join(TRACERS)}")
     use_shadows = use_shadows and use_shading
 
     # 64 registers per thread on CUDA (measured on an H100, 1M triangles, 8 x 640x480): depth
@@ -225,10 +233,10 @@ def render_kernel(use_traced: bool, use_actors: bool, use_shading: bool, use_sha
         """Every output of ``span`` pixels of camera ``first_camera + i``, row ``row_offset + k * row_stride``;
         or, ``tiled`` (a thread per pixel over whole cameras), pixel ``tile_pixel(k * width + block)``.
 
-        The closest static hit comes from Warp's BVH here, or from another tracer (``traced.used``:
-        Embree, one chunk of rows of one camera per launch); the actors in the camera's view are always
-        found here (Warp BVHs, ``culling``), and every output is written by the code below whoever
-        traced. On the CPU a thread takes a whole row (``span`` = width): Warp copies the struct
+        The closest static hit comes from a BVH traversed here (Warp's or goggles' own), or from another
+        tracer (``rows``: Embree, one chunk of rows of one camera per launch); the actors in the camera's
+        view are always found here (Warp BVHs, ``culling``), and every output is written by the code
+        below whoever traced. On the CPU a thread takes a whole row (``span`` = width): Warp copies the struct
         arguments into every thread, which would cost more per pixel than writing a depth image. On
         CUDA ``span`` is 1 and the pixels are tiled (``TILE_COLUMNS``).
         """
@@ -254,8 +262,10 @@ def render_kernel(use_traced: bool, use_actors: bool, use_shading: bool, use_sha
             if radial:
                 along = 1.0
             reach = max_depth / along
-            if wp.static(use_traced):
+            if wp.static(tracer == "rows"):
                 hit = traced_hit(traced, c, y, k, x, origin, direction, reach)
+            elif wp.static(tracer == "bvh"):
+                hit = bvh_closest_hit(scene.rays, origin, direction, reach)
             else:
                 hit = static_hit(scene.mesh, origin, direction, reach)
             if wp.static(use_actors):

@@ -3,12 +3,17 @@ over the static scene and every actor shape, read by whatever shades a hit."""
 
 import warp as wp
 
+from goggles.world.ray_bvh import RayBvh
+
 
 @wp.struct
 class SceneData:
     """Static scene on a device: BVH mesh and per-face / per-corner appearance."""
 
     mesh: wp.uint64
+    rays: RayBvh
+    """goggles' own BVH of the same mesh (the renderer's ``bvh`` backend); empty until one asks for it
+    (``DeviceScene.ray_bvh``)."""
     corner_uv: wp.array(dtype=wp.vec2)
     """(3F,) texture coordinates per face corner."""
     corner_rgb: wp.array(dtype=wp.vec3)

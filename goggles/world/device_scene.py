@@ -15,6 +15,7 @@ from goggles.scene.actors import ActorShape
 from goggles.scene.batch import StaticScene, merge_parts, stack_appearance
 from goggles.world.appearance import SceneData
 from goggles.world.queries import ActorData
+from goggles.world.ray_bvh import RayBvh, build_ray_bvh, upload
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class DeviceScene:
         self.max_actors = max_actors
         self.static = scene
         self._planes: wp.array | None = None
+        self._ray_bvh: RayBvh | None = None
         self.shapes: list[ActorShape] = []
         self._shape_scenes: list[StaticScene] = []
         self._shape_meshes: list[wp.Mesh] = []
@@ -158,6 +160,17 @@ class DeviceScene:
             planes = np.concatenate([normal, offset[:, None]], axis=1).astype(np.float32)
             self._planes = wp.array(planes, dtype=wp.vec4, device=self.device)
         return self._planes
+
+    def ray_bvh(self) -> RayBvh:
+        """goggles' own BVH of the static mesh (``goggles.world.ray_bvh``), built and uploaded on first
+        use and kept in ``data.rays`` for the render kernels that trace with it."""
+        if self._ray_bvh is None:
+            start = time.perf_counter()
+            log.info("building goggles' BVH over %d triangles ...", self.num_faces)
+            tree = build_ray_bvh(self.static.vertices, self.static.faces)
+            self._ray_bvh = self.data.rays = upload(tree, self.device)
+            log.info("goggles' BVH built in %.2f s (depth %d)", time.perf_counter() - start, tree.depth)
+        return self._ray_bvh
 
     def shape_mesh(self, index: int) -> wp.Mesh:
         """The BVH mesh of a shape (a deforming shape rewrites its points and refits it)."""

@@ -1,0 +1,239 @@
+"""goggles' own BVH (``goggles.world.ray_bvh``): the tree holds every triangle once inside its boxes,
+stays within the traversal's stack, and its closest hits equal Embree's (an independent tracer),
+closed forms (a grid's plane hit through its shared vertices and edges: no cracks), and Warp's
+``mesh_query_ray`` (face, distance, barycentrics, normal), on the CPU and on CUDA.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import warp as wp
+
+from goggles.bench import bench_views
+from goggles.frames import camera_pose_from_body
+from goggles.paths import default_scene
+from goggles.render import CameraModel, Renderer
+from goggles.render.embree import EmbreeTracer, embree_available
+from goggles.scene import load_static_scene
+from goggles.scene.terrain import terrain_scene
+from goggles.world.queries import static_hit
+from goggles.world.ray_bvh import LEAF_SIZE, STACK_DEPTH, RayBvh, build_ray_bvh, bvh_closest_hit, upload
+
+wp.config.quiet = True
+
+
+@wp.kernel(enable_backward=False)
+def trace_kernel(
+    bvh: RayBvh,
+    mesh: wp.uint64,
+    use_bvh: bool,
+    origins: wp.array(dtype=wp.vec3),
+    directions: wp.array(dtype=wp.vec3),
+    reach: float,
+    t: wp.array(dtype=float),
+    face: wp.array(dtype=wp.int32),
+    uv: wp.array(dtype=wp.vec2),
+    normal: wp.array(dtype=wp.vec3),
+):
+    i = wp.tid()
+    if use_bvh:
+        hit = bvh_closest_hit(bvh, origins[i], directions[i], reach)
+    else:
+        hit = static_hit(mesh, origins[i], directions[i], reach)
+    t[i] = wp.where(hit.result, hit.t, -1.0)
+    face[i] = hit.face
+    uv[i] = wp.vec2(hit.u, hit.v)
+    normal[i] = hit.normal_W
+
+
+def trace(vertices, faces, origins, directions, device="cpu", reach=1.0e4, tree=None, warp=False):
+    """Closest hits of rays through goggles' BVH (or Warp's, ``warp``): t (-1: none), face, uv, normal."""
+    n = len(origins)
+    bvh = upload(tree or build_ray_bvh(vertices, faces), device)
+    mesh = wp.Mesh(
+        points=wp.array(np.asarray(vertices, np.float32), dtype=wp.vec3, device=device),
+        indices=wp.array(np.asarray(faces, np.int32).ravel(), dtype=wp.int32, device=device),
+    )
+    out = [
+        wp.zeros(n, dtype=float, device=device),
+        wp.zeros(n, dtype=wp.int32, device=device),
+        wp.zeros(n, dtype=wp.vec2, device=device),
+        wp.zeros(n, dtype=wp.vec3, device=device),
+    ]
+    inputs = [wp.array(np.asarray(a, np.float32), dtype=wp.vec3, device=device) for a in (origins, directions)]
+    wp.launch(trace_kernel, n, [bvh, mesh.id, not warp, *inputs, reach, *out], device=device)
+    return [a.numpy() for a in out]
+
+
+def check_tree(tree, vertices, faces, leaf_size=LEAF_SIZE):
+    """Every face once, in leaves of at most leaf_size, inside the boxes that lead to it; depth in the stack."""
+    assert sorted(tree.faces.tolist()) == list(range(len(faces)))
+    np.testing.assert_array_equal(tree.triangles, np.asarray(vertices, np.float32)[faces[tree.faces]])
+    assert tree.depth <= STACK_DEPTH
+    boxes = [  # per inner node: child 0's lower and upper corners, child 1's
+        (
+            np.array([tree.boxes[i, 0, 0], tree.boxes[i, 0, 2], tree.boxes[i, 2, 0]]),
+            np.array([tree.boxes[i, 0, 1], tree.boxes[i, 0, 3], tree.boxes[i, 2, 1]]),
+            np.array([tree.boxes[i, 1, 0], tree.boxes[i, 1, 2], tree.boxes[i, 2, 2]]),
+            np.array([tree.boxes[i, 1, 1], tree.boxes[i, 1, 3], tree.boxes[i, 2, 3]]),
+        )
+        for i in range(len(tree.boxes))
+    ]
+    seen = 0
+
+    def visit(node, box_lo, box_hi, depth):
+        nonlocal seen
+        assert depth <= STACK_DEPTH
+        if node >= 0:
+            lo0, hi0, lo1, hi1 = boxes[node]
+            for child, (a, b) in zip(tree.children[node], ((lo0, hi0), (lo1, hi1))):
+                visit(int(child), a, b, depth + 1)
+            return
+        code = -node - 1
+        first, count = code >> 4, code & 15
+        assert count <= leaf_size
+        seen += count
+        corners = tree.triangles[first : first + count].reshape(-1, 3)
+        assert (corners >= box_lo).all() and (corners <= box_hi).all()
+
+    visit(0, None, None, 0)
+    assert seen == len(faces)
+
+
+@pytest.mark.parametrize("leaf_size", [1, 4])
+def test_tree_holds_every_triangle_once_inside_its_boxes(leaf_size):
+    scene = terrain_scene(5000)
+    tree = build_ray_bvh(scene.vertices, scene.faces, leaf_size)
+    check_tree(tree, scene.vertices, scene.faces, leaf_size)
+
+
+def test_small_empty_and_coincident_scenes():
+    one = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0]], np.float32)
+    for vertices, faces in (
+        (one, np.zeros((0, 3), np.int64)),  # nothing to hit
+        (one, np.array([[0, 1, 2]])),  # fewer triangles than a leaf
+        (one, np.tile([[0, 1, 2]], (50, 1))),  # 50 copies: every centroid in one bin
+    ):
+        tree = build_ray_bvh(vertices, faces)
+        check_tree(tree, vertices, faces)
+        t, face, _, _ = trace(vertices, faces, [[0.2, 0.2, 1.0], [5.0, 5.0, 1.0]], [[0, 0, -1.0]] * 2)
+        if len(faces):
+            assert t[0] == pytest.approx(1.0) and 0 <= face[0] < len(faces)
+        else:
+            assert t[0] == -1 and face[0] == -1
+        assert t[1] == -1 and face[1] == -1
+    with pytest.raises(ValueError, match="leaf_size"):
+        build_ray_bvh(one, np.array([[0, 1, 2]]), leaf_size=16)
+
+
+def test_a_lopsided_tree_is_held_within_the_stack(monkeypatch):
+    # Triangles at exponentially growing spacing: each SAH split cuts off the few farthest ones, so the
+    # tree is 31 deep. With a stack of 10 entries the builder must halve the nodes that would go deeper,
+    # and every triangle must still be found.
+    from goggles.world import ray_bvh
+
+    x = 1.5 ** np.arange(200, dtype=np.float64)
+    vertices = np.stack([np.stack([x, np.zeros_like(x), np.zeros_like(x)], 1), np.stack([x + 0.5, x * 0, x * 0], 1)])
+    vertices = np.concatenate([vertices[0], vertices[1], np.stack([x, x * 0 + 0.5, x * 0], 1)]).astype(np.float32)
+    n = len(x)
+    faces = np.stack([np.arange(n), np.arange(n) + n, np.arange(n) + 2 * n], 1)
+    assert build_ray_bvh(vertices, faces).depth > 10
+    monkeypatch.setattr(ray_bvh, "STACK_DEPTH", 10)
+    tree = build_ray_bvh(vertices, faces)
+    assert tree.depth <= 10
+    check_tree(tree, vertices, faces)
+    # A ray down onto each triangle's centroid hits that triangle at 1 m.
+    centroids = vertices[faces].mean(axis=1)
+    finite = np.isfinite(centroids).all(axis=1) & (np.abs(centroids[:, 0]) < 1e6)  # float32 keeps the small ones whole
+    origins = centroids[finite] + [0, 0, 1]
+    t, face, _, _ = trace(vertices, faces, origins, [[0, 0, -1.0]] * len(origins), tree=tree)
+    np.testing.assert_allclose(t, 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(face, np.flatnonzero(finite))
+
+
+def test_no_cracks_through_a_grids_shared_vertices_and_edges(device):
+    # A 40 x 40 grid at z = 0.25 (two triangles per cell): rays straight down and slanted through every
+    # vertex, every edge's midpoint and every cell's diagonal midpoint must hit the plane at the closed
+    # form distance. A test that is not watertight loses some of them between two triangles.
+    k = 40
+    xs, ys = np.meshgrid(np.linspace(-1, 1, k + 1), np.linspace(-1, 1, k + 1))
+    vertices = np.stack([xs.ravel(), ys.ravel(), np.full(xs.size, 0.25)], 1).astype(np.float32)
+    index = np.arange((k + 1) ** 2).reshape(k + 1, k + 1)
+    a, b, c, d = index[:-1, :-1].ravel(), index[:-1, 1:].ravel(), index[1:, :-1].ravel(), index[1:, 1:].ravel()
+    faces = np.concatenate([np.stack([a, b, d], 1), np.stack([a, d, c], 1)])
+    step = 2.0 / k
+    u = np.arange(-1 + step, 1, step / 2)[:-1]  # vertices and edge midpoints inside the grid
+    px, py = np.meshgrid(u, u)
+    targets = np.stack([px.ravel(), py.ravel(), np.full(px.size, 0.25)], 1)
+    for slant in ([0.0, 0.0, -1.0], [0.3, -0.2, -1.0]):
+        direction = np.array(slant) / np.linalg.norm(slant)
+        origins = targets - 2.0 * direction
+        t, face, _, normal = trace(vertices, faces, origins, np.tile(direction, (len(origins), 1)), device)
+        missed = int((t < 0).sum())
+        assert missed == 0, f"{missed} of {len(t)} rays slipped through the grid"
+        np.testing.assert_allclose(t, 2.0, rtol=1e-5)
+        np.testing.assert_allclose(np.abs(normal[:, 2]), 1.0, atol=1e-6)
+
+
+def camera_rays(scene, views: int, width: int, height: int):
+    T_WC = [camera_pose_from_body(T) for T in bench_views(scene.view if scene.view is not None else np.eye(4), views)]
+    rays_C = CameraModel.from_fov(width, height, 60.0).ray_directions().reshape(-1, 3)
+    origins = np.concatenate([np.broadcast_to(T[:3, 3], rays_C.shape) for T in T_WC]).astype(np.float32)
+    directions = np.concatenate([rays_C @ T[:3, :3].T for T in T_WC]).astype(np.float32)
+    return origins, directions
+
+
+@pytest.mark.skipif(not embree_available(), reason="embreex is not installed")
+@pytest.mark.parametrize("which", ["arena", "terrain"])
+def test_closest_hits_equal_embrees(which, device):
+    scene = load_static_scene(default_scene()) if which == "arena" else terrain_scene(60_000)
+    if scene.view is None:
+        scene.view = np.eye(4)
+        scene.view[:3, 3] = [0.0, 0.0, scene.vertices[:, 2].max() + 3.0]
+    origins, directions = camera_rays(scene, 4, 96, 72)
+    t, face, _, _ = trace(scene.vertices, scene.faces, origins, directions, device, reach=1.0e6)
+    embree = EmbreeTracer(scene, threads=1)
+    t_e, face_e = embree.trace(origins, directions)
+    embree.close()
+    hit = face_e >= 0
+    assert hit.mean() > 0.3, "the views must see the scene"
+    np.testing.assert_array_equal(face >= 0, hit)
+    ties = (face != face_e).mean()  # a ray through an edge shared by two triangles may take either
+    assert ties <= 1e-3
+    np.testing.assert_allclose(t[hit], t_e[hit], rtol=1e-5, atol=1e-6)
+
+
+def test_hits_equal_warps_mesh_query(device):
+    scene = terrain_scene(20_000)
+    scene.view = np.eye(4)
+    scene.view[:3, 3] = [10.0, -5.0, scene.vertices[:, 2].max() + 2.0]
+    origins, directions = camera_rays(scene, 3, 64, 48)
+    ours = trace(scene.vertices, scene.faces, origins, directions, device)
+    warps = trace(scene.vertices, scene.faces, origins, directions, device, warp=True)
+    same = ours[1] == warps[1]
+    assert (ours[0] >= 0).mean() > 0.3 and same.mean() >= 0.999
+    np.testing.assert_allclose(ours[0][same], warps[0][same], rtol=1e-5)
+    np.testing.assert_allclose(ours[2][same], warps[2][same], atol=1e-4)  # weights of corners 0 and 1
+    np.testing.assert_allclose(ours[3][same], warps[3][same], atol=1e-6)
+
+
+def test_bvh_backend_renders_what_the_warp_backend_renders(device):
+    from goggles.world import DeviceScene
+
+    scene = load_static_scene(default_scene())
+    world = DeviceScene(scene, device)
+    camera = CameraModel.from_fov(96, 72, 70.0)
+    T_WC = np.stack([camera_pose_from_body(T) for T in bench_views(scene.view, 3)])
+    images = {}
+    for backend in ("warp", "bvh"):
+        renderer = Renderer(world, [camera] * 3, backend=backend)
+        renderer.render(T_WC)
+        images[backend] = renderer.images()
+        renderer.close()
+    warp, bvh = images["warp"], images["bvh"]
+    same = warp.face == bvh.face
+    assert same.mean() >= 0.999
+    np.testing.assert_allclose(bvh.depth[same], warp.depth[same], rtol=1e-5)
+    np.testing.assert_array_equal(bvh.segmentation[same], warp.segmentation[same])
+    assert np.abs(bvh.rgb[same].astype(int) - warp.rgb[same]).max() <= 1
