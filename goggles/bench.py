@@ -298,10 +298,12 @@ def bench_latency(
     device: str | None = None,
     transport: str = "zmq",
     recorded: bool | None = None,
+    backend: str = "auto",
 ) -> LatencyBench:
     """Run ``goggles run`` in live mode in its own process, send poses at the camera rate, and time
     each pose until both depth images rendered from it have arrived: over ZeroMQ on loopback, or
-    (``transport="ros2"``) as a ROS 2 PoseStamped in and sensor_msgs/Image out over DDS."""
+    (``transport="ros2"``) as a ROS 2 PoseStamped in and sensor_msgs/Image out over DDS. ``backend``
+    is the engine's primary-ray tracer (``goggles.render.BACKENDS``)."""
     import os
     import random
     import subprocess
@@ -344,7 +346,7 @@ max_depth = 50.0
         path = f"{folder}/latency.toml"
         with open(path, "w") as f:
             f.write(run_file)
-        command = [sys.executable, "-m", "goggles.cli", "run", path]
+        command = [sys.executable, "-m", "goggles.cli", "run", path, "--backend", backend]
         if device:
             command += ["--device", device]
         if recorded is not None:

@@ -13,9 +13,9 @@ import warp as wp
 from goggles.bench import bench_views
 from goggles.frames import camera_pose_from_body
 from goggles.paths import default_scene
-from goggles.render import CameraModel, Renderer
+from goggles.render import CameraModel, Renderer, Shading
 from goggles.render.embree import EmbreeTracer, embree_available
-from goggles.scene import load_static_scene
+from goggles.scene import box_shape, load_static_scene
 from goggles.scene.terrain import terrain_scene
 from goggles.world.queries import static_hit
 from goggles.world.ray_bvh import LEAF_SIZE, STACK_DEPTH, RayBvh, build_ray_bvh, bvh_closest_hit, upload
@@ -218,20 +218,32 @@ def test_hits_equal_warps_mesh_query(device):
     np.testing.assert_allclose(ours[3][same], warps[3][same], atol=1e-6)
 
 
-def test_bvh_backend_renders_what_the_warp_backend_renders(device):
+@pytest.mark.parametrize("actors", [False, True])
+def test_bvh_backend_renders_what_the_warp_backend_renders(device, actors):
+    # Every output, with the sun's shadows (any-hit rays through the same BVH), with and without a crate.
     from goggles.world import DeviceScene
 
     scene = load_static_scene(default_scene())
-    world = DeviceScene(scene, device)
+    world = DeviceScene(scene, device, shapes=[box_shape("crate", (1.0, 1.0, 1.0))] if actors else ())
     camera = CameraModel.from_fov(96, 72, 70.0)
-    T_WC = np.stack([camera_pose_from_body(T) for T in bench_views(scene.view, 3)])
+    views = bench_views(scene.view, 3)
+    T_WC = np.stack([camera_pose_from_body(T) for T in views])
+    if actors:
+        T_WA = views[0].copy()
+        T_WA[:3, 3] += views[0][:3, 0] * 3.0  # 3 m ahead of the first view
+        world.set_actors([0], T_WA[None])
     images = {}
-    for backend in ("warp", "bvh"):
-        renderer = Renderer(world, [camera] * 3, backend=backend)
+    for backend, shadows in (("warp", True), ("bvh", True), ("bvh", False)):
+        renderer = Renderer(
+            world, [camera] * 3, backend=backend, shading=Shading.SUN, shadows=shadows, sun_W=(1.0, 0.6, 0.5)
+        )
         renderer.render(T_WC)
-        images[backend] = renderer.images()
+        images[backend, shadows] = renderer.images()
         renderer.close()
-    warp, bvh = images["warp"], images["bvh"]
+    warp, bvh = images["warp", True], images["bvh", True]
+    if actors:
+        assert (bvh.segmentation == 1).any(), "the crate must be in view"
+    assert (bvh.rgb != images["bvh", False].rgb).any(axis=-1).mean() > 0.01, "the views must hold shadows"
     same = warp.face == bvh.face
     assert same.mean() >= 0.999
     np.testing.assert_allclose(bvh.depth[same], warp.depth[same], rtol=1e-5)

@@ -90,6 +90,7 @@ def add_parser(commands) -> None:
         "ZeroMQ in the same run (the last line is the DDS figure)",
     )
     add_recorded_arg(bench_latency)
+    add_backend_arg(bench_latency)
     bench_latency.set_defaults(run=cmd_bench_latency)
     bench_lidar = benches.add_parser(
         "lidar",
@@ -218,6 +219,7 @@ def cmd_bench_latency(args) -> int:
             device=args.device,
             transport=transport,
             recorded=args.recorded,
+            backend=args.backend,
         )
         how = "ZeroMQ on loopback" if transport == "zmq" else "ROS 2 over DDS (Cyclone) on this machine"
         print(

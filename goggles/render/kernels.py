@@ -15,8 +15,8 @@ from goggles.render.projection import distortion5, inside_image, project_point
 from goggles.render.shading import SHADING_LIDAR, SHADING_UNLIT, Lighting, albedo, shade, sky_colour
 from goggles.render.sunlit import SHADOW_GRAZING, SHADOW_START_M, SHADOW_START_PER_M, whole_face_lit
 from goggles.world.appearance import SceneData
-from goggles.world.queries import ActorData, Hit, any_actor_hit, any_hit, closer_actor_hit, static_hit
-from goggles.world.ray_bvh import bvh_closest_hit
+from goggles.world.queries import ActorData, Hit, any_actor_hit, closer_actor_hit, static_hit
+from goggles.world.ray_bvh import bvh_any_hit, bvh_closest_hit
 
 _DEFAULT_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
 _OPTIONS = {
@@ -328,15 +328,17 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
                                 whole = False
                                 if hit.face < light.static_faces:
                                     whole = whole_face_lit(light.sunlit[hit.face], hit.t)
+                                blocked = False
+                                if not whole:
+                                    if wp.static(tracer == "bvh"):
+                                        blocked = bvh_any_hit(scene.rays, start, light.sun_W, SUN_DISTANCE)
+                                    else:
+                                        blocked = wp.mesh_query_ray_anyhit(scene.mesh, start, light.sun_W, SUN_DISTANCE)
                                 if wp.static(use_actors):
-                                    if whole:
-                                        if any_actor_hit(actors, start, light.sun_W, SUN_DISTANCE):
-                                            sunlit = 0.0
-                                    elif any_hit(scene.mesh, actors, start, light.sun_W, SUN_DISTANCE):
-                                        sunlit = 0.0
-                                elif not whole:
-                                    if wp.mesh_query_ray_anyhit(scene.mesh, start, light.sun_W, SUN_DISTANCE):
-                                        sunlit = 0.0
+                                    if not blocked:
+                                        blocked = any_actor_hit(actors, start, light.sun_W, SUN_DISTANCE)
+                                if blocked:
+                                    sunlit = 0.0
                         colour = shade(light, colour, normal, sunlit)
                     out.rgb[c, y, x, 0] = to_byte(colour[0])
                     out.rgb[c, y, x, 1] = to_byte(colour[1])

@@ -139,14 +139,6 @@ def closer_actor_hit(
 
 
 @wp.func
-def any_hit(static_mesh: wp.uint64, actors: ActorData, origin: wp.vec3, direction: wp.vec3, max_t: float) -> bool:
-    """Is there any surface along a unit ray within ``max_t`` metres (occlusion)?"""
-    if wp.mesh_query_ray_anyhit(static_mesh, origin, direction, max_t):
-        return True
-    return any_actor_hit(actors, origin, direction, max_t)
-
-
-@wp.func
 def any_actor_hit(actors: ActorData, origin: wp.vec3, direction: wp.vec3, max_t: float) -> bool:
     """Is there any actor surface along a unit ray within ``max_t`` metres?"""
     inverse = inverse_direction(direction)

@@ -267,10 +267,18 @@ def _slab(lo: float, hi: float, o: float, inverse: float) -> wp.vec2:
     return wp.vec2(wp.min(a, b), wp.max(a, b))
 
 
+@wp.struct
+class _Found:
+    index: int
+    """The triangle's place in leaf order, or -1."""
+    t: float
+    u: float
+    v: float
+
+
 @wp.func
-def bvh_closest_hit(bvh: RayBvh, origin: wp.vec3, direction: wp.vec3, max_t: float) -> Hit:
-    """The nearest static surface along a unit ray within ``max_t`` metres (a miss keeps ``t`` = max_t),
-    as ``queries.static_hit`` answers from Warp's BVH."""
+def _traverse(bvh: RayBvh, origin: wp.vec3, direction: wp.vec3, max_t: float, first: bool) -> _Found:
+    """The nearest triangle along a unit ray within ``max_t`` (``first``: any one, found sooner)."""
     # The watertight test's shear, once per ray: M maps a corner minus the origin to the ray's frame
     # (x, y sheared along the ray's major axis kz, z scaled by 1 / d[kz]).
     ax = wp.abs(direction[0])
@@ -294,8 +302,11 @@ def bvh_closest_hit(bvh: RayBvh, origin: wp.vec3, direction: wp.vec3, max_t: flo
         _axis(kz, 1.0 / dz),
     )
     inverse = wp.vec3(_safe_inverse(direction[0]), _safe_inverse(direction[1]), _safe_inverse(direction[2]))
-    best_t = max_t
+    found = _Found()
+    found.index = -1
+    found.t = max_t
     # Warp needs the variables a loop changes declared by type.
+    best_t = float(max_t)  # noqa: UP018
     best = int(-1)  # noqa: UP018
     best_u = float(0.0)  # noqa: UP018
     best_v = float(0.0)  # noqa: UP018
@@ -354,18 +365,38 @@ def bvh_closest_hit(bvh: RayBvh, origin: wp.vec3, direction: wp.vec3, max_t: flo
                     best = k
                     best_u = u / det
                     best_v = v / det
+            if first and best >= 0:
+                break
         if depth == 0:
             break
         depth -= 1
         node = stack[depth]
+    found.index = best
+    found.t = best_t
+    found.u = best_u
+    found.v = best_v
+    return found
+
+
+@wp.func
+def bvh_closest_hit(bvh: RayBvh, origin: wp.vec3, direction: wp.vec3, max_t: float) -> Hit:
+    """The nearest static surface along a unit ray within ``max_t`` metres (a miss keeps ``t`` = max_t),
+    as ``queries.static_hit`` answers from Warp's BVH."""
+    found = _traverse(bvh, origin, direction, max_t, False)
     hit = Hit()
-    hit.result = best >= 0
-    hit.t = best_t
+    hit.result = found.index >= 0
+    hit.t = found.t
     hit.face = -1
-    if best >= 0:
-        hit.face = bvh.faces[best]
-        hit.u = best_u
-        hit.v = best_v
-        p = bvh.triangles[best, 0]
-        hit.normal_W = wp.normalize(wp.cross(bvh.triangles[best, 1] - p, bvh.triangles[best, 2] - p))
+    if hit.result:
+        hit.face = bvh.faces[found.index]
+        hit.u = found.u
+        hit.v = found.v
+        p = bvh.triangles[found.index, 0]
+        hit.normal_W = wp.normalize(wp.cross(bvh.triangles[found.index, 1] - p, bvh.triangles[found.index, 2] - p))
     return hit
+
+
+@wp.func
+def bvh_any_hit(bvh: RayBvh, origin: wp.vec3, direction: wp.vec3, max_t: float) -> bool:
+    """Is there any static surface along a unit ray within ``max_t`` metres (a shadow ray)?"""
+    return _traverse(bvh, origin, direction, max_t, True).index >= 0
