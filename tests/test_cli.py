@@ -70,14 +70,14 @@ def test_render_bad_input_is_a_clear_error(tmp_path, args, message):
     assert "Traceback" not in result.stderr
 
 
-def test_bench_render_reports_both_backends_and_bare_embree():
+def test_bench_render_reports_every_backend_and_bare_embree():
     pytest.importorskip("embreex")
     result = goggles("bench", "render", "--width", "32", "--height", "24", "--views", "2", "--seconds", "0.05")
     lines = [dict(item.split("=") for item in line.split()) for line in result.stdout.splitlines() if "=" in line]
     assert float(lines[-1]["embree_rays_per_s"]) > 1e4
     renders = {(f["backend"], f["outputs"]): f for f in lines[:-1]}
     kinds = ("all", "depth", "all+shadows", "all+noise", "all+shadows+noise", "all+blur4", "lidar-os1-64")
-    assert set(renders) == {(b, o) for b in ("warp", "embree") for o in kinds}
+    assert set(renders) == {(b, o) for b in ("warp", "bvh", "embree") for o in kinds}
     for fields in renders.values():
         # Every render traced rays, within a sane factor of Embree on the same rays and threads (a LiDAR's
         # 65,536 rays against tiny cameras: per-call costs weigh on those).
@@ -87,7 +87,7 @@ def test_bench_render_reports_both_backends_and_bare_embree():
         assert ("cost_vs_ideal" in fields) == (
             fields["outputs"].startswith("all+") or fields["outputs"] == "lidar-os1-64"
         )
-    for backend in ("warp", "embree"):
+    for backend in ("warp", "bvh", "embree"):
         assert float(renders[backend, "all+blur4"]["cost_vs_ideal"]) > 1.5
     terrain = goggles(
         "bench",
