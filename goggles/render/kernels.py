@@ -25,11 +25,11 @@ _OPTIONS = {
 }
 wp.set_module_options(_OPTIONS)
 
-#: Pixel status codes (the validity mask of a rendered image).
 #: Where the render kernel's closest static hit comes from: Warp's BVH (``mesh_query_ray``), goggles'
 #: own (``goggles.world.ray_bvh``), or rows another tracer filled (``TracedRows``: Embree).
 TRACERS = ("warp", "bvh", "rows")
 
+#: Pixel status codes (the validity mask of a rendered image).
 STATUS_HIT = wp.constant(0)
 STATUS_NO_HIT = wp.constant(1)
 """Nothing within max_depth: depth and range read +inf."""

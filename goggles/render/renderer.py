@@ -12,10 +12,10 @@ Three primary-ray backends, one set of output kernels:
   traversal, 2-3x Warp's per thread), and the same ``kernels.render_kernel`` reads those hits, adds
   the actors and writes every output.
 
-``auto`` is Embree on the CPU when embreex is installed, Warp otherwise: on this 2-core CPU ``bvh``
-renders the 199k-triangle arena as fast as ``warp`` (and a 1M-triangle terrain 1.18x faster), and on
-CUDA it waits for a GPU's measurement (``goggles bench render --device cuda`` times both). Outputs that nobody asked
-for (``outputs=``) are neither allocated nor written.
+``auto`` is Embree on the CPU when embreex is installed, Warp otherwise: on a 2-core CPU ``bvh``
+renders the 199k-triangle arena as fast as ``warp`` (a 1M-triangle terrain 1.2-1.5x faster), and on
+CUDA the choice waits for a GPU's measurement (``goggles bench render --device cuda`` times both).
+Outputs that nobody asked for (``outputs=``) are neither allocated nor written.
 """
 
 from __future__ import annotations

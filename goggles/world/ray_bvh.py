@@ -23,8 +23,6 @@ import warp as wp
 
 from goggles.world.queries import Hit
 
-wp.set_module_options({"enable_backward": False})
-
 #: Most triangles in a leaf (a node with more is split).
 LEAF_SIZE = 4
 #: SAH bins per axis and node.
