@@ -256,3 +256,31 @@ def test_the_preview_command_makes_a_token_when_it_serves_beyond_this_machine():
     token = re.fullmatch(r"http://0\.0\.0\.0:\d+/\?token=([\w-]+)", exposed).group(1)
     assert len(token) >= 20 and token not in again  # unguessable, new each time
     assert "token" not in printed_url("127.0.0.1")
+
+
+def test_the_third_person_view_draws_the_vehicle_as_its_airframe(device):
+    # The vehicle's model stands where its camera is: its pixels gather around that point projected by
+    # OpenCV through the third-person camera, and a bigger airframe covers more of them.
+    import cv2
+
+    from goggles.frames import camera_pose_from_body
+    from goggles.preview.server import VEHICLE_SEGMENT, look_at
+    from goggles.render import CameraModel
+
+    scene = load_static_scene(default_scene())
+    T_WC = camera_pose_from_body(scene.view)
+    eye = T_WC[:3, 3] + [-1.5, -0.75, 0.9]
+    areas = {}
+    for preset in ("fg-quad", "hexa-550"):
+        source = FrameSource(None, "quad0", "stereo", scene=scene, viewpoint=eye, device=device, airframe=preset)
+        vehicle = source.third_person(T_WC).segmentation[0] == VEHICLE_SEGMENT
+        areas[preset] = int(vehicle.sum())
+        assert areas[preset] > 50, f"{preset}: the vehicle must be in view"
+        T_CW = np.linalg.inv(look_at(eye, T_WC[:3, 3]))
+        camera = CameraModel.from_fov(320, 240, 60.0)
+        rvec, _ = cv2.Rodrigues(T_CW[:3, :3])
+        projected, _ = cv2.projectPoints(T_WC[:3, 3][None], rvec, T_CW[:3, 3], camera.K, None)
+        u, v = projected[0, 0]
+        ys, xs = np.nonzero(vehicle)
+        assert abs(xs.mean() - u) < 4 and abs(ys.mean() - v) < 4
+    assert areas["hexa-550"] > 1.5 * areas["fg-quad"]

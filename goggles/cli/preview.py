@@ -35,6 +35,11 @@ def add_parser(commands) -> None:
         default=None,
         help="x,y,z of the third-person camera (default: behind and above the vehicle)",
     )
+    preview.add_argument(
+        "--preset",
+        default="fg-quad",
+        help="airframe preset or TOML path the third-person view draws the vehicle as (default %(default)s)",
+    )
     preview.add_argument("--no-third-person", action="store_true", help="only the stereo pair")
     preview.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     preview.add_argument("--device", default=None, help="Warp device of the third-person renderer")
@@ -52,7 +57,15 @@ def cmd_preview(args) -> int:
 
     client = Client(ZmqEndpoints(publish=args.endpoint), keys=args.keys)
     scene = None if args.no_third_person else load_static_scene(args.scene or default_scene())
-    source = FrameSource(client, args.vehicle, args.camera, scene=scene, viewpoint=args.viewpoint, device=args.device)
+    source = FrameSource(
+        client,
+        args.vehicle,
+        args.camera,
+        scene=scene,
+        viewpoint=args.viewpoint,
+        device=args.device,
+        airframe=args.preset,
+    )
     token = args.token
     if token is None and not _loopback(args.host):
         import secrets

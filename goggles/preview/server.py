@@ -2,7 +2,8 @@
 
 It reads the engine's newest stereo colour images over ZeroMQ (conflating subscriptions: it always
 shows the latest frame), puts left and right side by side, renders a third-person view of the
-vehicle (a marker placed at its camera's pose, seen from a chosen viewpoint in the same scene), and
+vehicle (its airframe's model placed at its camera's pose, seen from a chosen viewpoint in the same
+scene), and
 sends both as JPEG over a WebSocket to every open page. Binds 127.0.0.1 unless told otherwise; with
 a ``token`` the stream goes only to pages opened with ``?token=<token>`` (the page passes it on),
 as ``goggles preview`` sets whenever it serves beyond this machine. Each message: kind (uint8: 0
@@ -45,8 +46,16 @@ def look_at(eye: np.ndarray, target: np.ndarray) -> np.ndarray:
     return T
 
 
+#: Segmentation class of the vehicle in the third-person view.
+VEHICLE_SEGMENT = 30
+
+
 class FrameSource:
-    """Pulls the newest stereo pair from the engine and makes the JPEGs (in a thread)."""
+    """Pulls the newest stereo pair from the engine and makes the JPEGs (in a thread).
+
+    ``airframe`` (a preset name or TOML path) is how the third-person view draws the vehicle: its
+    rotor layout's model (``goggles.scene.vehicle_model``), in the body frame at the camera's pose.
+    """
 
     def __init__(
         self,
@@ -59,6 +68,7 @@ class FrameSource:
         device=None,
         quality: int = 80,
         third_size=(320, 240),
+        airframe: str = "fg-quad",
     ):
         self.client = client
         self.channels = (f"{vehicle}/{camera}_left/rgb", f"{vehicle}/{camera}_right/rgb")
@@ -66,22 +76,22 @@ class FrameSource:
         self.viewpoint = None if viewpoint is None else np.asarray(viewpoint, dtype=np.float64)
         self._third = None
         if scene is not None:
+            from goggles.dynamics.airframe import load_airframe
             from goggles.render import CameraModel, Renderer
-            from goggles.scene import box_shape
+            from goggles.scene.vehicle_model import vehicle_shape
             from goggles.world import DeviceScene
 
-            world = DeviceScene(
-                scene, device, shapes=[box_shape("vehicle", [0.5, 0.5, 0.15], (1.0, 0.4, 0.0), 30)], max_actors=1
-            )
+            shape = vehicle_shape(load_airframe(airframe), VEHICLE_SEGMENT)
+            world = DeviceScene(scene, device, shapes=[shape], max_actors=1)
             self._world = world
-            self._third = Renderer(world, [CameraModel.from_fov(*third_size, 60.0)])
+            self._third = Renderer(world, [CameraModel.from_fov(*third_size, 60.0)], outputs={"rgb", "segmentation"})
 
     def next_frames(self, timeout: float = 0.5) -> list[tuple[int, bytes]]:
         """The newest stereo pair (and third-person view) as JPEG messages, or [] if none came."""
         import cv2
 
         from goggles.client import image_array
-        from goggles.frames import R_BODY_OPTICAL, quat_to_matrix
+        from goggles.frames import quat_to_matrix
 
         left = self.client.latest(self.channels[0], timeout=timeout)
         if left is None:
@@ -93,13 +103,20 @@ class FrameSource:
             T_WC = np.eye(4)
             T_WC[:3, :3] = quat_to_matrix(left.orientation)
             T_WC[:3, 3] = left.position
-            marker = T_WC.copy()
-            marker[:3, :3] = T_WC[:3, :3] @ R_BODY_OPTICAL.T  # the vehicle's body, from its camera's pose
-            self._world.set_actors([0], [marker])
-            eye = self.viewpoint if self.viewpoint is not None else T_WC[:3, 3] + [-4.0, -2.0, 2.5]
-            self._third.render(look_at(eye, T_WC[:3, 3])[None])
-            messages.append((KIND_THIRD, self._jpeg(cv2, self._third.images().rgb[0])))
+            messages.append((KIND_THIRD, self._jpeg(cv2, self.third_person(T_WC).rgb[0])))
         return messages
+
+    def third_person(self, T_WC: np.ndarray):
+        """The third-person view (``Images``: rgb and segmentation) of the vehicle whose left camera is
+        at ``T_WC`` (optical frame), from the viewpoint or from behind and above it."""
+        from goggles.frames import R_BODY_OPTICAL
+
+        body = T_WC.copy()
+        body[:3, :3] = T_WC[:3, :3] @ R_BODY_OPTICAL.T  # the vehicle's body, from its camera's pose
+        self._world.set_actors([0], [body])
+        eye = self.viewpoint if self.viewpoint is not None else T_WC[:3, 3] + [-4.0, -2.0, 2.5]
+        self._third.render(look_at(eye, T_WC[:3, 3])[None])
+        return self._third.images()
 
     def _jpeg(self, cv2, rgb: np.ndarray) -> bytes:
         ok, data = cv2.imencode(".jpg", rgb[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, self.quality])

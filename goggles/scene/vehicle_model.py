@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from goggles.scene.actors import paint
-from goggles.scene.assets import part_from_trimesh
+from goggles.scene.actors import ActorShape, paint
+from goggles.scene.assets import MeshPart, part_from_trimesh
 from goggles.scene.batch import StaticScene, merge_parts
 
 BODY_RGB, ARM_RGB, FRONT_RGB, BACK_RGB = (0.15, 0.15, 0.15), (0.3, 0.3, 0.3), (0.9, 0.1, 0.1), (0.6, 0.6, 0.6)
@@ -17,6 +17,18 @@ BODY_RGB, ARM_RGB, FRONT_RGB, BACK_RGB = (0.15, 0.15, 0.15), (0.3, 0.3, 0.3), (0
 def vehicle_model(name: str, rotor_positions, rotor_axes, rotor_radius: float) -> StaticScene:
     """The model in the body frame (FLU, metres) of a vehicle with rotor hubs at ``rotor_positions``
     (N, 3), thrusting along ``rotor_axes`` (N, 3), of radius ``rotor_radius``."""
+    parts = vehicle_parts(name, rotor_positions, rotor_axes, rotor_radius)
+    return merge_parts(name, [(part, np.eye(4), 1) for part in parts])
+
+
+def vehicle_shape(airframe, segmentation: int) -> ActorShape:
+    """An airframe's model (``goggles.dynamics.Airframe``) as an actor shape a renderer can place."""
+    parts = vehicle_parts(airframe.name, airframe.rotor_positions, airframe.rotor_axes, airframe.rotor_radius)
+    return ActorShape(airframe.name, parts, segmentation)
+
+
+def vehicle_parts(name: str, rotor_positions, rotor_axes, rotor_radius: float) -> list[MeshPart]:
+    """The model's coloured parts in the body frame (``vehicle_model``'s arguments)."""
     import trimesh
 
     hubs, axes = np.asarray(rotor_positions, float), np.asarray(rotor_axes, float)
@@ -34,7 +46,4 @@ def vehicle_model(name: str, rotor_positions, rotor_axes, rotor_radius: float) -
         T = trimesh.geometry.align_vectors([0.0, 0.0, 1.0], axis / np.linalg.norm(axis))
         T[:3, 3] = hub + axis / np.linalg.norm(axis) * 0.04 * arm
         meshes.append((disc.apply_transform(T), FRONT_RGB if hub[0] > 1e-6 else BACK_RGB))
-    parts = []
-    for i, (mesh, rgb) in enumerate(meshes):
-        parts.append((part_from_trimesh(paint(mesh, rgb), f"{name} part {i}"), np.eye(4), 1))
-    return merge_parts(name, parts)
+    return [part_from_trimesh(paint(mesh, rgb), f"{name} part {i}") for i, (mesh, rgb) in enumerate(meshes)]
