@@ -218,6 +218,22 @@ def test_hits_equal_warps_mesh_query(device):
     np.testing.assert_allclose(ours[3][same], warps[3][same], atol=1e-6)
 
 
+def test_distances_are_the_exact_plane_distances_rounded_once(device):
+    # The closed form in float64 (numpy): the distance to the hit triangle's plane from the same float32
+    # inputs. Each t must be that value correctly rounded to float32 (Warp's own is up to 11 ulps off).
+    scene = terrain_scene(20_000)
+    scene.view = np.eye(4)
+    scene.view[:3, 3] = [10.0, -5.0, scene.vertices[:, 2].max() + 2.0]
+    origins, directions = camera_rays(scene, 3, 64, 48)
+    t, face, _, _ = trace(scene.vertices, scene.faces, origins, directions, device)
+    hit = face >= 0
+    corners = scene.vertices.astype(np.float32).astype(np.float64)[scene.faces[face[hit]]]
+    normal = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
+    o, d = origins[hit].astype(np.float64), directions[hit].astype(np.float64)
+    exact = np.einsum("ij,ij->i", normal, corners[:, 0] - o) / np.einsum("ij,ij->i", normal, d)
+    np.testing.assert_array_equal(t[hit], exact.astype(np.float32))
+
+
 @pytest.mark.parametrize("actors", [False, True])
 def test_bvh_backend_renders_what_the_warp_backend_renders(device, actors):
     # Every output, with the sun's shadows (any-hit rays through the same BVH), with and without a crate.
