@@ -397,9 +397,10 @@ def test_memory_per_environment_counts_what_the_batch_owns(arena):
     large = DroneVectorEnv(4, camera=CameraModel.from_fov(64, 48, 80.0), scene=scene, device="cpu")
     per_small, per_large = (owned_device_bytes(e, shared=[scene]) / 4 for e in (small, large))
     pixels = 64 * 48
-    # depth observation 4 B, rendered depth 4 B, status 1 B, the ray table 12 B per pixel at least
-    assert 21 * pixels < per_large < 200 * pixels
-    assert per_large - per_small > 21 * (pixels - 32 * 24)
+    # depth observation 4 B, rendered depth 4 B, status 1 B per pixel at least (the ray table is shared by
+    # cameras of one model, and Embree's hit rows exist with that backend only)
+    assert 9 * pixels < per_large < 200 * pixels
+    assert per_large - per_small > 9 * (pixels - 32 * 24)
     assert owned_device_bytes(scene) > 10 * per_large  # the scene is not in the figure
     small.close()
     large.close()
