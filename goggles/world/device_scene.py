@@ -169,7 +169,8 @@ class DeviceScene:
             log.info("building goggles' BVH over %d triangles ...", self.num_faces)
             tree = build_ray_bvh(self.static.vertices, self.static.faces)
             self._ray_bvh = self.data.rays = upload(tree, self.device)
-            log.info("goggles' BVH built in %.2f s (depth %d)", time.perf_counter() - start, tree.depth)
+            seconds, megabytes = time.perf_counter() - start, tree.nbytes / 1e6
+            log.info("goggles' BVH built in %.2f s (depth %d, %.1f MB)", seconds, tree.depth, megabytes)
         return self._ray_bvh
 
     def shape_mesh(self, index: int) -> wp.Mesh:

@@ -300,9 +300,6 @@ def _traverse(bvh: RayBvh, origin: wp.vec3, direction: wp.vec3, max_t: float, fi
         _axis(kz, 1.0 / dz),
     )
     inverse = wp.vec3(_safe_inverse(direction[0]), _safe_inverse(direction[1]), _safe_inverse(direction[2]))
-    found = _Found()
-    found.index = -1
-    found.t = max_t
     # Warp needs the variables a loop changes declared by type.
     best_t = float(max_t)  # noqa: UP018
     best = int(-1)  # noqa: UP018
@@ -369,6 +366,7 @@ def _traverse(bvh: RayBvh, origin: wp.vec3, direction: wp.vec3, max_t: float, fi
             break
         depth -= 1
         node = stack[depth]
+    found = _Found()
     found.index = best
     found.t = best_t
     found.u = best_u
