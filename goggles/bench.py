@@ -97,8 +97,9 @@ def bench_render(
     The views are one batch of cameras, rendered together as a camera group or a swarm's cameras
     are (one launch on CUDA). Each backend renders: every output (closest hit, depth, range, normal,
     segmentation, shaded texture), depth only (a depth camera), every output with the sun's shadows,
-    with a global-shutter camera's noise and vignetting (``GLOBAL_SHUTTER``), with both, and motion blur
-    of four sub-frames; and an OS1-64 LiDAR scans the same world (its cost too against the ideal
+    with a global-shutter camera's noise and vignetting (``GLOBAL_SHUTTER``), with both, motion blur
+    of four sub-frames, and every output with a racing gate 4 m ahead of each view (the actors' path);
+    and an OS1-64 LiDAR scans the same world (its cost too against the ideal
     render). Embree alone only finds the closest hits, on the same number of threads. A backend the
     device cannot run (Embree on CUDA) is left out. ``bvh`` picks Warp's BVH builder for the static
     mesh (``goggles.world.BVH_BUILDERS``; default per device), ``pixel_order`` the warp and bvh
@@ -110,6 +111,7 @@ def bench_render(
     from goggles.render import CameraModel, Renderer, Shading
     from goggles.render.embree import EmbreeTracer
     from goggles.scene import load_static_scene
+    from goggles.scene.gates import gate_shape
     from goggles.sensors.camera_noise import GLOBAL_SHUTTER, CameraNoise
     from goggles.sensors.lidar import OS1_64, Lidar
     from goggles.world import DeviceScene
@@ -119,7 +121,9 @@ def bench_render(
     T_WB_views = bench_views(T_WB, views)
     T_WC = np.stack([camera_pose_from_body(T) for T in T_WB_views])
     camera = CameraModel.from_fov(width, height, vfov_deg)
-    world = DeviceScene(scene, device, bvh=bvh)
+    world = DeviceScene(scene, device, bvh=bvh, shapes=[gate_shape((1.6, 1.6))])
+    gates_T_WA = T_WB_views.copy()  # "all+gates": a racing gate 4 m ahead of each view, seen through
+    gates_T_WA[:, :3, 3] += 4.0 * T_WB_views[:, :3, 0]
     rates: dict[tuple[str, str], float] = {}
     costs: dict[tuple[str, str], float] = {}
     warp_order = "rows"
@@ -134,6 +138,7 @@ def bench_render(
             ("all+noise", every, Shading.SUN, False),
             ("all+shadows+noise", every, Shading.SUN, True),
             ("all+blur4", every, Shading.SUN, False),
+            ("all+gates", every, Shading.SUN, False),
         ):
             renderer = Renderer(
                 world,
@@ -153,13 +158,19 @@ def bench_render(
             moved = T_WC.copy()  # a 4-sub-frame exposure while the cameras slide 5 cm sideways
             moved[:, :3, 3] += T_WC[:, :3, 0] * 0.05
 
-            def render_views(renderer=renderer, noise=noise, blur=blur, moved=moved) -> None:
+            gates = outputs.endswith("gates")
+
+            def render_views(renderer=renderer, noise=noise, blur=blur, moved=moved, gates=gates) -> None:
+                if gates:  # placed for this render only: the ideal one it is paired with sees none
+                    world.set_actors([0] * views, gates_T_WA)
                 if blur:
                     renderer.render_exposure(T_WC, moved, blur)
                 else:
                     renderer.render(T_WC)
                 if noise is not None:
                     noise.apply()
+                if gates:
+                    world.set_actors([], gates_T_WA[:0])
                 wp.synchronize_device(renderer.device)
 
             rates[backend, outputs] = views * width * height / _time(render_views, seconds)

@@ -76,7 +76,7 @@ def test_bench_render_reports_every_backend_and_bare_embree():
     lines = [dict(item.split("=") for item in line.split()) for line in result.stdout.splitlines() if "=" in line]
     assert float(lines[-1]["embree_rays_per_s"]) > 1e4
     renders = {(f["backend"], f["outputs"]): f for f in lines[:-1]}
-    kinds = ("all", "depth", "all+shadows", "all+noise", "all+shadows+noise", "all+blur4", "lidar-os1-64")
+    kinds = ("all", "depth", "all+shadows", "all+noise", "all+shadows+noise", "all+blur4", "all+gates", "lidar-os1-64")
     assert set(renders) == {(b, o) for b in ("warp", "bvh", "embree") for o in kinds}
     for fields in renders.values():
         # Every render traced rays, within a sane factor of Embree on the same rays and threads (a LiDAR's

@@ -17,8 +17,9 @@ def add_parser(commands) -> None:
         "render",
         help="primary rays per second of goggles' backends vs bare Embree on the same scene, rays and threads",
         description="Render the same views with each backend (every output; depth only; with shadows; with camera "
-        "noise; with both; with motion blur of 4 sub-frames; and an OS1-64 LiDAR scan of the same world, 65,536 "
-        "rays) and trace the same rays with bare Embree (closest hits only, embreex) on the same number of threads. "
+        "noise; with both; with motion blur of 4 sub-frames; with a racing gate 4 m ahead of each view, the actors' "
+        "path; and an OS1-64 LiDAR scan of the same world, 65,536 rays) and trace the same rays with bare Embree "
+        "(closest hits only, embreex) on the same number of threads. "
         "One line per render: 'backend=<b> outputs=<kind> rays_per_s=<r> ratio=<r/embree>' (the realistic ones "
         "and the LiDAR also give cost_vs_ideal, their time over the ideal render's: the median of pairs timed back "
         "to back); the last line is 'embree_rays_per_s=<embree>'.",
