@@ -71,8 +71,8 @@ class Engine:
         status: called about once per wall second with a one-line status (the CLI prints it).
         recorder, sinks: where every published output and accepted input also goes
             (``write(channel, data, log_time_ns)``): a ``goggles.record.Recorder``, a Foxglove server; a sink
-            with ``set_scene(static, actors, sensor_pose)`` is given the static scene, ``viewed_actors`` and
-            ``sensor_pose`` too.
+            with ``set_scene(static, actors, sensor_pose, range_beams)`` is given the static scene,
+            ``viewed_actors``, ``sensor_pose`` and ``range_beams`` too.
     """
 
     def __init__(
@@ -153,7 +153,7 @@ class Engine:
         self._viewed_vehicles = None
         for sink in self.sinks:  # a viewer that draws the world (Foxglove) is told where it comes from
             if hasattr(sink, "set_scene"):
-                sink.set_scene(self.built.scene.static, self.viewed_actors, self.sensor_pose)
+                sink.set_scene(self.built.scene.static, self.viewed_actors, self.sensor_pose, self.range_beams)
         self.schedule = self._schedule()
 
     def _schedule(self) -> Schedule:
@@ -457,6 +457,14 @@ class Engine:
         for c in (*self.config.lidars, *self.config.range_sensors):
             if f"{c.vehicle}/{c.name}" == sensor:
                 return self.vehicles[c.vehicle].pose(self.config.extrapolate) @ c.T_BS
+        return None
+
+    def range_beams(self, sensor: str) -> np.ndarray | None:
+        """(n, 3) unit beam directions, in its frame and in the order of its readings, of range sensor
+        ``<vehicle>/<name>``, or None for another name: viewers draw its readings where they hit."""
+        for c in self.config.range_sensors:
+            if f"{c.vehicle}/{c.name}" == sensor:
+                return c.model.directions().reshape(-1, 3)
         return None
 
     def scene_boxes(self) -> list:

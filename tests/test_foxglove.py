@@ -449,3 +449,74 @@ def test_foxglove_shows_lidar_scans_beacons_imu_and_ranges_where_they_were_measu
     ranges, altimeter = got["/quad0/altimeter/ranges"], published["quad0/altimeter/ranges"]
     expected = [r if np.isfinite(r) else None for r in altimeter.ranges]
     assert ranges["ranges"] == pytest.approx(expected) and ranges["max_range"] == pytest.approx(altimeter.max_range)
+
+
+def test_a_multizone_tof_shows_its_readings_where_its_beams_met_the_world():
+    """A VL53L5CX looking forward and down: its valid zones become points placed at the sensor's pose,
+    each as far from the sensor as its reading, in the reading's order, and Embree (another tracer),
+    cast from the sensor towards each point, meets the world there (to the readings' 1 cm noise)."""
+    pytest.importorskip("google.protobuf")
+    from websockets.sync.client import connect
+
+    from goggles.config import parse_run_config
+    from goggles.render.embree import EmbreeTracer, embree_available
+    from goggles.transport.schema import decode_any
+
+    data = {
+        "run": {"mode": "sim", "seed": 1},
+        "clock": {"scale": 3.0},
+        "lcm": {"enabled": False},
+        "zmq": {"enabled": False},
+        "vehicle": [{"name": "quad0", "start": [0.0, 0.0, 0.1, 0.0], "floor_z": 0.1}],
+        "range_sensor": [  # beams along the sensor's +z, turned 120 degrees about y: ahead and down
+            {
+                "vehicle": "quad0",
+                "name": "tof",
+                "preset": "vl53l5cx",
+                "position": [0.1, 0, 0.05],
+                "rpy_deg": [0, 120, 0],
+            }
+        ],
+    }
+    config = parse_run_config(data)
+    sink, kept = FoxgloveSink(port=free_port(), scene_interval_s=0.0), _Kept()
+    engine = Engine(config, sinks=[sink, kept])
+    topic = "/quad0/tof/ranges/points"
+    try:
+        with connect(f"ws://127.0.0.1:{sink.port}", subprotocols=SUBPROTOCOLS, max_size=2**27) as socket:
+            viewer = Viewer(socket)
+            engine.run(duration=0.05)
+            viewer.wait_for({topic}, time.monotonic() + 10)
+            assert viewer.channels[topic]["schemaName"] == "foxglove.PointCloud"
+            viewer.subscribe([topic])
+            kept.messages.clear()
+            engine.run(duration=0.25)
+            got, deadline = None, time.monotonic() + 20
+            while got is None:
+                name, message = viewer.next(deadline)
+                got = message if name == topic else None
+            static = engine.built.scene.static
+    finally:
+        engine.close()
+        sink.close()
+    readings = next(decode_any(raw) for channel, raw in kept.messages if channel == "quad0/tof/ranges")
+    valid = np.isfinite(readings.ranges)
+    assert valid.sum() >= 32, "most zones must see the floor ahead"
+    assert got.frame_id == "world" and [f.name for f in got.fields] == ["x", "y", "z", "range"]
+    local = np.frombuffer(got.data, np.float32).reshape(-1, 4)
+    np.testing.assert_allclose(local[:, 3], np.asarray(readings.ranges)[valid], rtol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(local[:, :3], axis=1), local[:, 3], rtol=1e-5)
+    assert (local[:, 2] > 0).all()  # along the beams: the sensor's +z
+    if not embree_available():
+        return
+    from scipy.spatial.transform import Rotation
+
+    p, q = got.pose.position, got.pose.orientation
+    R_WS = Rotation.from_quat([q.x, q.y, q.z, q.w]).as_matrix()
+    origin = np.array([p.x, p.y, p.z])
+    world = local[:, :3] @ R_WS.T + origin
+    directions = (world - origin) / np.linalg.norm(world - origin, axis=1, keepdims=True)
+    tracer = EmbreeTracer(static, threads=1)
+    t, _ = tracer.trace(np.tile(origin, (len(world), 1)), directions)
+    tracer.close()
+    np.testing.assert_allclose(t, local[:, 3], atol=0.05)

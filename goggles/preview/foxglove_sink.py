@@ -75,7 +75,7 @@ class FoxgloveSink:
         self._static_channel = SceneUpdateChannel("/scene/static")
         self._topics: dict[str, object] = {}
         self._actors = None
-        self._sensor_pose = None
+        self._sensor_pose = self._range_beams = None
         self.scene_interval_s = scene_interval_s
         self._last_scene = -float("inf")
         self._models: dict[int, tuple[object, bytes]] = {}
@@ -86,12 +86,13 @@ class FoxgloveSink:
         """The static scene's SceneUpdate once encoded."""
         self._static_lock = threading.Lock()
 
-    def set_scene(self, static, actors, sensor_pose=None) -> None:
+    def set_scene(self, static, actors, sensor_pose=None, range_beams=None) -> None:
         """What the 3D view shows: ``static`` (a ``StaticScene``, or None), encoded now in a thread;
-        ``actors``, a callable returning the ``ViewedActor``s now (``Engine.viewed_actors``); and
-        ``sensor_pose``, a callable giving a LiDAR's (4, 4) pose in the world now, or None
-        (``Engine.sensor_pose``), which places its scans."""
-        self._actors, self._sensor_pose = actors, sensor_pose
+        ``actors``, a callable returning the ``ViewedActor``s now (``Engine.viewed_actors``);
+        ``sensor_pose``, a callable giving a LiDAR's or range sensor's (4, 4) pose in the world now, or
+        None (``Engine.sensor_pose``), which places its scans; and ``range_beams``, a callable giving a
+        range sensor's beam directions (``Engine.range_beams``), which turns its readings into points."""
+        self._actors, self._sensor_pose, self._range_beams = actors, sensor_pose, range_beams
         if static is not None:
             threading.Thread(target=self._encode_static, args=(static,), name="foxglove-static", daemon=True).start()
 
@@ -153,6 +154,7 @@ class FoxgloveSink:
                     min_range=message.min_range,
                     max_range=message.max_range,
                 )
+                self._range_points(channel, message, log_time_ns)
             elif isinstance(message, goggles_lcm.collision_t):
                 self._json(
                     channel,
@@ -172,24 +174,26 @@ class FoxgloveSink:
     def _points(self, channel: str, scan, log_time_ns: int) -> None:
         """A LiDAR scan as a point cloud placed where the sensor was when the scan began (its points
         are in the sensor's frame), or in the sensor's own frame where that is not known."""
-        from foxglove.messages import PackedElementField, PackedElementFieldNumericType, PointCloud
-
         T_WS = self._sensor_pose(scan.sensor) if self._sensor_pose is not None else None
-        f32 = PackedElementFieldNumericType.Float32
-        points = np.column_stack([scan.x, scan.y, scan.z, scan.intensity]).astype(np.float32)
-        self._topic("points", f"/{channel}").log(
-            PointCloud(
-                timestamp=self._stamp(log_time_ns),
-                frame_id="world" if T_WS is not None else scan.sensor,
-                pose=_pose(np.eye(4) if T_WS is None else T_WS),
-                point_stride=16,
-                fields=[
-                    PackedElementField(name=n, offset=4 * i, type=f32) for i, n in enumerate("x y z intensity".split())
-                ],
-                data=points.tobytes(),
-            ),
-            log_time=log_time_ns,
-        )
+        points = np.column_stack([scan.x, scan.y, scan.z, scan.intensity])
+        frame = "world" if T_WS is not None else scan.sensor
+        cloud = _point_cloud(self._stamp(log_time_ns), frame, np.eye(4) if T_WS is None else T_WS, "intensity", points)
+        self._topic("points", f"/{channel}").log(cloud, log_time=log_time_ns)
+
+    def _range_points(self, channel: str, readings, log_time_ns: int) -> None:
+        """A range sensor's valid readings as points where its beams met the world (``/<channel>/points``:
+        x, y, z in the sensor frame and the range, the cloud placed at the sensor's pose), when the
+        engine says where the sensor is and where its beams point."""
+        if self._sensor_pose is None or self._range_beams is None:
+            return
+        T_WS, beams = self._sensor_pose(readings.sensor), self._range_beams(readings.sensor)
+        ranges = np.asarray(readings.ranges, np.float64)
+        if T_WS is None or beams is None or len(beams) != len(ranges):
+            return
+        valid = np.isfinite(ranges)
+        points = np.column_stack([beams[valid] * ranges[valid, None], ranges[valid]])
+        cloud = _point_cloud(self._stamp(log_time_ns), "world", T_WS, "range", points)
+        self._topic("points", f"/{channel}/points").log(cloud, log_time=log_time_ns)
 
     def _beacons(self, channel: str, detections, log_time_ns: int) -> None:
         """IR beacon detections as annotations over their camera's images: a circle and the beacon's id
@@ -359,6 +363,22 @@ def _model(T: np.ndarray, glb: bytes):
 
 def _xyz(values) -> dict:
     return {"x": float(values[0]), "y": float(values[1]), "z": float(values[2])}
+
+
+def _point_cloud(stamp, frame_id: str, T: np.ndarray, value: str, points: np.ndarray):
+    """A Foxglove point cloud of (n, 4) rows (x, y, z, ``value``) as float32, placed by ``T`` in ``frame_id``."""
+    from foxglove.messages import PackedElementField, PackedElementFieldNumericType, PointCloud
+
+    names = ("x", "y", "z", value)
+    f32 = PackedElementFieldNumericType.Float32
+    return PointCloud(
+        timestamp=stamp,
+        frame_id=frame_id,
+        pose=_pose(T),
+        point_stride=16,
+        fields=[PackedElementField(name=n, offset=4 * i, type=f32) for i, n in enumerate(names)],
+        data=np.asarray(points, np.float32).tobytes(),
+    )
 
 
 def _json_schema(value) -> dict:
