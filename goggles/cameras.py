@@ -54,7 +54,7 @@ class CameraGroup:
     _host: HostMirror | None = None
 
     def __post_init__(self):
-        enabled = self.recorded if self.renderer.backend != "embree" else False  # Embree is called from Python
+        enabled = self.recorded if self.renderer.recordable else False
         self._frame = RecordedWork(self._trace_and_measure, self.renderer.device, enabled=enabled)
 
     @property

@@ -291,7 +291,7 @@ class DroneVectorEnv(VectorEnv):
         """A step's device work in four parts, each recorded (or run eagerly): what lies between them
         runs on the host (drawing new airframes, keeping the same-step final observations)."""
         d = self.device
-        observable = enabled if self.renderer is None or self.renderer.backend != "embree" else False
+        observable = enabled if self.renderer is None or self.renderer.recordable else False
         self._physics_recorded = RecordedWork(self._advance, d, enabled=enabled)
         self._restart_recorded = RecordedWork(self._restart, d, enabled=enabled)
         self._score_recorded = RecordedWork(self._score, d, enabled=observable)

@@ -436,6 +436,12 @@ class Renderer:
             b = self.buffers
             self._launch_all(invalid.write_invalid_kernel, [b.status], [b.depth, b.range, self._wanted.range])
 
+    @property
+    def recordable(self) -> bool:
+        """Is ``trace`` device work only, which a recording can replay? Not with Embree, which is called
+        from Python."""
+        return self.backend != "embree"
+
     def trace_key(self) -> bytes:
         """What ``trace`` passes by value: placing actors, adding shapes or a new appearance changes it."""
         return b"".join(struct_key(s) for s in self._render_inputs(self._untraced))
