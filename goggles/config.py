@@ -13,6 +13,7 @@ import numpy as np
 
 from goggles.checks import MAX_SEED, Table, finite_vector, read_toml
 from goggles.clock import ClockMode
+from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
 from goggles.dynamics.model import CollisionResponse
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, quat_to_matrix
@@ -33,6 +34,8 @@ from goggles.transport.schema import MAX_EDIT_NAME
 
 CAMERA_OUTPUTS = ("depth", "range", "rgb", "segmentation", "beacons")
 IMAGE_OUTPUTS = ("depth", "range", "rgb", "segmentation")
+MAX_IMAGE_SIDE = 16384
+"""Pixels: the largest image side a run file may ask for (a typo's 320000 fails here, not in a kernel)."""
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     vehicle_tables = top.get("vehicle", [])
     if not isinstance(vehicle_tables, list) or not vehicle_tables:
         raise ConfigError(f"{path}: needs at least one [[vehicle]] table")
-    vehicles = tuple(_vehicle(path, i, v, physics_rate) for i, v in enumerate(vehicle_tables))
+    vehicles = tuple(_vehicle(path, base, i, v, physics_rate) for i, v in enumerate(vehicle_tables))
     names = [v.name for v in vehicles]
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: vehicle names must be unique, got {names}")
@@ -257,7 +260,7 @@ def _divides(reader: Table, key: str, rate: float, physics_rate: float) -> float
     return rate
 
 
-def _vehicle(path, index: int, table, physics_rate: float) -> VehicleConfig:
+def _vehicle(path, base: Path, index: int, table, physics_rate: float) -> VehicleConfig:
     r = Table(
         path,
         f"[[vehicle]] #{index + 1}",
@@ -282,7 +285,7 @@ def _vehicle(path, index: int, table, physics_rate: float) -> VehicleConfig:
     r.table = {**r.table, "start": start}
     return VehicleConfig(
         name=r.text("name", required=True),
-        preset=r.text("preset", "fg-quad"),
+        preset=_airframe_preset(r, base),
         start=tuple(float(v) for v in r.vector("start", 4)),
         route=tuple(route),
         route_tolerance=r.number("route_tolerance", 0.4, positive=True),
@@ -291,6 +294,17 @@ def _vehicle(path, index: int, table, physics_rate: float) -> VehicleConfig:
         state_rate=_divides(r, "state_rate", r.number("state_rate", 60.0, positive=True), physics_rate),
         floor_z=r.number("floor_z", 0.0),
     )
+
+
+def _airframe_preset(r: Table, base: Path) -> str:
+    """A preset's name, or its TOML file's path made absolute from the run file's folder (the file
+    need not exist here: a recording's or a live run's airframe is only drawn)."""
+    preset = r.text("preset", "fg-quad")
+    if Path(preset).suffix:
+        return str((base / preset).resolve())
+    if preset not in AIRFRAME_PRESETS:
+        raise r.error("preset", f"one of {list(AIRFRAME_PRESETS)} or a path to an airframe .toml")
+    return preset
 
 
 def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rate: float) -> CameraConfig:
@@ -322,16 +336,21 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
     vehicle = r.text("vehicle", required=True)
     if vehicle not in vehicles:
         raise r.error("vehicle", f"one of the vehicles {sorted(vehicles)}")
-    limits = {"min_depth": r.number("min_depth", 0.05), "max_depth": r.number("max_depth", 100.0, positive=True)}
+    limits = {"min_depth": r.number("min_depth", 0.05, minimum=0.0, unit="m")}
+    limits["max_depth"] = r.number("max_depth", 100.0, positive=True, unit="m")
+    if limits["max_depth"] <= limits["min_depth"]:
+        raise r.error("max_depth", f"greater than min_depth ({limits['min_depth']:g} m)")
     if "calibration" in r.table:
         if any(k in r.table for k in ("width", "height", "vfov_deg")):
             raise ConfigError(f"{path}: {r.where}: give 'calibration' or width/height/vfov_deg, not both")
         model = load_camera_yaml(base / r.text("calibration"), **limits)
     else:
-        width, height = r.get("width", 320), r.get("height", 240)
-        if not (isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0):
-            raise r.error("width", "positive integers width and height")
-        model = CameraModel.from_fov(width, height, r.number("vfov_deg", 60.0, positive=True), **limits)
+        width = r.integer("width", 320, low=1, high=MAX_IMAGE_SIDE, meaning="pixels")
+        height = r.integer("height", 240, low=1, high=MAX_IMAGE_SIDE, meaning="pixels")
+        vfov = r.number("vfov_deg", 60.0, positive=True)
+        if vfov >= 180.0:
+            raise r.error("vfov_deg", "a vertical field of view in (0, 180) degrees")
+        model = CameraModel.from_fov(width, height, vfov, **limits)
     outputs = r.get("outputs", ["depth"])
     if not isinstance(outputs, list) or not outputs or any(o not in CAMERA_OUTPUTS for o in outputs):
         raise r.error("outputs", f"a list drawn from {list(CAMERA_OUTPUTS)}")

@@ -24,7 +24,23 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     (tmp / "bad.toml").write_text("[scene\nname = ")
     (tmp / "binary.toml").write_bytes(bytes(range(256)))
     out = str(tmp / "out")
+    arena = repr(str(REPO / "assets/arena.toml"))
+    run_file = (REPO / "assets/run-demo.toml").read_text().replace('"arena.toml"', arena)
+
+    def variant(name: str, old: str, new: str) -> str:
+        assert old in run_file
+        (tmp / name).write_text(run_file.replace(old, new))
+        return str(tmp / name)
+
     return [
+        (["run", variant("preset.toml", '"fg-quad"', '"fg-qaud"')], "'preset' must be one of ['fg-quad'"),
+        (["run", variant("custom.toml", '"fg-quad"', '"my-quad.toml"')], "airframe file " + str(tmp / "my-quad.toml")),
+        (["run", variant("width.toml", "width = 320", "width = 0")], "'width' must be an integer from 1"),
+        (["run", variant("vfov.toml", "vfov_deg = 60.0", "vfov_deg = 180.0")], "vfov.toml: [[camera]] #1: 'vfov_deg'"),
+        (["run", variant("depth.toml", "max_depth = 50.0", "max_depth = 0.1")], "'max_depth' must be greater than"),
+        (["render", "--out", str(tmp / "a_file" / "sub")], "a_file/sub: Not a directory"),
+        (["keys", str(tmp / "a_file" / "sub")], "a_file/sub"),
+        (["fly", "--duration", "1", "--out", str(tmp / "a_file" / "x.csv")], "cannot write the trajectory"),
         (["render", "--device", "cuda:7", "--out", out], "--device"),
         (["render", "--device", "gpu", "--out", out], "not a Warp device"),
         (["replay", "nope.mcap"], "nope.mcap"),

@@ -77,3 +77,32 @@ def test_only_clients_with_an_accepted_key_get_in(tmp_path):
         running.finish()
         for client in (*outsiders, member):
             client.close()
+
+
+def test_keys_without_expose_keep_loopback_and_admit_only_key_holders(tmp_path):
+    """``goggles run --keys DIR`` alone: CURVE on the run file's 127.0.0.1 endpoints, not a silent no-op."""
+    from goggles.cli import build_parser
+    from goggles.cli.run import run_config as configured
+
+    keys = make_keys(tmp_path / "keys")
+    ports = [free_port() for _ in range(3)]
+    run_file = tmp_path / "run.toml"
+    run_file.write_text(
+        '[run]\nmode = "sim"\n[clock]\nscale = 5.0\n[lcm]\nenabled = false\n'
+        f'[zmq]\npublish = "tcp://127.0.0.1:{ports[0]}"\ninputs = "tcp://127.0.0.1:{ports[1]}"\n'
+        f'control = "tcp://127.0.0.1:{ports[2]}"\n'
+        '[[vehicle]]\nname = "quad0"\nstart = [0.0, 0.0, 0.0, 0.0]\n'
+    )
+    config = configured(build_parser().parse_args(["run", str(run_file), "--keys", str(keys)]))
+    assert config.curve == CurveServer(keys / "server.key_secret", keys / "clients")
+    assert all(e.startswith("tcp://127.0.0.1:") for e in (config.zmq.publish, config.zmq.inputs, config.zmq.control))
+    running = Running(config)
+    try:
+        stranger, member = Client(config.zmq), Client(config.zmq, keys=keys)
+        assert member.latest("quad0/state", timeout=10.0) is not None
+        assert stranger.latest("quad0/state", timeout=1.0) is None
+    finally:
+        running.stop.set()
+        running.finish()
+        stranger.close()
+        member.close()

@@ -55,5 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     except GogglesError as exc:
         print(f"goggles: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file or folder the system refused: the person can act on its name and reason
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"goggles: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130

@@ -109,7 +109,7 @@ def cmd_fly(args) -> int:
     import numpy as np
 
     from goggles.dynamics import ControlMode, GroundEffect, Integrator, MultirotorSim, load_airframe
-    from goggles.dynamics.trajectory import trajectory_columns, trajectory_row, write_trajectory
+    from goggles.dynamics.trajectory import TrajectoryWriter, trajectory_row
     from goggles.frames import quat_from_euler
 
     if not (args.duration > 0 and args.decimate >= 1):
@@ -137,21 +137,26 @@ def cmd_fly(args) -> int:
     )
     sim.set_command(ControlMode[_CONTROLLERS[args.controller]], setpoint)
     rows_total = int(round(args.duration * args.rate / args.decimate))
-    n = airframe.num_rotors
-    table = np.zeros((rows_total + 1, len(trajectory_columns(n))))
-    table[0] = trajectory_row(sim.states())
-    for row in range(1, rows_total + 1):
-        sim.step(args.decimate)
-        table[row] = trajectory_row(sim.states())
-        if row % max(1, rows_total // 10) == 0:
-            log.info("flown %.1f / %.1f s", sim.time, args.duration)
+    with TrajectoryWriter(args.out, airframe.num_rotors) as out:
+        rows = [trajectory_row(sim.states())]
+        try:
+            for row in range(1, rows_total + 1):
+                sim.step(args.decimate)
+                rows.append(trajectory_row(sim.states()))
+                if len(rows) == 4096:
+                    out.write(np.array(rows))
+                    rows.clear()
+                if row % max(1, rows_total // 10) == 0:
+                    log.info("flown %.1f / %.1f s", sim.time, args.duration)
+        finally:  # an interrupted flight keeps every row it flew
+            if rows:
+                out.write(np.array(rows))
+        final = trajectory_row(sim.states())
     sim.close()
-    write_trajectory(args.out, table, n)
-    final = table[-1]
     print(
         f"{airframe.name}: {args.duration:g} s, {args.controller} control, {sim.integrator.name.lower()} at "
         f"{args.rate:g} Hz; "
         f"final position {final[1]:.3f},{final[2]:.3f},{final[3]:.3f} m, speed {np.linalg.norm(final[4:7]):.3f} m/s "
-        f"-> {args.out} ({len(table)} rows)"
+        f"-> {args.out} ({out.rows} rows)"
     )
     return 0

@@ -88,7 +88,8 @@ def add_parser(commands) -> None:
         "--keys",
         type=Path,
         default=None,
-        help="folder from 'goggles keys': server.key_secret, and clients/ with the accepted client keys",
+        help="folder from 'goggles keys' (server.key_secret, and clients/ with the accepted client keys): "
+        "CURVE on every ZeroMQ socket, exposed or not",
     )
     add_foxglove_args(run)
     run.add_argument(
@@ -121,13 +122,12 @@ def add_parser(commands) -> None:
     run.set_defaults(run=cmd_run)
 
 
-def cmd_run(args) -> int:
+def run_config(args):
+    """The run file's configuration with the command line's changes (mode, scale, exposure, keys, ROS 2, LCM)."""
     import dataclasses
-    import threading
 
     from goggles.clock import ClockMode
     from goggles.config import load_run_config
-    from goggles.engine import Engine
     from goggles.paths import default_run
 
     config = load_run_config(args.config or default_run())
@@ -139,9 +139,12 @@ def cmd_run(args) -> int:
     if args.expose is not None:
         if args.keys is None:
             raise ConfigError("--expose needs --keys DIR (make them with: goggles keys DIR)")
-        from goggles.transport.buses import CurveServer, ZmqEndpoints
+        from goggles.transport.buses import ZmqEndpoints
 
         changes["zmq"] = (config.zmq or ZmqEndpoints()).exposed(args.expose)
+    if args.keys is not None:  # CURVE on the run file's endpoints too, when they stay on this machine
+        from goggles.transport.buses import CurveServer
+
         changes["curve"] = CurveServer(args.keys / "server.key_secret", args.keys / "clients")
     if args.ros2 is not None or args.ros2_domain is not None or args.ros2_expose:
         from goggles.transport.ros2 import Ros2Settings
@@ -160,7 +163,16 @@ def cmd_run(args) -> int:
         changes["lcm_url"] = None
     elif args.lcm_url is not None:
         changes["lcm_url"] = args.lcm_url
-    config = dataclasses.replace(config, **changes)
+    return dataclasses.replace(config, **changes)
+
+
+def cmd_run(args) -> int:
+    import threading
+
+    from goggles.engine import Engine
+    from goggles.paths import default_run
+
+    config = run_config(args)
     recorder = None
     stop = threading.Event()
     if args.record is not None:

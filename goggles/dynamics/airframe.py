@@ -16,6 +16,8 @@ from goggles.checks import Table, finite_vector, read_toml
 from goggles.errors import ConfigError
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+PRESET_NAMES = tuple(sorted(p.stem for p in PRESETS_DIR.glob("*.toml") if p.stem != "imu"))
+"""The airframes that ship with goggles, by name."""
 #: Most rotors an airframe may have (the kernels use fixed-size vectors).
 MAX_ROTORS = 8
 
@@ -152,11 +154,14 @@ def load_airframe(name_or_path: str | Path) -> Airframe:
         ConfigError: naming the file and the missing or bad key.
     """
     path = Path(name_or_path)
+    if path.suffix and not path.is_file():
+        raise ConfigError(f"airframe file {path} not found")
     if not path.suffix:
+        if str(name_or_path) not in PRESET_NAMES:
+            raise ConfigError(
+                f"airframe preset {name_or_path!r} not found; known presets: {list(PRESET_NAMES)}, or give a .toml path"
+            )
         path = PRESETS_DIR / f"{name_or_path}.toml"
-    if not path.is_file():
-        known = sorted(p.stem for p in PRESETS_DIR.glob("*.toml") if p.stem != "imu")
-        raise ConfigError(f"airframe preset {name_or_path!r} not found; known presets: {known}, or give a .toml path")
     return _airframe(path, read_toml(path, "airframe preset"))
 
 

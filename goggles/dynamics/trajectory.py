@@ -38,17 +38,38 @@ def trajectory_row(states, vehicle: int = 0) -> np.ndarray:
     )
 
 
-def write_trajectory(path: Path, table: np.ndarray, num_rotors: int) -> None:
-    """Write the rows with their header line.
+class TrajectoryWriter:
+    """Writes the rows to the CSV as they are flown (a long flight needs no memory for its rows, and
+    an interrupted one keeps what it flew); opened before the first step, so a bad path fails at once.
 
     Raises:
         ConfigError: the path cannot be written.
     """
-    path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"{path}: is a folder; give a .csv file for the trajectory")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.savetxt(path, table, delimiter=",", header=",".join(trajectory_columns(num_rotors)), comments="", fmt="%.9g")
-    except OSError as exc:
-        raise ConfigError(f"cannot write the trajectory to {path}: {exc.strerror or exc}") from exc
+
+    def __init__(self, path: Path, num_rotors: int):
+        self.path, self.rows = Path(path), 0
+        if self.path.is_dir():
+            raise ConfigError(f"{self.path}: is a folder; give a .csv file for the trajectory")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "w", encoding="ascii", newline="")  # noqa: SIM115 (closed by close())
+            self._file.write(",".join(trajectory_columns(num_rotors)) + "\n")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the trajectory to {self.path}: {exc.strerror or exc}") from exc
+
+    def write(self, rows: np.ndarray) -> None:
+        """Append rows of ``trajectory_columns``."""
+        try:
+            np.savetxt(self._file, np.atleast_2d(rows), delimiter=",", fmt="%.9g")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the trajectory to {self.path}: {exc.strerror or exc}") from exc
+        self.rows += len(np.atleast_2d(rows))
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -138,9 +138,8 @@ class ZmqBus:
                 socket.bind(endpoint)
             except zmq.ZMQError as exc:
                 self.close()
-                raise ConfigError(
-                    f"cannot bind ZeroMQ endpoint {endpoint}: {exc}; is another goggles running?"
-                ) from exc
+                hint = "; is another goggles running?" if exc.errno == zmq.EADDRINUSE else ""
+                raise ConfigError(f"cannot bind ZeroMQ endpoint {endpoint}: {exc}{hint}") from exc
         self.poller = zmq.Poller()
         self.poller.register(self._inputs, zmq.POLLIN)
         self.poller.register(self._control, zmq.POLLIN)
