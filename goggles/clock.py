@@ -139,9 +139,11 @@ class PacedClock:
         moved = True
         while moved:  # a later instant can make a younger point's window long enough to bind
             moved = False
-            for wall, sim in self._recent:
+            for wall, sim in self._recent:  # oldest first: only a prefix can bind
+                if wall + window > due:
+                    break
                 bound = wall + (sim_time - sim) / self.limit
-                if wall + window <= due < bound:
+                if due < bound:
                     due, moved = bound, True
         return due
 
