@@ -259,28 +259,78 @@ def test_the_preview_command_makes_a_token_when_it_serves_beyond_this_machine():
 
 
 def test_the_third_person_view_draws_the_vehicle_as_its_airframe(device):
-    # The vehicle's model stands where its camera is: its pixels gather around that point projected by
+    # The vehicle's model stands where the vehicle is: its pixels gather around that point projected by
     # OpenCV through the third-person camera, and a bigger airframe covers more of them.
     import cv2
 
-    from goggles.frames import camera_pose_from_body
     from goggles.preview.server import VEHICLE_SEGMENT, look_at
     from goggles.render import CameraModel
 
     scene = load_static_scene(default_scene())
-    T_WC = camera_pose_from_body(scene.view)
-    eye = T_WC[:3, 3] + [-1.5, -0.75, 0.9]
+    T_WB = np.asarray(scene.view)
+    eye = T_WB[:3, 3] + [-1.5, -0.75, 0.9]
     areas = {}
     for preset in ("fg-quad", "hexa-550"):
         source = FrameSource(None, "quad0", "stereo", scene=scene, viewpoint=eye, device=device, airframe=preset)
-        vehicle = source.third_person(T_WC).segmentation[0] == VEHICLE_SEGMENT
+        vehicle = source.third_person(T_WB).segmentation[0] == VEHICLE_SEGMENT
         areas[preset] = int(vehicle.sum())
         assert areas[preset] > 50, f"{preset}: the vehicle must be in view"
-        T_CW = np.linalg.inv(look_at(eye, T_WC[:3, 3]))
+        T_CW = np.linalg.inv(look_at(eye, T_WB[:3, 3]))
         camera = CameraModel.from_fov(320, 240, 60.0)
         rvec, _ = cv2.Rodrigues(T_CW[:3, :3])
-        projected, _ = cv2.projectPoints(T_WC[:3, 3][None], rvec, T_CW[:3, 3], camera.K, None)
+        projected, _ = cv2.projectPoints(T_WB[:3, 3][None], rvec, T_CW[:3, 3], camera.K, None)
         u, v = projected[0, 0]
         ys, xs = np.nonzero(vehicle)
         assert abs(xs.mean() - u) < 4 and abs(ys.mean() - v) < 4
     assert areas["hexa-550"] > 1.5 * areas["fg-quad"]
+
+
+def test_the_preview_places_the_vehicle_through_its_camera_mount():
+    """A camera 0.3 m ahead, 0.16 m left and 0.1 m up, pitched 30 degrees down: the preview learns the
+    mount from a state of an image's instant, and from then on puts the body where the state says it
+    was when each image was taken (not at the camera, not tilted with it)."""
+    from goggles.frames import transform
+
+    camera = {
+        "vehicle": "quad0",
+        "name": "stereo",
+        "width": 32,
+        "height": 24,
+        "baseline": 0.32,
+        "position": [0.3, 0.16, 0.1],
+        "rpy_deg": [0.0, 30.0, 0.0],
+        "outputs": ["rgb"],
+    }
+    config = run_config(scale=2.0, cameras=[camera])
+    client = Client(endpoints(config))
+    running = Running(config, duration=None)
+    try:
+        source = FrameSource(client, "quad0", "stereo")
+        before = client.latest(source.channels[0], timeout=10.0)
+        T_WC = transform(before.position, before.orientation)
+        at_camera = source.body_pose(T_WC, before) if source.T_CB is None else None
+        for _ in range(200):
+            image = client.latest(source.channels[0], timeout=2.0)
+            source.body_pose(transform(image.position, image.orientation), image)
+            if source.T_CB is not None:
+                break
+        assert source.T_CB is not None, "no state shared an image's instant"
+        np.testing.assert_allclose(source.T_CB, np.linalg.inv(config.cameras[0].T_BC), atol=1e-5)
+        if at_camera is not None:  # the fallback before that: the body at the camera
+            np.testing.assert_allclose(at_camera[:3, 3], before.position)
+        matched = 0
+        for _ in range(200):  # later images: the body pose is the state of their instant
+            image = client.latest(source.channels[0], timeout=2.0)
+            state = client.latest(source.state_channel, timeout=2.0)
+            if state.header.utime != image.pose_utime:
+                continue
+            body = transform(image.position, image.orientation) @ source.T_CB
+            np.testing.assert_allclose(body, transform(state.position, state.orientation), atol=1e-5)
+            matched += 1
+            if matched == 3:
+                break
+        assert matched == 3
+    finally:
+        running.stop.set()
+        running.finish()
+        client.close()

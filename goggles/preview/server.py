@@ -2,7 +2,7 @@
 
 It reads the engine's newest stereo colour images over ZeroMQ (conflating subscriptions: it always
 shows the latest frame), puts left and right side by side, renders a third-person view of the
-vehicle (its airframe's model placed at its camera's pose, seen from a chosen viewpoint in the same
+vehicle (its airframe's model at the vehicle's pose, seen from a chosen viewpoint in the same
 scene), and sends both as JPEG over a WebSocket to every open page. Binds 127.0.0.1 unless told otherwise; with
 a ``token`` the stream goes only to pages opened with ``?token=<token>`` (the page passes it on),
 as ``goggles preview`` sets whenever it serves beyond this machine. Each message: kind (uint8: 0
@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from goggles.errors import ConfigError, require
+from goggles.frames import R_BODY_OPTICAL, transform
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
@@ -53,7 +54,10 @@ class FrameSource:
     """Pulls the newest stereo pair from the engine and makes the JPEGs (in a thread).
 
     ``airframe`` (a preset name or TOML path) is how the third-person view draws the vehicle: its
-    rotor layout's model (``goggles.scene.vehicle_model``), in the body frame at the camera's pose.
+    rotor layout's model (``goggles.scene.vehicle_model``). Its pose is the image's camera pose times
+    the camera's mount, learnt from a ``<vehicle>/state`` of the same instant as an image (the engine
+    publishes both at that step); until then, and where no state comes (live mode), the body is
+    taken to sit at the camera, looking where it looks.
     """
 
     def __init__(
@@ -71,6 +75,9 @@ class FrameSource:
     ):
         self.client = client
         self.channels = (f"{vehicle}/{camera}_left/rgb", f"{vehicle}/{camera}_right/rgb")
+        self.state_channel = f"{vehicle}/state"
+        self.T_CB: np.ndarray | None = None
+        """The body in the left camera's optical frame, once a state and an image shared an instant."""
         self.quality = quality
         self.viewpoint = None if viewpoint is None else np.asarray(viewpoint, dtype=np.float64)
         self._third = None
@@ -90,7 +97,6 @@ class FrameSource:
         import cv2
 
         from goggles.client import image_array
-        from goggles.frames import quat_to_matrix
 
         left = self.client.latest(self.channels[0], timeout=timeout)
         if left is None:
@@ -99,22 +105,28 @@ class FrameSource:
         pair = np.hstack([image_array(left), image_array(right) if right is not None else image_array(left)])
         messages = [(KIND_STEREO, self._jpeg(cv2, pair))]
         if self._third is not None:
-            T_WC = np.eye(4)
-            T_WC[:3, :3] = quat_to_matrix(left.orientation)
-            T_WC[:3, 3] = left.position
-            messages.append((KIND_THIRD, self._jpeg(cv2, self.third_person(T_WC).rgb[0])))
+            T_WC = transform(left.position, left.orientation)
+            messages.append((KIND_THIRD, self._jpeg(cv2, self.third_person(self.body_pose(T_WC, left)).rgb[0])))
         return messages
 
-    def third_person(self, T_WC: np.ndarray):
-        """The third-person view (``Images``: rgb and segmentation) of the vehicle whose left camera is
-        at ``T_WC`` (optical frame), from the viewpoint or from behind and above it."""
-        from goggles.frames import R_BODY_OPTICAL
-
+    def body_pose(self, T_WC: np.ndarray, image) -> np.ndarray:
+        """The vehicle's pose when ``image`` (rendered from ``T_WC``) was taken: through the mount
+        once known (a state of the image's instant teaches it), else the body at the camera."""
+        state = self.client.latest(self.state_channel, timeout=0.0)
+        if state is not None and state.header.utime == image.pose_utime:
+            self.T_CB = np.linalg.inv(T_WC) @ transform(state.position, state.orientation)
+        if self.T_CB is not None:
+            return T_WC @ self.T_CB
         body = T_WC.copy()
-        body[:3, :3] = T_WC[:3, :3] @ R_BODY_OPTICAL.T  # the vehicle's body, from its camera's pose
-        self._world.set_actors([0], [body])
-        eye = self.viewpoint if self.viewpoint is not None else T_WC[:3, 3] + [-4.0, -2.0, 2.5]
-        self._third.render(look_at(eye, T_WC[:3, 3])[None])
+        body[:3, :3] = T_WC[:3, :3] @ R_BODY_OPTICAL.T
+        return body
+
+    def third_person(self, T_WB: np.ndarray):
+        """The third-person view (``Images``: rgb and segmentation) of the vehicle at ``T_WB``, from
+        the viewpoint or from behind and above it."""
+        self._world.set_actors([0], [T_WB])
+        eye = self.viewpoint if self.viewpoint is not None else T_WB[:3, 3] + [-4.0, -2.0, 2.5]
+        self._third.render(look_at(eye, T_WB[:3, 3])[None])
         return self._third.images()
 
     def _jpeg(self, cv2, rgb: np.ndarray) -> bytes:
