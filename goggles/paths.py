@@ -35,3 +35,12 @@ def default_run() -> Path:
 def default_course() -> Path:
     """The built-in racing course (assets/course.toml)."""
     return assets_dir() / "course.toml"
+
+
+def cache_dir() -> Path | None:
+    """Where goggles keeps what it can rebuild (BVHs): $GOGGLES_CACHE_DIR (empty: no cache), else
+    $XDG_CACHE_HOME/goggles, else ~/.cache/goggles."""
+    folder = os.environ.get("GOGGLES_CACHE_DIR")
+    if folder is not None:
+        return Path(folder) if folder else None
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "goggles"

@@ -39,6 +39,20 @@ def _gpu_warp_cannot_use() -> str | None:
     )
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _cache_in_a_temporary_folder(tmp_path_factory):
+    """The tests' BVHs go to a folder of this session (and its subprocesses), not the user's cache."""
+    import os
+
+    previous = os.environ.get("GOGGLES_CACHE_DIR")
+    os.environ["GOGGLES_CACHE_DIR"] = str(tmp_path_factory.mktemp("goggles-cache"))
+    yield
+    if previous is None:
+        del os.environ["GOGGLES_CACHE_DIR"]
+    else:
+        os.environ["GOGGLES_CACHE_DIR"] = previous
+
+
 CUDA_UNUSABLE = _gpu_warp_cannot_use()
 NO_CUDA = pytest.mark.skipif(
     not wp.is_cuda_available() and CUDA_UNUSABLE is None, reason="no CUDA device on this machine"

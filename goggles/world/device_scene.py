@@ -14,8 +14,9 @@ from goggles.errors import ConfigError
 from goggles.scene.actors import ActorShape
 from goggles.scene.batch import StaticScene, merge_parts, stack_appearance
 from goggles.world.appearance import SceneData
+from goggles.world.bvh_cache import cached_ray_bvh
 from goggles.world.queries import ActorData
-from goggles.world.ray_bvh import RayBvh, build_ray_bvh, upload
+from goggles.world.ray_bvh import RayBvh, upload
 
 log = logging.getLogger(__name__)
 
@@ -162,15 +163,17 @@ class DeviceScene:
         return self._planes
 
     def ray_bvh(self) -> RayBvh:
-        """goggles' own BVH of the static mesh (``goggles.world.ray_bvh``), built and uploaded on first
-        use and kept in ``data.rays`` for the render kernels that trace with it."""
+        """goggles' own BVH of the static mesh (``goggles.world.ray_bvh``), built (or loaded from the
+        disk cache, ``goggles.world.bvh_cache``) and uploaded on first use, and kept in ``data.rays``
+        for the render kernels that trace with it."""
         if self._ray_bvh is None:
             start = time.perf_counter()
-            log.info("building goggles' BVH over %d triangles ...", self.num_faces)
-            tree = build_ray_bvh(self.static.vertices, self.static.faces)
+            log.info("goggles' BVH over %d triangles ...", self.num_faces)
+            tree, loaded = cached_ray_bvh(self.static.vertices, self.static.faces)
             self._ray_bvh = self.data.rays = upload(tree, self.device)
             seconds, megabytes = time.perf_counter() - start, tree.nbytes / 1e6
-            log.info("goggles' BVH built in %.2f s (depth %d, %.1f MB)", seconds, tree.depth, megabytes)
+            how = "loaded from the cache" if loaded else "built"
+            log.info("goggles' BVH %s in %.2f s (depth %d, %.1f MB)", how, seconds, tree.depth, megabytes)
         return self._ray_bvh
 
     def shape_mesh(self, index: int) -> wp.Mesh:

@@ -11,7 +11,7 @@ vertex) and normal.
 
 The tree is a binned-SAH BVH built on the host with numpy, level by level over every node of a level
 at once (1.4 s for the arena's 199k triangles on one core; Warp builds its own in 0.1 s), once per
-``DeviceScene`` that renders with it.
+machine: ``goggles.world.bvh_cache`` keeps it on disk by its triangles.
 """
 
 from __future__ import annotations
