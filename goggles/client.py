@@ -110,7 +110,7 @@ class Client:
         """The next message in arrival order as (channel, decoded message), or None after ``timeout`` s."""
         if not self._sub.poll(int(timeout * 1000)):
             return None
-        channel, data = split_frame(self._sub.recv_multipart())
+        channel, data = split_frame(self._sub.recv_multipart(copy=False))
         return channel, decode_any(data)
 
     def latest(self, channel: str, timeout: float = 1.0):
@@ -128,7 +128,7 @@ class Client:
             socket.connect(self.endpoints.publish)
         if not socket.poll(int(timeout * 1000)):
             return None
-        return decode_any(split_frame([socket.recv()])[1])
+        return decode_any(split_frame([socket.recv(copy=False)])[1])
 
     def send_command(self, vehicle: str, mode: ControlMode, values) -> None:
         """Command a simulated vehicle's controller (see ``goggles.dynamics.control`` for the values)."""

@@ -11,6 +11,7 @@ import numpy as np
 from goggles.config import IMAGE_OUTPUTS
 from goggles.status import Counters, StageTimes
 from goggles.transport import messages
+from goggles.transport.buses import framed
 
 
 class Outputs:
@@ -18,11 +19,13 @@ class Outputs:
         self.buses, self.sinks, self.counters, self.times, self.log_ns = buses, sinks, counters, times, log_ns
         self._seq: dict[str, int] = {}
 
-    def publish(self, channel: str, message) -> None:
+    def publish(self, channel: str, message, payload=None) -> None:
+        """Encode ``message`` once, into one frame that every bus and sink reads (``payload``: the
+        bytes of a trailing array that ``message`` declares but leaves empty, as an image's pixels)."""
         t = time.perf_counter()
-        data = message.encode()
+        frame_buffer, data = framed(channel, message.encode(), payload)
         for bus in self.buses:
-            bus.publish(channel, data)
+            bus.publish(channel, data, frame_buffer)
         for sink in self.sinks:
             sink.write(channel, data, self.log_ns())
         self.counters.published += 1
@@ -44,7 +47,7 @@ class Outputs:
                 self.publish(channel, messages.beacons_message(utime, self.seq(channel), name, found))
             for output in (o for o in camera.config.outputs if o in IMAGE_OUTPUTS):
                 channel = messages.image_channel(name, output)
-                image = messages.image_message(
+                image, pixels = messages.image_message(
                     utime,
                     self.seq(channel),
                     camera=name,
@@ -54,7 +57,7 @@ class Outputs:
                     pose_utime=pose_utimes[i],
                     pixels=images[output][i],
                 )
-                self.publish(channel, image)
+                self.publish(channel, image, pixels)
 
     def ranges(self, sensor: str, model, readings: np.ndarray, utime: int) -> None:
         channel = f"{sensor}/ranges"

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import goggles_lcm
@@ -63,3 +64,60 @@ def test_zeromq_frames():
     for frames in ([b"no separator"], [b"a\0", b"b"], [b"\xff\0data"]):
         with pytest.raises(ValueError):
             split_frame(frames)
+
+
+@pytest.mark.parametrize(
+    "output, pixels",
+    [
+        ("depth", np.random.default_rng(0).random((480, 640), np.float32)),
+        ("rgb", np.random.default_rng(1).integers(0, 256, (240, 320, 3), np.uint8)),
+        ("segmentation", np.random.default_rng(2).integers(-1, 40, (24, 32), np.int32)),
+    ],
+)
+def test_an_image_is_framed_once_as_lcm_encodes_it(output, pixels):
+    """The engine frames an image from its header and its pixels' buffer; the bytes are lcm-gen's own
+    encoding of the whole image_t, and they arrive over a real ZeroMQ socket as they were."""
+    import zmq
+
+    from goggles.client import image_array
+    from goggles.render import CameraModel
+    from goggles.transport import messages
+    from goggles.transport.buses import framed
+
+    height, width = pixels.shape[:2]
+    image, payload = messages.image_message(
+        7, 3, camera="quad0/stereo_left", output=output, model=CameraModel.from_fov(width, height, 60.0),
+        T_WC=np.eye(4), pose_utime=5, pixels=pixels,
+    )  # fmt: skip
+    channel = f"quad0/stereo_left/{output}"
+    buffer, data = framed(channel, image.encode(), payload)
+    image.data = pixels.tobytes()  # the whole message, encoded by lcm-gen: the reference
+    reference = image.encode()
+    assert bytes(data) == reference and bytes(buffer) == channel.encode() + b"\0" + reference
+    assert data.readonly
+    context = zmq.Context()
+    sender, receiver = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
+    port = sender.bind_to_random_port("tcp://127.0.0.1")
+    receiver.connect(f"tcp://127.0.0.1:{port}")
+    sender.send(buffer, copy=False)
+    received_channel, received = split_frame([receiver.recv(copy=False)])
+    decoded = decode_any(received)
+    assert received_channel == channel and decoded.data_size == pixels.nbytes
+    np.testing.assert_array_equal(image_array(decoded), pixels)
+    sender.close()
+    receiver.close()
+    context.term()
+
+
+def test_decoding_a_view_equals_decoding_its_bytes():
+    """Small messages decode from a copy, large ones field by field from the buffer: the same message."""
+    small = pose()
+    state = goggles_lcm.image_t()
+    state.camera, state.data = "c", bytes(range(256)) * 1024
+    state.data_size = len(state.data)
+    large = state.encode()
+    for data in (small, large):
+        for form in (data, memoryview(data), memoryview(bytearray(data)).toreadonly()):
+            assert decode_any(form).encode() == data
+    with pytest.raises(MalformedMessage, match="cannot decode"):
+        decode_any(memoryview(large)[:40])

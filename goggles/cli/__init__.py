@@ -11,6 +11,7 @@ import sys
 from goggles.cli import bench, bridge, dataset, echo, edit, fly, keys, preview, race, render, replay, run
 from goggles.cli.common import check_device, join_negative_values, quiet_warp_init, tag_leaf_parsers
 from goggles.errors import GogglesError
+from goggles.host_memory import keep_large_allocations
 
 __all__ = ["build_parser", "check_device", "main"]
 
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    keep_large_allocations()  # frames of megabytes, made anew each frame: warm heap pages, not fresh maps
     try:
         if getattr(args, "warp", True):
             import warp as wp

@@ -29,8 +29,12 @@ def image_channel(camera: str, output: str) -> str:
 
 def image_message(
     utime: int, seq: int, *, camera: str, output: str, model, T_WC: np.ndarray, pose_utime: int, pixels: np.ndarray
-) -> goggles_lcm.image_t:
-    """One image of ``camera`` rendered from ``T_WC`` (optical frame in the world) at ``utime``."""
+) -> tuple[goggles_lcm.image_t, memoryview]:
+    """One image of ``camera`` rendered from ``T_WC`` (optical frame in the world) at ``utime``, as
+    the image_t without its pixels (``data`` empty, ``data_size`` set) and the pixels' bytes: the
+    message's encoding is ``image.encode()`` followed by those bytes (``data`` is image_t's last
+    field), so whoever frames it copies the pixels once (``goggles.transport.buses.framed``)."""
+    payload = memoryview(np.ascontiguousarray(pixels)).cast("B")
     image = goggles_lcm.image_t()
     image.header = header(utime, seq)
     image.pose_utime = pose_utime
@@ -41,9 +45,9 @@ def image_message(
     image.distortion = list(model.distortion)
     image.position = T_WC[:3, 3].tolist()
     image.orientation = matrix_to_quat(T_WC[:3, :3]).tolist()
-    image.data = np.ascontiguousarray(pixels).tobytes()
-    image.data_size = len(image.data)
-    return image
+    image.data = b""
+    image.data_size = len(payload)
+    return image, payload
 
 
 def beacons_message(utime: int, seq: int, camera: str, detections) -> goggles_lcm.beacons_t:

@@ -118,8 +118,8 @@ class Ros2Bus:
             writer = self._writers[message.topic] = DataWriter(self.participant, topic, qos=qos)
         writer.write(T.wire(data_type, message.cdr))
 
-    def publish(self, channel: str, data: bytes) -> None:
-        """An engine output (LCM-encoded) on its ROS 2 topic(s); anything else is not for ROS."""
+    def publish(self, channel: str, data, frame_buffer: bytearray | None = None) -> None:
+        """An engine output (LCM-encoded, bytes-like) on its ROS 2 topic(s); anything else is not for ROS."""
         try:
             message = decode_any(data)
         except MalformedMessage:
