@@ -14,14 +14,14 @@ The pace only decides how long a sim second takes on the wall:
 
 Pacing follows a line from an anchor (wall, sim). A new scale starts at the last paced instant, on
 the old line, so the interval not yet paced is paced at the new scale (none of its wait is lost).
-When the machine falls behind the line, a fixed scale moves the anchor to now: it never rushes to
-catch up, so sim time never advances faster than the scale over any window. The automatic scale
-may keep a lag of up to ``window * (max_scale / scale - 1)`` wall seconds and catch it up: its
-work comes in lumps (a render every few advances, cheap IMU steps between), and forgiving each
-render's overrun while sleeping through the cheap steps would fall far short of the scale it
-chose (0.55 where 0.82 was chosen, on the demo run on 2 cores). Catching up that much never lets
-sim time run faster than ``max_scale`` over any window of ``window`` wall seconds or longer, and a
-stall longer than the allowance is forgiven, never followed by a burst.
+When the machine falls behind the line, it catches up to ``catch_up`` (0.1 s) of lag by not
+waiting; a longer stall is forgiven beyond that (so it is followed by at most 0.1 s of catching
+up, not by a burst). Work comes in lumps (a
+render every other advance, cheap IMU steps between), and forgiving every render's overrun while
+sleeping through the cheap steps fell far short of the chosen scale (0.55 achieved where 0.88 was
+chosen, on the demo run on 2 cores). Catching up never lets sim time run faster than ``max_scale``
+(or a fixed scale above it) over any window of ``window`` (0.5 s) wall seconds or longer: that bound
+is enforced from the paced instants themselves, not argued from the catch-up allowance.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class PacedClock:
         ``window`` or more would end faster than ``limit``; returns seconds slept.
 
         Behind the line by up to ``catch_up``, it does not wait until it has caught up; behind by
-        more (a stall), the anchor moves so that only ``catch_up`` is caught up: never a burst.
+        more (a stall), the anchor moves so that only ``catch_up`` is caught up.
         """
         now = self._now()
         line = self._anchor_wall + (sim_time - self._anchor_sim) / self.scale
