@@ -161,6 +161,8 @@ class NatNetEmulator:
         replay: a folder of real packets (``serverinfo_packet_v3.bin``, ``modeldef_packet_v3.bin``,
             ``mocapframe_packet_v3.bin``): served and streamed verbatim instead of synthetic data.
         bodies, skeletons: synthetic data to stream (ignored when replaying).
+        lose_model_definitions: how many model-definition requests go unanswered (a reply lost on
+            the way, as UDP may lose it).
     """
 
     def __init__(
@@ -173,8 +175,10 @@ class NatNetEmulator:
         replay: Path | None = None,
         bodies=(),
         skeletons=(),
+        lose_model_definitions: int = 0,
     ):
         self.host, self.command_port, self.data_port, self.rate = host, command_port, data_port, rate
+        self.lose_model_definitions = lose_model_definitions
         self.bodies, self.skeletons = list(bodies), list(skeletons)
         self.replay = None
         if replay is not None:
@@ -256,6 +260,9 @@ class NatNetEmulator:
                     self.clients.add(address)
                 reply = self.replay["serverinfo"] if self.replay else server_info_packet()
             elif message_id == NAT_REQUEST_MODELDEF:
+                if self.lose_model_definitions > 0:  # the reply lost on the way (UDP)
+                    self.lose_model_definitions -= 1
+                    continue
                 reply = (
                     self.replay["modeldef"] if self.replay else model_definitions_packet(self.bodies, self.skeletons)
                 )

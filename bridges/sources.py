@@ -315,20 +315,40 @@ class NatNetSource:
         self._link.close()
 
 
+#: Seconds a motioncapture connection may deliver nameless rigid bodies before it is opened again.
+UNNAMED_REOPEN_S = 1.0
+
+
 def _motioncapture_worker(system: str, options: dict, out: mp.Queue) -> None:
-    """Child process: read frames forever and hand the rigid bodies to the parent."""
+    """Child process: read frames forever and hand the named rigid bodies to the parent.
+
+    libmotioncapture's optitrack backend asks for the model definitions (the bodies' names) once, at
+    connect; if that UDP reply is lost, every later frame carries bodies named '' and it never asks
+    again. Such a connection is opened again after ``UNNAMED_REOPEN_S``."""
+    import gc
+
     import motioncapture  # checked by the parent before it starts this process
 
     connection = motioncapture.connect(system, options)
+    unnamed_since = None
     while True:
         connection.waitForNextFrame()
+        items = connection.rigidBodies.items()
         bodies = {
-            name: (
-                [float(v) for v in body.position],
-                [body.rotation.w, body.rotation.x, body.rotation.y, body.rotation.z],
-            )
-            for name, body in connection.rigidBodies.items()
+            name: ([float(v) for v in b.position], [b.rotation.w, b.rotation.x, b.rotation.y, b.rotation.z])
+            for name, b in items
+            if name
         }
+        if len(bodies) == len(items):
+            unnamed_since = None
+        elif unnamed_since is None:
+            unnamed_since = time.monotonic()
+        elif time.monotonic() - unnamed_since > UNNAMED_REOPEN_S:
+            log.warning("%s rigid bodies have no names (model definitions lost): connecting again", system)
+            del connection
+            gc.collect()  # its sockets closed before the new connection binds the same ports
+            connection = motioncapture.connect(system, options)
+            unnamed_since = None
         out.put((time.time(), bodies))
 
 

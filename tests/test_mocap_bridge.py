@@ -246,6 +246,27 @@ def test_motioncapture_mock_and_optitrack_backends(shared):
         MotionCaptureSource("vicon", "127.0.0.1", timeout=0.5)
 
 
+def test_the_optitrack_backend_recovers_from_lost_model_definitions(shared):
+    """libmotioncapture asks for the bodies' names once; with that reply lost (the emulator drops
+    the first request) its frames carry bodies named '' for ever. The source connects again and the
+    real RaceQuad is published (the CI once saw this test's sibling miss every pose for 20 s)."""
+    from bridges.sources import MotionCaptureSource
+
+    receiver = Receiver()
+    command_port = free_port()
+    vectors = shared / "mocap-vectors/natnet-v3-mje-nz"
+    with NatNetEmulator(command_port=command_port, data_port=1511, replay=vectors, lose_model_definitions=1):
+        source = MotionCaptureSource("optitrack", "127.0.0.1", options={"port_command": str(command_port)})
+        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
+        receiver.until({"pose/RaceQuad": 1})
+        running.finish()
+        source.close()
+    poses = [m for _, channel, m in receiver.drain() if channel == "pose/RaceQuad"]
+    assert poses, "no pose/RaceQuad: the nameless connection was never opened again"
+    np.testing.assert_allclose(poses[-1].position, [0.1744466, 0.7343040, 1.4471314], atol=1e-5)
+    assert not [channel for _, channel, _ in receiver.messages if channel in ("pose/", "pose")]
+
+
 def test_live_engine_renders_the_tracked_body_and_a_waving_skeleton():
     """End to end on loopback: NatNet emulator -> natnet client -> bridge -> engine (live) -> depth.
     The vehicle's camera pose comes from the tracked body; the arm's pixels change as it waves."""
