@@ -308,7 +308,8 @@ def test_the_preview_places_the_vehicle_through_its_camera_mount():
         source = FrameSource(client, "quad0", "stereo")
         before = client.latest(source.channels[0], timeout=10.0)
         T_WC = transform(before.position, before.orientation)
-        at_camera = source.body_pose(T_WC, before) if source.T_CB is None else None
+        at_camera = source.body_pose(T_WC, before)
+        learnt_at_once = source.T_CB is not None  # a state of that very instant had already arrived
         for _ in range(200):
             image = client.latest(source.channels[0], timeout=2.0)
             source.body_pose(transform(image.position, image.orientation), image)
@@ -316,7 +317,7 @@ def test_the_preview_places_the_vehicle_through_its_camera_mount():
                 break
         assert source.T_CB is not None, "no state shared an image's instant"
         np.testing.assert_allclose(source.T_CB, np.linalg.inv(config.cameras[0].T_BC), atol=1e-5)
-        if at_camera is not None:  # the fallback before that: the body at the camera
+        if not learnt_at_once:  # the fallback before that: the body at the camera
             np.testing.assert_allclose(at_camera[:3, 3], before.position)
         matched = 0
         for _ in range(200):  # later images: the body pose is the state of their instant

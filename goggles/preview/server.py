@@ -3,9 +3,9 @@
 It reads the engine's newest stereo colour images over ZeroMQ (conflating subscriptions: it always
 shows the latest frame), puts left and right side by side, renders a third-person view of the
 vehicle (its airframe's model at the vehicle's pose, seen from a chosen viewpoint in the same
-scene), and sends both as JPEG over a WebSocket to every open page. Binds 127.0.0.1 unless told otherwise; with
-a ``token`` the stream goes only to pages opened with ``?token=<token>`` (the page passes it on),
-as ``goggles preview`` sets whenever it serves beyond this machine. Each message: kind (uint8: 0
+scene), and sends both as JPEG over a WebSocket to every open page. Binds 127.0.0.1 unless told
+otherwise; with a ``token`` the stream goes only to pages opened with ``?token=<token>`` (the page
+passes it on), as ``goggles preview`` sets whenever it serves beyond this machine. Each message: kind (uint8: 0
 stereo, 1 third person), send time (float64 ms since the epoch, for the page's latency figure),
 JPEG bytes.
 """
