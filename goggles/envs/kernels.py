@@ -143,13 +143,22 @@ def camera_poses_kernel(
 
 @wp.kernel
 def depth_observation_kernel(
-    status: wp.array3d(dtype=wp.int8), depth: wp.array3d(dtype=float), out: wp.array3d(dtype=wp.float32)
+    status: wp.array3d(dtype=wp.int8),
+    depth: wp.array3d(dtype=float),
+    row_stride: int,
+    row_offset: int,
+    span: int,
+    out: wp.array3d(dtype=wp.float32),
 ):
     """Depth in metres where the camera measured one, 0 elsewhere (no hit, too close, or invalidated
-    by a depth model): finite values a network can take."""
-    i, y, x = wp.tid()
-    z = depth[i, y, x]
-    out[i, y, x] = wp.where(int(status[i, y, x]) == 0 and wp.isfinite(z), z, 0.0)
+    by a depth model): finite values a network can take. Launched as the renderer launches its own
+    (``Renderer.launch_rows``): ``span`` pixels of a row per thread."""
+    i, k, block = wp.tid()
+    y = row_offset + k * row_stride
+    for j in range(span):
+        x = block * span + j
+        z = depth[i, y, x]
+        out[i, y, x] = wp.where(int(status[i, y, x]) == 0 and wp.isfinite(z), z, 0.0)
 
 
 @wp.kernel

@@ -164,6 +164,7 @@ class DroneVectorEnv(VectorEnv):
         if scene is not None and scene.device != d:
             raise ConfigError(f"the scene is on {scene.device}, the environments on {d}: use one device")
         self.nominal = load_airframe(airframe)
+        wp.load_module(kernels, device=d)  # here, not in the renderer's threads (launch_rows)
         # The vehicles collide with the static scene; actors belong to one environment each (tasks).
         self.sim = MultirotorSim(self.nominal, n, device=d, world=scene, seed=self.seed, actors=False)
         self.scene = scene
@@ -530,13 +531,7 @@ class DroneVectorEnv(VectorEnv):
                 return
             if self._stereo is not None:
                 self._stereo.apply()
-            wp.launch(
-                kernels.depth_observation_kernel,
-                dim=self._depth.shape,
-                inputs=[b.status, b.depth],
-                outputs=[self._depth],
-                device=d,
-            )
+            self.renderer.launch_rows(kernels.depth_observation_kernel, [b.status, b.depth], [self._depth])
 
     def _detect_beacons(self, R_WC: wp.array, p_WC: wp.array) -> None:
         wp.launch(

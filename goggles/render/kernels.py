@@ -113,19 +113,19 @@ class ActorCulling:
 
 @wp.struct
 class TracedRows:
-    """Closest static-scene hits of rows of one camera, found by another tracer (Embree).
+    """Closest static-scene hits of a chunk (rows of cameras) found by another tracer (Embree).
 
     ``t`` is (n, H, W), the whole batch: ``make_rays_kernel`` writes each ray's reach there and the
-    tracer lowers it to the hit distance. The others are (rows, W), the tracer's own arrays, or one
-    placeholder element when ``has_face`` is False (only depth was asked for: the tracer then reports
-    distances only, and a ray hit something where its distance fell below its reach).
+    tracer lowers it to the hit distance. The others are (cameras, rows, W) of the chunk, the tracer's
+    own arrays, or one placeholder element when ``has_face`` is False (only depth was asked for: the
+    tracer then reports distances only, and a ray hit something where its distance fell below its reach).
     """
 
     used: bool
     """False: Warp traces the static scene in the render kernel, and nothing here is read."""
     t: wp.array3d(dtype=float)
     has_face: bool
-    face: wp.array2d(dtype=wp.int32)
+    face: wp.array3d(dtype=wp.int32)
     """Index of the static triangle hit, -1 where nothing was hit."""
     has_surface: bool
     """The tracer also gave the hit's distance, barycentrics and normal (``u``, ``v``, ``normal_W``;
@@ -133,10 +133,10 @@ class TracedRows:
     and the distance and normal come from its plane here."""
     planes: wp.array(dtype=wp.vec4)
     """Each static face's plane, for a triangle-only hit (``DeviceScene.static_planes``)."""
-    u: wp.array2d(dtype=float)
+    u: wp.array3d(dtype=float)
     """Embree's barycentrics: the hit point is (1 - u - v) p0 + u p1 + v p2."""
-    v: wp.array2d(dtype=float)
-    normal_W: wp.array2d(dtype=wp.vec3)
+    v: wp.array3d(dtype=float)
+    normal_W: wp.array3d(dtype=wp.vec3)
     """Geometric normal (not unit, any side)."""
 
 
@@ -168,22 +168,22 @@ def to_byte(value: float) -> wp.uint8:
 
 @wp.func
 def traced_hit(
-    traced: TracedRows, c: int, y: int, k: int, x: int, origin: wp.vec3, direction: wp.vec3, reach: float
+    traced: TracedRows, c: int, y: int, i: int, k: int, x: int, origin: wp.vec3, direction: wp.vec3, reach: float
 ) -> Hit:
-    """The static hit another tracer found for pixel (y, x), row k of its chunk."""
+    """The static hit another tracer found for pixel (y, x) of camera c: row k of camera i of its chunk."""
     hit = Hit()
     hit.t = traced.t[c, y, x]
     hit.face = -1
     if traced.has_face:
-        hit.face = traced.face[k, x]
+        hit.face = traced.face[i, k, x]
         hit.result = hit.face >= 0
         if hit.result:
             if traced.has_surface:
-                u = traced.u[k, x]
-                v = traced.v[k, x]
+                u = traced.u[i, k, x]
+                v = traced.v[i, k, x]
                 hit.u = 1.0 - u - v  # to Warp's order: u p0 + v p1 + (1 - u - v) p2
                 hit.v = u
-                hit.normal_W = traced.normal_W[k, x]
+                hit.normal_W = traced.normal_W[i, k, x]
             else:  # the triangle only: where the ray meets its plane
                 plane = traced.planes[hit.face]
                 normal = wp.vec3(plane[0], plane[1], plane[2])
@@ -234,7 +234,7 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
         or, ``tiled`` (a thread per pixel over whole cameras), pixel ``tile_pixel(k * width + block)``.
 
         The closest static hit comes from a BVH traversed here (Warp's or goggles' own), or from another
-        tracer (``rows``: Embree, one chunk of rows of one camera per launch); the actors in the camera's
+        tracer (``rows``: Embree, one chunk of rows of one or more cameras per launch); the actors in the camera's
         view are always found here (Warp BVHs, ``culling``), and every output is written by the code
         below whoever traced. On the CPU a thread takes a whole row (``span`` = width): Warp copies the struct
         arguments into every thread, which would cost more per pixel than writing a depth image. On
@@ -263,7 +263,7 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
                 along = 1.0
             reach = max_depth / along
             if wp.static(tracer == "rows"):
-                hit = traced_hit(traced, c, y, k, x, origin, direction, reach)
+                hit = traced_hit(traced, c, y, i, k, x, origin, direction, reach)
             elif wp.static(tracer == "bvh"):
                 hit = bvh_closest_hit(scene.rays, origin, direction, reach)
             else:
@@ -350,17 +350,19 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
 @wp.kernel
 def make_rays_kernel(
     cameras: CameraBatch,
-    c: int,
+    first_camera: int,
     first_row: int,
     direction: wp.array3d(dtype=wp.vec3),
     reach: wp.array3d(dtype=float),
     per_ray_origin: bool,
     origin: wp.array3d(dtype=wp.vec3),
 ):
-    """World-frame ray directions and reaches of rows ``first_row + k`` of camera ``c``, for another
-    tracer on the CPU (computed as ``render_kernel`` computes them), and each ray's origin when the rows
-    have poses of their own (``per_ray_origin``: a rolling shutter, a LiDAR's sweep); a thread per row."""
-    k = wp.tid()
+    """World-frame ray directions and reaches of rows ``first_row + k`` of cameras ``first_camera + i``,
+    for another tracer on the CPU (computed as ``render_kernel`` computes them), and each ray's origin
+    where one origin per camera will not do (``per_ray_origin``: rows with poses of their own, a rolling
+    shutter or a LiDAR's sweep, or a chunk of several cameras); a thread per row."""
+    i, k = wp.tid()
+    c = first_camera + i
     y = first_row + k
     R = cameras.R_WC[c, y]
     p = cameras.p_WC[c, y]

@@ -7,7 +7,8 @@ Three primary-ray backends, one set of output kernels:
   interleaved across a pool of threads (row k to thread k mod T, balancing sky rows against ground).
 * ``bvh``: the same launches, traversing goggles' own BVH of the static scene instead
   (``goggles.world.ray_bvh``: triangles in leaf order, the watertight test's shear once per ray).
-* ``embree`` (CPU): the rows are cut into chunks that a pool of threads takes in turn; per chunk
+* ``embree`` (CPU): the rows are cut into chunks (rows of a camera, or whole cameras of a learning
+  batch's small images) that a pool of threads takes in turn; per chunk
   ``make_rays_kernel`` writes the world-frame rays, Embree finds their closest static hits (SIMD
   traversal, 2-3x Warp's per thread), and the same ``kernels.render_kernel`` reads those hits, adds
   the actors and writes every output.
@@ -272,7 +273,7 @@ class Renderer:
             view._ref = self._block  # a view keeps the block alive (a consumer may outlive the renderer)
             setattr(out, name, view)
         self.buffers = out
-        self._chunks: list[tuple[int, int, int]] = []
+        self._chunks: list[tuple[int, int, int, int]] = []
         self._rolling = False
         self._exposure: wp.array | None = None
         """The running sum of an exposure's sub-frame colours (allocated by the first blurred render)."""
@@ -306,8 +307,7 @@ class Renderer:
 
     def _prepare_embree(self) -> None:
         """The Embree scene, the ray buffers (Warp arrays with numpy views of the same memory), and the
-        chunks of rows the threads take in turn: a few per thread, of at least 4096 pixels (one thread:
-        a camera per chunk, each chunk costing a launch and an Embree call)."""
+        chunks the threads take in turn (``_embree_chunks``)."""
         from goggles.render.embree import tracer_for
 
         self._embree = tracer_for(self.scene)
@@ -316,15 +316,20 @@ class Renderer:
         self._reach = wp.zeros((n, h, w), dtype=float, device=d)
         self._direction_view, self._reach_view = self._directions.numpy(), self._reach.numpy()
         self._positions = np.zeros((n, 3), np.float32)  # each camera's, for a global shutter's rays
-        self._ray_origins: wp.array | None = None  # per ray, allocated by the first rolling render
+        self._chunks = _embree_chunks(n, h, w, self.threads)
+        self._ray_origins: wp.array | None = None  # per ray: for chunks of several cameras, or rolling rows
         self._untraced_origin = wp.zeros((1, 1, 1), dtype=wp.vec3, device=d)
+        if any(c1 - c0 > 1 for c0, c1, _, _ in self._chunks):
+            self._allocate_ray_origins()
         # Faces are needed for every output but depth (and the stereo shadow, which reads depth).
         self._need_faces = bool(self.outputs & {"rgb", "segmentation", "normal_W", "face"})
         # Barycentrics are for textures; the rest of the surface can come from the triangle's plane.
         self._need_surface = "rgb" in self.outputs and self._light.shading not in (Shading.NONE, Shading.LIDAR)
         self._planes = self.scene.static_planes() if self._need_faces and not self._need_surface else None
-        rows = h if self.threads == 1 else min(h, max(-(-4096 // w), -(-n * h // (self.threads * 4))))
-        self._chunks = [(c, y, min(h, y + rows)) for c in range(n) for y in range(0, h, rows)]
+
+    def _allocate_ray_origins(self) -> None:
+        self._ray_origins = wp.zeros(self._directions.shape, dtype=wp.vec3, device=self.device)
+        self._ray_origin_view = self._ray_origins.numpy()
 
     @property
     def num_cameras(self) -> int:
@@ -382,8 +387,7 @@ class Renderer:
         if self.backend == "embree":
             self._positions = T_WC[:, :3, 3].astype(np.float32)
             if self._rolling and self._ray_origins is None:  # before the threads share the chunks
-                self._ray_origins = wp.zeros(self._directions.shape, dtype=wp.vec3, device=self.device)
-                self._ray_origin_view = self._ray_origins.numpy()
+                self._allocate_ray_origins()
         self._cull_actors(T_WC if T_WC_last_row is None else np.concatenate([T_WC, T_WC_last_row]))
 
     @property
@@ -545,20 +549,21 @@ class Renderer:
         self._culling.count.assign(count)
         self._culled_any, self._posed_count = True, -1
 
-    def _trace_rows(self, chunk: tuple[int, int, int]) -> None:
-        """Embree backend: rows [first, end) of camera c, from rays to every output."""
-        c, first, end = chunk
-        dim = (end - first, self.width)
+    def _trace_rows(self, chunk: tuple[int, int, int, int]) -> None:
+        """Embree backend: rows [y0, y1) of cameras [c0, c1), from rays to every output."""
+        c0, c1, y0, y1 = chunk
+        dim = (c1 - c0, y1 - y0, self.width)
         d = self.device
-        per_ray = self._ray_origins if self._rolling else self._untraced_origin
-        rays = [self._cameras, c, first, self._directions, self._reach, self._rolling, per_ray]
-        wp.launch(kernels.make_rays_kernel, dim=dim[0], inputs=rays, device=d)
-        if self._rolling:  # a rolling shutter: each row from its own position, written by the kernel
-            origins = self._ray_origin_view[c, first:end].reshape(-1, 3)
+        per_ray = self._rolling or c1 - c0 > 1  # else one origin serves every ray of the chunk
+        origins = self._ray_origins if per_ray else self._untraced_origin
+        rays = [self._cameras, c0, y0, self._directions, self._reach, per_ray, origins]
+        wp.launch(kernels.make_rays_kernel, dim=dim[:2], inputs=rays, device=d)
+        if per_ray:  # written by the kernel; a chunk is whole cameras or rows of one: contiguous
+            origins = self._ray_origin_view[c0:c1, y0:y1].reshape(-1, 3)
         else:
-            origins = np.broadcast_to(self._positions[c], (dim[0] * dim[1], 3))  # one origin, no per-ray copy
-        directions = self._direction_view[c, first:end].reshape(-1, 3)
-        reach = self._reach_view[c, first:end].reshape(-1)
+            origins = np.broadcast_to(self._positions[c0], (dim[1] * dim[2], 3))  # no per-ray copy
+        directions = self._direction_view[c0:c1, y0:y1].reshape(-1, 3)
+        reach = self._reach_view[c0:c1, y0:y1].reshape(-1)  # a view: Embree lowers it in place
         traced = kernels.TracedRows()
         traced.used = True
         traced.t = self._reach
@@ -584,8 +589,8 @@ class Renderer:
             self._embree.distances(origins, directions, reach)
         wp.launch(
             self._kernel,
-            dim=(1, dim[0], 1),
-            inputs=[*self._render_inputs(traced), False, c, 1, first, dim[1]],
+            dim=(dim[0], dim[1], 1),
+            inputs=[*self._render_inputs(traced), False, c0, 1, y0, dim[2]],
             outputs=[self.buffers],
             device=d,
         )
@@ -596,7 +601,7 @@ class Renderer:
         return [scene.data, scene.actors, self._cameras, self._light, self._wanted, self._culling, traced]
 
     def _pool_map(self, work, items) -> None:
-        if self._pool is None or recording(self.device):  # a recording is one ordered stream
+        if self._pool is None or len(items) < 2 or recording(self.device):  # a recording is one ordered stream
             for item in items:
                 work(item)
         else:
@@ -614,14 +619,16 @@ class Renderer:
         worker, each on interleaved rows (a thread per row: Warp copies the struct arguments into
         every thread, which costs more than a pixel's work)."""
         span = 1 if self.device.is_cuda else self.width
-        self._pool_map(lambda k: self._launch(kernel, inputs, outputs, k, span), range(self.threads))
+        # Handing a few pixels to the threads costs more than it saves (a camera of 64 x 48: ~50 us).
+        threads = 1 if self.num_cameras * self.height * self.width < SHARED_PIXELS else self.threads
+        self._pool_map(lambda k: self._launch(kernel, inputs, outputs, k, span, threads), range(threads))
 
-    def _launch(self, kernel, inputs: list, outputs: list, offset: int, span: int) -> None:
-        rows = (self.height - offset + self.threads - 1) // self.threads
+    def _launch(self, kernel, inputs: list, outputs: list, offset: int, span: int, threads: int) -> None:
+        rows = (self.height - offset + threads - 1) // threads
         wp.launch(
             kernel,
             dim=(self.num_cameras, rows, self.width // span),
-            inputs=[*inputs, self.threads, offset, span],
+            inputs=[*inputs, threads, offset, span],
             outputs=outputs,
             device=self.device,
         )
@@ -649,6 +656,27 @@ class Renderer:
             self._pool = None
 
 
+#: Fewer pixels than this are launched on the calling thread (CPU), not shared by the render threads.
+SHARED_PIXELS = 16384
+
+#: Rays per Embree chunk: at least this many (a chunk costs two launches and an Embree call), and at
+#: most the larger (its hit arrays are temporaries).
+CHUNK_RAYS = (4096, 1 << 18)
+
+
+def _embree_chunks(n: int, h: int, w: int, threads: int) -> list[tuple[int, int, int, int]]:
+    """The chunks ``(c0, c1, y0, y1)`` (rows y0..y1 of cameras c0..c1) that the threads take in turn:
+    about four per thread, each whole cameras or rows of one camera (so its rays lie contiguous), of
+    ``CHUNK_RAYS`` rays."""
+    least, most = CHUNK_RAYS
+    rows = max(-(-least // w), -(-n * h // (threads * 4)))
+    rows = max(1, min(rows, most // w))
+    if rows < h:
+        return [(c, c + 1, y, min(h, y + rows)) for c in range(n) for y in range(0, h, rows)]
+    per_chunk = rows // h
+    return [(c, min(n, c + per_chunk), 0, h) for c in range(0, n, per_chunk)]
+
+
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
 
@@ -661,10 +689,10 @@ def _untraced(device) -> kernels.TracedRows:
     traced.has_surface = False
     traced.planes = wp.zeros(1, dtype=wp.vec4, device=device)
     traced.t = wp.zeros((1, 1, 1), dtype=float, device=device)
-    traced.face = wp.zeros((1, 1), dtype=wp.int32, device=device)
-    traced.u = wp.zeros((1, 1), dtype=float, device=device)
-    traced.v = wp.zeros((1, 1), dtype=float, device=device)
-    traced.normal_W = wp.zeros((1, 1), dtype=wp.vec3, device=device)
+    traced.face = wp.zeros((1, 1, 1), dtype=wp.int32, device=device)
+    traced.u = wp.zeros((1, 1, 1), dtype=float, device=device)
+    traced.v = wp.zeros((1, 1, 1), dtype=float, device=device)
+    traced.normal_W = wp.zeros((1, 1, 1), dtype=wp.vec3, device=device)
     return traced
 
 
