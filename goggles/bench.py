@@ -660,7 +660,7 @@ class EnvsBench:
     memory_per_env_kb: float
     """Device memory the batch allocated (arrays it owns, the shared scene apart), per environment."""
     memory_growth_kb: float
-    """Process memory (CPU) or Warp's device memory (CUDA) gained between the first and the last step."""
+    """Process memory (CPU) or Warp's device memory (CUDA) gained over the timed steps."""
     device: str
     recorded: bool
     """Whether the steps replayed recordings of their device work (the observation's included)."""
@@ -705,6 +705,10 @@ def _memory_kb(device) -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1024.0
 
 
+#: Turns the batch and the single environment take in ``bench_envs``.
+ROUNDS = 5
+
+
 def bench_envs(
     envs: int,
     *,
@@ -718,8 +722,9 @@ def bench_envs(
     progress=None,
 ) -> EnvsBench:
     """Step ``envs`` hovering vehicles with cameras of ``width`` x ``height`` (observing ``outputs``)
-    in the default scene for ``steps`` steps, then one environment alone for the same work (both with
-    the renderer ``backend``, replaying recorded steps or not: ``DroneVectorEnv``'s ``recorded``)."""
+    in the default scene for ``steps`` steps, and one environment alone for ``steps`` steps (at least
+    20), taking turns in ``ROUNDS`` (both with the renderer ``backend``, replaying recorded steps or
+    not: ``DroneVectorEnv``'s ``recorded``)."""
     import torch
     import warp as wp
 
@@ -732,7 +737,7 @@ def bench_envs(
     scene = DeviceScene(load_static_scene(default_scene()), device)
     camera = CameraModel.from_fov(width, height, 80.0)
 
-    def run(n: int, count: int) -> tuple[float, float, float, bool]:
+    def made(n: int):
         env = DroneVectorEnv(
             n,
             camera=camera,
@@ -743,24 +748,34 @@ def bench_envs(
             recorded=recorded,
         )
         env.reset(seed=0)
-        action = torch.zeros((n, 4), device=env.torch_device)
-        for _ in range(3):
-            env.step(action)
-        wp.synchronize_device(scene.device)
-        first = _memory_kb(scene.device)
-        owned = owned_device_bytes(env, shared=[scene])
+        return env, torch.zeros((n, 4), device=env.torch_device)
+
+    def timed(env, action, count: int, done: int, total: int) -> float:
         start = time.perf_counter()
         for k in range(count):
             env.step(action)
-            if progress is not None and k % 50 == 0:
-                progress(n, k, count)
+            if progress is not None and (done + k) % 50 == 0:
+                progress(env.num_envs, done + k, total)
         wp.synchronize_device(scene.device)
-        elapsed = time.perf_counter() - start
-        growth = _memory_kb(scene.device) - first
-        replayed = env._score_recorded.recordings > 0
-        env.close()
-        return n * count / elapsed, owned / 1024.0 / n, growth, replayed
+        return time.perf_counter() - start
 
-    batched, per_env, growth, replayed = run(envs, steps)
-    single, *_ = run(1, max(20, steps))
-    return EnvsBench(envs, batched, single, per_env, growth, str(scene.device), replayed)
+    batch, single = made(envs), made(1)
+    for env, action in (batch, single, batch, single):  # warm, taking turns as the timed steps will
+        for _ in range(3):
+            env.step(action)
+    wp.synchronize_device(scene.device)
+    first = _memory_kb(scene.device)
+    owned = owned_device_bytes(batch[0], shared=[scene])
+    # The two take turns, so that a change in the machine's load falls on both alike.
+    single_steps, batch_time, single_time = max(20, steps), 0.0, 0.0
+    for r in range(ROUNDS):
+        b0, b1 = steps * r // ROUNDS, steps * (r + 1) // ROUNDS
+        s0, s1 = single_steps * r // ROUNDS, single_steps * (r + 1) // ROUNDS
+        batch_time += timed(*batch, b1 - b0, b0, steps)
+        single_time += timed(*single, s1 - s0, s0, single_steps)
+    growth = _memory_kb(scene.device) - first
+    replayed = batch[0]._score_recorded.recordings > 0
+    for env, _ in (batch, single):
+        env.close()
+    batched, alone = envs * steps / batch_time, single_steps / single_time
+    return EnvsBench(envs, batched, alone, owned / 1024.0 / envs, growth, str(scene.device), replayed)

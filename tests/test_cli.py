@@ -210,6 +210,30 @@ def test_bench_dynamics_last_lines():
     assert float(last["realtime_factor"]) > 20.0
 
 
+def test_bench_envs_last_line():
+    """Each figure of the last line; the batch and the single environment both stepped (their ratio
+    is a figure of the machine, so only its presence is checked), with their progress shown."""
+    pytest.importorskip("gymnasium")
+    result = goggles("bench", "envs", "--envs", "3", "--width", "16", "--height", "12", "--steps", "10")
+    assert result.returncode == 0, result.stderr[-2000:]
+    last = dict(item.split("=") for item in result.stdout.strip().splitlines()[-1].split())
+    assert set(last) == {
+        "envs",
+        "steps_per_s",
+        "frames_per_s",
+        "device",
+        "vs_single",
+        "memory_per_env_kb",
+        "memory_growth_kb",
+        "recorded",
+    }
+    assert last["envs"] == "3" and last["device"] == "cpu" and last["recorded"] == "off"
+    assert float(last["steps_per_s"]) > 0 and float(last["vs_single"]) > 0
+    # Each environment owns at least its depth observation and the renderer's depth and status.
+    assert float(last["memory_per_env_kb"]) >= 16 * 12 * (4 + 4 + 1) / 1024
+    assert "3 env(s): step 0/10" in result.stderr and "1 env(s): step 0/20" in result.stderr
+
+
 def test_run_with_defaults_stops_cleanly_on_ctrl_c():
     import signal
 

@@ -127,7 +127,8 @@ def add_parser(commands) -> None:
         "envs",
         help="batched learning environments against one at a time",
         description="Step N hovering vehicles with a depth camera each (goggles.envs.DroneVectorEnv; depth and "
-        "segmentation with --segmentation) in the default scene, then one environment alone for the same work. "
+        "segmentation with --segmentation) in the default scene, and one environment alone, the two taking turns "
+        "(so that the machine's load falls on both alike). "
         "The last line is 'envs=<N> "
         "steps_per_s=<environment steps/s> frames_per_s=<camera frames/s> device=<d> vs_single=<batched over "
         "single throughput> memory_per_env_kb=<k> memory_growth_kb=<k> recorded=<on|off>'.",
