@@ -7,6 +7,7 @@ Each benchmark warms up, synchronizes the device, then times repeated work for a
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import time
 from dataclasses import dataclass
@@ -764,6 +765,7 @@ def bench_envs(
         for _ in range(3):
             env.step(action)
     wp.synchronize_device(scene.device)
+    gc.collect()  # the set-up's garbage freed now, not among the timed steps (its pages reused there)
     first = _memory_kb(scene.device)
     owned = owned_device_bytes(batch[0], shared=[scene])
     # The two take turns, so that a change in the machine's load falls on both alike.
@@ -773,6 +775,7 @@ def bench_envs(
         s0, s1 = single_steps * r // ROUNDS, single_steps * (r + 1) // ROUNDS
         batch_time += timed(*batch, b1 - b0, b0, steps)
         single_time += timed(*single, s1 - s0, s0, single_steps)
+    gc.collect()
     growth = _memory_kb(scene.device) - first
     replayed = batch[0]._score_recorded.recordings > 0
     for env, _ in (batch, single):

@@ -352,15 +352,17 @@ def make_rays_kernel(
     cameras: CameraBatch,
     first_camera: int,
     first_row: int,
+    rows: int,
     direction: wp.array3d(dtype=wp.vec3),
     reach: wp.array3d(dtype=float),
     per_ray_origin: bool,
-    origin: wp.array3d(dtype=wp.vec3),
+    origin: wp.array(dtype=wp.vec3),
 ):
-    """World-frame ray directions and reaches of rows ``first_row + k`` of cameras ``first_camera + i``,
-    for another tracer on the CPU (computed as ``render_kernel`` computes them), and each ray's origin
-    where one origin per camera will not do (``per_ray_origin``: rows with poses of their own, a rolling
-    shutter or a LiDAR's sweep, or a chunk of several cameras); a thread per row."""
+    """World-frame ray directions and reaches of rows ``first_row + k`` (``rows`` of them) of cameras
+    ``first_camera + i``, for another tracer on the CPU (computed as ``render_kernel`` computes them),
+    and where one origin per camera will not do (``per_ray_origin``: rows with poses of their own, a
+    rolling shutter or a LiDAR's sweep, or a chunk of several cameras) each ray's origin, in the
+    chunk's order from ``origin[0]``; a thread per row."""
     i, k = wp.tid()
     c = first_camera + i
     y = first_row + k
@@ -373,7 +375,7 @@ def make_rays_kernel(
         ray_C = cameras.rays_C[table, y, x]
         direction[c, y, x] = R * ray_C
         if per_ray_origin:
-            origin[c, y, x] = p
+            origin[(i * rows + k) * direction.shape[2] + x] = p
         if radial:
             reach[c, y, x] = max_depth
         else:

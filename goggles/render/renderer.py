@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -317,19 +318,24 @@ class Renderer:
         self._direction_view, self._reach_view = self._directions.numpy(), self._reach.numpy()
         self._positions = np.zeros((n, 3), np.float32)  # each camera's, for a global shutter's rays
         self._chunks = _embree_chunks(n, h, w, self.threads)
-        self._ray_origins: wp.array | None = None  # per ray: for chunks of several cameras, or rolling rows
-        self._untraced_origin = wp.zeros((1, 1, 1), dtype=wp.vec3, device=d)
-        if any(c1 - c0 > 1 for c0, c1, _, _ in self._chunks):
-            self._allocate_ray_origins()
+        self._chunk_rays = max((c1 - c0) * (y1 - y0) * w for c0, c1, y0, y1 in self._chunks)
+        self._ray_origins: dict[int, tuple[wp.array, np.ndarray]] = {}
+        """Per thread, its chunk's rays' origins where they need their own (``_origins_of_thread``)."""
+        self._one_origin = wp.zeros(1, dtype=wp.vec3, device=d)
         # Faces are needed for every output but depth (and the stereo shadow, which reads depth).
         self._need_faces = bool(self.outputs & {"rgb", "segmentation", "normal_W", "face"})
         # Barycentrics are for textures; the rest of the surface can come from the triangle's plane.
         self._need_surface = "rgb" in self.outputs and self._light.shading not in (Shading.NONE, Shading.LIDAR)
         self._planes = self.scene.static_planes() if self._need_faces and not self._need_surface else None
 
-    def _allocate_ray_origins(self) -> None:
-        self._ray_origins = wp.zeros(self._directions.shape, dtype=wp.vec3, device=self.device)
-        self._ray_origin_view = self._ray_origins.numpy()
+    def _origins_of_thread(self) -> tuple[wp.array, np.ndarray]:
+        """The calling thread's buffer for a chunk's per-ray origins (a chunk's worth, not the batch's:
+        2,048 cameras of 480 x 270 would need 3.2 GB), and its numpy view."""
+        key = threading.get_ident()
+        if key not in self._ray_origins:  # each thread adds only its own key
+            origins = wp.zeros(self._chunk_rays, dtype=wp.vec3, device=self.device)
+            self._ray_origins[key] = (origins, origins.numpy())
+        return self._ray_origins[key]
 
     @property
     def num_cameras(self) -> int:
@@ -386,8 +392,6 @@ class Renderer:
         self._rolling = T_WC_last_row is not None
         if self.backend == "embree":
             self._positions = T_WC[:, :3, 3].astype(np.float32)
-            if self._rolling and self._ray_origins is None:  # before the threads share the chunks
-                self._allocate_ray_origins()
         self._cull_actors(T_WC if T_WC_last_row is None else np.concatenate([T_WC, T_WC_last_row]))
 
     @property
@@ -554,14 +558,15 @@ class Renderer:
         c0, c1, y0, y1 = chunk
         dim = (c1 - c0, y1 - y0, self.width)
         d = self.device
+        count = dim[0] * dim[1] * dim[2]
         per_ray = self._rolling or c1 - c0 > 1  # else one origin serves every ray of the chunk
-        origins = self._ray_origins if per_ray else self._untraced_origin
-        rays = [self._cameras, c0, y0, self._directions, self._reach, per_ray, origins]
+        origins, origin_view = self._origins_of_thread() if per_ray else (self._one_origin, None)
+        rays = [self._cameras, c0, y0, dim[1], self._directions, self._reach, per_ray, origins]
         wp.launch(kernels.make_rays_kernel, dim=dim[:2], inputs=rays, device=d)
-        if per_ray:  # written by the kernel; a chunk is whole cameras or rows of one: contiguous
-            origins = self._ray_origin_view[c0:c1, y0:y1].reshape(-1, 3)
+        if per_ray:  # written by the kernel
+            origins = origin_view[:count]
         else:
-            origins = np.broadcast_to(self._positions[c0], (dim[1] * dim[2], 3))  # no per-ray copy
+            origins = np.broadcast_to(self._positions[c0], (count, 3))  # no per-ray copy
         directions = self._direction_view[c0:c1, y0:y1].reshape(-1, 3)
         reach = self._reach_view[c0:c1, y0:y1].reshape(-1)  # a view: Embree lowers it in place
         traced = kernels.TracedRows()
