@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -335,3 +336,63 @@ def test_the_preview_places_the_vehicle_through_its_camera_mount():
         running.stop.set()
         running.finish()
         client.close()
+
+
+def test_in_live_mode_the_run_files_mount_places_the_vehicle_where_its_pose_said():
+    """Live mode publishes no state to learn the mount from: ``goggles preview --run`` takes it from the
+    run file. Poses sent on the bus (turning and tilting) come back as the body pose of the images
+    rendered from them."""
+    from goggles.frames import quat_from_euler, transform
+    from goggles.preview.server import previewed_camera
+
+    camera = {
+        "vehicle": "quad0",
+        "name": "stereo",
+        "width": 32,
+        "height": 24,
+        "baseline": 0.32,
+        "position": [0.3, 0.16, 0.1],
+        "rpy_deg": [0.0, 30.0, 0.0],
+        "outputs": ["rgb"],
+    }
+    config = run_config(mode="live", cameras=[camera])
+    running = Running(config, duration=None)
+    client = Client(endpoints(config))
+    try:
+        source = FrameSource(client, "quad0", "stereo", mount=previewed_camera(config, "quad0", "stereo").T_BC)
+        client.subscribe(source.channels[0])
+        sent, matched = {}, 0
+        for k in range(200):
+            q = quat_from_euler(0.2, -0.1, 0.1 * k)
+            position = [-4.0 + 0.05 * k, 0.2, 1.5]
+            sent[client.send_pose("quad0", position, q)] = transform(position, q)
+            for _, image in iter(lambda: client.receive(timeout=0.02), None):
+                if image.pose_utime in sent:
+                    T_WC = transform(image.position, image.orientation)
+                    np.testing.assert_allclose(source.body_pose(T_WC, image), sent[image.pose_utime], atol=1e-5)
+                    matched += 1
+            if matched >= 5:
+                break
+        assert matched >= 5, "no image came from the poses sent"
+    finally:
+        running.stop.set()
+        running.finish()
+        client.close()
+
+
+def test_the_preview_names_what_the_run_file_lacks(tmp_path):
+    from goggles.config import parse_run_config
+    from goggles.errors import ConfigError
+    from goggles.preview.server import previewed_camera
+
+    mono = {"vehicle": "quad0", "name": "front", "width": 32, "height": 24, "outputs": ["rgb"]}
+    depth = {"vehicle": "quad0", "name": "stereo", "width": 32, "height": 24, "baseline": 0.3, "outputs": ["depth"]}
+    config = parse_run_config({"vehicle": [{"name": "quad0"}], "camera": [mono, depth]}, tmp_path / "run.toml")
+    for vehicle, camera, says in [
+        ("quad1", "stereo", "no vehicle 'quad1' (vehicles: quad0)"),
+        ("quad0", "down", "vehicle 'quad0' has no camera 'down' (cameras: front, stereo)"),
+        ("quad0", "front", "camera 'front' of 'quad0' must be a stereo camera publishing rgb"),
+        ("quad0", "stereo", "camera 'stereo' of 'quad0' must be a stereo camera publishing rgb"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'run.toml'}: {says}")):
+            previewed_camera(config, vehicle, camera)

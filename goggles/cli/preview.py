@@ -16,7 +16,18 @@ def add_parser(commands) -> None:
         "engine, side by side, with a third-person view; on a headset browser, 'Enter VR' shows each eye its "
         "image (WebXR). Binds 127.0.0.1 unless --host says otherwise.",
     )
-    preview.add_argument("--endpoint", default="tcp://127.0.0.1:5555", help="the engine's ZeroMQ output")
+    preview.add_argument(
+        "--run",
+        dest="run_file",
+        type=Path,
+        default=None,
+        metavar="RUN_FILE",
+        help="the run file the engine runs: its ZeroMQ output, its scene, the vehicle's airframe and the camera's "
+        "mount (which places the vehicle in the third-person view in live mode too) come from it",
+    )
+    preview.add_argument(
+        "--endpoint", default=None, help="the engine's ZeroMQ output (default: the run file's, or tcp://127.0.0.1:5555)"
+    )
     preview.add_argument("--keys", type=Path, default=None, help="CURVE client keys for an exposed engine")
     preview.add_argument("--vehicle", default="quad0")
     preview.add_argument("--camera", default="stereo", help="a stereo camera publishing rgb")
@@ -28,7 +39,9 @@ def add_parser(commands) -> None:
         help="the stream goes only to pages opened with ?token=TOKEN (default: a random one when --host is not "
         "a loopback address, none on this machine)",
     )
-    preview.add_argument("--scene", type=Path, default=None, help="scene of the third-person view (default arena)")
+    preview.add_argument(
+        "--scene", type=Path, default=None, help="scene of the third-person view (default: the run file's, or arena)"
+    )
     preview.add_argument(
         "--viewpoint",
         type=floats(3, "--viewpoint"),
@@ -37,8 +50,9 @@ def add_parser(commands) -> None:
     )
     preview.add_argument(
         "--preset",
-        default="fg-quad",
-        help="airframe preset or TOML path the third-person view draws the vehicle as (default %(default)s)",
+        default=None,
+        help="airframe preset or TOML path the third-person view draws the vehicle as (default: the run file's, "
+        "or fg-quad)",
     )
     preview.add_argument("--no-third-person", action="store_true", help="only the stereo pair")
     preview.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
@@ -50,13 +64,25 @@ def cmd_preview(args) -> int:
     import threading
 
     from goggles.client import Client
+    from goggles.config import load_run_config
+    from goggles.errors import ConfigError
     from goggles.paths import default_scene
-    from goggles.preview.server import FrameSource, PreviewServer
+    from goggles.preview.server import FrameSource, PreviewServer, previewed_camera
     from goggles.scene import load_static_scene
     from goggles.transport.buses import ZmqEndpoints
 
-    client = Client(ZmqEndpoints(publish=args.endpoint), keys=args.keys)
-    scene = None if args.no_third_person else load_static_scene(args.scene or default_scene())
+    endpoint, scene_path, preset, mount = args.endpoint, args.scene, args.preset, None
+    if args.run_file is not None:
+        config = load_run_config(args.run_file)
+        camera = previewed_camera(config, args.vehicle, args.camera)
+        if config.zmq is None and endpoint is None:
+            raise ConfigError(f"{config.source}: ZeroMQ is off, and the preview reads the engine's ZeroMQ output")
+        endpoint = endpoint or config.zmq.publish
+        scene_path = scene_path or config.scene
+        preset = preset or next(v.preset for v in config.vehicles if v.name == args.vehicle)
+        mount = camera.T_BC
+    client = Client(ZmqEndpoints(publish=endpoint or "tcp://127.0.0.1:5555"), keys=args.keys)
+    scene = None if args.no_third_person else load_static_scene(scene_path or default_scene())
     source = FrameSource(
         client,
         args.vehicle,
@@ -64,7 +90,8 @@ def cmd_preview(args) -> int:
         scene=scene,
         viewpoint=args.viewpoint,
         device=args.device,
-        airframe=args.preset,
+        airframe=preset or "fg-quad",
+        mount=mount,
     )
     token = args.token
     if token is None and not _loopback(args.host):
@@ -77,7 +104,7 @@ def cmd_preview(args) -> int:
         threading.Timer(args.duration, stop.set).start()
     page = f"http://{args.host}:{args.port}/" + (f"?token={token}" if token else "")
     print(
-        f"goggles preview: {page} (frames from {args.endpoint}, {args.vehicle}/{args.camera}); Ctrl-C stops",
+        f"goggles preview: {page} (frames from {client.endpoints.publish}, {args.vehicle}/{args.camera}); Ctrl-C stops",
         file=sys.stderr,
         flush=True,
     )

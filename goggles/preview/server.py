@@ -50,14 +50,32 @@ def look_at(eye: np.ndarray, target: np.ndarray) -> np.ndarray:
 VEHICLE_SEGMENT = 30
 
 
+def previewed_camera(config, vehicle: str, camera: str):
+    """The run file's ``CameraConfig`` of ``vehicle``'s stereo ``camera`` publishing rgb (what the
+    preview shows), or a ConfigError naming the file and what it holds."""
+    where = config.source or "the run file"
+    names = [v.name for v in config.vehicles]
+    if vehicle not in names:
+        raise ConfigError(f"{where}: no vehicle {vehicle!r} (vehicles: {', '.join(names)}); choose one with --vehicle")
+    cameras = [c for c in config.cameras if c.vehicle == vehicle]
+    found = next((c for c in cameras if c.name == camera), None)
+    if found is None:
+        known = ", ".join(c.name for c in cameras) or "none"
+        raise ConfigError(f"{where}: vehicle {vehicle!r} has no camera {camera!r} (cameras: {known}); use --camera")
+    if found.baseline is None or "rgb" not in found.outputs:
+        raise ConfigError(f"{where}: camera {camera!r} of {vehicle!r} must be a stereo camera publishing rgb")
+    return found
+
+
 class FrameSource:
     """Pulls the newest stereo pair from the engine and makes the JPEGs (in a thread).
 
     ``airframe`` (a preset name or TOML path) is how the third-person view draws the vehicle: its
     rotor layout's model (``goggles.scene.vehicle_model``). Its pose is the image's camera pose times
-    the camera's mount, learnt from a ``<vehicle>/state`` of the same instant as an image (the engine
-    publishes both at that step); until then, and where no state comes (live mode), the body is
-    taken to sit at the camera, looking where it looks.
+    the camera's mount: ``mount`` (the left camera's optical frame in the body, ``CameraConfig.T_BC``)
+    when the run file is known, else learnt from a ``<vehicle>/state`` of the same instant as an image
+    (the engine publishes both at that step). Until then, and in live mode (no state) without a
+    ``mount``, the body is taken to sit at the camera, looking where it looks.
     """
 
     def __init__(
@@ -72,12 +90,14 @@ class FrameSource:
         quality: int = 80,
         third_size=(320, 240),
         airframe: str = "fg-quad",
+        mount: np.ndarray | None = None,
     ):
         self.client = client
         self.channels = (f"{vehicle}/{camera}_left/rgb", f"{vehicle}/{camera}_right/rgb")
         self.state_channel = f"{vehicle}/state"
-        self.T_CB: np.ndarray | None = None
-        """The body in the left camera's optical frame, once a state and an image shared an instant."""
+        self.T_CB: np.ndarray | None = None if mount is None else np.linalg.inv(np.asarray(mount, np.float64))
+        """The body in the left camera's optical frame: from ``mount``, or once a state and an image
+        shared an instant."""
         self.quality = quality
         self.viewpoint = None if viewpoint is None else np.asarray(viewpoint, dtype=np.float64)
         self._third = None
