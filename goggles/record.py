@@ -103,13 +103,17 @@ class Recorder:
         self._thread = threading.Thread(target=self._drain, name="goggles-recorder", daemon=True)
         self._thread.start()
 
-    def write(self, channel: str, data: bytes, log_time_ns: int) -> None:
-        """Queue a message; never blocks (a full queue drops it and counts it)."""
+    def write(self, channel: str, data, log_time_ns: int) -> None:
+        """Queue a message; never blocks (a full queue drops it and counts it). ``data`` (bytes-like) is
+        queued as it is when it cannot change (bytes, or a read-only view: the engine's frames, which
+        nothing writes once built), else copied: the caller's thread never copies an image for it."""
         if self.error is not None:
             self.dropped += 1
             return
+        if not isinstance(data, bytes) and not memoryview(data).readonly:
+            data = bytes(data)
         try:
-            self._queue.put_nowait((channel, bytes(data), int(log_time_ns), time.time_ns()))
+            self._queue.put_nowait((channel, data, int(log_time_ns), time.time_ns()))
         except queue.Full:
             self.dropped += 1
             if self.dropped in (1, 100) or self.dropped % 10_000 == 0:
@@ -135,16 +139,16 @@ class Recorder:
         if self._on_error is not None:
             self._on_error(self.error)
 
-    def _write(self, channel: str, data: bytes, log_time: int, publish_time: int) -> None:
+    def _write(self, channel: str, data, log_time: int, publish_time: int) -> None:
         if self.format == "lcm":
-            self._event_log.write_event(log_time // 1000, channel, data)
+            self._event_log.write_event(log_time // 1000, channel, bytes(data))  # lcm takes bytes only
             return
         if self._ros2 is not None:
             self._write_ros2(data, log_time, publish_time)
             return
         channel_id = self._channels.get(channel)
         if channel_id is None:
-            schema_id = self._schema(data[:8])
+            schema_id = self._schema(bytes(data[:8]))
             channel_id = self._channels[channel] = self._writer.register_channel(channel, "lcm", schema_id)
         self._writer.add_message(channel_id, log_time, data, publish_time)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import goggles_lcm
 from goggles.engine import Engine
 from goggles.record import Recorder, read_log, read_metadata
 from goggles.replay import replay_file, replay_folder
@@ -174,6 +175,29 @@ def test_the_recorder_never_blocks(tmp_path, monkeypatch):
     release.set()
     recorder.close()
     assert recorder.written + recorder.dropped == 1000
+
+
+@pytest.mark.parametrize("suffix", [".mcap", ".lcmlog"])
+def test_the_recorder_keeps_what_was_written_when_the_caller_reuses_its_buffer(tmp_path, suffix):
+    """A read-only frame (the engine's) is queued without a copy; a writable buffer the caller fills
+    again at once is copied, so each message is recorded as it was when written."""
+    from goggles.transport.buses import framed
+
+    image = goggles_lcm.image_t()
+    image.data = b"\1" * 1000
+    image.data_size = len(image.data)
+    frame_buffer, view = framed("cam/depth", image.encode())
+    reused = bytearray(image.encode())
+    path = tmp_path / f"kept{suffix}"
+    recorder = Recorder(path)
+    recorder.write("cam/depth", view, 1_000)
+    for i in range(5):
+        reused[-1000:] = bytes([i]) * 1000
+        recorder.write("cam/rgb", reused, 2_000 + i)
+    recorder.close()
+    messages = list(read_log(path))
+    assert messages[0][2] == image.encode()
+    assert [decode_any(data).data[:3] for _, _, data in messages[1:]] == [bytes([i]) * 3 for i in range(5)]
 
 
 def test_batch_replay_of_a_folder(tmp_path):
