@@ -624,7 +624,8 @@ class Renderer:
         worker, each on interleaved rows (a thread per row: Warp copies the struct arguments into
         every thread, which costs more than a pixel's work)."""
         span = 1 if self.device.is_cuda else self.width
-        # Handing a few pixels to the threads costs more than it saves (a camera of 64 x 48: ~50 us).
+        # Handing a few pixels to the threads costs more than it saves (one 64 x 48 learning environment
+        # steps 1.2x faster launching here).
         threads = 1 if self.num_cameras * self.height * self.width < SHARED_PIXELS else self.threads
         self._pool_map(lambda k: self._launch(kernel, inputs, outputs, k, span, threads), range(threads))
 
