@@ -102,7 +102,7 @@ def test_posed_renders_equal_renders_from_host_poses_with_both_backends():
 
 def test_backends_agree_on_a_batch_of_small_cameras():
     """A learning batch's small images: Embree's chunks then hold several whole cameras, each ray with
-    its own camera's origin (one rolling camera, a chunk of one camera, and every query: the surface
+    its own camera's origin (a chunk of one camera too, a rolling shutter, and every query: the surface
     for rgb, the triangle only for segmentation, the distance only for depth)."""
     scene = load_static_scene(default_scene())
     world = DeviceScene(scene, "cpu")
