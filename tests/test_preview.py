@@ -286,23 +286,27 @@ def test_the_third_person_view_draws_the_vehicle_as_its_airframe(device):
     assert areas["hexa-550"] > 1.5 * areas["fg-quad"]
 
 
+#: A stereo rgb camera 0.3 m ahead, 0.16 m left and 0.1 m up, pitched 30 degrees down: a mount far
+#: from the body's origin and axes, so a body drawn at the camera is plainly wrong.
+PITCHED_CAMERA = {
+    "vehicle": "quad0",
+    "name": "stereo",
+    "width": 32,
+    "height": 24,
+    "baseline": 0.32,
+    "position": [0.3, 0.16, 0.1],
+    "rpy_deg": [0.0, 30.0, 0.0],
+    "outputs": ["rgb"],
+}
+
+
 def test_the_preview_places_the_vehicle_through_its_camera_mount():
     """A camera 0.3 m ahead, 0.16 m left and 0.1 m up, pitched 30 degrees down: the preview learns the
     mount from a state of an image's instant, and from then on puts the body where the state says it
     was when each image was taken (not at the camera, not tilted with it)."""
     from goggles.frames import transform
 
-    camera = {
-        "vehicle": "quad0",
-        "name": "stereo",
-        "width": 32,
-        "height": 24,
-        "baseline": 0.32,
-        "position": [0.3, 0.16, 0.1],
-        "rpy_deg": [0.0, 30.0, 0.0],
-        "outputs": ["rgb"],
-    }
-    config = run_config(scale=2.0, cameras=[camera])
+    config = run_config(scale=2.0, cameras=[PITCHED_CAMERA])
     client = Client(endpoints(config))
     running = Running(config, duration=None)
     try:
@@ -345,17 +349,7 @@ def test_in_live_mode_the_run_files_mount_places_the_vehicle_where_its_pose_said
     from goggles.frames import quat_from_euler, transform
     from goggles.preview.server import previewed_camera
 
-    camera = {
-        "vehicle": "quad0",
-        "name": "stereo",
-        "width": 32,
-        "height": 24,
-        "baseline": 0.32,
-        "position": [0.3, 0.16, 0.1],
-        "rpy_deg": [0.0, 30.0, 0.0],
-        "outputs": ["rgb"],
-    }
-    config = run_config(mode="live", cameras=[camera])
+    config = run_config(mode="live", cameras=[PITCHED_CAMERA])
     running = Running(config, duration=None)
     client = Client(endpoints(config))
     try:
