@@ -255,7 +255,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
 
 def _divides(reader: Table, key: str, rate: float, physics_rate: float) -> float:
     ratio = physics_rate / rate
-    if abs(ratio - round(ratio)) > 1e-9:
+    if round(ratio) < 1 or abs(ratio - round(ratio)) > 1e-9 * ratio:
         raise reader.error(key, f"a rate in Hz that divides the physics rate {physics_rate:g} Hz")
     return rate
 

@@ -23,6 +23,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     (tmp / "noise.lcmlog").write_bytes(np.random.default_rng(0).bytes(512))
     (tmp / "bad.toml").write_text("[scene\nname = ")
     (tmp / "binary.toml").write_bytes(bytes(range(256)))
+    (tmp / "named.toml").write_text('[[asset]]\nname = 5\nfile = "a.ply"\nunits = "m"\nup = "+z"\n')
     out = str(tmp / "out")
     arena = repr(str(REPO / "assets/arena.toml"))
     run_file = (REPO / "assets/run-demo.toml").read_text().replace('"arena.toml"', arena)
@@ -37,6 +38,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["run", variant("custom.toml", '"fg-quad"', '"my-quad.toml"')], "airframe file " + str(tmp / "my-quad.toml")),
         (["run", variant("width.toml", "width = 320", "width = 0")], "'width' must be an integer from 1"),
         (["run", variant("vfov.toml", "vfov_deg = 60.0", "vfov_deg = 180.0")], "vfov.toml: [[camera]] #1: 'vfov_deg'"),
+        (["run", variant("rate.toml", "rate = 30.0", "rate = 1e12")], "'rate' must be a rate in Hz that divides"),
         (["run", variant("depth.toml", "max_depth = 50.0", "max_depth = 0.1")], "'max_depth' must be greater than"),
         (["render", "--out", str(tmp / "a_file" / "sub")], "a_file/sub: Not a directory"),
         (["keys", str(tmp / "a_file" / "sub")], "a_file/sub"),
@@ -59,6 +61,8 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["render", "--scene", str(tmp / "bad.toml"), "--out", out], "bad.toml"),
         (["render", "--scene", str(tmp / "binary.toml"), "--out", out], "binary.toml"),
         (["render", "--scene", str(tmp / "missing.glb"), "--out", out], "missing.glb"),
+        (["render", "--scene", str(tmp / "named.toml"), "--out", out], "#1 (a.ply): 'name' must be a non-empty string"),
+        (["render", "--outputs", ",", "--out", out], "names nothing to render"),
         (["render", "--outt", "x", "--out", out], "unrecognized arguments: --outt"),
         (["run", str(tmp / "a_file")], "a_file"),
         (["run", "--record", str(tmp / "a_file" / "x.mcap"), "--duration", "0.1"], "a_file"),

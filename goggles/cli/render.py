@@ -94,6 +94,8 @@ def cmd_render(args) -> int:
         raise ConfigError(f"--out {args.out}: is a file; give a folder for the images")
     outputs = {o for o in args.outputs.split(",") if o}
     unknown = sorted(outputs - {"images", "beacons", "tof"})
+    if not outputs:
+        raise ConfigError(f"--outputs {args.outputs!r}: names nothing to render; use images, beacons, tof")
     if unknown:
         raise ConfigError(f"--outputs {args.outputs!r}: unknown {unknown}; use images, beacons, tof")
     camera = camera_model(args)

@@ -120,5 +120,12 @@ def _asset(path: Path, index: int, entry: dict) -> AssetSpec:
             raise SceneError(f"{path}: {where}: 'orientation' must be a non-zero quaternion [w, x, y, z]")
     scale = table.number("scale", 1.0, positive=True)
     segmentation = table.integer("segmentation", 1, low=1, high=2**31 - 1, meaning="a class id")
-    name = str(entry.get("name", Path(str(entry["file"])).stem))
-    return AssetSpec(name, file, units, up, transform(position, orientation), scale, segmentation)
+    return AssetSpec(
+        table.text("name", Path(str(entry["file"])).stem),
+        file,
+        units,
+        up,
+        transform(position, orientation),
+        scale,
+        segmentation,
+    )
