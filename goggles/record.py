@@ -336,7 +336,10 @@ def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
                             orphans += 1  # its channel was declared in a damaged chunk
         except Exception as exc:  # the record framing itself is broken: nothing after it can be found
             log.warning(
-                "%s: stopped reading at a damaged or cut-off record after chunk %d (%s)", path, index, str(exc)[:120]
+                "%s: stopped reading at a damaged or cut-off record after chunk %d (%s)",
+                path,
+                index,
+                (str(exc) or type(exc).__name__)[:120],
             )
     if damaged or orphans:
         log.warning(
