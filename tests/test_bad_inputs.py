@@ -63,6 +63,10 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["render", "--scene", str(tmp / "missing.glb"), "--out", out], "missing.glb"),
         (["render", "--scene", str(tmp / "named.toml"), "--out", out], "#1 (a.ply): 'name' must be a non-empty string"),
         (["render", "--outputs", ",", "--out", out], "names nothing to render"),
+        (
+            ["bridge", "mocap", "--system", "mock", "--mock-bodies", "quad0(1,2,3,1,0,0,0);RaceQuad"],
+            "argument --mock-bodies: each body is name(x,y,z,qw,qx,qy,qz)",
+        ),
         (["render", "--outt", "x", "--out", out], "unrecognized arguments: --outt"),
         (["run", str(tmp / "a_file")], "a_file"),
         (["run", "--record", str(tmp / "a_file" / "x.mcap"), "--duration", "0.1"], "a_file"),

@@ -361,6 +361,9 @@ def test_randomization_is_drawn_per_episode_reproducibly_and_flies(tmp_path):
         ("[airframe]\nmass = { uniform = [1.1, 0.9] }\n", "exceeds"),
         ("[airframe]\nmass = { gamma = [1, 2] }\n", "uniform"),
         ("[imu]\nnoise = { normal = [1.0] }\n", "two finite numbers"),
+        ("[airframe]\nmass = { uniform = [0.0, 1.1] }\n", r"\[airframe\] mass: uniform low 0 must be > 0"),
+        ("[airframe]\ninertia = { normal = [-0.1, 0.5] }\n", r"\[airframe\] inertia: normal mean -0.1 must be > 0"),
+        ("[gates]\nperturbation = { uniform = [-1, 1] }\n", r"\[gates\] perturbation: uniform low -1 must be >= 0"),
     ],
 )
 def test_bad_randomization_files_name_the_file_and_key(tmp_path, text, message):
@@ -369,6 +372,20 @@ def test_bad_randomization_files_name_the_file_and_key(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message) as error:
         Randomization.load(path)
     assert str(path) in str(error.value)
+
+
+def test_a_normal_reaching_below_a_factors_floor_is_truncated_there():
+    """A normal on a factor that must stay positive is drawn again below 0 (no draw can fail a reset
+    mid-training): the draws follow scipy's truncated normal, mean and spread."""
+    from scipy.stats import truncnorm
+
+    mean, std = 0.3, 0.5
+    randomization = Randomization.from_tables({"airframe": {"mass": {"normal": [mean, std]}}})
+    draws = np.array([randomization.draw(7, env, 0)["airframe.mass"] for env in range(20000)])
+    reference = truncnorm((0.0 - mean) / std, np.inf, loc=mean, scale=std)
+    assert draws.min() > 0
+    assert abs(draws.mean() - reference.mean()) < 4 * reference.std() / np.sqrt(len(draws))
+    assert draws.std() == pytest.approx(reference.std(), rel=0.03)
 
 
 def test_memory_does_not_grow_over_ten_thousand_steps():
@@ -792,9 +809,8 @@ def test_gate_poses_randomised_per_episode_from_the_randomisation_file():
         env.close()
     assert np.all(shifts[0.0] < 1e-6)
     assert np.all(shifts[2.0] <= 2 * bounds[:, :2] + 1e-5) and np.any(shifts[2.0] > bounds[:, :2])
-    with pytest.raises(ConfigError, match="gates.perturbation"):
-        bad = Randomization.from_tables({"gates": {"perturbation": {"uniform": [-1.0, -1.0]}}})
-        DroneVectorEnv(1, task=RaceTask(), randomization=bad, device="cpu").reset(seed=0)
+    with pytest.raises(ConfigError, match=r"\[gates\] perturbation: uniform low -1 must be >= 0"):
+        Randomization.from_tables({"gates": {"perturbation": {"uniform": [-1.0, -1.0]}}})
 
 
 def test_a_device_this_machine_lacks_is_a_clear_error():

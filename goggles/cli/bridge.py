@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
+import argparse
+import re
 import sys
 from pathlib import Path
 
-from goggles.cli.common import freeze_start_up_heap, port, positive, stop_on_signals
+from goggles.cli.common import floats, freeze_start_up_heap, port, positive, stop_on_signals
+
+_POSE = floats(7, "a mock body's pose")
+
+
+def mock_bodies(text: str) -> str:
+    """argparse type: 'name(x,y,z,qw,qx,qy,qz);...', checked here: the mock system ignores what it
+    cannot parse (a body that never appears)."""
+    bodies = [b.strip() for b in text.split(";") if b.strip()]
+    for body in bodies:
+        match = re.fullmatch(r"([^\s(),;]+)\((.*)\)", body)
+        pose = _POSE(match.group(2)) if match else ()
+        if not match or not any(pose[3:]):
+            raise argparse.ArgumentTypeError(
+                f"each body is name(x,y,z,qw,qx,qy,qz): finite numbers, a non-zero quaternion; got {body!r}"
+            )
+    return ";".join(bodies)  # the mock keeps spaces in names
 
 
 def add_parser(commands) -> None:
@@ -33,6 +51,7 @@ def add_parser(commands) -> None:
     mocap.add_argument("--multicast", action="store_true", help="NatNet: listen to Motive's multicast stream")
     mocap.add_argument(
         "--mock-bodies",
+        type=mock_bodies,
         default="",
         help="mock system: static bodies 'name(x,y,z,qw,qx,qy,qz);...' (metres, z up) at 100 Hz",
     )

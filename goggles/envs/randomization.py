@@ -16,7 +16,9 @@ IMU noise, offsets on the camera mounting.
     perturbation = { uniform = [0.5, 1.5] }   # factor on a race's gate perturbation bounds
 
 Each environment draws from its own stream (seed, environment, episode), so an episode is the same
-whatever the other environments do.
+whatever the other environments do. Factors have a floor: the airframe's must stay above 0 and the
+noise and perturbation factors at 0 or above. A uniform range must lie above it (checked when the
+file is read), and a normal is truncated there (drawn again), so no draw mid-training can fail.
 """
 
 from __future__ import annotations
@@ -50,15 +52,33 @@ PARAMETERS = {
 DEFAULTS = {f"{table}.{key}": value for table, keys in PARAMETERS.items() for key, value in keys.items()}
 
 
+#: The floor of each bounded parameter: (value, whether the value itself is excluded).
+FLOORS = {name: (0.0, True) for name in DEFAULTS if name.startswith("airframe.")} | {
+    "imu.noise": (0.0, False),
+    "gates.perturbation": (0.0, False),
+}
+
+
 @dataclass(frozen=True)
 class Distribution:
     kind: str
     """'uniform' (low, high) or 'normal' (mean, standard deviation)."""
     a: float
     b: float
+    floor: tuple[float, bool] | None = None
+    """Draws at or below it are drawn again (see ``FLOORS``); a uniform range lies above it."""
+
+    def admits(self, value: float) -> bool:
+        if self.floor is None:
+            return True
+        bound, excluded = self.floor
+        return value > bound or (value == bound and not excluded)
 
     def draw(self, rng: np.random.Generator) -> float:
-        return float(rng.uniform(self.a, self.b) if self.kind == "uniform" else rng.normal(self.a, self.b))
+        while True:  # a normal's mean is admitted, so each draw is admitted with probability >= 1/2
+            value = float(rng.uniform(self.a, self.b) if self.kind == "uniform" else rng.normal(self.a, self.b))
+            if self.admits(value):
+                return value
 
 
 @dataclass(frozen=True)
@@ -84,7 +104,8 @@ class Randomization:
             for key, spec in entries.items():
                 if key not in PARAMETERS[table]:
                     raise ConfigError(f"{where}: [{table}] unknown key {key!r}; allowed: {sorted(PARAMETERS[table])}")
-                found[f"{table}.{key}"] = _distribution(spec, f"{where}: [{table}] {key}")
+                name = f"{table}.{key}"
+                found[name] = _distribution(spec, f"{where}: [{table}] {key}", FLOORS.get(name))
         return cls(found)
 
     def draw(self, seed: int, environment: int, episode: int) -> dict[str, float]:
@@ -96,7 +117,7 @@ class Randomization:
         return values
 
 
-def _distribution(spec, where: str) -> Distribution:
+def _distribution(spec, where: str, floor: tuple[float, bool] | None) -> Distribution:
     if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in ("uniform", "normal"):
         raise ConfigError(f"{where} must be {{ uniform = [low, high] }} or {{ normal = [mean, std] }}")
     kind, bounds = next(iter(spec.items()))
@@ -107,15 +128,19 @@ def _distribution(spec, where: str) -> Distribution:
         raise ConfigError(f"{where}: uniform low {pair[0]} exceeds high {pair[1]}")
     if kind == "normal" and pair[1] < 0:
         raise ConfigError(f"{where}: normal standard deviation {pair[1]} is negative")
-    return Distribution(kind, float(pair[0]), float(pair[1]))
+    distribution = Distribution(kind, float(pair[0]), float(pair[1]), floor)
+    if not distribution.admits(distribution.a):
+        first = "low" if kind == "uniform" else "mean"
+        raise ConfigError(f"{where}: {kind} {first} {pair[0]:g} must be {'>' if floor[1] else '>='} {floor[0]:g}")
+    return distribution
 
 
 def randomized_airframe(nominal: Airframe, values: dict[str, float]) -> Airframe:
     """The nominal airframe with the drawn factors applied (allocation rebuilt for the new torque
-    to thrust ratio). Factors must stay positive.
+    to thrust ratio). Factors must stay above their floor (``FLOORS``), as ``Randomization`` draws them.
 
     Raises:
-        ConfigError: a drawn factor that is not positive (a distribution reaching below 0).
+        ConfigError: a factor at or below its floor.
     """
     for name in ("mass", "inertia", "motor_time_constant", "thrust_coefficient", "torque_coefficient", "drag"):
         if values[f"airframe.{name}"] <= 0:
