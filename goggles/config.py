@@ -244,7 +244,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         collisions=responses[collisions],
         range_sensors=ranges,
         lidars=tuple(_lidar(path, i, c, set(names), physics_rate) for i, c in enumerate(top.get("lidar", []))),
-        extrapolate=run.number("extrapolate", 0.0),
+        extrapolate=run.number("extrapolate", 0.0, minimum=0.0, unit="s"),
         avatars=tuple(_avatar(path, base, i, a) for i, a in enumerate(top.get("avatar", []))),
         props=_props(path, base, top.get("prop", [])),
         curve=CurveServer((base / zmq.text("curve_secret_key")).resolve(), (base / zmq.text("curve_clients")).resolve())

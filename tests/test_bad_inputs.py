@@ -39,6 +39,10 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["run", variant("width.toml", "width = 320", "width = 0")], "'width' must be an integer from 1"),
         (["run", variant("vfov.toml", "vfov_deg = 60.0", "vfov_deg = 180.0")], "vfov.toml: [[camera]] #1: 'vfov_deg'"),
         (["run", variant("rate.toml", "rate = 30.0", "rate = 1e12")], "'rate' must be a rate in Hz that divides"),
+        (
+            ["run", variant("extrapolate.toml", 'mode = "sim"', 'mode = "sim"\nextrapolate = -1.0')],
+            "[run]: 'extrapolate' must be a finite number >= 0 (s)",
+        ),
         (["run", variant("depth.toml", "max_depth = 50.0", "max_depth = 0.1")], "'max_depth' must be greater than"),
         (["render", "--out", str(tmp / "a_file" / "sub")], "a_file/sub: Not a directory"),
         (["keys", str(tmp / "a_file" / "sub")], "a_file/sub"),
