@@ -241,6 +241,10 @@ def read_log(path: str | Path) -> Iterator[tuple[int, str, bytes]]:
     yield from _read_mcap(path)
 
 
+#: An event's sync word, event number, time stamp, channel length and data length (lcm-logger's format).
+LCM_EVENT_HEADER_BYTES = 4 + 8 + 8 + 4 + 4
+
+
 def _read_lcm_log(path: Path) -> Iterator[tuple[int, str, bytes]]:
     import lcm
 
@@ -248,13 +252,17 @@ def _read_lcm_log(path: Path) -> Iterator[tuple[int, str, bytes]]:
         event_log = lcm.EventLog(str(path), "r")
     except Exception as exc:
         raise ConfigError(f"{path}: not an LCM event log: {exc}") from exc
-    events = 0
+    events = read = 0
     for event in event_log:
         events += 1
+        read += LCM_EVENT_HEADER_BYTES + len(event.channel.encode()) + len(event.data)
         if event.channel != "LCM_SELF_TEST":
             yield event.timestamp * 1000, event.channel, event.data
     if events == 0:
         raise ConfigError(f"{path}: not a readable LCM event log (no event could be read)")
+    unread = path.stat().st_size - read  # lcm's reader ends quietly at an event it cannot finish
+    if unread > 0:
+        log.warning("%s: stopped reading at a damaged or cut-off event after event %d (%d bytes)", path, events, unread)
 
 
 def _summary_channels(path: Path) -> tuple[dict[int, str], dict[int, str]]:

@@ -309,6 +309,26 @@ def test_damaged_chunks_are_named_and_skipped(tmp_path, caplog, compression):
     assert "damaged" in caplog.text
 
 
+@pytest.mark.parametrize("suffix", [".mcap", ".lcmlog"])
+def test_a_cut_off_recording_reads_to_the_cut_and_says_so(tmp_path, caplog, suffix):
+    """A recording whose writer was killed: what was written before the cut reads back as written,
+    and a warning says the rest was cut off (lcm's reader would end silently)."""
+    path = tmp_path / f"flight{suffix}"
+    recorder = Recorder(path, compression="none") if suffix == ".mcap" else Recorder(path)
+    payloads = [bytes([i]) * 50_000 for i in range(40)]
+    for i, payload in enumerate(payloads):
+        recorder.write("quad0/depth", payload, (i + 1) * 1_000_000)
+    recorder.close()
+    with caplog.at_level("WARNING"):
+        assert [data for _, _, data in read_log(path)] == payloads
+    assert "cut-off" not in caplog.text
+    path.write_bytes(path.read_bytes()[: int(path.stat().st_size * 0.6) + 7])  # inside a message
+    with caplog.at_level("WARNING"):
+        cut = [data for _, _, data in read_log(path)]
+    assert 10 < len(cut) < 40 and cut == payloads[: len(cut)]
+    assert "cut-off" in caplog.text
+
+
 def test_files_that_are_not_recordings_are_called_that(tmp_path):
     from goggles.errors import ConfigError
 
