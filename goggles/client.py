@@ -23,7 +23,7 @@ from goggles.control_modes import ControlMode
 from goggles.errors import ConfigError
 from goggles.transport.buses import ZmqEndpoints, frame, split_frame
 from goggles.transport.messages import scene_edit_message
-from goggles.transport.schema import Encoding, decode_any, header
+from goggles.transport.schema import MAX_STEPS, Encoding, decode_any, header
 
 #: Receive queue bound per subscription socket: newer frames replace nothing, older ones are dropped.
 RECEIVE_HWM = 16
@@ -192,8 +192,12 @@ class Client:
         """Lockstep: advance ``steps`` physics steps; returns once their outputs are published.
 
         Raises:
+            ValueError: ``steps`` outside 1 to ``MAX_STEPS``.
             TimeoutError: no reply within ``timeout`` s (the request socket is reset).
+            ConnectionError: the engine refused the request (its log says why).
         """
+        if not 0 < steps <= MAX_STEPS:
+            raise ValueError(f"a lockstep request advances 1 to {MAX_STEPS:,} steps, not {steps}")
         if self._req is None:
             self._req = self._socket(self._zmq.REQ)
             self._req.setsockopt(self._zmq.LINGER, 0)
@@ -207,7 +211,10 @@ class Client:
             self._req.close(0)
             self._req = None
             raise TimeoutError(f"no lockstep reply from {self.endpoints.control} within {timeout} s")
-        return goggles_lcm.step_t.decode(self._req.recv())
+        reply = goggles_lcm.step_t.decode(self._req.recv())
+        if reply.request_id != request.request_id:  # -1: the engine could not read the request
+            raise ConnectionError(f"{self.endpoints.control} refused lockstep request {request.request_id}")
+        return reply
 
     def close(self, linger: float = 0.0) -> None:
         """Close the sockets; ``linger`` s: time left to deliver inputs still queued (a one-shot sender)."""

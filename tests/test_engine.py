@@ -178,6 +178,42 @@ def test_lockstep_is_deterministic(device):
     assert first_states[-1].position[2] > 0.3  # it took off on the commands
 
 
+def test_a_lockstep_request_the_engine_cannot_use_is_refused_and_the_client_says_so():
+    """The client refuses a step count the engine would drop; the engine answers a request it cannot
+    read with request id -1 and goes on; a client given that answer raises instead of returning it as
+    if its steps had run."""
+    import zmq
+
+    config = run_config(mode="lockstep", route=False)
+    running = Running(config)
+    client = Client(endpoints(config))
+    for steps in (0, -1, 10_000_001, 2**40):
+        with pytest.raises(ValueError, match="1 to 10,000,000"):
+            client.step(steps)
+    raw = zmq.Context.instance().socket(zmq.REQ)
+    raw.connect(config.zmq.control)
+    raw.send(b"not a step request")
+    assert raw.poll(10_000)
+    refused = goggles_lcm.step_t.decode(raw.recv())
+    assert refused.request_id == -1 and refused.steps == 0
+    assert client.step(8).steps == 8 and running.engine.step == 8  # still stepping
+    raw.close(0)
+    running.stop.set()
+    running.finish()
+    client.close()
+
+    refusing = zmq.Context.instance().socket(zmq.REP)  # a control socket that refuses as the engine does
+    port = refusing.bind_to_random_port("tcp://127.0.0.1")
+    answer = threading.Thread(target=lambda: (refusing.recv(), refusing.send(refused.encode())), daemon=True)
+    answer.start()
+    client = Client(ZmqEndpoints(control=f"tcp://127.0.0.1:{port}"))
+    with pytest.raises(ConnectionError, match="refused lockstep request"):
+        client.step(8)
+    answer.join(10)
+    client.close()
+    refusing.close(0)
+
+
 def test_auto_scale_holds_the_camera_interval_under_a_slow_renderer(monkeypatch):
     original = Renderer.trace
 

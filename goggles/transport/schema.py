@@ -54,6 +54,8 @@ MAX_SKELETON_BYTES = 1024 + MAX_BONES * (4 + MAX_BONE_NAME + 1 + 4 + 3 * 8 + 4 *
 FLOAT32_MAX = 3.4028234663852886e38
 #: Longest actor or prop name in a scene edit.
 MAX_EDIT_NAME = 64
+#: Most physics steps one lockstep request may ask for (at 960 Hz, about three hours of sim time).
+MAX_STEPS = 10_000_000
 #: ``scene_edit_t.action`` of each edit.
 EDIT_ACTIONS = {"spawn": 0, "move": 1, "remove": 2}
 
@@ -169,5 +171,5 @@ def _validate(message) -> None:
             raise MalformedMessage(f"scene edit actor and asset names must be 1 to {MAX_EDIT_NAME} characters")
         _finite(message.position, "scene edit position")
         _quaternion(message.orientation, "scene edit orientation")
-    elif isinstance(message, goggles_lcm.step_t) and not 0 < message.steps <= 10_000_000:
-        raise MalformedMessage(f"step request for {message.steps} steps; ask for 1 to 10,000,000")
+    elif isinstance(message, goggles_lcm.step_t) and not 0 < message.steps <= MAX_STEPS:
+        raise MalformedMessage(f"step request for {message.steps} steps; ask for 1 to {MAX_STEPS:,}")
