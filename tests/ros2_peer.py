@@ -2,7 +2,7 @@
 
     python tests/ros2_peer.py listen DOMAIN SECONDS   -> one JSON line per received sample, then "done"
     python tests/ros2_peer.py pose DOMAIN NAME X Y Z   -> publishes a PoseStamped at 50 Hz until stdin closes
-    python tests/ros2_peer.py twist DOMAIN NAME VZ     -> publishes a Twist at 20 Hz until stdin closes
+    python tests/ros2_peer.py twist DOMAIN NAME VZ [YAW_RATE] -> publishes a Twist at 20 Hz until stdin closes
 
 Its message types are written here from the ROS 2 definitions, independently of goggles'.
 """
@@ -244,7 +244,8 @@ def publish(domain: int, name: str, kind: str, values: list[float]) -> None:
             x, y, z = values
             writer.write(PoseStamped(Header(stamp, "map"), Pose(Point(x, y, z), Quaternion(0.0, 0.0, 0.0, 1.0))))
         else:
-            writer.write(Twist(Vector3(0.0, 0.0, values[0]), Vector3(0.0, 0.0, 0.0)))
+            yaw_rate = values[1] if len(values) > 1 else 0.0
+            writer.write(Twist(Vector3(0.0, 0.0, values[0]), Vector3(0.0, 0.0, yaw_rate)))
         time.sleep(period)
 
 

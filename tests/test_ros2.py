@@ -358,6 +358,26 @@ def test_a_twist_from_ros2_flies_a_sim_vehicle():
         running.finish()
 
 
+def test_a_twist_with_a_nan_yaw_rate_is_dropped_and_the_next_one_flies():
+    """The yaw rate of a Twist is integrated into the velocity mode's yaw target: a NaN one is
+    counted and dropped before it enters the sum, so the Twists after it still fly the vehicle."""
+    domain_id = domain()
+    config = with_ros2(run_config(mode="sim", scale=1.0, route=False), domain_id)
+    running = Running(config, duration=None)
+    try:
+        bad = peer("twist", domain_id, "quad0", 1.0, "nan")
+        assert wait_for(lambda: running.engine.counters.malformed >= 3)
+        bad.communicate(input="", timeout=30)
+        sim = running.engine.vehicles["quad0"].sim
+        assert sim.states().position[0, 2] < 0.5  # nothing flew it
+        good = peer("twist", domain_id, "quad0", 1.0)
+        assert wait_for(lambda: sim.states().position[0, 2] > 1.0, timeout=60)
+        good.communicate(input="", timeout=30)
+    finally:
+        running.stop.set()
+        running.finish()
+
+
 # ---------------------------------------------------------------------- recordings
 
 

@@ -183,6 +183,8 @@ class Ros2Bus:
     def _yaw_setpoint(self, vehicle: str, yaw_rate: float) -> float:
         """The velocity mode's yaw target from a Twist's yaw rate: integrated in sim time from the
         vehicle's yaw when the first Twist came."""
+        if not np.isfinite(yaw_rate):  # dropped before it enters the integral: it would stay NaN
+            raise ValueError(f"Twist angular.z {yaw_rate} is not a finite yaw rate")
         now = self._sim_time
         yaw, since = self._yaw_target.get(vehicle, (self._yaw.get(vehicle, 0.0), now))
         yaw += float(yaw_rate) * (now - since)
