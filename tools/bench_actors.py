@@ -1,7 +1,7 @@
 """What moving actors cost the embree backend, against the alternative embreex would allow.
 
 Renders a 320x240 stereo depth pair at the default view with no actors, a 100k-triangle person-sized
-actor 2 m ahead, 30 crates in view, and 30 crates behind the camera (the per-actor box tests alone),
+actor 2 m ahead, 30 crates in view (per-tile lists), and 30 crates behind the camera (culled: listing them),
 and times rebuilding an Embree scene of the person per frame (embreex has no instances and no
 geometry updates, so a deforming actor in Embree would need that). Prints one line per case.
 

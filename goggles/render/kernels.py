@@ -15,7 +15,14 @@ from goggles.render.projection import distortion5, inside_image, project_point
 from goggles.render.shading import SHADING_LIDAR, SHADING_UNLIT, Lighting, albedo, shade, sky_colour
 from goggles.render.sunlit import SHADOW_GRAZING, SHADOW_START_M, SHADOW_START_PER_M, whole_face_lit
 from goggles.world.appearance import SceneData
-from goggles.world.queries import ActorData, Hit, any_actor_hit, closer_actor_hit, static_hit
+from goggles.world.queries import (
+    ActorData,
+    Hit,
+    any_actor_hit,
+    closer_instance_hit,
+    inverse_direction,
+    static_hit,
+)
 from goggles.world.ray_bvh import bvh_any_hit, bvh_closest_hit
 
 _DEFAULT_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
@@ -109,6 +116,37 @@ class ActorCulling:
     """(n,) how many."""
     index: wp.array2d(dtype=wp.int32)
     """(n, max_actors) which: indices into ``ActorData``."""
+    tile_count: wp.array3d(dtype=wp.int32)
+    """(n, H / ACTOR_TILE, W / ACTOR_TILE) how many of those may be seen by the rays of each tile of
+    ACTOR_TILE x ACTOR_TILE pixels (listed in ``tile_index``); -1: the camera's whole list applies
+    (more than ``TILE_ACTORS``, or a view the host does not bound: a radial sensor's, a rolling
+    shutter's, one posed on the device)."""
+    tile_index: wp.array4d(dtype=wp.int32)
+    """(n, H / ACTOR_TILE, W / ACTOR_TILE, TILE_ACTORS) which: indices into ``ActorData``."""
+
+
+#: Side of the square pixel tiles that keep their own short lists of actors, and the most a list holds.
+ACTOR_TILE = wp.constant(16)
+TILE_ACTORS = 8
+
+
+@wp.func
+def closer_actor_hit_in_view(
+    actors: ActorData, culling: ActorCulling, c: int, y: int, x: int, origin: wp.vec3, direction: wp.vec3, hit: Hit
+) -> Hit:
+    """``hit``, replaced by the nearest surface in front of it of the actors camera ``c`` may see at
+    pixel (y, x): its tile's list, or the camera's."""
+    inverse = inverse_direction(direction)
+    ty = y // ACTOR_TILE
+    tx = x // ACTOR_TILE
+    count = culling.tile_count[c, ty, tx]
+    if count >= 0:
+        for j in range(count):
+            hit = closer_instance_hit(actors, culling.tile_index[c, ty, tx, j], origin, direction, inverse, hit)
+    else:
+        for j in range(culling.count[c]):
+            hit = closer_instance_hit(actors, culling.index[c, j], origin, direction, inverse, hit)
+    return hit
 
 
 @wp.struct
@@ -269,9 +307,8 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
             else:
                 hit = static_hit(scene.mesh, origin, direction, reach)
             if wp.static(use_actors):
-                visible = culling.count[c]
-                if visible > 0:
-                    hit = closer_actor_hit(actors, culling.index[c], visible, origin, direction, hit)
+                if culling.count[c] > 0:
+                    hit = closer_actor_hit_in_view(actors, culling, c, y, x, origin, direction, hit)
 
             if not hit.result:
                 out.status[c, y, x] = wp.int8(STATUS_NO_HIT)

@@ -220,6 +220,11 @@ class Renderer:
         culling = kernels.ActorCulling()
         culling.count = wp.zeros(n, dtype=wp.int32, device=d)
         culling.index = wp.zeros((n, max(1, scene.max_actors)), dtype=wp.int32, device=d)
+        tiles = (-(-height // kernels.ACTOR_TILE), -(-width // kernels.ACTOR_TILE)) if scene.max_actors else (1, 1)
+        culling.tile_count = wp.full((n, *tiles), -1, dtype=wp.int32, device=d)
+        culling.tile_index = wp.zeros((n, *tiles, kernels.TILE_ACTORS), dtype=wp.int32, device=d)
+        self._tile_slopes = _tile_slopes(tables, kernels.ACTOR_TILE) if scene.max_actors else None  # per ray table
+        self._ray_table = ray_table
         self._culling, self._culled_any = culling, False
         self._posed_count, self._posed_lists = -1, None  # what render_posed last listed (-1: none)
 
@@ -421,6 +426,7 @@ class Renderer:
                 index[:, : lists.shape[1]] = lists
                 self._culling.count.fill_(lists.shape[1])
             self._culling.index.assign(index)
+            self._culling.tile_count.fill_(-1)  # the poses are on the device: no view to cut into tiles here
             self._posed_count, self._posed_lists, self._culled_any = count, lists, True
         self._rolling = False
         self.trace()
@@ -551,6 +557,35 @@ class Renderer:
             index[c, : len(visible)], count[c] = visible, len(visible)
         self._culling.index.assign(index)
         self._culling.count.assign(count)
+        if count.any():  # (the kernel reads a camera's tiles only when its list is not empty)
+            self._cull_tiles(x[:n], y[:n], z[:n], outside, rolling=len(T_WC) > n)
+
+    def _cull_tiles(self, x, y, z, outside: np.ndarray, rolling: bool) -> None:
+        """Each pixel tile's own list of the actors whose boxes its rays may meet: a box's corners'
+        slopes (x/z, y/z, camera frame) bound its image when every corner is ahead (a convex body's
+        image is its corners' images' hull), and a tile's rays' slopes bound the tile, so a box whose
+        bounds miss a tile's is never tested there. ``x, y, z``: (n, k, 8) corners in each camera's
+        frame. A tile with more than ``TILE_ACTORS``, every tile of a radial sensor (it looks every
+        way) and of a rolling shutter (its view moves along the rows) keep the camera's whole list."""
+        ahead = (z > 1e-6).all(-1)  # (n, k)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slopes = np.stack([x / z, y / z], axis=-1)  # (n, k, 8, 2)
+        margin = 1e-5 * (1.0 + np.abs(np.where(ahead[..., None, None], slopes, 0.0)).max(axis=2))  # float32 rays
+        lower = np.where(ahead[..., None], slopes.min(axis=2) - margin, -np.inf)[:, :, None, None]  # (n, k, 1, 1, 2)
+        upper = np.where(ahead[..., None], slopes.max(axis=2) + margin, np.inf)[:, :, None, None]
+        tile_slopes = self._tile_slopes[self._ray_table]  # (n, 2, TY, TX, 2)
+        tile_lower, tile_upper = tile_slopes[:, None, 0], tile_slopes[:, None, 1]  # (n, 1, TY, TX, 2)
+        meets = ~outside[:, :, None, None]  # (n, k, TY, TX): one axis at a time (a reduction over 2 is slow)
+        for axis in (0, 1):
+            meets = meets & (lower[..., axis] <= tile_upper[..., axis]) & (tile_lower[..., axis] <= upper[..., axis])
+        slot = np.cumsum(meets, axis=1, dtype=np.int32) - 1  # each meeting actor's place in its tile's list
+        c, a, ty, tx = np.nonzero(meets & (slot < kernels.TILE_ACTORS))
+        tile_index = np.zeros(self._culling.tile_index.shape, np.int32)
+        tile_index[c, ty, tx, slot[c, a, ty, tx]] = a
+        tile_count = slot[:, -1] + 1
+        tile_count[(tile_count > kernels.TILE_ACTORS) | self._radial[:, None, None] | rolling] = -1
+        self._culling.tile_count.assign(tile_count)
+        self._culling.tile_index.assign(tile_index)
         self._culled_any, self._posed_count = True, -1
 
     def _trace_rows(self, chunk: tuple[int, int, int, int]) -> None:
@@ -760,3 +795,19 @@ def _check_memory(device, pixels: int, what: str) -> None:
             f"rendering {what} needs about {need / 2**30:.1f} GiB on {device}, but {free / 2**30:.1f} GiB is "
             "available: use fewer or smaller cameras"
         )
+
+
+def _tile_slopes(rays: np.ndarray, tile: int) -> np.ndarray:
+    """(m, 2, TY, TX, 2): the smallest and largest x/z and y/z of the rays of each ``tile`` x ``tile``
+    pixel tile of each ray table ((m, H, W, 3), camera frame); unbounded where a ray is not ahead."""
+    m, h, w, _ = rays.shape
+    ty, tx = -(-h // tile), -(-w // tile)
+    padded = np.pad(rays.astype(np.float64), ((0, 0), (0, ty * tile - h), (0, tx * tile - w), (0, 0)), mode="edge")
+    tiles = padded.reshape(m, ty, tile, tx, tile, 3).transpose(0, 1, 3, 2, 4, 5).reshape(m, ty, tx, -1, 3)
+    z = tiles[..., 2:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slopes = tiles[..., :2] / z
+    ahead = (z > 0).all(axis=3)  # (m, TY, TX, 1)
+    lower = np.where(ahead, slopes.min(axis=3), -np.inf)
+    upper = np.where(ahead, slopes.max(axis=3), np.inf)
+    return np.stack([lower, upper], axis=1)

@@ -112,6 +112,29 @@ def closest_hit(static_mesh: wp.uint64, actors: ActorData, origin: wp.vec3, dire
 
 
 @wp.func
+def closer_instance_hit(
+    actors: ActorData, a: int, origin: wp.vec3, direction: wp.vec3, inverse: wp.vec3, hit: Hit
+) -> Hit:
+    """``hit``, replaced by instance ``a``'s nearest surface in front of it (``inverse``: the ray's
+    ``inverse_direction``)."""
+    if ray_hits_box(origin, inverse, actors.lower[a], actors.upper[a], hit.t):
+        # Into the instance's frame: nothing is rebuilt when it moves.
+        R = actors.R_WA[a]
+        shape = actors.shape[a]
+        R_AW = wp.transpose(R)
+        mesh = actors.shape_mesh[shape]
+        local = wp.mesh_query_ray(mesh, R_AW * (origin - actors.p_WA[a]), R_AW * direction, hit.t)
+        if local.result and local.t < hit.t:
+            hit.result = True
+            hit.t = local.t
+            hit.face = actors.shape_first_face[shape] + local.face
+            hit.u = local.u
+            hit.v = local.v
+            hit.normal_W = R * local.normal
+    return hit
+
+
+@wp.func
 def closer_actor_hit(
     actors: ActorData, candidates: wp.array(dtype=wp.int32), count: int, origin: wp.vec3, direction: wp.vec3, hit: Hit
 ) -> Hit:
@@ -120,21 +143,7 @@ def closer_actor_hit(
     instance: ``actors.every``; a camera passes the ones in its view)."""
     inverse = inverse_direction(direction)
     for j in range(count):
-        a = candidates[j]
-        if ray_hits_box(origin, inverse, actors.lower[a], actors.upper[a], hit.t):
-            # Into the instance's frame: nothing is rebuilt when it moves.
-            R = actors.R_WA[a]
-            shape = actors.shape[a]
-            R_AW = wp.transpose(R)
-            mesh = actors.shape_mesh[shape]
-            local = wp.mesh_query_ray(mesh, R_AW * (origin - actors.p_WA[a]), R_AW * direction, hit.t)
-            if local.result and local.t < hit.t:
-                hit.result = True
-                hit.t = local.t
-                hit.face = actors.shape_first_face[shape] + local.face
-                hit.u = local.u
-                hit.v = local.v
-                hit.normal_W = R * local.normal
+        hit = closer_instance_hit(actors, candidates[j], origin, direction, inverse, hit)
     return hit
 
 
