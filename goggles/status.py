@@ -80,6 +80,10 @@ def describe_time(mode, measured: float | None, clock) -> str:
     return f"{rate} ({target})"
 
 
+def _ms(value: float) -> str:
+    return "-" if np.isnan(value) else f"{value:.1f}"  # nothing measured yet
+
+
 def status_line(
     elapsed: float,
     time_source: str,
@@ -92,9 +96,9 @@ def status_line(
 ) -> str:
     """The one line a run prints each second (host copies: device→host copies per second of run time)."""
     achieved = " ".join(f"{name} {rate:.1f} Hz" for name, rate in rates.items())
+    render, frame = _ms(times.percentile_ms("render", 50)), _ms(times.percentile_ms("frame", 99))
     return (
-        f"t={elapsed:8.2f} s  scale={time_source}  {achieved}  render p50 "
-        f"{times.percentile_ms('render', 50):.1f} ms  frame p99 {times.percentile_ms('frame', 99):.1f} ms"
+        f"t={elapsed:8.2f} s  scale={time_source}  {achieved}  render p50 {render} ms  frame p99 {frame} ms"
         f"  inputs {counters.received} (dropped {counters.malformed})"
         + (f"  host copies {host_copies_per_s:.0f}/s" if host_copies_per_s is not None else "")
         + "".join(f"  {name} STALE" for name in stale)

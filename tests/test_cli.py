@@ -262,6 +262,41 @@ def test_run_with_defaults_stops_cleanly_on_ctrl_c():
     assert stderr.strip().splitlines()[-1].startswith("t=")
 
 
+def test_a_ctrl_c_swallowed_while_the_run_starts_still_stops_it(tmp_path, monkeypatch, capsys):
+    """trimesh's optional imports catch BaseException: a Ctrl-C landing there while ``goggles run``
+    started was lost, and the run flew on until a second one. A real SIGINT during the engine's
+    construction, swallowed the same way, must stop the run before its first sim second."""
+    import os
+    import signal
+    from pathlib import Path
+
+    from goggles.engine import Engine
+    from tests.test_engine import free_port
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "assets/run-demo.toml").read_text().replace('"arena.toml"', repr(str(repo / "assets/arena.toml")))
+    for port in ("5555", "5556", "5557"):
+        text = text.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}")
+    (tmp_path / "run.toml").write_text(text)
+    original = Engine.__init__
+
+    def interrupted_while_starting(self, *args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5.0)  # the handler raises into this frame
+        except BaseException:  # noqa: BLE001 - what trimesh's optional imports do
+            pass
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "__init__", interrupted_while_starting)
+    from goggles.cli import main
+
+    before = signal.getsignal(signal.SIGINT)
+    assert main(["run", str(tmp_path / "run.toml"), "--no-lcm", "--duration", "30"]) == 0
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("t=    0.00 s")
+    assert signal.getsignal(signal.SIGINT) is before  # main leaves the process's handlers as it found them
+
+
 def test_render_beacons_and_tof_outputs(tmp_path):
     import json
 

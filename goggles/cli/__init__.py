@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 
 from goggles.cli import bench, bridge, dataset, echo, edit, fly, keys, preview, race, render, replay, run
-from goggles.cli.common import check_device, join_negative_values, quiet_warp_init, tag_leaf_parsers
+from goggles.cli.common import (
+    check_device,
+    join_negative_values,
+    quiet_warp_init,
+    remember_interrupts,
+    tag_leaf_parsers,
+)
 from goggles.errors import GogglesError
 from goggles.host_memory import keep_large_allocations
 
@@ -29,6 +37,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one goggles command; its exit code. The signal handlers a command installs are undone after
+    it (in the main thread), so that a process calling ``main`` again starts as it did."""
+    if threading.current_thread() is not threading.main_thread():
+        return _command(argv)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    remember_interrupts()
+    try:
+        return _command(argv)
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+
+
+def _command(argv: list[str] | None) -> int:
     parser = build_parser()
     tag_leaf_parsers(parser)
     args, extra = parser.parse_known_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))

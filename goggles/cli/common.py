@@ -6,7 +6,9 @@ import argparse
 import gc
 import logging
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from goggles.checks import MAX_SEED
@@ -237,13 +239,31 @@ def freeze_start_up_heap() -> None:
     gc.freeze()
 
 
+#: Set by a Ctrl-C from the start of ``main``, so that a library swallowing the KeyboardInterrupt while
+#: a command starts (trimesh's optional imports catch BaseException) cannot make a long run miss it.
+INTERRUPTED = threading.Event()
+
+
+def remember_interrupts() -> None:
+    """From now on a Ctrl-C (SIGINT) sets ``INTERRUPTED`` and raises KeyboardInterrupt as Python's own
+    handler does; where SIGINT is ignored (a background job) it stays ignored."""
+    INTERRUPTED.clear()
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return
+
+    def on_interrupt(signum, frame):
+        INTERRUPTED.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_interrupt)
+
+
 def stop_on_signals(stop=None):
     """``stop`` (a new ``threading.Event`` if None), set from now on by Ctrl-C (SIGINT) or SIGTERM, so
-    that long-running commands stop cleanly."""
-    import signal
-    import threading
-
+    that long-running commands stop cleanly; set at once if a Ctrl-C came while the command started."""
     stop = stop if stop is not None else threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if INTERRUPTED.is_set():
+        stop.set()
     return stop
