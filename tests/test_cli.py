@@ -284,7 +284,7 @@ def test_a_ctrl_c_swallowed_while_the_run_starts_still_stops_it(tmp_path, monkey
         try:
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(5.0)  # the handler raises into this frame
-        except BaseException:  # noqa: BLE001 - what trimesh's optional imports do
+        except BaseException:  # what trimesh's optional imports do
             pass
         original(self, *args, **kwargs)
 
