@@ -262,15 +262,10 @@ def test_run_with_defaults_stops_cleanly_on_ctrl_c():
     assert stderr.strip().splitlines()[-1].startswith("t=")
 
 
-def test_a_ctrl_c_swallowed_while_the_run_starts_still_stops_it(tmp_path, monkeypatch, capsys):
-    """trimesh's optional imports catch BaseException: a Ctrl-C landing there while ``goggles run``
-    started was lost, and the run flew on until a second one. A real SIGINT during the engine's
-    construction, swallowed the same way, must stop the run before its first sim second."""
-    import os
-    import signal
+def _demo_run_file(tmp_path):
+    """The demo run file on free ports, its scene by absolute path."""
     from pathlib import Path
 
-    from goggles.engine import Engine
     from tests.test_engine import free_port
 
     repo = Path(__file__).resolve().parents[1]
@@ -278,6 +273,17 @@ def test_a_ctrl_c_swallowed_while_the_run_starts_still_stops_it(tmp_path, monkey
     for port in ("5555", "5556", "5557"):
         text = text.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}")
     (tmp_path / "run.toml").write_text(text)
+    return tmp_path / "run.toml"
+
+
+def _swallow_a_ctrl_c_while_the_engine_starts(monkeypatch):
+    """A real SIGINT while the engine is built, swallowed as trimesh's optional imports do (they catch
+    BaseException): before goggles remembered it, such a Ctrl-C was lost."""
+    import os
+    import signal
+
+    from goggles.engine import Engine
+
     original = Engine.__init__
 
     def interrupted_while_starting(self, *args, **kwargs):
@@ -289,12 +295,33 @@ def test_a_ctrl_c_swallowed_while_the_run_starts_still_stops_it(tmp_path, monkey
         original(self, *args, **kwargs)
 
     monkeypatch.setattr(Engine, "__init__", interrupted_while_starting)
+
+
+def test_a_ctrl_c_swallowed_while_the_run_starts_still_stops_it(tmp_path, monkeypatch, capsys):
+    """``goggles run`` stops before its first sim second (it flew on until a second Ctrl-C)."""
+    import signal
+
     from goggles.cli import main
 
+    run_file = _demo_run_file(tmp_path)
+    _swallow_a_ctrl_c_while_the_engine_starts(monkeypatch)
     before = signal.getsignal(signal.SIGINT)
-    assert main(["run", str(tmp_path / "run.toml"), "--no-lcm", "--duration", "30"]) == 0
+    assert main(["run", str(run_file), "--no-lcm", "--duration", "30"]) == 0
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("t=    0.00 s")
     assert signal.getsignal(signal.SIGINT) is before  # main leaves the process's handlers as it found them
+
+
+def test_a_ctrl_c_swallowed_while_a_replay_starts_stops_it_at_its_first_progress_line(tmp_path, monkeypatch, capsys):
+    """``goggles replay`` (and ``goggles dataset``) raise it at the first progress line, a second in."""
+    from goggles.cli import main
+
+    run_file = _demo_run_file(tmp_path)
+    assert main(["run", str(run_file), "--no-lcm", "--duration", "4", "--record", str(tmp_path / "flight.mcap")]) == 0
+    capsys.readouterr()
+    _swallow_a_ctrl_c_while_the_engine_starts(monkeypatch)
+    assert main(["replay", str(tmp_path / "flight.mcap")]) == 130  # at real time: 4 s of log, 4 progress lines
+    captured = capsys.readouterr()
+    assert "replayed" not in captured.err and "poses" not in captured.out  # stopped at the first, unfinished
 
 
 def test_render_beacons_and_tof_outputs(tmp_path):

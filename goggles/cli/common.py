@@ -258,6 +258,14 @@ def remember_interrupts() -> None:
     signal.signal(signal.SIGINT, on_interrupt)
 
 
+def report(line: str) -> None:
+    """Print a progress line on stderr; a long command's once-a-second call, so it is also where a
+    Ctrl-C swallowed while the command started is raised at last."""
+    if INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+    print(line, file=sys.stderr, flush=True)
+
+
 def stop_on_signals(stop=None):
     """``stop`` (a new ``threading.Event`` if None), set from now on by Ctrl-C (SIGINT) or SIGTERM, so
     that long-running commands stop cleanly; set at once if a Ctrl-C came while the command started."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from goggles.cli.common import report
+
 
 def add_parser(commands) -> None:
     dataset = commands.add_parser(
@@ -34,9 +36,7 @@ def cmd_dataset(args) -> int:
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers {args.workers}: at least 1")
     spec = load_dataset_spec(args.spec)
-    rows = run_dataset(
-        spec, ray_address=args.ray, workers=args.workers, report=lambda line: print(line, file=sys.stderr, flush=True)
-    )
+    rows = run_dataset(spec, ray_address=args.ray, workers=args.workers, report=report)
     failed = [row for row in rows if row["status"] != "done"]
     skipped = len(spec.jobs) - len(rows)
     print(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import add_foxglove_args, at_least, foxglove_sinks, positive
+from goggles.cli.common import add_foxglove_args, at_least, foxglove_sinks, positive, report
 from goggles.errors import ConfigError
 
 
@@ -72,7 +72,7 @@ def cmd_replay(args) -> int:
                     speed=speed,
                     device=args.device,
                     max_gap_s=max_gap_s,
-                    progress=lambda t: print(f"replayed {t:.1f} s of the log", file=sys.stderr, flush=True),
+                    progress=lambda t: report(f"replayed {t:.1f} s of the log"),
                     sinks=sinks,
                 )
             ]
