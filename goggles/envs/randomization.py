@@ -59,6 +59,15 @@ FLOORS = {name: (0.0, True) for name in DEFAULTS if name.startswith("airframe.")
 }
 
 
+def _above_floor(value: float, floor: tuple[float, bool]) -> bool:
+    bound, excluded = floor
+    return value > bound or (value == bound and not excluded)
+
+
+def _floor_text(floor: tuple[float, bool]) -> str:
+    return f"{'>' if floor[1] else '>='} {floor[0]:g}"
+
+
 @dataclass(frozen=True)
 class Distribution:
     kind: str
@@ -69,10 +78,7 @@ class Distribution:
     """Draws at or below it are drawn again (see ``FLOORS``); a uniform range lies above it."""
 
     def admits(self, value: float) -> bool:
-        if self.floor is None:
-            return True
-        bound, excluded = self.floor
-        return value > bound or (value == bound and not excluded)
+        return self.floor is None or _above_floor(value, self.floor)
 
     def draw(self, rng: np.random.Generator) -> float:
         while True:  # a normal's mean is admitted, so each draw is admitted with probability >= 1/2
@@ -131,7 +137,7 @@ def _distribution(spec, where: str, floor: tuple[float, bool] | None) -> Distrib
     distribution = Distribution(kind, float(pair[0]), float(pair[1]), floor)
     if not distribution.admits(distribution.a):
         first = "low" if kind == "uniform" else "mean"
-        raise ConfigError(f"{where}: {kind} {first} {pair[0]:g} must be {'>' if floor[1] else '>='} {floor[0]:g}")
+        raise ConfigError(f"{where}: {kind} {first} {pair[0]:g} must be {_floor_text(floor)}")
     return distribution
 
 
@@ -142,12 +148,9 @@ def randomized_airframe(nominal: Airframe, values: dict[str, float]) -> Airframe
     Raises:
         ConfigError: a factor at or below its floor.
     """
-    for name in ("mass", "inertia", "motor_time_constant", "thrust_coefficient", "torque_coefficient", "drag"):
-        if values[f"airframe.{name}"] <= 0:
-            raise ConfigError(f"randomisation drew airframe.{name} = {values[f'airframe.{name}']:.3g}: must be > 0")
-    for name in ("imu.noise", "gates.perturbation"):
-        if values[name] < 0:
-            raise ConfigError(f"randomisation drew {name} = {values[name]:.3g}: must be >= 0")
+    for name, floor in FLOORS.items():
+        if not _above_floor(values[name], floor):
+            raise ConfigError(f"randomisation drew {name} = {values[name]:.3g}: must be {_floor_text(floor)}")
     cf = nominal.thrust_coefficient * values["airframe.thrust_coefficient"]
     cm = nominal.torque_coefficient * values["airframe.torque_coefficient"]
     tau, drag, noise = values["airframe.motor_time_constant"], values["airframe.drag"], values["imu.noise"]
