@@ -557,16 +557,18 @@ class Renderer:
             index[c, : len(visible)], count[c] = visible, len(visible)
         self._culling.index.assign(index)
         self._culling.count.assign(count)
-        if count.any():  # (the kernel reads a camera's tiles only when its list is not empty)
-            self._cull_tiles(x[:n], y[:n], z[:n], outside, rolling=len(T_WC) > n)
+        if len(T_WC) > n:  # a rolling shutter: its view moves along the rows, so no tile is bounded
+            self._culling.tile_count.fill_(-1)
+        elif count.any():  # (the kernel reads a camera's tiles only when its list is not empty)
+            self._cull_tiles(x[:n], y[:n], z[:n], outside)
 
-    def _cull_tiles(self, x, y, z, outside: np.ndarray, rolling: bool) -> None:
+    def _cull_tiles(self, x, y, z, outside: np.ndarray) -> None:
         """Each pixel tile's own list of the actors whose boxes its rays may meet: a box's corners'
         slopes (x/z, y/z, camera frame) bound its image when every corner is ahead (a convex body's
         image is its corners' images' hull), and a tile's rays' slopes bound the tile, so a box whose
         bounds miss a tile's is never tested there. ``x, y, z``: (n, k, 8) corners in each camera's
-        frame. A tile with more than ``TILE_ACTORS``, every tile of a radial sensor (it looks every
-        way) and of a rolling shutter (its view moves along the rows) keep the camera's whole list."""
+        frame. A tile with more than ``TILE_ACTORS`` and every tile of a radial sensor (it looks every
+        way) keep the camera's whole list."""
         ahead = (z > 1e-6).all(-1)  # (n, k)
         with np.errstate(divide="ignore", invalid="ignore"):
             slopes = np.stack([x / z, y / z], axis=-1)  # (n, k, 8, 2)
@@ -583,7 +585,7 @@ class Renderer:
         tile_index = np.zeros(self._culling.tile_index.shape, np.int32)
         tile_index[c, ty, tx, slot[c, a, ty, tx]] = a
         tile_count = slot[:, -1] + 1
-        tile_count[(tile_count > kernels.TILE_ACTORS) | self._radial[:, None, None] | rolling] = -1
+        tile_count[(tile_count > kernels.TILE_ACTORS) | self._radial[:, None, None]] = -1
         self._culling.tile_count.assign(tile_count)
         self._culling.tile_index.assign(tile_index)
         self._culled_any, self._posed_count = True, -1
