@@ -19,6 +19,7 @@ from goggles.world.queries import (
     ActorData,
     Hit,
     any_actor_hit,
+    closer_actor_hit,
     closer_instance_hit,
     inverse_direction,
     static_hit,
@@ -136,16 +137,14 @@ def closer_actor_hit_in_view(
 ) -> Hit:
     """``hit``, replaced by the nearest surface in front of it of the actors camera ``c`` may see at
     pixel (y, x): its tile's list, or the camera's."""
-    inverse = inverse_direction(direction)
     ty = y // ACTOR_TILE
     tx = x // ACTOR_TILE
     count = culling.tile_count[c, ty, tx]
-    if count >= 0:
-        for j in range(count):
-            hit = closer_instance_hit(actors, culling.tile_index[c, ty, tx, j], origin, direction, inverse, hit)
-    else:
-        for j in range(culling.count[c]):
-            hit = closer_instance_hit(actors, culling.index[c, j], origin, direction, inverse, hit)
+    if count < 0:
+        return closer_actor_hit(actors, culling.index[c], culling.count[c], origin, direction, hit)
+    inverse = inverse_direction(direction)
+    for j in range(count):
+        hit = closer_instance_hit(actors, culling.tile_index[c, ty, tx, j], origin, direction, inverse, hit)
     return hit
 
 
