@@ -27,12 +27,14 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from goggles.checks import MAX_SEED, Table, is_whole, read_toml
 from goggles.config import IMAGE_OUTPUTS
 from goggles.errors import ConfigError, GogglesError
+from goggles.processes import run_in_processes
 
 log = logging.getLogger(__name__)
 
@@ -232,12 +234,12 @@ def render_job(job: Job, output: Path, device=None, worlds: WorldCache | None = 
         os.replace(partial, target)
         row.update(status="done", poses=result.poses, messages=result.frames, frames=_frames(target))
     except GogglesError as exc:  # this job's own fault: reported, the others go on
-        partial.unlink(missing_ok=True)
         row.update(status="failed", error=str(exc))
     except Exception as exc:  # an unforeseen one too: a dataset goes on, and the reason is kept
         log.exception("job %s", job.id)
-        partial.unlink(missing_ok=True)
         row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+    finally:  # failed, or stopped (a Ctrl-C): nothing half-written stays
+        partial.unlink(missing_ok=True)
     row["seconds"] = round(time.perf_counter() - start, 3)
     return row
 
@@ -280,7 +282,7 @@ class Progress:
         return (
             f"dataset: {finished}/{self.total} jobs ({self.failed} failed), {rate:.1f} frames/s, ETA {eta:.0f} s"
             if finished
-            else f"dataset: 0/{self.total} jobs, starting"
+            else f"dataset: 0/{self.total} jobs, {elapsed:.0f} s"
         )
 
 
@@ -308,8 +310,14 @@ def run_dataset(
     workers = workers or spec.workers or os.cpu_count() or 1
     backend = _run_on_ray if ray_address is not None else _run_locally
     rows = []
-    with open(spec.output / MANIFEST, "a") as manifest:
-        for row in backend(pending, spec, workers, ray_address):
+    finished = closing(backend(pending, spec, workers, ray_address))
+    with open(spec.output / MANIFEST, "a") as manifest, finished as rows_in:
+        for row in rows_in:
+            if row is None:  # a second without a finished job
+                if report is not None:
+                    progress.last = time.perf_counter()
+                    report(progress.line())
+                continue
             manifest.write(json.dumps(row) + "\n")
             manifest.flush()
             rows.append(row)
@@ -333,14 +341,13 @@ def _local_job(args) -> dict:
     return render_job(job, output, device, _WORLDS)
 
 
-def _run_locally(jobs: list[Job], spec: DatasetSpec, workers: int, _address) -> Iterable[dict]:
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
+def _run_locally(jobs: list[Job], spec: DatasetSpec, workers: int, _address) -> Iterable[dict | None]:
+    """Rows as jobs finish, and None each second in which none did (for the progress line)."""
     os.environ.setdefault("GOGGLES_RENDER_THREADS", "1")
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-        futures = [pool.submit(_local_job, (job, spec.output, spec.device)) for job in jobs]
-        for future in as_completed(futures):
-            yield future.result()
+    tasks = [(job, spec.output, spec.device) for job in jobs]
+    with closing(run_in_processes(_local_job, tasks, workers)) as finished:
+        for item in finished:
+            yield None if item is None else item[1]
 
 
 def _run_on_ray(jobs: list[Job], spec: DatasetSpec, workers: int, address: str) -> Iterable[dict]:

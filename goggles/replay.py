@@ -12,7 +12,8 @@ import dataclasses
 import logging
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from goggles.checks import parse_toml
 from goggles.clock import ClockMode
 from goggles.config import load_run_config, parse_run_config
 from goggles.errors import ConfigError, GogglesError
+from goggles.processes import run_in_processes
 from goggles.record import Recorder, read_log, read_metadata
 from goggles.transport.schema import MalformedMessage, decode_any
 
@@ -306,9 +308,17 @@ def _replay_job(args) -> ReplayResult:
         return ReplayResult(Path(path), 0, 0, 0.0, 0.0, error=str(exc))
 
 
-def replay_folder(folder: Path, *, record_folder: Path | None, jobs: int | None = None, **kwargs) -> list[ReplayResult]:
+def replay_folder(
+    folder: Path,
+    *,
+    record_folder: Path | None,
+    jobs: int | None = None,
+    report: Callable[[str], None] | None = None,
+    **kwargs,
+) -> list[ReplayResult]:
     """Replay every log in a folder in parallel, one process per job (default: one per core); a log
-    that cannot be replayed comes back with its ``error`` and does not stop the others."""
+    that cannot be replayed comes back with its ``error`` and does not stop the others. ``report``
+    is called about once a second, and when a log ends, with a progress line."""
     logs = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in (".mcap", ".lcmlog"))
     if not logs:
         raise ConfigError(f"{folder}: no .mcap or .lcmlog files to replay")
@@ -318,5 +328,21 @@ def replay_folder(folder: Path, *, record_folder: Path | None, jobs: int | None 
         if record_folder is not None:
             task_kwargs["record"] = Path(record_folder) / f"{path.stem}.replay.mcap"
         tasks.append((path, task_kwargs))
-    with ProcessPoolExecutor(max_workers=jobs or os.cpu_count()) as pool:
-        return list(pool.map(_replay_job, tasks))
+    results: list[ReplayResult | None] = [None] * len(tasks)
+    start = time.perf_counter()
+    with closing(run_in_processes(_replay_job, tasks, jobs or os.cpu_count() or 1)) as finished:
+        for item in finished:
+            if item is not None:
+                results[item[0]] = item[1]
+            if report is not None:
+                report(_folder_progress([r for r in results if r is not None], len(tasks), start))
+    return results
+
+
+def _folder_progress(finished: list[ReplayResult], total: int, start: float) -> str:
+    failed = sum(r.error is not None for r in finished)
+    return (
+        f"replayed {len(finished)} of {total} logs"
+        + (f" ({failed} failed)" if failed else "")
+        + f", {time.perf_counter() - start:.0f} s"
+    )

@@ -206,8 +206,10 @@ def test_batch_replay_of_a_folder(tmp_path):
     for name in ("a.mcap", "b.mcap"):
         record_run(tmp_path, name, duration=0.5).rename(logs / name)
     (logs / "c.mcap").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))  # not a recording: reported, the rest go on
-    results = replay_folder(logs, record_folder=tmp_path / "out", jobs=2)
-    assert sorted(r.log.name for r in results) == ["a.mcap", "b.mcap", "c.mcap"]
+    lines = []
+    results = replay_folder(logs, record_folder=tmp_path / "out", jobs=2, report=lines.append)
+    assert [r.log.name for r in results] == ["a.mcap", "b.mcap", "c.mcap"]
+    assert lines[-1].startswith("replayed 3 of 3 logs (1 failed)")
     for r in results:
         if r.log.name == "c.mcap":
             assert r.error is not None and "not an MCAP recording" in r.error

@@ -16,7 +16,7 @@ def add_parser(commands) -> None:
         description="Re-render a recording's flight from its poses (<vehicle>/state of a simulated flight, "
         "pose/<vehicle> of a live one, skeleton/<name> of people) with the recording's own run file or --sensors, "
         "in the recording's scene or --scene. Same device, log and run file: the same image bytes. A folder is "
-        "replayed by one process per core.",
+        "replayed by one process per core, with a progress line each second; Ctrl-C stops every one at once.",
     )
     replay.add_argument("log", type=Path, help="a .mcap or .lcmlog file, or a folder of them")
     replay.add_argument("--sensors", type=Path, default=None, help="run file whose vehicles and sensors to use")
@@ -59,6 +59,7 @@ def cmd_replay(args) -> int:
             speed=speed,
             device=args.device,
             max_gap_s=max_gap_s,
+            report=report,
         )
     else:
         sinks = foxglove_sinks(args)

@@ -1,0 +1,111 @@
+"""Batch work in worker processes (a folder of replays, a dataset): results come back as tasks end,
+with a tick each second between, and a Ctrl-C stops the batch at once (queued tasks never start,
+running ones run their cleanup) instead of waiting for the whole queue."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from goggles.processes import run_in_processes
+from tests.test_dataset import flights, write_spec  # noqa: F401  (a fixture)
+
+WAIT_S = 120.0
+"""A task that is never stopped gives up after this long (so that a failing test fails, not hangs)."""
+
+
+def _square(task):
+    x, pause = task
+    time.sleep(pause)
+    return x * x
+
+
+def _run_until_stopped(task):
+    """Say it started, then wait to be stopped; its ``finally`` says it cleaned up."""
+    folder, i = task
+    (folder / f"started-{i}").touch()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+        (folder / f"never-stopped-{i}").touch()
+    finally:
+        (folder / f"cleaned-{i}").touch()
+
+
+def test_results_come_back_with_their_index_and_a_tick_while_none_ends():
+    items = list(run_in_processes(_square, [(3, 0.0), (4, 2.5), (5, 0.0)], workers=2))
+    results = dict(item for item in items if item is not None)
+    assert results == {0: 9, 1: 16, 2: 25}
+    assert None in items  # 2.5 s without a result: at least one tick
+
+
+def test_a_ctrl_c_in_the_loop_stops_running_tasks_and_starts_no_queued_one(tmp_path):
+    with (
+        pytest.raises(KeyboardInterrupt),
+        closing(run_in_processes(_run_until_stopped, [(tmp_path, i) for i in range(6)], workers=2)) as results,
+    ):
+        for _ in results:  # a tick each second; both workers busy, then Ctrl-C
+            if len(list(tmp_path.glob("started-*"))) == 2:
+                raise KeyboardInterrupt
+    started = sorted(p.name for p in tmp_path.glob("started-*"))
+    assert len(started) == 2, started
+    assert sorted(p.name for p in tmp_path.glob("cleaned-*")) == [s.replace("started", "cleaned") for s in started]
+    assert not list(tmp_path.glob("never-stopped-*"))
+
+
+@pytest.mark.parametrize("to", ["group", "parent"])
+def test_a_ctrl_c_stops_a_dataset_keeping_the_finished_jobs_and_no_half_written_one(flights, tmp_path, to):  # noqa: F811
+    """``group``: a terminal's Ctrl-C (every process of the group gets SIGINT); ``parent``: the
+    command's process alone gets it (as when a library swallowed it while the command started)."""
+    rig = flights / "slow.toml"  # slow jobs: each runs for seconds
+    text = (flights / "rig.toml").read_text()
+    rig.write_text(text.replace("width = 64", "width = 320").replace("height = 48", "height = 240"))
+    spec = write_spec(
+        flights,
+        f'[dataset]\noutput = "{tmp_path / "out"}"\n[jobs]\nlogs = ["a.mcap", "b.mcap"]\nrigs = ["{rig}"]\n'
+        "seeds = [1, 2, 3]\n",
+        f"stop-{to}.toml",
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-m", "goggles.cli", "dataset", str(spec), "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal gives a command
+    )
+    deadline = time.monotonic() + WAIT_S
+    while run.poll() is None and time.monotonic() < deadline and not list((tmp_path / "out").glob("*.partial.mcap")):
+        time.sleep(0.01)  # until a job is writing its output
+    assert run.poll() is None, run.communicate()[1][-2000:]
+    if to == "group":
+        os.killpg(run.pid, signal.SIGINT)
+    else:
+        os.kill(run.pid, signal.SIGINT)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 130, err[-2000:]
+    with pytest.raises(ProcessLookupError):  # no worker is left behind
+        os.killpg(run.pid, 0)
+    out = tmp_path / "out"
+    assert not list(out.glob("*.partial.mcap"))
+    rows = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert sorted(r["output"] for r in rows) == sorted(p.name for p in out.glob("*.mcap"))
+    assert all(r["status"] == "done" for r in rows) and len(rows) < 6
+    # A second run does the rest, and only the rest.
+    again = subprocess.run(
+        [sys.executable, "-m", "goggles.cli", "dataset", str(spec), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"{6 - len(rows)} job(s) done, 0 failed, {len(rows)} already in the manifest" in again.stdout
+    assert Path(out / "manifest.jsonl").read_text().count("\n") == 6
