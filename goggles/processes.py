@@ -2,16 +2,20 @@
 
 A terminal's Ctrl-C reaches every process of the group. Left to themselves, pool workers would take
 it as an exception of the task they were running and go on with the next one, while the parent
-waited for the whole queue. Here workers ignore SIGINT: the parent, on KeyboardInterrupt, cancels the
-tasks not started and sends the workers SIGTERM, which a task meets as ``Stopped`` (its ``finally``
-clauses run: a half-written output is removed or closed), and a worker given SIGTERM starts no
-other task.
+waited for the whole queue. Here workers ignore SIGINT: the parent, on KeyboardInterrupt (or the CLI's
+``Terminated``, a SIGTERM), cancels the tasks not started and sends the workers SIGTERM, which a
+running task meets as ``Stopped`` (its ``finally`` clauses run: a half-written output is removed or
+closed); a worker given SIGTERM then exits, and never starts another task. On Linux a worker is also
+sent SIGTERM when its parent dies (killed outright), so none is left behind holding its memory.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
 import signal
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
@@ -25,30 +29,38 @@ class Stopped(BaseException):
     KeyboardInterrupt it stands for: ``except Exception`` must not swallow it)."""
 
 
-_stopping = False
+#: A worker's exit status once stopped (128 + SIGTERM, as a shell reports a process SIGTERM ended).
+STOPPED_STATUS = 143
+
 _in_task = False
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2) option: the signal this process gets when the thread that forked it exits."""
 
 
 def _on_terminate(signum, frame) -> None:
-    """In a worker: stop the task it runs (between tasks, the next one is not started)."""
-    global _stopping
-    _stopping = True
+    """In a worker: stop the task it runs (its cleanup runs, then ``_call`` exits), or exit now."""
     if _in_task:
         raise Stopped
+    os._exit(STOPPED_STATUS)
 
 
 def _start_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_terminate)
+    if sys.platform.startswith("linux"):  # the pool forks from the caller's thread, which outlives it
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(STOPPED_STATUS)
 
 
 def _call(fn: Callable[[Any], Any], task: Any) -> Any:
     global _in_task
     _in_task = True
     try:
-        if _stopping:  # a task queued before the parent stopped the pool: not started
-            raise Stopped
         return fn(task)
+    except Stopped:  # its cleanup ran: this worker starts no other task
+        os._exit(STOPPED_STATUS)
     finally:
         _in_task = False
 

@@ -62,10 +62,19 @@ def test_a_ctrl_c_in_the_loop_stops_running_tasks_and_starts_no_queued_one(tmp_p
     assert not list(tmp_path.glob("never-stopped-*"))
 
 
-@pytest.mark.parametrize("to", ["group", "parent"])
-def test_a_ctrl_c_stops_a_dataset_keeping_the_finished_jobs_and_no_half_written_one(flights, tmp_path, to):  # noqa: F811
-    """``group``: a terminal's Ctrl-C (every process of the group gets SIGINT); ``parent``: the
-    command's process alone gets it (as when a library swallowed it while the command started)."""
+@pytest.mark.parametrize(
+    "signal_to, exit_code",
+    [("group", 130), ("parent", 130), ("term", 143), ("kill", -signal.SIGKILL)],
+)
+def test_a_stopped_dataset_keeps_the_finished_jobs_and_leaves_no_half_written_one_nor_a_worker(
+    flights,  # noqa: F811  (a fixture)
+    tmp_path,
+    signal_to,
+    exit_code,
+):
+    """``group``: a terminal's Ctrl-C (SIGINT to every process of the group); ``parent``: SIGINT to the
+    command's process alone (as when a library swallowed it while the command started); ``term``:
+    ``kill``, a job scheduler; ``kill``: SIGKILL, the parent dies at once and its workers must follow."""
     rig = flights / "slow.toml"  # slow jobs: each runs for seconds
     text = (flights / "rig.toml").read_text()
     rig.write_text(text.replace("width = 64", "width = 320").replace("height = 48", "height = 240"))
@@ -73,7 +82,7 @@ def test_a_ctrl_c_stops_a_dataset_keeping_the_finished_jobs_and_no_half_written_
         flights,
         f'[dataset]\noutput = "{tmp_path / "out"}"\n[jobs]\nlogs = ["a.mcap", "b.mcap"]\nrigs = ["{rig}"]\n'
         "seeds = [1, 2, 3]\n",
-        f"stop-{to}.toml",
+        f"stop-{signal_to}.toml",
     )
     run = subprocess.Popen(
         [sys.executable, "-m", "goggles.cli", "dataset", str(spec), "--workers", "2"],
@@ -86,19 +95,23 @@ def test_a_ctrl_c_stops_a_dataset_keeping_the_finished_jobs_and_no_half_written_
     while run.poll() is None and time.monotonic() < deadline and not list((tmp_path / "out").glob("*.partial.mcap")):
         time.sleep(0.01)  # until a job is writing its output
     assert run.poll() is None, run.communicate()[1][-2000:]
-    if to == "group":
+    if signal_to == "group":
         os.killpg(run.pid, signal.SIGINT)
     else:
-        os.kill(run.pid, signal.SIGINT)
-    _, err = run.communicate(timeout=60)
-    assert run.returncode == 130, err[-2000:]
-    with pytest.raises(ProcessLookupError):  # no worker is left behind
-        os.killpg(run.pid, 0)
+        os.kill(run.pid, {"parent": signal.SIGINT, "term": signal.SIGTERM, "kill": signal.SIGKILL}[signal_to])
+    assert run.wait(timeout=60) == exit_code, run.stderr.read()[-2000:]
+    deadline = time.monotonic() + 60
+    while _any_left(run.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _any_left(run.pid), "a worker outlived the command"
+    run.communicate()
     out = tmp_path / "out"
     assert not list(out.glob("*.partial.mcap"))
     rows = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
     assert sorted(r["output"] for r in rows) == sorted(p.name for p in out.glob("*.mcap"))
     assert all(r["status"] == "done" for r in rows) and len(rows) < 6
+    if signal_to != "group":
+        return
     # A second run does the rest, and only the rest.
     again = subprocess.run(
         [sys.executable, "-m", "goggles.cli", "dataset", str(spec), "--workers", "2"],
@@ -109,3 +122,11 @@ def test_a_ctrl_c_stops_a_dataset_keeping_the_finished_jobs_and_no_half_written_
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"{6 - len(rows)} job(s) done, 0 failed, {len(rows)} already in the manifest" in again.stdout
     assert Path(out / "manifest.jsonl").read_text().count("\n") == 6
+
+
+def _any_left(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True

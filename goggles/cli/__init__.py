@@ -12,6 +12,7 @@ import threading
 
 from goggles.cli import bench, bridge, dataset, echo, edit, fly, keys, preview, race, render, replay, run
 from goggles.cli.common import (
+    Terminated,
     check_device,
     join_negative_values,
     quiet_warp_init,
@@ -83,5 +84,7 @@ def _command(argv: list[str] | None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"goggles: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        return 143
     except KeyboardInterrupt:
         return 130

@@ -239,23 +239,35 @@ def freeze_start_up_heap() -> None:
     gc.freeze()
 
 
-#: Set by a Ctrl-C from the start of ``main``, so that a library swallowing the KeyboardInterrupt while
-#: a command starts (trimesh's optional imports catch BaseException) cannot make a long run miss it.
+#: Set by a Ctrl-C (or SIGTERM) from the start of ``main``, so that a library swallowing the
+#: KeyboardInterrupt while a command starts (trimesh's optional imports catch BaseException) cannot make
+#: a long run miss it.
 INTERRUPTED = threading.Event()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a job scheduler, a container stopping): handled as a Ctrl-C is, so that a
+    command cleans up (closes its recordings, stops its worker processes) instead of dying where it
+    stands; ``main`` exits 143 for it."""
+
+
 def remember_interrupts() -> None:
-    """From now on a Ctrl-C (SIGINT) sets ``INTERRUPTED`` and raises KeyboardInterrupt as Python's own
-    handler does; where SIGINT is ignored (a background job) it stays ignored."""
+    """From now on a Ctrl-C (SIGINT) or SIGTERM sets ``INTERRUPTED`` and raises KeyboardInterrupt (or
+    ``Terminated``); a signal that is ignored (SIGINT in a background job) stays ignored."""
     INTERRUPTED.clear()
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    if threading.current_thread() is not threading.main_thread():
         return
 
-    def on_interrupt(signum, frame):
-        INTERRUPTED.set()
-        raise KeyboardInterrupt
+    def raising(exception: type[BaseException]):
+        def on_signal(signum, frame):
+            INTERRUPTED.set()
+            raise exception
 
-    signal.signal(signal.SIGINT, on_interrupt)
+        return on_signal
+
+    for number, exception in ((signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)):
+        if signal.getsignal(number) is not signal.SIG_IGN:
+            signal.signal(number, raising(exception))
 
 
 def report(line: str) -> None:
