@@ -45,13 +45,21 @@ def _on_terminate(signum, frame) -> None:
     os._exit(STOPPED_STATUS)
 
 
+def die_with_parent() -> None:
+    """In a child process: be sent SIGTERM when the parent dies, even killed outright (Linux; elsewhere
+    nothing). Call it first thing in the child; the thread that started the child must outlive it
+    (the kernel ties the signal to that thread)."""
+    if sys.platform.startswith("linux"):
+        parent = os.getppid()
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # it died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _start_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_terminate)
-    if sys.platform.startswith("linux"):  # the pool forks from the caller's thread, which outlives it
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() == 1:  # the parent died before prctl took effect
-            os._exit(STOPPED_STATUS)
+    die_with_parent()  # the pool's processes start from the caller's thread, which outlives them
 
 
 def _call(fn: Callable[[Any], Any], task: Any) -> Any:

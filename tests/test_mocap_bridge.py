@@ -500,3 +500,43 @@ def test_goggles_bridge_mocap_reaches_its_source(system):
         assert abs(np.hypot(*poses[-1].position[:2]) - 1.5) < 1e-3
     else:
         np.testing.assert_allclose(poses[-1].position, [1.0, 2.0, 1.5], atol=1e-6)
+
+
+def test_a_bridge_killed_outright_leaves_no_mocap_process_behind():
+    """libmotioncapture runs in a child process; a bridge killed with SIGKILL (an OOM kill, a crash)
+    must not leave it running, holding the mocap stream's ports for the next bridge."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    pytest.importorskip("motioncapture")
+    receiver = Receiver()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "goggles.cli", "bridge", "mocap", "--system", "mock"]
+        + ["--mock-bodies", "quad0(1,2,1.5,1,0,0,0)", "--no-lcm", "--zmq", f"tcp://127.0.0.1:{receiver.port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: the bridge and its child
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not receiver.messages and time.monotonic() < deadline:  # the child is streaming
+            receiver.collect(0.1)
+        assert receiver.messages, "no pose from the bridge"
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the mocap child outlived its bridge")
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
