@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 from contextlib import closing
@@ -360,6 +361,7 @@ def _run_on_ray(jobs: list[Job], spec: DatasetSpec, workers: int, address: str) 
         if address == "local":
             ray.init(num_cpus=workers, log_to_driver=False)  # with its dashboard where ray[default] is installed
         else:
+            check_ray_address(address)
             ray.init(address=address, log_to_driver=False)
     gpu = spec.device is not None and spec.device.startswith("cuda")
     actor = ray.remote(num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0, max_restarts=-1, max_task_retries=-1)(
@@ -371,6 +373,30 @@ def _run_on_ray(jobs: list[Job], spec: DatasetSpec, workers: int, address: str) 
 
     # Jobs go out in scene order, so a worker's next job tends to be in the world it holds.
     yield from ActorPool(pool).map_unordered(lambda worker, job: worker.render.remote(job), jobs)
+
+
+#: Seconds a Ray head's port may take to accept a connection before its address is called wrong.
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_ray_address(address: str) -> None:
+    """Refuse a cluster address that is malformed or where nothing listens, in one line and at once
+    (Ray's own client raises a traceback for the first, and retries for minutes on the second)."""
+    if address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+        raise ConfigError(
+            f"Ray address {address!r}: give 'local', 'auto', HOST:PORT (the head's port, 6379 unless "
+            "'ray start --head --port' said otherwise) or ray://HOST:PORT (Ray Client, 10001)"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"Ray address {address}: nothing answers at {host}:{port} ({exc.strerror or exc}); is the cluster's head "
+            "running there ('ray start --head'), and the port open?"
+        ) from exc
 
 
 class SceneWorker:

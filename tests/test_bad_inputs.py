@@ -16,6 +16,15 @@ from goggles.cli import main
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     (tmp / "a_file").write_text("x")
     (tmp / "junk.mcap").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
@@ -24,6 +33,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     (tmp / "bad.toml").write_text("[scene\nname = ")
     (tmp / "binary.toml").write_bytes(bytes(range(256)))
     (tmp / "named.toml").write_text('[[asset]]\nname = 5\nfile = "a.ply"\nunits = "m"\nup = "+z"\n')
+    (tmp / "spec.toml").write_text(f'[dataset]\noutput = "{tmp / "renders"}"\n[jobs]\nlogs = ["junk.mcap"]\n')
     out = str(tmp / "out")
     arena = repr(str(REPO / "assets/arena.toml"))
     run_file = (REPO / "assets/run-demo.toml").read_text().replace('"arena.toml"', arena)
@@ -59,6 +69,9 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["render", "--width", "100000", "--height", "100000", "--out", out], "GiB"),
         (["render", "--width", "-5", "--out", out], "argument --width: must be at least 1, got -5"),
         (["run", "--duration", "-1"], "--duration"),
+        (["run", "--duration", "inf"], "--duration inf: must be a number of seconds > 0"),
+        (["dataset", str(tmp / "spec.toml"), "--ray", "abc"], "Ray address 'abc': give 'local', 'auto', HOST:PORT"),
+        (["dataset", str(tmp / "spec.toml"), "--ray", f"127.0.0.1:{_closed_port()}"], "nothing answers at 127.0.0.1:"),
         (["fly", "--duration", "-1", "--out", str(tmp / "x.csv")], "--duration"),
         (["render", "--pose", "1,2,3", "--out", out], "pose"),
         (["render", "--pose=0,0,1,0,0,0,0", "--out", out], "quaternion"),

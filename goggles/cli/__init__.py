@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 import sys
 import threading
@@ -57,8 +58,8 @@ def _command(argv: list[str] | None) -> int:
     args, extra = parser.parse_known_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     if extra:
         args.parser_.error(f"unrecognized arguments: {' '.join(extra)} (see {args.parser_.prog} --help)")
-    if getattr(args, "duration", None) is not None and not args.duration > 0:
-        args.parser_.error(f"--duration {args.duration}: must be > 0 seconds")
+    if getattr(args, "duration", None) is not None and not 0 < args.duration < math.inf:
+        args.parser_.error(f"--duration {args.duration}: must be a number of seconds > 0 (leave it out to run until stopped)")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

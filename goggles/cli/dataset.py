@@ -23,7 +23,8 @@ def add_parser(commands) -> None:
         default=None,
         metavar="ADDRESS",
         help="run on Ray: 'auto' (the cluster this machine belongs to, see 'ray start'), an address "
-        "(ray://host:10001), or 'local' (start one here); without it, processes on this machine",
+        "(HOST:6379, the head's port, or ray://HOST:10001 through Ray Client; checked at once), or 'local' "
+        "(start one here); without it, processes on this machine",
     )
     dataset.add_argument("--workers", type=int, default=None, help="worker processes or actors (default: cores)")
     dataset.set_defaults(run=cmd_dataset)
