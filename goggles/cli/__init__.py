@@ -59,7 +59,9 @@ def _command(argv: list[str] | None) -> int:
     if extra:
         args.parser_.error(f"unrecognized arguments: {' '.join(extra)} (see {args.parser_.prog} --help)")
     if getattr(args, "duration", None) is not None and not 0 < args.duration < math.inf:
-        args.parser_.error(f"--duration {args.duration}: must be a number of seconds > 0 (leave it out to run until stopped)")
+        args.parser_.error(
+            f"--duration {args.duration}: must be a number of seconds > 0 (leave it out to run until stopped)"
+        )
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
