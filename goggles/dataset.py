@@ -210,7 +210,7 @@ def render_job(job: Job, output: Path, device=None, worlds: WorldCache | None = 
 
     output = Path(output)
     target = output / f"{job.id}.mcap"
-    partial = output / f"{job.id}.partial.mcap"  # renamed when complete
+    partial = partial_output(output, job)  # renamed when complete
     start = time.perf_counter()
     row = {"job": job.id, **asdict(job), "output": target.name}
     try:
@@ -243,6 +243,11 @@ def render_job(job: Job, output: Path, device=None, worlds: WorldCache | None = 
         partial.unlink(missing_ok=True)
     row["seconds"] = round(time.perf_counter() - start, 3)
     return row
+
+
+def partial_output(output: Path, job: Job) -> Path:
+    """Where a job writes until it is complete (then renamed to ``<job>.mcap``)."""
+    return Path(output) / f"{job.id}.partial.mcap"
 
 
 def _path(value: str | None) -> Path | None:
@@ -372,7 +377,14 @@ def _run_on_ray(jobs: list[Job], spec: DatasetSpec, workers: int, address: str) 
     from ray.util import ActorPool
 
     # Jobs go out in scene order, so a worker's next job tends to be in the world it holds.
-    yield from ActorPool(pool).map_unordered(lambda worker, job: worker.render.remote(job), jobs)
+    try:
+        yield from ActorPool(pool).map_unordered(lambda worker, job: worker.render.remote(job), jobs)
+    except BaseException:  # stopped (Ctrl-C, SIGTERM): so are the jobs, and their partial outputs go
+        for worker in pool:
+            ray.kill(worker)
+        for job in jobs:
+            partial_output(spec.output, job).unlink(missing_ok=True)
+        raise
 
 
 #: Seconds a Ray head's port may take to accept a connection before its address is called wrong.

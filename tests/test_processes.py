@@ -63,18 +63,28 @@ def test_a_ctrl_c_in_the_loop_stops_running_tasks_and_starts_no_queued_one(tmp_p
 
 
 @pytest.mark.parametrize(
-    "signal_to, exit_code",
-    [("group", 130), ("parent", 130), ("term", 143), ("kill", -signal.SIGKILL)],
+    "signal_to, on_ray, exit_code",
+    [
+        ("group", False, 130),
+        ("parent", False, 130),
+        ("term", False, 143),
+        ("kill", False, -signal.SIGKILL),
+        ("group", True, 130),
+    ],
 )
 def test_a_stopped_dataset_keeps_the_finished_jobs_and_leaves_no_half_written_one_nor_a_worker(
     flights,  # noqa: F811  (a fixture)
     tmp_path,
     signal_to,
+    on_ray,
     exit_code,
 ):
     """``group``: a terminal's Ctrl-C (SIGINT to every process of the group); ``parent``: SIGINT to the
     command's process alone (as when a library swallowed it while the command started); ``term``:
-    ``kill``, a job scheduler; ``kill``: SIGKILL, the parent dies at once and its workers must follow."""
+    ``kill``, a job scheduler; ``kill``: SIGKILL, the parent dies at once and its workers must follow.
+    ``on_ray``: the jobs run on a local Ray cluster the command starts (its actors are killed)."""
+    if on_ray:
+        pytest.importorskip("ray")
     rig = flights / "slow.toml"  # slow jobs: each runs for seconds
     text = (flights / "rig.toml").read_text()
     rig.write_text(text.replace("width = 64", "width = 320").replace("height = 48", "height = 240"))
@@ -82,10 +92,11 @@ def test_a_stopped_dataset_keeps_the_finished_jobs_and_leaves_no_half_written_on
         flights,
         f'[dataset]\noutput = "{tmp_path / "out"}"\n[jobs]\nlogs = ["a.mcap", "b.mcap"]\nrigs = ["{rig}"]\n'
         "seeds = [1, 2, 3]\n",
-        f"stop-{signal_to}.toml",
+        f"stop-{signal_to}-{on_ray}.toml",
     )
     run = subprocess.Popen(
-        [sys.executable, "-m", "goggles.cli", "dataset", str(spec), "--workers", "2"],
+        [sys.executable, "-m", "goggles.cli", "dataset", str(spec), "--workers", "2"]
+        + (["--ray", "local"] if on_ray else []),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -110,7 +121,7 @@ def test_a_stopped_dataset_keeps_the_finished_jobs_and_leaves_no_half_written_on
     rows = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
     assert sorted(r["output"] for r in rows) == sorted(p.name for p in out.glob("*.mcap"))
     assert all(r["status"] == "done" for r in rows) and len(rows) < 6
-    if signal_to != "group":
+    if signal_to != "group" or on_ray:
         return
     # A second run does the rest, and only the rest.
     again = subprocess.run(
