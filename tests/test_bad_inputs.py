@@ -266,3 +266,22 @@ def test_a_foxglove_port_in_use_is_a_one_line_error():
         )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "cannot serve Foxglove on 127.0.0.1:" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_preview_port_in_use_is_one_line_and_no_page_is_announced():
+    """The page's address is printed once the port is bound, never before an error saying it is not."""
+    pytest.importorskip("websockets")
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = subprocess.run(
+            [sys.executable, "-m", "goggles.cli", "preview", "--port", port, "--duration", "0.1"],
+            capture_output=True,
+            text=True,
+        )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"goggles: error: cannot serve the preview on 127.0.0.1:{port}: ")

@@ -103,13 +103,16 @@ def cmd_preview(args) -> int:
     if args.duration is not None:
         threading.Timer(args.duration, stop.set).start()
     page = f"http://{args.host}:{args.port}/" + (f"?token={token}" if token else "")
-    print(
-        f"goggles preview: {page} (frames from {client.endpoints.publish}, {args.vehicle}/{args.camera}); Ctrl-C stops",
-        file=sys.stderr,
-        flush=True,
-    )
     try:
-        server.run(stop)
+        server.run(
+            stop,
+            listening=lambda: print(
+                f"goggles preview: {page} (frames from {client.endpoints.publish}, {args.vehicle}/{args.camera}); "
+                "Ctrl-C stops",
+                file=sys.stderr,
+                flush=True,
+            ),
+        )
     finally:
         client.close()
     print(f"sent {server.frames_sent} frames")

@@ -198,12 +198,14 @@ class PreviewServer:
         finally:
             self._clients.discard(websocket)
 
-    async def _serve(self, stop: threading.Event) -> None:
+    async def _serve(self, stop: threading.Event, listening) -> None:
         require("websockets", "viewing", "the preview page")
         from websockets.asyncio.server import broadcast, serve
 
         loop = asyncio.get_running_loop()
         async with serve(self._stream, self.host, self.port, process_request=self._request, max_size=2**20):
+            if listening is not None:
+                listening()
             while not stop.is_set():
                 messages = await loop.run_in_executor(None, self.source.next_frames, 0.2)
                 sent = struct.pack("<d", time.time() * 1000.0)
@@ -214,8 +216,9 @@ class PreviewServer:
                     broadcast(ready, bytes([kind]) + sent + jpeg)
                     self.frames_sent += 1
 
-    def run(self, stop: threading.Event | None = None) -> None:
+    def run(self, stop: threading.Event | None = None, listening=None) -> None:
+        """Serve until ``stop``; ``listening()`` is called once the port is bound (to announce the page)."""
         try:
-            asyncio.run(self._serve(stop or threading.Event()))
+            asyncio.run(self._serve(stop or threading.Event(), listening))
         except OSError as exc:
             raise ConfigError(f"cannot serve the preview on {self.host}:{self.port}: {exc}") from exc
