@@ -465,3 +465,33 @@ def test_a_lidar_point_cloud_is_rosbags_cdr(typestore):
     decoded = ts.deserialize_cdr(ours, "sensor_msgs/msg/PointCloud2")
     back = np.frombuffer(bytes(decoded.data), cdr.POINT_DTYPE)
     assert np.array_equal(back["x"], x) and np.array_equal(back["ring"], ring)
+
+
+def test_a_twist_with_an_absurd_yaw_rate_leaves_the_next_ones_in_control_of_the_yaw():
+    """A finite but absurd yaw rate (1e30 rad/s) integrated into the yaw target must not leave a target
+    that later rates cannot move: the vehicle then turns at the rate the next Twists ask for."""
+    from goggles.frames import quat_to_matrix
+
+    domain_id = domain()
+    config = with_ros2(run_config(mode="sim", scale=1.0, route=False), domain_id)
+    running = Running(config, duration=None)
+    try:
+        sim = running.engine.vehicles["quad0"].sim
+        absurd = peer("twist", domain_id, "quad0", 0.5, 1e30)
+        assert wait_for(lambda: sim.states().position[0, 2] > 0.3, timeout=60)  # its Twists arrived
+        absurd.communicate(input="", timeout=30)
+        turning = peer("twist", domain_id, "quad0", 0.0, 2.0)
+        turned, last = 0.0, None
+        deadline = time.monotonic() + 60
+        while turned < 2 * np.pi and time.monotonic() < deadline:  # a full turn, unwrapped
+            R = quat_to_matrix(sim.states().attitude[0])
+            yaw = float(np.arctan2(R[1, 0], R[0, 0]))
+            if last is not None:
+                turned += float(np.remainder(yaw - last + np.pi, 2 * np.pi) - np.pi)
+            last = yaw
+            time.sleep(0.02)
+        turning.communicate(input="", timeout=30)
+        assert turned >= 2 * np.pi, f"turned {turned:.2f} rad in 60 s at 2 rad/s asked"
+    finally:
+        running.stop.set()
+        running.finish()

@@ -15,6 +15,7 @@ reliable and best-effort publishers). Payloads are XCDR1 CDR written by ``cdr``.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 
 import numpy as np
@@ -26,7 +27,7 @@ from goggles.frames import quat_to_matrix
 from goggles.transport.ros2 import DISTROS, LOCALHOST_ONLY_CONFIG, Ros2Settings
 from goggles.transport.ros2 import types as T
 from goggles.transport.ros2.topics import CLOCK, SENSOR, TF, TF_STATIC, Ros2Topics
-from goggles.transport.schema import MalformedMessage, decode_any, header
+from goggles.transport.schema import FLOAT32_MAX, MalformedMessage, decode_any, header
 
 log = logging.getLogger(__name__)
 
@@ -183,11 +184,13 @@ class Ros2Bus:
     def _yaw_setpoint(self, vehicle: str, yaw_rate: float) -> float:
         """The velocity mode's yaw target from a Twist's yaw rate: integrated in sim time from the
         vehicle's yaw when the first Twist came."""
-        if not np.isfinite(yaw_rate):  # dropped before it enters the integral: it would stay NaN
-            raise ValueError(f"Twist angular.z {yaw_rate} is not a finite yaw rate")
+        if not abs(yaw_rate) <= FLOAT32_MAX:  # dropped before it enters the integral: it would stay NaN
+            raise ValueError(f"Twist angular.z {yaw_rate} is not a finite yaw rate (in float32)")
         now = self._sim_time
         yaw, since = self._yaw_target.get(vehicle, (self._yaw.get(vehicle, 0.0), now))
-        yaw += float(yaw_rate) * (now - since)
+        # An angle: kept in [-pi, pi], so that no rate, however large, leaves a target later rates cannot
+        # move (1e30 rad absorbs any increment), and hours of turning keep their float32 precision.
+        yaw = math.remainder(yaw + float(yaw_rate) * (now - since), math.tau)
         self._yaw_target[vehicle] = (yaw, now)
         return yaw
 
