@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -276,9 +277,9 @@ def _demo_run_file(tmp_path):
     return tmp_path / "run.toml"
 
 
-def _swallow_a_ctrl_c_while_the_engine_starts(monkeypatch):
-    """A real SIGINT while the engine is built, swallowed as trimesh's optional imports do (they catch
-    BaseException): before goggles remembered it, such a Ctrl-C was lost."""
+def _swallow_a_ctrl_c_while_the_engine_starts(monkeypatch, number=None):
+    """A real SIGINT (or ``number``) while the engine is built, swallowed as trimesh's optional imports
+    do (they catch BaseException): before goggles remembered it, such a Ctrl-C was lost."""
     import os
     import signal
 
@@ -288,7 +289,7 @@ def _swallow_a_ctrl_c_while_the_engine_starts(monkeypatch):
 
     def interrupted_while_starting(self, *args, **kwargs):
         try:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), number or signal.SIGINT)
             time.sleep(5.0)  # the handler raises into this frame
         except BaseException:  # what trimesh's optional imports do
             pass
@@ -311,15 +312,19 @@ def test_a_ctrl_c_swallowed_while_the_run_starts_still_stops_it(tmp_path, monkey
     assert signal.getsignal(signal.SIGINT) is before  # main leaves the process's handlers as it found them
 
 
-def test_a_ctrl_c_swallowed_while_a_replay_starts_stops_it_at_its_first_progress_line(tmp_path, monkeypatch, capsys):
-    """``goggles replay`` (and ``goggles dataset``) raise it at the first progress line, a second in."""
+@pytest.mark.parametrize("number, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_ctrl_c_swallowed_while_a_replay_starts_stops_it_at_its_first_progress_line(
+    tmp_path, monkeypatch, capsys, number, exit_code
+):
+    """``goggles replay`` (and ``goggles dataset``) raise it at the first progress line, a second in;
+    a SIGTERM so swallowed as well, with its own exit code."""
     from goggles.cli import main
 
     run_file = _demo_run_file(tmp_path)
     assert main(["run", str(run_file), "--no-lcm", "--duration", "4", "--record", str(tmp_path / "flight.mcap")]) == 0
     capsys.readouterr()
-    _swallow_a_ctrl_c_while_the_engine_starts(monkeypatch)
-    assert main(["replay", str(tmp_path / "flight.mcap")]) == 130  # at real time: 4 s of log, 4 progress lines
+    _swallow_a_ctrl_c_while_the_engine_starts(monkeypatch, number)
+    assert main(["replay", str(tmp_path / "flight.mcap")]) == exit_code  # at real time: 4 s of log, 4 progress lines
     captured = capsys.readouterr()
     assert "replayed" not in captured.err and "poses" not in captured.out  # stopped at the first, unfinished
 

@@ -245,6 +245,10 @@ def freeze_start_up_heap() -> None:
 INTERRUPTED = threading.Event()
 
 
+_interruption: type[KeyboardInterrupt] = KeyboardInterrupt
+"""What the last signal that set ``INTERRUPTED`` raised (``report`` raises it again)."""
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, a job scheduler, a container stopping): handled as a Ctrl-C is, so that a
     command cleans up (closes its recordings, stops its worker processes) instead of dying where it
@@ -258,8 +262,10 @@ def remember_interrupts() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
 
-    def raising(exception: type[BaseException]):
+    def raising(exception: type[KeyboardInterrupt]):
         def on_signal(signum, frame):
+            global _interruption
+            _interruption = exception
             INTERRUPTED.set()
             raise exception
 
@@ -274,7 +280,7 @@ def report(line: str) -> None:
     """Print a progress line on stderr; a long command's once-a-second call, so it is also where a
     Ctrl-C swallowed while the command started is raised at last."""
     if INTERRUPTED.is_set():
-        raise KeyboardInterrupt
+        raise _interruption
     print(line, file=sys.stderr, flush=True)
 
 
