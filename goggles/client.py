@@ -19,11 +19,11 @@ import time
 import numpy as np
 
 import goggles_lcm
-from goggles.control_modes import COMMAND_SIZE, ControlMode
+from goggles.control_modes import ControlMode
 from goggles.errors import ConfigError
 from goggles.transport.buses import ZmqEndpoints, frame, split_frame
 from goggles.transport.messages import scene_edit_message
-from goggles.transport.schema import MAX_STEPS, Encoding, check_input, decode_any, header
+from goggles.transport.schema import MAX_STEPS, Encoding, decode_any, header
 
 #: Receive queue bound per subscription socket: newer frames replace nothing, older ones are dropped.
 RECEIVE_HWM = 16
@@ -138,10 +138,7 @@ class Client:
         message.mode = int(mode)
         message.values = [float(v) for v in values]
         message.num_values = len(message.values)
-        width = COMMAND_SIZE[ControlMode(message.mode)]
-        if width is not None and message.num_values != width:
-            raise ValueError(f"a {ControlMode(message.mode).name} command has {width} values, got {message.num_values}")
-        self._pub.send(frame(f"{vehicle}/command", _checked(message)))
+        self._pub.send(frame(f"{vehicle}/command", message.encode()))
 
     def send_pose(self, name: str, position, orientation, utime: int | None = None, valid: bool = True) -> int:
         """Publish a body pose (live mode); returns the utime it carries (wall µs by default)."""
@@ -152,7 +149,7 @@ class Client:
         message.position = [float(v) for v in position]
         message.orientation = [float(v) for v in orientation]
         message.valid = valid
-        self._pub.send(frame(f"pose/{name}", _checked(message)))
+        self._pub.send(frame(f"pose/{name}", message.encode()))
         return utime
 
     def spawn(self, actor: str, prop: str, position, orientation=(1.0, 0.0, 0.0, 0.0)) -> None:
@@ -171,7 +168,7 @@ class Client:
     def _edit(self, action: str, actor: str, prop: str, position, orientation) -> None:
         utime, seq = time.time_ns() // 1000, next(self._seq)
         message = scene_edit_message(utime, seq, action, actor, prop, position, orientation)
-        self._pub.send(frame("scene/edit", _checked(message)))
+        self._pub.send(frame("scene/edit", message.encode()))
 
     def wait_for_engine(self, timeout: float = 5.0) -> None:
         """Return once the engine's input socket has subscribed to this client (what is sent from then
@@ -253,15 +250,3 @@ def describe(message) -> str:
         else:
             fields.append(f"{name}={value}")
     return f"{type(message).__name__} " + " ".join(fields)
-
-
-def _checked(message) -> bytes:
-    """The bytes of an input the engine will use; ValueError (``MalformedMessage``) for one it would drop,
-    counted but unseen by the caller: a position or orientation of the wrong size, values not finite,
-    a zero quaternion."""
-    for field, size in (("position", 3), ("orientation", 4)):
-        values = getattr(message, field, None)
-        if values is not None and len(values) != size:
-            raise ValueError(f"{field} must have {size} values, got {len(values)}")
-    check_input(message)
-    return message.encode()

@@ -193,15 +193,8 @@ def test_skeletons_are_bounded_and_cannot_stall_the_outputs(engine):
 def test_commands_that_overflow_float32_are_refused(engine):
     running, client, watch = engine
     received = running.engine.counters.received
-    with pytest.raises(ValueError, match="not finite|non-finite"):  # goggles' own client does not send them
-        client.send_command("quad0", ControlMode.POSITION, [1e39, 0.0, 1.0, 0.0])
-    for mode, values in (
-        (ControlMode.POSITION, [1e39, 0.0, 1.0, 0.0]),
-        (ControlMode.ROTOR_SPEEDS, [-1e39, 1.0, 1.0, 1.0]),
-    ):
-        command = goggles_lcm.command_t()  # another client's
-        command.mode, command.values, command.num_values = int(mode), values, len(values)
-        client.send("quad0/command", command.encode())
+    client.send_command("quad0", ControlMode.POSITION, [1e39, 0.0, 1.0, 0.0])
+    client.send_command("quad0", ControlMode.ROTOR_SPEEDS, [-1e39, 1.0, 1.0, 1.0])
     _settle(running, received, 2)
     assert running.engine.counters.malformed_by_channel.get("quad0/command") == 2
     client.send_command("quad0", ControlMode.POSITION, [0.0, 0.0, 1.0, 0.0])

@@ -132,7 +132,7 @@ def decode_input(data: bytes, expected: type):
     message = decode_any(data)
     if not isinstance(message, expected):
         raise MalformedMessage(f"expected {expected.__name__}, got {type(message).__name__}")
-    check_input(message)
+    _validate(message)
     return message
 
 
@@ -148,9 +148,7 @@ def _quaternion(values, what: str) -> None:
         raise MalformedMessage(f"{what} is a zero quaternion")
 
 
-def check_input(message) -> None:
-    """Raise MalformedMessage if the engine would drop this input (the checks of ``decode_input``):
-    values not finite in float32, a zero quaternion, an unknown mode or action, oversized names."""
+def _validate(message) -> None:
     if isinstance(message, goggles_lcm.pose_t):
         _finite(message.position, "pose position")
         _quaternion(message.orientation, "pose orientation")
