@@ -33,6 +33,7 @@ class Stopped(BaseException):
 STOPPED_STATUS = 143
 
 _in_task = False
+_stopping = False
 
 PR_SET_PDEATHSIG = 1
 """prctl(2) option: the signal this process gets when the thread that forked it exits."""
@@ -40,6 +41,8 @@ PR_SET_PDEATHSIG = 1
 
 def _on_terminate(signum, frame) -> None:
     """In a worker: stop the task it runs (its cleanup runs, then ``_call`` exits), or exit now."""
+    global _stopping
+    _stopping = True
     if _in_task:
         raise Stopped
     os._exit(STOPPED_STATUS)
@@ -66,11 +69,14 @@ def _call(fn: Callable[[Any], Any], task: Any) -> Any:
     global _in_task
     _in_task = True
     try:
-        return fn(task)
+        result = fn(task)
     except Stopped:  # its cleanup ran: this worker starts no other task
         os._exit(STOPPED_STATUS)
     finally:
         _in_task = False
+    if _stopping:  # a library swallowed the Stopped (trimesh's imports catch BaseException)
+        os._exit(STOPPED_STATUS)
+    return result
 
 
 def run_in_processes(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int) -> Iterator[tuple[int, Any] | None]:

@@ -41,6 +41,19 @@ def _run_until_stopped(task):
         (folder / f"cleaned-{i}").touch()
 
 
+def _swallow_the_stop(task):
+    """As a library that catches BaseException would (trimesh's optional imports): the task goes on."""
+    folder, i = task
+    (folder / f"started-{i}").touch()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+    except BaseException:
+        pass
+    (folder / f"returned-{i}").touch()
+
+
 def test_results_come_back_with_their_index_and_a_tick_while_none_ends():
     items = list(run_in_processes(_square, [(3, 0.0), (4, 2.5), (5, 0.0)], workers=2))
     results = dict(item for item in items if item is not None)
@@ -60,6 +73,18 @@ def test_a_ctrl_c_in_the_loop_stops_running_tasks_and_starts_no_queued_one(tmp_p
     assert len(started) == 2, started
     assert sorted(p.name for p in tmp_path.glob("cleaned-*")) == [s.replace("started", "cleaned") for s in started]
     assert not list(tmp_path.glob("never-stopped-*"))
+
+
+def test_a_worker_whose_task_swallowed_the_stop_starts_no_other_task(tmp_path):
+    with (
+        pytest.raises(KeyboardInterrupt),
+        closing(run_in_processes(_swallow_the_stop, [(tmp_path, i) for i in range(6)], workers=2)) as results,
+    ):
+        for _ in results:
+            if len(list(tmp_path.glob("started-*"))) == 2:
+                raise KeyboardInterrupt
+    assert len(list(tmp_path.glob("started-*"))) == 2
+    assert len(list(tmp_path.glob("returned-*"))) == 2  # they went on to their end, and no further
 
 
 @pytest.mark.parametrize(
