@@ -28,30 +28,30 @@ def _square(task):
     return x * x
 
 
-def _run_until_stopped(task):
-    """Say it started, then wait to be stopped; its ``finally`` says it cleaned up."""
-    folder, i = task
+def _started_and_waiting(folder: Path, i: int) -> None:
+    """Say the task started, then wait until stopped (or ``WAIT_S``, writing ``never-stopped-<i>``)."""
     (folder / f"started-{i}").touch()
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    (folder / f"never-stopped-{i}").touch()
+
+
+def _run_until_stopped(task):
+    """Wait to be stopped; its ``finally`` says it cleaned up."""
     try:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            time.sleep(0.01)
-        (folder / f"never-stopped-{i}").touch()
+        _started_and_waiting(*task)
     finally:
-        (folder / f"cleaned-{i}").touch()
+        (task[0] / f"cleaned-{task[1]}").touch()
 
 
 def _swallow_the_stop(task):
     """As a library that catches BaseException would (trimesh's optional imports): the task goes on."""
-    folder, i = task
-    (folder / f"started-{i}").touch()
     try:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            time.sleep(0.01)
+        _started_and_waiting(*task)
     except BaseException:
         pass
-    (folder / f"returned-{i}").touch()
+    (task[0] / f"returned-{task[1]}").touch()
 
 
 def test_results_come_back_with_their_index_and_a_tick_while_none_ends():
