@@ -239,14 +239,10 @@ def freeze_start_up_heap() -> None:
     gc.freeze()
 
 
-#: Set by a Ctrl-C (or SIGTERM) from the start of ``main``, so that a library swallowing the
-#: KeyboardInterrupt while a command starts (trimesh's optional imports catch BaseException) cannot make
-#: a long run miss it.
-INTERRUPTED = threading.Event()
-
-
-_interruption: type[KeyboardInterrupt] = KeyboardInterrupt
-"""What the last signal that set ``INTERRUPTED`` raised (``report`` raises it again)."""
+_interruption: type[KeyboardInterrupt] | None = None
+"""What a Ctrl-C (KeyboardInterrupt) or SIGTERM (``Terminated``) since the start of ``main`` raised,
+remembered so that a library swallowing it while a command starts (trimesh's optional imports catch
+BaseException) cannot make a long run miss it; None: none came."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -256,9 +252,10 @@ class Terminated(KeyboardInterrupt):
 
 
 def remember_interrupts() -> None:
-    """From now on a Ctrl-C (SIGINT) or SIGTERM sets ``INTERRUPTED`` and raises KeyboardInterrupt (or
+    """From now on a Ctrl-C (SIGINT) or SIGTERM is remembered and raises KeyboardInterrupt (or
     ``Terminated``); a signal that is ignored (SIGINT in a background job) stays ignored."""
-    INTERRUPTED.clear()
+    global _interruption
+    _interruption = None
     if threading.current_thread() is not threading.main_thread():
         return
 
@@ -266,7 +263,6 @@ def remember_interrupts() -> None:
         def on_signal(signum, frame):
             global _interruption
             _interruption = exception
-            INTERRUPTED.set()
             raise exception
 
         return on_signal
@@ -279,7 +275,7 @@ def remember_interrupts() -> None:
 def report(line: str) -> None:
     """Print a progress line on stderr; a long command's once-a-second call, so it is also where a
     Ctrl-C swallowed while the command started is raised at last."""
-    if INTERRUPTED.is_set():
+    if _interruption is not None:
         raise _interruption
     print(line, file=sys.stderr, flush=True)
 
@@ -290,6 +286,6 @@ def stop_on_signals(stop=None):
     stop = stop if stop is not None else threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    if INTERRUPTED.is_set():
+    if _interruption is not None:
         stop.set()
     return stop
