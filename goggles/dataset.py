@@ -318,22 +318,19 @@ def run_dataset(
     rows = []
     finished = closing(backend(pending, spec, workers, ray_address))
     with open(spec.output / MANIFEST, "a") as manifest, finished as rows_in:
-        for row in rows_in:
-            if row is None:  # a second without a finished job
-                if report is not None:
-                    progress.last = time.perf_counter()
-                    report(progress.line())
-                continue
-            manifest.write(json.dumps(row) + "\n")
-            manifest.flush()
-            rows.append(row)
-            if row["status"] == "done":
-                progress.done += 1
-                progress.frames += row.get("frames", 0)
-            else:
-                progress.failed += 1
-                log.warning("job %s failed: %s", row["job"], row.get("error"))
-            if report is not None and (time.perf_counter() - progress.last > 1.0 or len(rows) == len(pending)):
+        for row in rows_in:  # None: a second without a finished job
+            if row is not None:
+                manifest.write(json.dumps(row) + "\n")
+                manifest.flush()
+                rows.append(row)
+                if row["status"] == "done":
+                    progress.done += 1
+                    progress.frames += row.get("frames", 0)
+                else:
+                    progress.failed += 1
+                    log.warning("job %s failed: %s", row["job"], row.get("error"))
+            due = row is None or time.perf_counter() - progress.last > 1.0 or len(rows) == len(pending)
+            if report is not None and due:
                 progress.last = time.perf_counter()
                 report(progress.line())
     return rows

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
-from goggles.cli.common import floats_between, positive, seed
+from goggles.cli.common import floats_between, positive, report, seed
 from goggles.errors import ConfigError
 
 
@@ -152,7 +151,7 @@ def cmd_fly(args) -> int:
                     rows.clear()
                 if time.perf_counter() - last_progress > 1.0:
                     last_progress = time.perf_counter()
-                    print(f"flown {sim.time:.1f} / {args.duration:g} s", file=sys.stderr, flush=True)
+                    report(f"flown {sim.time:.1f} / {args.duration:g} s")
         finally:  # an interrupted flight keeps every row it flew
             if rows:
                 out.write(np.array(rows))
