@@ -235,6 +235,64 @@ def test_bench_envs_last_line():
     assert "3 env(s): step 0/10" in result.stderr and "1 env(s): step 0/20" in result.stderr
 
 
+def test_bench_latency_last_line():
+    result = goggles("bench", "latency", "--seconds", "2", "--width", "32", "--height", "24")
+    last = dict(item.split("=") for item in result.stdout.strip().splitlines()[-1].split())
+    assert last["transport"] == "zmq" and (last["width"], last["height"]) == ("32", "24")
+    assert 0 < float(last["p50_ms"]) <= float(last["p99_ms"])
+
+
+def _children(pid: int) -> list[int]:
+    from pathlib import Path
+
+    children = []
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = status.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended while being read
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(status.parent.name))
+    return children
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process table in /proc")
+def test_a_latency_bench_killed_outright_leaves_no_engine_behind():
+    """The latency bench runs its engine as a child process; a bench killed with SIGKILL must not
+    leave that engine running, holding the bench's ports and a core. (The engine ends at its next
+    status line, whose pipe to the bench is broken.)"""
+    import os
+
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "goggles.cli", "bench", "latency", "--seconds", "600"]
+        + ["--width", "16", "--height", "12"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (engines := _children(bench.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engines, "the bench started no engine"
+        os.kill(bench.pid, signal.SIGKILL)
+        bench.wait(10)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(bench.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the engine outlived its latency bench")
+    finally:
+        try:
+            os.killpg(bench.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_run_with_defaults_stops_cleanly_on_ctrl_c():
     import signal
 
