@@ -10,7 +10,9 @@ written in chunks, so a recording killed mid-way is readable up to its last comp
 from __future__ import annotations
 
 import logging
+import mmap
 import queue
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -220,7 +222,8 @@ def read_log(path: str | Path) -> Iterator[tuple[int, str, bytes]]:
 
     MCAP chunks are checked against their CRCs: a damaged chunk is named in a warning and skipped,
     and reading goes on with the next; a truncated file (a killed recording) yields what its complete
-    chunks hold. A file that is not a recording of the format its name says is refused.
+    chunks hold. An LCM event log's damaged events are skipped to the next sync word, likewise. A file
+    that is not a recording of the format its name says is refused.
 
     Raises:
         ConfigError: not found, or not an MCAP file / LCM event log.
@@ -241,28 +244,66 @@ def read_log(path: str | Path) -> Iterator[tuple[int, str, bytes]]:
     yield from _read_mcap(path)
 
 
-#: An event's sync word, event number, time stamp, channel length and data length (lcm-logger's format).
-LCM_EVENT_HEADER_BYTES = 4 + 8 + 8 + 4 + 4
+#: An event's header (lcm-logger's format, big-endian): sync word, event number, time stamp (µs),
+#: channel length and data length.
+LCM_EVENT_HEADER = struct.Struct(">4sqqii")
+#: lcm's own reader refuses longer channel names as damage.
+LCM_MAX_CHANNEL_BYTES = 1000
 
 
 def _read_lcm_log(path: Path) -> Iterator[tuple[int, str, bytes]]:
-    import lcm
-
-    try:
-        event_log = lcm.EventLog(str(path), "r")
-    except Exception as exc:
-        raise ConfigError(f"{path}: not an LCM event log: {exc}") from exc
-    events = read = 0
-    for event in event_log:
-        events += 1
-        read += LCM_EVENT_HEADER_BYTES + len(event.channel.encode()) + len(event.data)
-        if event.channel != "LCM_SELF_TEST":
-            yield event.timestamp * 1000, event.channel, event.data
+    """lcm-logger's events, read here rather than by ``lcm.EventLog``: that reader ends quietly at the
+    first damaged event, losing the rest of the flight. An event is taken only when its header is
+    sane and the next event's sync word (or the file's end) follows it; otherwise its bytes are
+    skipped to the next sync word, and the skipped spans are named in one warning."""
+    size = path.stat().st_size
+    events = 0
+    skipped: list[tuple[int, int]] = []
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        position = 0
+        while position + LCM_EVENT_HEADER.size <= size:
+            sync, _, utime, channel_bytes, data_bytes = LCM_EVENT_HEADER.unpack_from(data, position)
+            channel_at = position + LCM_EVENT_HEADER.size
+            end = channel_at + channel_bytes + data_bytes
+            whole = (
+                sync == LCM_LOG_SYNC
+                and 0 < channel_bytes <= LCM_MAX_CHANNEL_BYTES
+                and data_bytes >= 0
+                and end <= size
+                and (end == size or data[end : end + 4] == LCM_LOG_SYNC)
+            )
+            channel = _channel_name(data[channel_at : channel_at + channel_bytes]) if whole else None
+            if channel is None:
+                following = data.find(LCM_LOG_SYNC, position + 1)
+                if following < 0:  # nothing readable after it: a cut-off (or damaged) end
+                    break
+                skipped.append((position, following))
+                position = following
+                continue
+            events += 1
+            if channel != "LCM_SELF_TEST":
+                yield utime * 1000, channel, data[channel_at + channel_bytes : end]
+            position = end
     if events == 0:
         raise ConfigError(f"{path}: not a readable LCM event log (no event could be read)")
-    unread = path.stat().st_size - read  # lcm's reader ends quietly at an event it cannot finish
-    if unread > 0:
-        log.warning("%s: stopped reading at a damaged or cut-off event after event %d (%d bytes)", path, events, unread)
+    if skipped:
+        spans = ", ".join(f"{a}-{b}" for a, b in skipped[:5]) + (" ..." if len(skipped) > 5 else "")
+        log.warning(
+            "%s: %d damaged span(s) of bytes skipped (%s); the events after them were read", path, len(skipped), spans
+        )
+    if position < size:
+        log.warning(
+            "%s: stopped reading at a damaged or cut-off event after event %d (%d bytes)", path, events, size - position
+        )
+
+
+def _channel_name(raw: bytes) -> str | None:
+    """An event's channel, or None where its bytes are not one (damage)."""
+    try:
+        channel = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return channel if channel.isprintable() else None
 
 
 def _summary_channels(path: Path) -> tuple[dict[int, str], dict[int, str]]:

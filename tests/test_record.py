@@ -311,6 +311,47 @@ def test_damaged_chunks_are_named_and_skipped(tmp_path, caplog, compression):
     assert "damaged" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "damage",
+    ["header zeroed", "data cut short", "junk between events", "length too long", "sync word flipped"],
+)
+def test_a_damaged_lcm_event_is_skipped_and_the_events_after_it_are_read(tmp_path, caplog, damage):
+    """lcm's own reader ends at the first damaged event: everything after it was lost. The damaged
+    event is dropped, every other event reads back as lcm-logger wrote it. (An event whose end is
+    not followed by a sync word cannot be checked, so the one before a damaged header goes too.)"""
+    pytest.importorskip("lcm")
+    path = tmp_path / "flight.lcmlog"
+    recorder = Recorder(path)
+    payloads = [bytes([i]) * (1000 + i) for i in range(12)]
+    for i, payload in enumerate(payloads):
+        recorder.write(f"quad0/ch{i}", payload, (i + 1) * 1_000_000)
+    recorder.close()
+    raw = bytearray(path.read_bytes())
+    starts = [i for i in range(len(raw)) if raw[i : i + 4] == b"\xed\xa1\xda\x01"]
+    assert len(starts) == 12
+    fifth, sixth = starts[5], starts[6]
+    lost = {5}
+    if damage == "header zeroed":
+        raw[fifth : fifth + 28] = bytes(28)
+        lost = {4, 5}
+    elif damage == "data cut short":
+        del raw[sixth - 100 : sixth]
+    elif damage == "junk between events":
+        raw[sixth:sixth] = b"\x00\xed\xa1 not an event " * 10
+    elif damage == "length too long":
+        raw[fifth + 24 : fifth + 28] = (len(payloads[5]) + 7).to_bytes(4, "big")
+    else:
+        raw[fifth] ^= 0xFF
+        lost = {4, 5}
+    path.write_bytes(bytes(raw))
+    with caplog.at_level("WARNING"):
+        read = list(read_log(path))
+    assert [data for _, _, data in read] == [p for i, p in enumerate(payloads) if i not in lost]
+    assert [t for t, _, _ in read] == [(i + 1) * 1_000_000 for i in range(12) if i not in lost]
+    assert [c for _, c, _ in read] == [f"quad0/ch{i}" for i in range(12) if i not in lost]
+    assert "damaged span(s) of bytes skipped" in caplog.text and str(path) in caplog.text
+
+
 @pytest.mark.parametrize("suffix", [".mcap", ".lcmlog"])
 def test_a_cut_off_recording_reads_to_the_cut_and_says_so(tmp_path, caplog, suffix):
     """A recording whose writer was killed: what was written before the cut reads back as written,
