@@ -364,7 +364,10 @@ def _run_on_ray(jobs: list[Job], spec: DatasetSpec, workers: int, address: str) 
             ray.init(num_cpus=workers, log_to_driver=False)  # with its dashboard where ray[default] is installed
         else:
             check_ray_address(address)
-            ray.init(address=address, log_to_driver=False)
+            try:
+                ray.init(address=address, log_to_driver=False)
+            except (ConnectionError, RuntimeError) as exc:
+                raise ConfigError(_ray_refusal(address, exc)) from exc
     gpu = spec.device is not None and spec.device.startswith("cuda")
     actor = ray.remote(num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0, max_restarts=-1, max_task_retries=-1)(
         SceneWorker
@@ -406,6 +409,25 @@ def check_ray_address(address: str) -> None:
             f"Ray address {address}: nothing answers at {host}:{port} ({exc.strerror or exc}); is the cluster's head "
             "running there ('ray start --head'), and the port open?"
         ) from exc
+
+
+def _ray_refusal(address: str, exc: BaseException) -> str:
+    """Why Ray could not join the cluster at ``address``, with what to do where Ray's token
+    authentication refused us (Ray >= 2.59 turns it on for clusters that 'ray start' began)."""
+    import ray.exceptions
+
+    causes = []
+    while exc is not None and exc not in causes:
+        causes.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    # Ray reports its GCS client's AuthenticationError as text inside a RuntimeError's message.
+    if any(isinstance(c, ray.exceptions.AuthenticationError) or "AuthenticationError" in str(c) for c in causes):
+        return (
+            f"Ray address {address}: the cluster asks for its authentication token; run with RAY_AUTH_MODE=token "
+            "and the token in ~/.ray/auth_token or RAY_AUTH_TOKEN ('ray get-auth-token' on the head prints it), "
+            "or give --ray auto on the head's machine"
+        )
+    return f"Ray address {address}: {str(causes[0]).splitlines()[0] if str(causes[0]) else type(causes[0]).__name__}"
 
 
 class SceneWorker:

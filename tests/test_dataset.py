@@ -202,3 +202,58 @@ def _kill_a_rendering_worker() -> int | None:
             os.kill(int(entry.name), signal.SIGKILL)
             return int(entry.name)
     return None
+
+
+def test_a_cluster_that_asks_for_a_token_we_lack_is_one_line_that_says_so(flights, tmp_path):
+    """Ray's token authentication (on by default for 'ray start' clusters since Ray 2.59) refuses a
+    driver without the cluster's token: a person must learn that, not 'failed to connect'."""
+    import os
+    import secrets
+    import shutil
+    import signal
+    import socket
+    import tempfile
+
+    pytest.importorskip("ray")
+    if shutil.which("ray") is None:
+        pytest.skip("Ray's 'ray' command is not on PATH")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    auth = {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS"}
+    plain = {k: v for k, v in os.environ.items() if k not in auth}
+    temp_dir = tempfile.mkdtemp(prefix="ray-token-")  # short: Ray's socket paths must fit in 107 bytes
+    head = subprocess.Popen(
+        ["ray", "start", "--head", "--block", "--port", str(port), "--num-cpus", "1"]
+        + ["--node-ip-address", "127.0.0.1", "--temp-dir", temp_dir, "--disable-usage-stats"],
+        env={**plain, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert head.poll() is None, "the Ray head did not start"
+                time.sleep(0.2)
+        spec = write_spec(flights, f'[dataset]\noutput = "{tmp_path / "out"}"\n[jobs]\nlogs = ["a.mcap"]\n', "tok.toml")
+        result = subprocess.run(
+            [sys.executable, "-m", "goggles.cli", "dataset", str(spec), "--ray", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=plain,
+        )
+    finally:
+        os.killpg(head.pid, signal.SIGKILL)
+        head.wait(30)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert f"goggles: error: Ray address 127.0.0.1:{port}: the cluster asks for its authentication token" in (
+        result.stderr
+    )
+    assert not (tmp_path / "out" / MANIFEST).exists() or not read_manifest(tmp_path / "out")
