@@ -19,6 +19,7 @@ from goggles.cli.common import (
     quiet_warp_init,
     remember_interrupts,
     tag_leaf_parsers,
+    telling_slow_steps,
 )
 from goggles.errors import GogglesError
 from goggles.host_memory import keep_large_allocations
@@ -79,7 +80,8 @@ def _command(argv: list[str] | None) -> int:
                 quiet_warp_init()
             check_device(getattr(args, "device", None))
             check_device(getattr(args, "physics_device", None), "--physics-device")
-        return args.run(args)
+        with telling_slow_steps():
+            return args.run(args)
     except GogglesError as exc:
         print(f"goggles: error: {exc}", file=sys.stderr)
         return 2

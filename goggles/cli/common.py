@@ -9,6 +9,8 @@ import re
 import signal
 import sys
 import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from goggles.checks import MAX_SEED
@@ -289,3 +291,37 @@ def stop_on_signals(stop=None):
     if _interruption is not None:
         stop.set()
     return stop
+
+
+#: How long a step (``goggles.busy``) goes on before a person is told what they wait for, and how
+#: often again while it lasts, seconds.
+SLOW_STEP_S = 1.0
+SLOW_STEP_AGAIN_S = 5.0
+
+
+@contextmanager
+def telling_slow_steps(after_s: float = SLOW_STEP_S, again_s: float = SLOW_STEP_AGAIN_S):
+    """While the enclosed command runs, a line on stderr for each step that has lasted ``after_s``
+    (a first run compiling Warp's kernels, a large scene's import), and again every ``again_s``."""
+    from goggles.busy import current
+
+    done = threading.Event()
+
+    def watch() -> None:
+        told: tuple[str, float, float] | None = None  # the step told last: text, start, when told
+        while not done.wait(0.25):
+            step = current()
+            now = time.monotonic()
+            if step is None or now - step[1] < after_s:
+                continue
+            if told is None or told[:2] != step or now - told[2] >= again_s:
+                told = (*step, now)
+                print(f"goggles: {step[0]} ... {now - step[1]:.0f} s", file=sys.stderr, flush=True)
+
+    watcher = threading.Thread(target=watch, name="slow-steps", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()

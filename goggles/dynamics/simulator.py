@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
+from goggles.busy import load_kernels
 from goggles.captured import RecordedWork, recording, struct_key
 from goggles.dynamics import kernels
 from goggles.dynamics.airframe import MAX_ROTORS, Airframe
@@ -206,7 +207,7 @@ class MultirotorSim:
         self._packed = wp.zeros((n, columns), dtype=wp.float64, device=d)
         self._packed_host = HostMirror(self._packed)
         self._no_actors = no_actors(d)
-        wp.load_module(kernels, device=d)
+        load_kernels(kernels, d)
         self._recorded = RecordedWork(self.launch_steps, d, enabled=recorded)
         self.seed = seed
         self.reset()

@@ -26,6 +26,7 @@ import torch
 import warp as wp
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from goggles.busy import load_kernels
 from goggles.captured import RecordedWork, struct_key
 from goggles.checks import is_whole
 from goggles.dynamics.airframe import load_airframe
@@ -164,7 +165,7 @@ class DroneVectorEnv(VectorEnv):
         if scene is not None and scene.device != d:
             raise ConfigError(f"the scene is on {scene.device}, the environments on {d}: use one device")
         self.nominal = load_airframe(airframe)
-        wp.load_module(kernels, device=d)  # here, not in the renderer's threads (launch_rows)
+        load_kernels(kernels, d)  # here, not in the renderer's threads (launch_rows)
         # The vehicles collide with the static scene; actors belong to one environment each (tasks).
         self.sim = MultirotorSim(self.nominal, n, device=d, world=scene, seed=self.seed, actors=False)
         self.scene = scene

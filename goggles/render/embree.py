@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from goggles.busy import busy
 from goggles.errors import ConfigError
 from goggles.scene.batch import StaticScene
 
@@ -41,14 +42,15 @@ class EmbreeTracer:
             from embreex.mesh_construction import TriangleMesh
         except ImportError as exc:
             raise ConfigError("Embree is not installed: pip install embreex (x86-64 Linux or Windows)") from exc
-        self._scene = rtcore_scene.EmbreeScene()
-        TriangleMesh(
-            self._scene,
-            np.ascontiguousarray(scene.vertices, dtype=np.float32),
-            np.ascontiguousarray(scene.faces, dtype=np.int32),
-        )
-        # Embree builds its BVH on the first query: build it now, not inside the first frame.
-        self._scene.run(np.zeros((1, 3), np.float32), np.array([[0.0, 0.0, 1.0]], np.float32))
+        with busy(f"building Embree's BVH of the scene ({scene.num_faces:,} triangles)"):
+            self._scene = rtcore_scene.EmbreeScene()
+            TriangleMesh(
+                self._scene,
+                np.ascontiguousarray(scene.vertices, dtype=np.float32),
+                np.ascontiguousarray(scene.faces, dtype=np.int32),
+            )
+            # Embree builds its BVH on the first query: build it now, not inside the first frame.
+            self._scene.run(np.zeros((1, 3), np.float32), np.array([[0.0, 0.0, 1.0]], np.float32))
         self.threads = max(1, threads or os.cpu_count() or 1)
         self._pool: ThreadPoolExecutor | None = None
 

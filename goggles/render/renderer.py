@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 import warp as wp
 
+from goggles.busy import load_kernels
 from goggles.captured import recording, struct_key
 from goggles.errors import ConfigError
 from goggles.render import invalid, kernels
@@ -290,10 +291,10 @@ class Renderer:
             scene.ray_bvh()
         # Compile/load before any worker thread launches, so threads never race on a module load: the
         # render kernel without actors, and with them when the scene has actor shapes.
-        wp.load_module(kernels, device=d)
-        wp.load_module(invalid, device=d)
+        load_kernels(kernels, d)
+        load_kernels(invalid, d)
         if shading == Shading.LIDAR:
-            wp.load_module(face_reflectivity_kernel.module, device=d)
+            load_kernels(face_reflectivity_kernel.module, d)
         self._loaded: set[wp.Kernel] = set()
         self._kernel = self._render_kernel(actors=False)
         if scene.shapes:
@@ -307,7 +308,7 @@ class Renderer:
         tracer = "rows" if self.backend == "embree" else self.backend
         kernel = kernels.render_kernel(tracer, actors, self._light.shading != Shading.NONE, self._light.shadows)
         if kernel not in self._loaded:
-            wp.load_module(kernel.module, device=self.device)
+            load_kernels(kernel.module, self.device)
             self._loaded.add(kernel)
         return kernel
 

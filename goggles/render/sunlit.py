@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import warp as wp
 
+from goggles.busy import load_kernels
+
 log = logging.getLogger(__name__)
 
 wp.set_module_options({"enable_backward": False})
@@ -102,7 +104,7 @@ def _compute(scene, sun: np.ndarray) -> wp.array:
     if d.is_cuda:
         launch(0, static.num_faces)
     else:  # a Warp CPU launch runs on one thread and releases the GIL: a share of the faces per core
-        wp.load_module(sunlit_faces_kernel.module, device=d)
+        load_kernels(sunlit_faces_kernel.module, d)
         bounds = np.linspace(0, static.num_faces, (os.cpu_count() or 1) + 1).astype(int)
         with ThreadPoolExecutor(len(bounds) - 1) as pool:
             list(pool.map(lambda ab: launch(ab[0], ab[1] - ab[0]), zip(bounds[:-1], bounds[1:])))

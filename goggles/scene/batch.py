@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from goggles.busy import busy
 from goggles.scene.assets import MeshPart, load_asset
 from goggles.scene.scene_file import SceneSpec, load_scene_spec
 
@@ -74,7 +75,8 @@ def batch_scene(spec: SceneSpec) -> StaticScene:
         start = time.perf_counter()
         key = (Path(asset.path).resolve(), asset.units, asset.up)
         if key not in imported:
-            imported[key] = load_asset(asset.path, units=asset.units, up=asset.up)
+            with busy(f"importing {asset.name} ({i + 1} of {len(spec.assets)} assets): {asset.path}"):
+                imported[key] = load_asset(asset.path, units=asset.units, up=asset.up)
         parts = imported[key]
         T = asset.T_WA.copy()
         T[:3, :3] *= asset.scale

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
+from goggles.busy import load_kernels
 from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, fetch
 from goggles.render.camera import CameraModel
@@ -166,7 +167,7 @@ class BeaconSensor:
         self._beacons_W = wp.zeros(m, dtype=wp.vec3, device=d)
         self._out = wp.zeros((n, m, 3), dtype=float, device=d)
         self._results = HostMirror(self._out)
-        wp.load_module(detect_beacons_kernel.module, device=d)  # compiled now, not inside the first frame
+        load_kernels(detect_beacons_kernel.module, d)  # compiled now, not inside the first frame
         self._local = np.array([b.position for b in self.beacons], dtype=np.float64).reshape(-1, 3)
         self._actor = np.array([-1 if b.actor is None else b.actor for b in self.beacons], dtype=np.int64)
 

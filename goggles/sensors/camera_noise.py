@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
+from goggles.busy import load_kernels
 from goggles.errors import ConfigError
 from goggles.sensors.draws import NoiseDraws, draw_seed
 
@@ -119,7 +120,7 @@ class CameraNoise:
         self._vignetting = wp.array([m.vignetting if m else 0.0 for m in models], dtype=float, device=device)
         self._normals = wp.array(_normal_quantiles(1024), dtype=float, device=device)
         self._draws = NoiseDraws(seed, device)
-        wp.load_module(camera_noise_kernel.module, device=device)
+        load_kernels(camera_noise_kernel.module, device)
 
     def apply(self) -> None:
         """Expose the renderer's last colour image in place."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
+from goggles.busy import load_kernels
+
 wp.set_module_options({"enable_backward": False})
 
 _MODULUS = 2**31
@@ -35,7 +37,7 @@ class NoiseDraws:
     def __init__(self, seed: int, device):
         self.device = wp.get_device(device)
         self.array = wp.array(self._start(seed), dtype=wp.int64, device=self.device)
-        wp.load_module(next_draw_kernel.module, device=self.device)
+        load_kernels(next_draw_kernel.module, self.device)
 
     def reseed(self, seed: int) -> None:
         """Draw from ``seed`` again, from its first draw (a host-to-device copy: outside recorded work)."""

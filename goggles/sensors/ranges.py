@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
+from goggles.busy import load_kernels
 from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, fetch
 from goggles.sensors.draws import NoiseDraws, draw_seed
@@ -111,7 +112,7 @@ class RangeSensor:
         self._draws = NoiseDraws(seed, d)
         self._directions = wp.array(model.directions().reshape(-1, 3), dtype=wp.vec3, device=d)
         self._buffers: dict[int, tuple] = {}
-        wp.load_module(measure_ranges_kernel.module, device=d)  # compiled now, not inside the first reading
+        load_kernels(measure_ranges_kernel.module, d)  # compiled now, not inside the first reading
         """Per batch size: the pose and reading arrays, allocated once (a sensor fires many times)."""
 
     def measure(self, T_WS: np.ndarray) -> np.ndarray:

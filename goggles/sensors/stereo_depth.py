@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
+from goggles.busy import load_kernels
 from goggles.errors import ConfigError
 from goggles.sensors.draws import NoiseDraws, draw_seed
 
@@ -125,7 +126,7 @@ class StereoDepth:
         self._step = wp.array(step, dtype=float, device=device)
         self._search = wp.array(np.minimum(search, 3.0e38), dtype=float, device=device)
         self._draws, self._first = NoiseDraws(seed, device), int(first_camera)
-        wp.load_module(stereo_depth_kernel.module, device=device)
+        load_kernels(stereo_depth_kernel.module, device)
 
     def reseed(self, seed: int) -> None:
         """Draw from ``seed`` again, from its first frame (a learning environment's ``reset(seed=)``)."""

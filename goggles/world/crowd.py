@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import warp as wp
 
+from goggles.busy import load_kernels
 from goggles.scene import avatar as skinning
 from goggles.scene.avatar import SkeletonPose, SkinnedAvatar, avatar_shape, build_avatar_mesh
 from goggles.world.device_scene import DeviceScene
@@ -69,7 +69,7 @@ class Crowd:
         self._free_shapes: list[int] = []
         self.build_interval = build_interval
         self._last_build = -float("inf")
-        wp.load_module(skinning, device=scene.device)  # compiled now, not when the first person walks in
+        load_kernels(skinning, scene.device)  # compiled now, not when the first person walks in
 
     def offer(self, name: str, pose: SkeletonPose) -> bool:
         """Keep ``pose`` as the newest of ``name``; False (ignored) if the crowd is full of others."""

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import warp as wp
 
+from goggles.busy import busy
 from goggles.errors import ConfigError
 from goggles.scene.actors import ActorShape
 from goggles.scene.batch import StaticScene, merge_parts, stack_appearance
@@ -65,7 +66,8 @@ class DeviceScene:
         self.points = wp.array(scene.vertices, dtype=wp.vec3, device=d)
         self.indices = wp.array(scene.faces.ravel(), dtype=wp.int32, device=d)
         log.info("building BVH over %d triangles on %s ...", scene.num_faces, d)
-        self.mesh = wp.Mesh(points=self.points, indices=self.indices, bvh_constructor=self.bvh)
+        with busy(f"building the scene's BVH ({scene.num_faces:,} triangles on {d})"):
+            self.mesh = wp.Mesh(points=self.points, indices=self.indices, bvh_constructor=self.bvh)
         for shape in shapes:
             self._append_shape(shape)
         wp.synchronize_device(d)
@@ -169,7 +171,8 @@ class DeviceScene:
         if self._ray_bvh is None:
             start = time.perf_counter()
             log.info("goggles' BVH over %d triangles ...", self.num_faces)
-            tree, loaded = cached_ray_bvh(self.static.vertices, self.static.faces)
+            with busy(f"building goggles' BVH of the scene ({self.num_faces:,} triangles)"):
+                tree, loaded = cached_ray_bvh(self.static.vertices, self.static.faces)
             self._ray_bvh = self.data.rays = upload(tree, self.device)
             seconds, megabytes = time.perf_counter() - start, tree.nbytes / 1e6
             how = "loaded from the cache" if loaded else "built"
