@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.process_groups import group_gone, kill_group
+
 
 def goggles(*args, check=True):
     result = subprocess.run([sys.executable, "-m", "goggles.cli", *args], capture_output=True, text=True, timeout=300)
@@ -277,20 +279,9 @@ def test_a_latency_bench_killed_outright_leaves_no_engine_behind():
         assert engines, "the bench started no engine"
         os.kill(bench.pid, signal.SIGKILL)
         bench.wait(10)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(bench.pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the engine outlived its latency bench")
+        assert group_gone(bench.pid), "the engine outlived its latency bench"
     finally:
-        try:
-            os.killpg(bench.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(bench.pid)
 
 
 def test_run_with_defaults_stops_cleanly_on_ctrl_c():

@@ -20,6 +20,7 @@ from goggles.errors import ConfigError
 from goggles.frames import quat_to_matrix
 from goggles.transport.buses import split_frame
 from goggles.transport.schema import decode_any
+from tests.process_groups import group_gone, kill_group
 from tests.test_engine import free_port
 
 
@@ -526,17 +527,6 @@ def test_a_bridge_killed_outright_leaves_no_mocap_process_behind():
         assert receiver.messages, "no pose from the bridge"
         os.kill(process.pid, signal.SIGKILL)
         process.wait(10)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(process.pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the mocap child outlived its bridge")
+        assert group_gone(process.pid, 30), "the mocap child outlived its bridge"
     finally:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(process.pid)

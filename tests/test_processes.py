@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from goggles.processes import run_in_processes
+from tests.process_groups import group_gone
 from tests.test_dataset import flights, write_spec  # noqa: F401  (a fixture)
 
 WAIT_S = 120.0
@@ -136,10 +137,7 @@ def test_a_stopped_dataset_keeps_the_finished_jobs_and_leaves_no_half_written_on
     else:
         os.kill(run.pid, {"parent": signal.SIGINT, "term": signal.SIGTERM, "kill": signal.SIGKILL}[signal_to])
     assert run.wait(timeout=60) == exit_code, run.stderr.read()[-2000:]
-    deadline = time.monotonic() + 60
-    while _any_left(run.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _any_left(run.pid), "a worker outlived the command"
+    assert group_gone(run.pid), "a worker outlived the command"
     run.communicate()
     out = tmp_path / "out"
     assert not list(out.glob("*.partial.mcap"))
@@ -158,11 +156,3 @@ def test_a_stopped_dataset_keeps_the_finished_jobs_and_leaves_no_half_written_on
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"{6 - len(rows)} job(s) done, 0 failed, {len(rows)} already in the manifest" in again.stdout
     assert Path(out / "manifest.jsonl").read_text().count("\n") == 6
-
-
-def _any_left(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
