@@ -37,7 +37,7 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.trainers.torch import SequentialTrainer
 from torch import nn
 
-from goggles.cli.common import check_device
+from goggles.cli.common import check_device, telling_slow_steps
 from goggles.envs import DroneVectorEnv, HoverTask
 from goggles.errors import ConfigError
 
@@ -267,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--envs, --timesteps and --rollouts must be positive")
     try:
         check_device(args.device)
-        return train(args)
+        with telling_slow_steps():  # a first run compiles Warp's kernels: say so
+            return train(args)
     except ConfigError as exc:
         parser.error(str(exc))
 
