@@ -128,3 +128,25 @@ def test_an_airframe_inertia_may_be_a_full_matrix(tmp_path):
     np.testing.assert_array_equal(
         load_airframe(path).inertia, [[0.0049, 0.0001, 0.0], [0.0001, 0.0049, 0.0], [0.0, 0.0, 0.0069]]
     )
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (("thrust_coefficient = 1.91e-6", "thrust_coefficient = 1e30"), "yaw next to nothing, torque_coefficient"),
+        (("torque_coefficient = 2.6e-7", "torque_coefficient = 0.0"), "yaw next to nothing, torque_coefficient"),
+    ],
+)
+def test_an_airframe_that_cannot_yaw_says_which_coefficient(tmp_path, change, says):
+    from goggles.dynamics.airframe import PRESETS_DIR, load_airframe
+    from goggles.errors import ConfigError
+
+    text = (PRESETS_DIR / "fg-quad.toml").read_text()
+    assert change[0] in text
+    path = tmp_path / "quad.toml"
+    path.write_text(text.replace(*change))
+    with pytest.raises(
+        ConfigError, match=r"quad\.toml: the rotors cannot produce independent .*\(allocation rank < 4: "
+    ) as e:
+        load_airframe(path)
+    assert says in str(e.value)

@@ -293,8 +293,13 @@ def _airframe(path: Path, data: dict) -> Airframe:
         if allocation.shape != (6, len(rotors)) or not np.all(np.isfinite(allocation)):
             raise ConfigError(f"{path}: 'allocation' must be a 6 x {len(rotors)} matrix (rows Fx Fy Fz Mx My Mz)")
     if np.linalg.matrix_rank(allocation[2:]) < 4:
+        norms = np.linalg.norm(allocation[2:], axis=1)
+        vanishing = [axis for axis, norm in zip(("thrust", "roll", "pitch", "yaw"), norms) if norm < 1e-9 * norms.max()]
+        why = f": {' and '.join(vanishing)} next to nothing" if vanishing else ""
+        if "yaw" in vanishing and "allocation" not in data:
+            why += f", torque_coefficient / thrust_coefficient = {cm / cf:.3g} m"
         raise ConfigError(
-            f"{path}: the rotors cannot produce independent thrust, roll, pitch and yaw (allocation rank < 4)"
+            f"{path}: the rotors cannot produce independent thrust, roll, pitch and yaw (allocation rank < 4{why})"
         )
 
     simulation = data.get("simulation", {})
