@@ -15,6 +15,9 @@ else:  # pragma: no cover
 
 #: Seeds are 32-bit unsigned (Warp's random streams and NumPy's generators both take them).
 MAX_SEED = 2**32 - 1
+#: Largest magnitude a float32 holds: what the renderer and the wire use in float32 must stay below it
+#: (beyond it is infinity).
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def read_toml(path: Path, what: str, error: type[Exception] = ConfigError) -> dict:

@@ -143,6 +143,22 @@ def test_no_faces_and_nan_vertices(tmp_path):
         load_asset(tmp_path / "junk.glb", units="m", up="+y")
 
 
+def test_a_mesh_beyond_float32_is_named_not_rendered_as_infinity(tmp_path):
+    """Finite in the file's float64, infinite in the renderer's float32: a mesh in the wrong units."""
+    from goggles.scene import load_static_scene
+
+    write(tmp_path / "far.obj", "v 4e38 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n")
+    with pytest.raises(SceneError, match=r"far.obj: geometry 'far.obj' reaches 4e\+38 m, beyond float32's range"):
+        load_asset(tmp_path / "far.obj", units="m", up="+z")
+    write(tmp_path / "near.obj", "v 1e37 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n")
+    with pytest.raises(SceneError, match=r"reaches 1e\+40 m"):  # its units make it so
+        load_asset(tmp_path / "near.obj", units="km", up="+z")
+    scene = tmp_path / "scene.toml"
+    scene.write_text('[[asset]]\nname = "big"\nfile = "near.obj"\nunits = "m"\nup = "+z"\nscale = 1e3\n')
+    with pytest.raises(SceneError, match=r"scene.toml: asset 'big' placed reaches 1e\+40 m, beyond float32's range"):
+        load_static_scene(scene)
+
+
 def test_real_mars_terrain_is_z_up_in_metres(shared, device):
     """The Dingo Gap scan is +Y up: after import its 64 m relief is along z, and a camera looking
     straight down from 100 m over the arena plateau (54.2 m high) sees it 45.8 m away."""

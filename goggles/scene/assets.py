@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from goggles.checks import FLOAT32_MAX
 from goggles.errors import SceneError
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,9 @@ def _mesh_part(path: Path, name: str, mesh, T: np.ndarray, decoded: dict[int, np
     if faces.min() < 0 or faces.max() >= len(vertices):
         raise SceneError(f"{path}: geometry {name!r} has face indices outside its {len(vertices)} vertices")
     vertices = vertices @ T[:3, :3].T + T[:3, 3]
+    reach = float(np.abs(vertices).max(initial=0.0))
+    if not reach < FLOAT32_MAX:  # the renderer's float32 would make them inf
+        raise SceneError(f"{path}: geometry {name!r} reaches {reach:.3g} m, beyond float32's range; check its units")
     if np.linalg.det(T[:3, :3]) < 0.0:  # a mirroring transform flips winding; keep fronts outward
         faces = faces[:, ::-1]
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from goggles.busy import busy
+from goggles.checks import FLOAT32_MAX
+from goggles.errors import SceneError
 from goggles.scene.assets import MeshPart, load_asset
 from goggles.scene.scene_file import SceneSpec, load_scene_spec
 
@@ -80,6 +82,12 @@ def batch_scene(spec: SceneSpec) -> StaticScene:
         parts = imported[key]
         T = asset.T_WA.copy()
         T[:3, :3] *= asset.scale
+        reach = _reach(parts, T)
+        if not reach < FLOAT32_MAX:  # the renderer's float32 would make it infinite
+            raise SceneError(
+                f"{spec.source}: asset {asset.name!r} placed reaches {reach:.3g} m, beyond float32's range; "
+                "check its scale and units"
+            )
         placed.extend((part, T, asset.segmentation) for part in parts)
         faces = sum(len(p.faces) for p in parts)
         log.info(
@@ -94,6 +102,16 @@ def batch_scene(spec: SceneSpec) -> StaticScene:
     scene = merge_parts(spec.name, placed)
     scene.view = spec.view
     return scene
+
+
+def _reach(parts: list[MeshPart], T: np.ndarray) -> float:
+    """The largest |coordinate| the parts' bounding boxes reach once placed by ``T`` (metres)."""
+    reach = 0.0
+    for part in parts:
+        low, high = part.vertices.min(axis=0), part.vertices.max(axis=0)
+        corners = np.array([[x, y, z] for x in (low[0], high[0]) for y in (low[1], high[1]) for z in (low[2], high[2])])
+        reach = max(reach, float(np.abs(corners @ T[:3, :3].T + T[:3, 3]).max()))
+    return reach
 
 
 def merge_parts(name: str, placed: list[tuple[MeshPart, np.ndarray, int]]) -> StaticScene:

@@ -17,6 +17,7 @@ from enum import IntEnum
 from io import BytesIO
 
 import goggles_lcm
+from goggles.checks import FLOAT32_MAX
 
 #: Every goggles message type, by its 8-byte LCM fingerprint.
 TYPES = {
@@ -50,8 +51,6 @@ MAX_BONE_NAME = 64
 #: The largest encoded skeleton those limits allow (name, parent, position, orientation per bone):
 #: a larger one is refused before it is decoded, which would take long.
 MAX_SKELETON_BYTES = 1024 + MAX_BONES * (4 + MAX_BONE_NAME + 1 + 4 + 3 * 8 + 4 * 8)
-#: Largest magnitude a float32 holds: numeric inputs are used in float32, so beyond it is infinity.
-FLOAT32_MAX = 3.4028234663852886e38
 #: Longest actor or prop name in a scene edit.
 MAX_EDIT_NAME = 64
 #: Most physics steps one lockstep request may ask for (at 960 Hz, about three hours of sim time).
