@@ -43,7 +43,8 @@ def parse_toml(text: str, where: str, error: type[Exception] = ConfigError) -> d
 
 
 def finite_vector(value, n: int) -> np.ndarray | None:
-    """`value` as a float64 array of shape (n,) with every entry finite, or None if it is not one.
+    """`value` as a float64 array of shape (n,) with every entry finite in float32 (what goggles
+    computes in), or None if it is not one.
 
     Callers raise their own error, so it names their file and key.
     """
@@ -53,7 +54,7 @@ def finite_vector(value, n: int) -> np.ndarray | None:
         array = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
         return None
-    if array.shape != (n,) or not np.all(np.isfinite(array)):
+    if array.shape != (n,) or not np.all(np.abs(array) <= FLOAT32_MAX):  # NaN fails too
         return None
     return array
 
@@ -93,7 +94,11 @@ class Table:
             raise error(f"{path}: {where}: unknown key {unknown[0]!r}; allowed keys are {sorted(allowed)}")
 
     def error(self, key: str, expected: str) -> Exception:
-        return self._error(f"{self.path}: {self.where}: {key!r} must be {expected}, got {self.table.get(key)!r}")
+        value = self.table.get(key)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        huge = any(_is_number(v) and np.isfinite(v) and abs(v) > FLOAT32_MAX for v in values)
+        why = " (beyond float32's range, which goggles computes in)" if huge else ""
+        return self._error(f"{self.path}: {self.where}: {key!r} must be {expected}, got {value!r}{why}")
 
     def get(self, key: str, default=None, *, required: bool = False):
         if required and key not in self.table:
@@ -115,7 +120,7 @@ class Table:
         value = self.get(key, None if default is _MISSING else default, required=required or default is _MISSING)
         bound = " > 0" if positive else f" >= {minimum:g}" if minimum is not None else ""
         expected = f"a finite number{bound}" + (f" ({unit})" if unit else "")
-        if not _is_number(value) or not np.isfinite(value):
+        if not _is_number(value) or not abs(value) <= FLOAT32_MAX:  # NaN fails too
             raise self.error(key, expected)
         if positive and value <= 0 or minimum is not None and value < minimum:
             raise self.error(key, expected)

@@ -91,6 +91,8 @@ name = "front"
         ("camera", "depth_model = [1, 2]", "[[camera]] #1: 'depth_model' must be one of"),
         ("camera", 'noise_model = "grainy"', "'noise_model' must be one of"),
         ("camera", "blur_subframes = 2.0", "'blur_subframes' must be an integer from 1 to 256"),
+        ("vehicle", "start = [1e39, 0.0, 1.5, 0.0]", "got [1e+39, 0.0, 1.5, 0.0] (beyond float32's range"),
+        ("camera", "max_depth = 1e39", "[[camera]] #1: 'max_depth' must be a finite number"),
     ],
 )
 def test_a_run_file_value_of_the_wrong_kind_names_the_file_table_and_key(tmp_path, table, line, message):
@@ -150,3 +152,17 @@ def test_an_airframe_that_cannot_yaw_says_which_coefficient(tmp_path, change, sa
     ) as e:
         load_airframe(path)
     assert says in str(e.value)
+
+
+def test_an_airframe_value_beyond_float32_is_named(tmp_path):
+    """1e39 kg is finite to TOML and Python, and infinite in the simulator's float32."""
+    from goggles.dynamics.airframe import PRESETS_DIR, load_airframe
+    from goggles.errors import ConfigError
+
+    path = tmp_path / "quad.toml"
+    path.write_text((PRESETS_DIR / "fg-quad.toml").read_text().replace("mass = 1.0 ", "mass = 1e39 "))
+    with pytest.raises(ConfigError) as error:
+        load_airframe(path)
+    assert "quad.toml: [body]: 'mass' must be a finite number > 0, got 1e+39 (beyond float32's range" in str(
+        error.value
+    )

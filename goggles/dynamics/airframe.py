@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import Table, finite_vector, read_toml
+from goggles.checks import FLOAT32_MAX, Table, finite_vector, read_toml
 from goggles.errors import ConfigError
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
@@ -290,7 +290,7 @@ def _airframe(path: Path, data: dict) -> Airframe:
     allocation = allocation_matrix(positions, axes, spins, cm / cf)
     if "allocation" in data:
         allocation = np.asarray(data["allocation"], dtype=np.float64)
-        if allocation.shape != (6, len(rotors)) or not np.all(np.isfinite(allocation)):
+        if allocation.shape != (6, len(rotors)) or not np.all(np.abs(allocation) <= FLOAT32_MAX):
             raise ConfigError(f"{path}: 'allocation' must be a 6 x {len(rotors)} matrix (rows Fx Fy Fz Mx My Mz)")
     if np.linalg.matrix_rank(allocation[2:]) < 4:
         norms = np.linalg.norm(allocation[2:], axis=1)
