@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from goggles.checks import finite_vector
 from goggles.errors import ConfigError
 
 #: Rotation taking camera-optical coordinates to body FLU coordinates (R_BC): optical z (forward) is
@@ -124,10 +125,10 @@ def parse_pose(text: str) -> np.ndarray:
         ConfigError: if the text does not hold seven finite numbers or the quaternion is degenerate.
     """
     try:
-        values = [float(v) for v in text.split(",")]
+        values = finite_vector([float(v) for v in text.split(",")], 7)  # finite in float32, what renders
     except ValueError:
-        values = []
-    if len(values) != 7 or not np.all(np.isfinite(values)):
+        values = None
+    if values is None:
         raise ConfigError(f"pose {text!r} must be seven finite numbers 'x,y,z,qw,qx,qy,qz' (metres, unit quaternion)")
     norm = float(np.linalg.norm(values[3:]))
     if norm < 1e-6:

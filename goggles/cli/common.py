@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import math
 import re
 import signal
 import sys
@@ -13,24 +14,25 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from goggles.checks import MAX_SEED
+from goggles.checks import FLOAT32_MAX, MAX_SEED
 from goggles.errors import ConfigError
 
 log = logging.getLogger("goggles")
 
 
 def floats(count: int, what: str):
-    """argparse type: ``count`` comma-separated finite numbers."""
+    """argparse type: ``count`` comma-separated finite numbers (in float32's range: poses, setpoints
+    and intrinsics are used in float32, where a larger one is infinite)."""
 
     def parse(text: str) -> tuple[float, ...]:
-        import math
-
         try:
             values = tuple(float(v) for v in text.split(","))
         except ValueError:
             values = ()
-        if len(values) != count or not all(math.isfinite(v) for v in values):
-            raise argparse.ArgumentTypeError(f"{what} must be {count} comma-separated finite numbers, got {text!r}")
+        if len(values) != count or not all(abs(v) <= FLOAT32_MAX for v in values):  # NaN fails too
+            raise argparse.ArgumentTypeError(
+                f"{what} must be {count} comma-separated finite numbers{_float32_hint(text)}, got {text!r}"
+            )
         return values
 
     return parse
@@ -45,9 +47,20 @@ def floats_between(low: int, high: int, what: str):
                 return floats(count, what)(text)
             except argparse.ArgumentTypeError:
                 continue
-        raise argparse.ArgumentTypeError(f"{what} must be {low} to {high} comma-separated finite numbers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"{what} must be {low} to {high} comma-separated finite numbers{_float32_hint(text)}, got {text!r}"
+        )
 
     return parse
+
+
+def _float32_hint(text: str) -> str:
+    """What to add where a value is finite but beyond float32's range (1e39: a person sees no fault)."""
+    try:
+        huge = any(math.isfinite(v) and abs(v) > FLOAT32_MAX for v in map(float, text.split(",")))
+    except ValueError:
+        huge = False
+    return " (within ±3.4e38, float32's range)" if huge else ""
 
 
 def positive(text: str) -> float:

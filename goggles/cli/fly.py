@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from goggles.checks import FLOAT32_MAX
 from goggles.cli.common import floats_between, positive, report, seed
 from goggles.errors import ConfigError
 
@@ -70,7 +71,6 @@ _CONTROLLERS = {
 
 def _setpoint(args, airframe) -> list[float]:
     """The command values for --controller from --setpoint (or a hover default), validated."""
-    import math
 
     from goggles.dynamics import GRAVITY
 
@@ -102,7 +102,7 @@ def _setpoint(args, airframe) -> list[float]:
     if args.controller in ("rotors", "thrusts") and len(values) == 1:
         values = values * n
     sizes = {"position": 4, "velocity": 4, "attitude": 5, "rates": 4, "rotors": n, "thrusts": n}
-    if len(values) != sizes[args.controller] or not all(math.isfinite(v) for v in values):
+    if len(values) != sizes[args.controller] or not all(abs(v) <= FLOAT32_MAX for v in values):  # NaN fails too
         raise ConfigError(f"--setpoint {text!r} for --controller {args.controller} must be {forms[args.controller]}")
     return values
 
