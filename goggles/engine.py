@@ -159,9 +159,14 @@ class Engine:
     def _schedule(self) -> Schedule:
         """The periodic events, in the order they run when due together."""
         schedule, rate = Schedule(), self.config.physics_rate
+        # One achieved "imu" rate when every fleet samples at one rate (their samples of one instant are
+        # one event); a rate per fleet otherwise.
+        one_rate = len({fleet.sim.imu_decimation for fleet in self.fleets}) <= 1
         for fleet in self.fleets:  # the IMU first: a batch it completes comes in the copy the state then reads
             period = fleet.sim.imu_decimation  # physics steps per IMU sample
-            schedule.every(period, lambda f=fleet: self._publish_imu(f), f"{fleet.vehicles[0].name}/imu")
+            name = f"{fleet.vehicles[0].name}/imu"
+            event = "imu" if one_rate else name
+            schedule.every(period, lambda f=fleet, e=event: self._publish_imu(f, e), name)
         for vehicle, v in zip(self.vehicles.values(), self.config.vehicles):
             if vehicle.sim is not None:
                 schedule.every(round(rate / v.state_rate), lambda x=vehicle: self._publish_state(x), f"{v.name}/state")
@@ -401,7 +406,7 @@ class Engine:
     def _publish_collision(self, vehicle: Vehicle, contact) -> None:
         self.outputs.collision(vehicle.name, contact, int(round(contact.step * self.dt * 1e6)))
 
-    def _publish_imu(self, fleet: Fleet) -> None:
+    def _publish_imu(self, fleet: Fleet, event: str) -> None:
         """The IMU samples of this instant, published now, or queued on the device and published with
         their batch (``[[vehicle]] imu_batch``): one copy per batch instead of one per sample."""
         sim = fleet.sim
@@ -413,7 +418,7 @@ class Engine:
             fleet.imu_utimes.append(self._utime())
             if sim.record_imu() == sim.imu_queue:
                 self._flush_imu(fleet)
-        self.rates.note("imu", self.step * self.dt)
+        self.rates.note(event, self.step * self.dt)
 
     def _flush_imu(self, fleet: Fleet) -> None:
         """Publish the IMU samples queued on the device, each with its own time."""

@@ -56,7 +56,11 @@ class RateLog:
         self._keep = keep
 
     def note(self, name: str, sim_time: float) -> None:
-        self._times.setdefault(name, deque(maxlen=self._keep)).append(sim_time)
+        """An occurrence of ``name`` at ``sim_time``; several at one instant (each fleet's IMU samples)
+        are one."""
+        times = self._times.setdefault(name, deque(maxlen=self._keep))
+        if not times or times[-1] != sim_time:
+            times.append(sim_time)
 
     def rates(self) -> dict[str, float]:
         """Hz of sim time, per event with at least two occurrences."""

@@ -484,6 +484,25 @@ def test_status_line_says_what_drives_time(mode, says, device):
     assert "auto" not in line
 
 
+@pytest.mark.parametrize("hexa_imu_hz", [240.0, 480.0])
+def test_the_achieved_imu_rate_of_two_fleets_is_their_rate_not_its_double(hexa_imu_hz):
+    """Two airframes are two simulators (fleets), each sampling its IMU: at one rate, the run's "imu"
+    rate (status line, clock message) is that rate; at two rates, each fleet has its own."""
+    alone = dataclasses.replace(run_config(scale=1000.0, cameras=[]), zmq=None)
+    hexa = dataclasses.replace(alone.vehicles[0], name="hexa", preset="hexa-550", imu_rate=hexa_imu_hz)
+    engine = Engine(dataclasses.replace(alone, vehicles=(alone.vehicles[0], hexa)), device="cpu")
+    try:
+        engine.run(duration=1.0)
+        rates = engine.achieved_rates()
+    finally:
+        engine.close()
+    if hexa_imu_hz == 240.0:
+        assert rates["imu"] == pytest.approx(240.0, rel=1e-6) and "hexa/imu" not in rates
+    else:
+        assert rates["quad0/imu"] == pytest.approx(240.0, rel=1e-6)
+        assert rates["hexa/imu"] == pytest.approx(480.0, rel=1e-6) and "imu" not in rates
+
+
 def test_a_swarm_of_one_airframe_flies_in_one_simulator(device):
     """Three quads of one airframe share one simulator (one physics launch per advance) and a hexa gets
     its own; each flies its own route, a command reaches only its vehicle, and the first quad's
