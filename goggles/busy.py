@@ -7,6 +7,7 @@ seconds what they wait for (``current``), and nothing when steps are quick.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,17 @@ from contextlib import contextmanager
 _lock = threading.Lock()
 _steps: dict[int, tuple[str, float]] = {}  # by order of beginning: text, monotonic start
 _numbers = itertools.count()
+
+
+def _start_afresh() -> None:
+    """In a forked child (a process pool's worker): the parent's steps are not its own, and the lock
+    may have been held by a parent thread that the child does not have."""
+    global _lock, _steps
+    _lock, _steps = threading.Lock(), {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_start_afresh)
 
 
 @contextmanager

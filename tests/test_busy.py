@@ -71,3 +71,33 @@ def test_loading_kernels_is_a_step_that_names_them(monkeypatch):
     load_kernels(kernels.render_kernel("rows", False, False, False).module, "cpu")
     assert named[0] == "compiling Warp kernels for cpu: goggles.render.kernels (a first run only; cached after)"
     assert named[1].startswith("compiling Warp kernels for cpu: render_cameras_kernel ")
+
+
+def test_a_forked_worker_starts_with_no_step_and_a_free_lock():
+    """A process pool forks while the parent's watcher may hold the lock for an instant: the child
+    must neither inherit the parent's steps nor wait on that lock forever."""
+    import multiprocessing
+    import os
+
+    from goggles import busy as busy_module
+
+    if not hasattr(os, "register_at_fork"):
+        return
+    context = multiprocessing.get_context("fork")
+    with busy("the parent's step"):
+        with busy_module._lock:  # held by this thread at the fork, as the watcher might
+            child = context.Process(target=_report_in_child)
+            child.start()
+        child.join(20)
+    if child.is_alive():  # waiting on the lock forever
+        child.kill()
+    assert child.exitcode == 0
+
+
+def _report_in_child() -> None:
+    import os
+
+    assert current() is None
+    with busy("the child's own step"):
+        assert current()[0] == "the child's own step"
+    os._exit(0)
