@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
+from goggles.busy import load_kernels
 from goggles.errors import ConfigError
 
 wp.set_module_options({"enable_backward": False})
@@ -193,6 +194,8 @@ class Lidar:
             threads=threads,
             shadows=False,
         )
+        if model.pattern != "spin":  # its rays are drawn on the device each scan
+            load_kernels(rosette_rays_kernel.module, self.renderer.device)
 
     def scan(self, T_WS_start: np.ndarray, T_WS_end: np.ndarray | None = None) -> LidarScan:
         """One scan, each point from the sensor's pose at its firing time (poses interpolated from the
