@@ -308,7 +308,7 @@ def stop_on_signals(stop=None):
 
 #: How long a step (``goggles.busy``) goes on before a person is told what they wait for, and how
 #: often again while it lasts, seconds.
-SLOW_STEP_S = 1.0
+SLOW_STEP_S = 2.0
 SLOW_STEP_AGAIN_S = 5.0
 
 
