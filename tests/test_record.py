@@ -264,6 +264,23 @@ def test_unwritable_recording_paths_are_refused_before_the_run(tmp_path):
         assert len(lines) == 1 and "goggles: error:" in lines[0] and "Traceback" not in result.stderr, lines
 
 
+def test_a_second_run_does_not_record_over_the_first_flight(tmp_path):
+    """A flight recorded live cannot be flown again: the same --record path twice is refused, and
+    the first recording stays as it was; --overwrite replaces it."""
+    run_file = _run_file(tmp_path)
+    flight = tmp_path / "flight.mcap"
+    assert _goggles("run", run_file, "--duration", "0.1", "--record", flight).returncode == 0
+    first = flight.read_bytes()
+    again = _goggles("run", run_file, "--duration", "0.1", "--record", flight)
+    assert again.returncode == 2 and "Traceback" not in again.stderr
+    assert again.stderr.strip().splitlines() == [
+        f"goggles: error: --record {flight}: the file exists; give another path, or --overwrite to replace it"
+    ]
+    assert flight.read_bytes() == first
+    assert _goggles("run", run_file, "--duration", "0.2", "--record", flight, "--overwrite").returncode == 0
+    assert flight.read_bytes() != first and len(list(read_log(flight))) > 0
+
+
 def test_a_full_disk_stops_the_recording_not_the_run(tmp_path):
     """/dev/full accepts the file and fails every write with ENOSPC, as a full disk does."""
     run_file = _run_file(tmp_path)

@@ -99,6 +99,11 @@ def add_parser(commands) -> None:
         help="record every input and output channel to FILE.mcap (MCAP) or FILE.lcmlog (lcm-logger)",
     )
     run.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --record file (without it, a file there is refused: a flight is not lost)",
+    )
+    run.add_argument(
         "--record-compression",
         choices=["lz4", "zstd", "none"],
         default="lz4",
@@ -176,7 +181,13 @@ def cmd_run(args) -> int:
     recorder = None
     stop = threading.Event()
     if args.record is not None:
+        from goggles.errors import ConfigError
         from goggles.record import Recorder
+
+        if args.record.is_file() and args.record.stat().st_size > 0 and not args.overwrite:
+            raise ConfigError(
+                f"--record {args.record}: the file exists; give another path, or --overwrite to replace it"
+            )
 
         def record_failed(reason: str) -> None:
             print(f"goggles: {reason}" + ("; stopping" if args.on_record_error == "stop" else ""), file=sys.stderr)
