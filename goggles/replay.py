@@ -92,6 +92,8 @@ def replay_file(
     ``max_gap_s``: see ``replay_into``; ``sinks``: more places the outputs go (a Foxglove server)."""
     from goggles.engine import Engine
 
+    if record is not None and Path(record).exists() and Path(path).exists() and os.path.samefile(record, path):
+        raise ConfigError(f"{record}: is the log being replayed; record the replay to another file")
     config = replay_config(Path(path), sensors, scene, seed=seed)
     recorder = None
     if record is not None:

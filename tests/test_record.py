@@ -281,6 +281,21 @@ def test_a_second_run_does_not_record_over_the_first_flight(tmp_path):
     assert flight.read_bytes() != first and len(list(read_log(flight))) > 0
 
 
+def test_a_replay_recorded_onto_its_own_log_is_refused_and_the_log_kept(tmp_path):
+    """`goggles replay flight.mcap --record flight.mcap` truncated the flight before reading it."""
+    flight = record_run(tmp_path, duration=0.2)
+    link = tmp_path / "link.mcap"
+    link.symlink_to(flight)
+    kept = flight.read_bytes()
+    for target in (flight, link):
+        result = _goggles("replay", flight, "--record", target)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.strip().splitlines() == [
+            f"goggles: error: {target}: is the log being replayed; record the replay to another file"
+        ]
+    assert flight.read_bytes() == kept
+
+
 def test_a_full_disk_stops_the_recording_not_the_run(tmp_path):
     """/dev/full accepts the file and fails every write with ENOSPC, as a full disk does."""
     run_file = _run_file(tmp_path)
