@@ -1,5 +1,6 @@
 """How every file reader (run, scene, course, airframe, room) opens TOML and checks lists of numbers: decided once."""
 
+import math
 import sys
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def finite_vector(value, n: int) -> np.ndarray | None:
         return None  # strings and booleans would convert silently
     try:
         array = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer of hundreds of digits
         return None
     if array.shape != (n,) or not np.all(np.abs(array) <= FLOAT32_MAX):  # NaN fails too
         return None
@@ -64,6 +65,15 @@ def is_whole(value, low: int | None = None, high: int | None = None) -> bool:
     if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
         return False
     return (low is None or value >= low) and (high is None or value <= high)
+
+
+def _beyond_float32(value) -> bool:
+    """A finite number (a float, or an integer of any size) too large for float32."""
+    try:
+        value = float(value)
+    except OverflowError:
+        return True
+    return math.isfinite(value) and abs(value) > FLOAT32_MAX
 
 
 def _is_number(value) -> bool:
@@ -96,7 +106,7 @@ class Table:
     def error(self, key: str, expected: str) -> Exception:
         value = self.table.get(key)
         values = value if isinstance(value, (list, tuple)) else [value]
-        huge = any(_is_number(v) and np.isfinite(v) and abs(v) > FLOAT32_MAX for v in values)
+        huge = any(_is_number(v) and _beyond_float32(v) for v in values)
         why = " (beyond float32's range, which goggles computes in)" if huge else ""
         return self._error(f"{self.path}: {self.where}: {key!r} must be {expected}, got {value!r}{why}")
 

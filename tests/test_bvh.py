@@ -59,6 +59,9 @@ def test_forward_kinematics_units_and_up_axis(tmp_path):
             "unknown channels",
         ),
         ("MOTION\n", "expected 'HIERARCHY'"),
+        (ARM.replace("100 0 0  0 0 90", "1e39 0 0  0 0 90"), "beyond float32's range"),
+        (ARM.replace("OFFSET 0 150 0", "OFFSET 0 1e39 0"), "beyond float32's range"),
+        (ARM.replace("100 0 0  0 0 90", "nan 0 0  0 0 90"), "non-finite offsets or motion values"),
     ],
 )
 def test_bad_bvh_files(tmp_path, text, message):

@@ -93,6 +93,8 @@ name = "front"
         ("camera", "blur_subframes = 2.0", "'blur_subframes' must be an integer from 1 to 256"),
         ("vehicle", "start = [1e39, 0.0, 1.5, 0.0]", "got [1e+39, 0.0, 1.5, 0.0] (beyond float32's range"),
         ("camera", "max_depth = 1e39", "[[camera]] #1: 'max_depth' must be a finite number"),
+        ("camera", "max_depth = " + "9" * 400, "(beyond float32's range"),
+        ("vehicle", "start = [" + "9" * 400 + ", 0, 1, 0]", "'start' must be a list of 4 finite numbers"),
     ],
 )
 def test_a_run_file_value_of_the_wrong_kind_names_the_file_table_and_key(tmp_path, table, line, message):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from goggles.checks import FLOAT32_MAX
 from goggles.errors import SceneError
 from goggles.frames import quat_from_axis_angle, quat_to_matrix
 from goggles.scene.assets import UNITS_M, UP_AXES
@@ -151,6 +152,6 @@ def parse_bvh(tokens: list[str], source: str = "<bvh>") -> BvhMotion:
         raise SceneError(
             f"{source}: {values.size} motion values for {count} frames of {width} channels (frame time {frame_time})"
         )
-    if not np.all(np.isfinite(values)):
-        raise SceneError(f"{source}: non-finite motion values")
+    if not (np.all(np.abs(values) <= FLOAT32_MAX) and np.all(np.abs(np.array(offsets)) <= FLOAT32_MAX)):
+        raise SceneError(f"{source}: non-finite offsets or motion values (or beyond float32's range)")
     return BvhMotion(bones, parents, np.array(offsets), channels, values.reshape(count, width), frame_time, source)
