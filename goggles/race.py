@@ -9,6 +9,7 @@ run that ends by crash or timeout scores 0 (REFERENCE.md section 5).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -180,10 +181,21 @@ def read_flight_log(path: Path):
     """A flight log as (table, header): CSV with a header row naming at least t, px, py, pz."""
     try:
         header = path.read_text().splitlines()[0].split(",")
-        table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+        with warnings.catch_warnings():  # no rows: said below, in one line
+            warnings.simplefilter("ignore", UserWarning)
+            table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
     except (OSError, ValueError, IndexError) as exc:
         raise ConfigError(f"{path}: cannot be read as a CSV flight log: {exc}") from exc
     missing = [k for k in ("t", "px", "py", "pz") if k not in header]
-    if missing or table.shape[1] != len(header) or len(table) == 0:
-        raise ConfigError(f"{path}: a flight log needs a header with t, px, py, pz (missing {missing}) and rows")
+    if missing:
+        raise ConfigError(f"{path}: a flight log needs a header naming t, px, py, pz (missing {missing})")
+    if len(table) == 0 or table.shape[1] != len(header):
+        raise ConfigError(f"{path}: a flight log needs rows of {len(header)} values, one per header column")
+    t, position = table[:, header.index("t")], table[:, [header.index(k) for k in ("px", "py", "pz")]]
+    bad = ~np.isfinite(np.column_stack([t, position])).all(axis=1)
+    if bad.any():  # lines of the file: the header is line 1
+        raise ConfigError(f"{path}: line {int(np.argmax(bad)) + 2}: t, px, py and pz must be finite numbers")
+    back = np.diff(t) < 0
+    if back.any():
+        raise ConfigError(f"{path}: line {int(np.argmax(back)) + 3}: t goes back; a flight log is in time order")
     return table, header

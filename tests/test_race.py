@@ -132,3 +132,28 @@ def test_race_cli_flies_the_default_course_and_scores_its_log(tmp_path):
     assert scored == flown
     bad = goggles("race", "--log", str(tmp_path / "missing.csv"), check=False)
     assert bad.returncode == 2 and "flight log" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("rows", "says"),
+    [
+        ("0,0,0,0\n1,nan,0,0\n", "line 3: t, px, py and pz must be finite numbers"),
+        ("1,0,0,0\n0,1,0,0\n", "line 3: t goes back; a flight log is in time order"),
+        ("", "a flight log needs rows of 4 values"),
+        ("0,0,0\n", "a flight log needs rows of 4 values"),
+    ],
+)
+def test_a_flight_log_that_cannot_be_scored_is_named_by_line(tmp_path, rows, says):
+    """A NaN or a time going back was scored as an incomplete flight: a wrong score, silently."""
+    import warnings
+
+    from goggles.errors import ConfigError
+    from goggles.race import read_flight_log
+
+    path = tmp_path / "flight.csv"
+    path.write_text("t,px,py,pz\n" + rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing printed beside the one-line error
+        with pytest.raises(ConfigError) as error:
+            read_flight_log(path)
+    assert str(error.value).startswith(f"{path}: {says}")
