@@ -146,6 +146,26 @@ def test_a_terminal_sees_one_line_and_no_cuda_warning(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [("bogus://x", 'LCM provider "bogus" not found'), ("udpm://239.255.76.67:99999", 'Bad multicast port "99999"')],
+)
+def test_an_lcm_url_lcm_refuses_is_one_line_with_lcm_s_reason(url, reason):
+    """LCM's C library prints its reason on the process's stderr and raises without it: the reason
+    belongs in the one error line, and nothing else on the terminal."""
+    result = subprocess.run(
+        [sys.executable, "-m", "goggles.cli", "echo", "--lcm-url", url, "--duration", "0.1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"goggles: error: cannot open LCM at {url!r}: {reason} (a provider URL such as "
+        "'udpm://239.255.76.67:7667?ttl=0&recv_buf_size=8388608')"
+    ]
+
+
 def test_negative_pose_without_equals_and_non_unit_quaternion(tmp_path, caplog):
     assert (
         main(["render", "--pose", "-4,0,1.5,1,0,0,0", "--width", "32", "--height", "24", "--out", str(tmp_path / "a")])

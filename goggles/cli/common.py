@@ -211,19 +211,12 @@ def tag_leaf_parsers(parser: argparse.ArgumentParser) -> None:
 
 def quiet_warp_init() -> None:
     """Initialise Warp without its CUDA-driver warning on machines without a GPU (``-v`` shows it)."""
-    import os
-
     import warp as wp
 
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            wp.init()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+    from goggles.c_stderr import captured_c_stderr
+
+    with captured_c_stderr():
+        wp.init()
 
 
 def check_device(name: str | None, option: str = "--device") -> None:

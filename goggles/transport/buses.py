@@ -12,6 +12,7 @@ Everything binds to 127.0.0.1 unless an endpoint names another address: exposing
 from __future__ import annotations
 
 import re
+import sys
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,10 +221,20 @@ def open_lcm(url: str):
     """An ``lcm.LCM`` on ``url``, or a ConfigError naming the URL (LCM itself says only that it failed)."""
     import lcm
 
-    try:
-        return lcm.LCM(url)
-    except Exception as exc:
-        raise ConfigError(f"cannot open LCM at {url!r}: {exc} (a provider URL such as {DEFAULT_LCM_URL!r})") from None
+    from goggles.c_stderr import captured_c_stderr
+
+    error = None
+    with captured_c_stderr() as said:  # LCM prints its reason there, and raises without it
+        try:
+            bus = lcm.LCM(url)
+        except Exception as exc:
+            error = exc
+    if error is None:
+        if said.text:  # what it printed on success (a warning) is not lost
+            sys.stderr.write(said.text + "\n")
+        return bus
+    reason = said.text.removeprefix("Error: ").splitlines()[0] if said.text else str(error)
+    raise ConfigError(f"cannot open LCM at {url!r}: {reason} (a provider URL such as {DEFAULT_LCM_URL!r})") from None
 
 
 class LcmBus:
