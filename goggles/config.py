@@ -14,7 +14,7 @@ import numpy as np
 from goggles.checks import MAX_SEED, Table, finite_vector, read_toml
 from goggles.clock import ClockMode
 from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
-from goggles.dynamics.model import CollisionResponse
+from goggles.dynamics.model import MAX_PHYSICS_RATE, CollisionResponse
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, quat_to_matrix
 from goggles.render.camera import CameraModel
@@ -190,6 +190,8 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     scale_value = clock.get("scale", "auto")
     scale = None if scale_value == "auto" else clock.number("scale", positive=True)
     physics_rate = clock.number("physics_rate", 960.0, positive=True)
+    if not 10.0 <= physics_rate <= MAX_PHYSICS_RATE:
+        raise clock.error("physics_rate", f"a rate from 10 Hz to {MAX_PHYSICS_RATE:g} Hz")
 
     lcm = Table(path, "[lcm]", data.get("lcm", {}), {"enabled", "url"})
     zmq = Table(

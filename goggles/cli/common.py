@@ -60,7 +60,7 @@ def _float32_hint(text: str) -> str:
         huge = any(math.isfinite(v) and abs(v) > FLOAT32_MAX for v in map(float, text.split(",")))
     except ValueError:
         huge = False
-    return " (within ±3.4e38, float32's range)" if huge else ""
+    return " no larger than 3.4e38 (float32's range)" if huge else ""
 
 
 def positive(text: str) -> float:
@@ -69,8 +69,8 @@ def positive(text: str) -> float:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    if not 0 < value <= FLOAT32_MAX:  # beyond it, infinite in float32, where goggles computes
+        raise argparse.ArgumentTypeError(f"must be a positive number{_float32_hint(text)}, got {text!r}")
     return value
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goggles.cli.common import add_backend_arg, add_camera_args, camera_model, floats
+from goggles.cli.common import add_backend_arg, add_camera_args, camera_model, floats, positive
 from goggles.errors import ConfigError
 
 
@@ -33,10 +33,10 @@ def add_parser(commands) -> None:
     )
     render.add_argument("--min-depth", type=float, default=0.0, help="closest valid depth, m (default %(default)s)")
     render.add_argument(
-        "--max-depth", type=float, default=1000.0, help="farthest depth traced, m (default %(default)s)"
+        "--max-depth", type=positive, default=1000.0, help="farthest depth traced, m (default %(default)s)"
     )
     render.add_argument(
-        "--baseline", type=float, default=None, help="stereo baseline, m: adds a right camera at -B along body y"
+        "--baseline", type=positive, default=None, help="stereo baseline, m: adds a right camera at -B along body y"
     )
     render.add_argument("--shading", choices=["sun", "unlit"], default="sun", help="intensity lighting")
     render.add_argument(

@@ -50,6 +50,9 @@ class CollisionResponse(IntEnum):
 EULER = wp.constant(int(Integrator.EULER))
 CHEESEMAN_BENNETT = wp.constant(int(GroundEffect.CHEESEMAN_BENNETT))
 CONYERS = wp.constant(int(GroundEffect.CONYERS))
+#: Physics rates above this are refused: a microsecond step resolves every time constant modelled
+#: (motors: tens of milliseconds) many times over, and a faster rate only makes a run crawl.
+MAX_PHYSICS_RATE = 1e6
 #: Downward ray length for the ground-effect height when a world is given, m.
 GROUND_RAY_LENGTH = wp.constant(100.0)
 BOX = wp.constant(1)

@@ -20,6 +20,7 @@ from goggles.dynamics import kernels
 from goggles.dynamics.airframe import MAX_ROTORS, Airframe
 from goggles.dynamics.control import COMMAND_SIZE, ControlMode
 from goggles.dynamics.model import (
+    MAX_PHYSICS_RATE,
     AirframeParams,
     CollisionResponse,
     GroundEffect,
@@ -129,11 +130,13 @@ class MultirotorSim:
             raise ConfigError(f"num_vehicles must be >= 1, got {num_vehicles}")
         if not 1 <= imu_queue <= 64:
             raise ConfigError(f"imu_queue must be 1..64 samples, got {imu_queue}")
-        if not (np.isfinite(dt) and 0.0 < dt <= 0.1):
-            raise ConfigError(f"physics step dt={dt} s must be in (0, 0.1]")
+        if not (np.isfinite(dt) and 1.0 / MAX_PHYSICS_RATE <= dt <= 0.1):
+            raise ConfigError(f"physics step dt={dt:g} s must be in [{1.0 / MAX_PHYSICS_RATE:g}, 0.1] (10 Hz to 1 MHz)")
         decimation = 1 if imu_rate is None else (1.0 / dt) / imu_rate
-        if imu_rate is not None and (imu_rate <= 0 or abs(decimation - round(decimation)) > 1e-6):
-            raise ConfigError(f"IMU rate {imu_rate} Hz must divide the physics rate {1.0 / dt:g} Hz")
+        if imu_rate is not None and (
+            not imu_rate > 0 or round(decimation) < 1 or abs(decimation - round(decimation)) > 1e-6
+        ):  # at most the physics rate: a decimation of 0 would divide by zero in the kernel
+            raise ConfigError(f"IMU rate {imu_rate:g} Hz must divide the physics rate {1.0 / dt:g} Hz")
         self.airframe = airframe
         self.num_vehicles = n = num_vehicles
         self.device = d = wp.get_device(device)
