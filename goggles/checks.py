@@ -19,6 +19,8 @@ MAX_SEED = 2**32 - 1
 #: Largest magnitude a float32 holds: what the renderer and the wire use in float32 must stay below it
 #: (beyond it is infinity).
 FLOAT32_MAX = 3.4028234663852886e38
+#: Largest int32: counts a kernel takes as int32 (steps between samples) must stay within it.
+INT32_MAX = 2**31 - 1
 
 
 def read_toml(path: Path, what: str, error: type[Exception] = ConfigError) -> dict:

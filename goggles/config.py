@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import MAX_SEED, Table, finite_vector, read_toml
+from goggles.checks import INT32_MAX, MAX_SEED, Table, finite_vector, read_toml
 from goggles.clock import ClockMode
 from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
 from goggles.dynamics.model import MAX_PHYSICS_RATE, CollisionResponse
@@ -257,7 +257,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
 
 def _divides(reader: Table, key: str, rate: float, physics_rate: float) -> float:
     ratio = physics_rate / rate
-    if round(ratio) < 1 or abs(ratio - round(ratio)) > 1e-9 * ratio:
+    if not 1 <= round(ratio) <= INT32_MAX or abs(ratio - round(ratio)) > 1e-9 * ratio:
         raise reader.error(key, f"a rate in Hz that divides the physics rate {physics_rate:g} Hz")
     return rate
 

@@ -58,6 +58,8 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["render", "--baseline=1e39", "--out", out], "--baseline: must be a positive number no larger than 3.4e38"),
         (["fly", "--duration", "1", "--imu-rate", "1e30", "--out", str(tmp / "i.csv")], "IMU rate 1e+30 Hz must"),
         (["fly", "--duration", "1", "--rate", "5", "--out", out], "--rate 5: the physics rate must be from 10 Hz"),
+        (["fly", "--duration", "1", "--imu-rate", "1e-30", "--out", str(tmp / "j.csv")], "IMU rate 1e-30 Hz must"),
+        (["run", variant("imu.toml", "imu_rate = 240.0 ", "imu_rate = 1e-30 ")], "'imu_rate' must be a rate in Hz"),
         (["run", variant("physics.toml", "physics_rate = 960.0", "physics_rate = 1e9")], "'physics_rate' must be a"),
         (
             ["render", "--intrinsics", "1e39,1,1,1", "--out", out],

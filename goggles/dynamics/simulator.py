@@ -16,6 +16,7 @@ import warp as wp
 
 from goggles.busy import load_kernels
 from goggles.captured import RecordedWork, recording, struct_key
+from goggles.checks import INT32_MAX
 from goggles.dynamics import kernels
 from goggles.dynamics.airframe import MAX_ROTORS, Airframe
 from goggles.dynamics.control import COMMAND_SIZE, ControlMode
@@ -134,8 +135,8 @@ class MultirotorSim:
             raise ConfigError(f"physics step dt={dt:g} s must be in [{1.0 / MAX_PHYSICS_RATE:g}, 0.1] (10 Hz to 1 MHz)")
         decimation = 1 if imu_rate is None else (1.0 / dt) / imu_rate
         if imu_rate is not None and (
-            not imu_rate > 0 or round(decimation) < 1 or abs(decimation - round(decimation)) > 1e-6
-        ):  # at most the physics rate: a decimation of 0 would divide by zero in the kernel
+            not imu_rate > 0 or not 1 <= round(decimation) <= INT32_MAX or abs(decimation - round(decimation)) > 1e-6
+        ):  # the kernel's int32 decimation: 0 (above the physics rate) or beyond int32 would divide by zero
             raise ConfigError(f"IMU rate {imu_rate:g} Hz must divide the physics rate {1.0 / dt:g} Hz")
         self.airframe = airframe
         self.num_vehicles = n = num_vehicles
