@@ -184,7 +184,13 @@ class Publisher:
 
             self._zmq = zmq.Context.instance().socket(zmq.PUB)
             self._zmq.setsockopt(zmq.LINGER, 0)
-            self._zmq.connect(zmq_endpoint)
+            try:
+                self._zmq.connect(zmq_endpoint)
+            except zmq.ZMQError as exc:
+                self._zmq.close()
+                raise ConfigError(
+                    f"cannot connect to {zmq_endpoint!r}: {exc.strerror} (a ZeroMQ endpoint is tcp://HOST:PORT)"
+                ) from None
         self._lcm = None
         if lcm_url:
             import lcm

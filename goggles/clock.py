@@ -46,6 +46,9 @@ class ClockMode(IntEnum):
 
 
 TIMER_SLACK = 0.02
+#: Slowest scale accepted, sim seconds per wall second: a millionth (a physics step of 1/960 s takes
+#: 17 wall minutes); below it the wall times to wait overflow the system's clock.
+MIN_SCALE = 1e-6
 """Wall seconds a sleep may wake late on a loaded machine (the pacing guarantees hold beyond it)."""
 
 
@@ -79,9 +82,9 @@ class PacedClock:
         now=time.perf_counter,
         sleep=time.sleep,
     ):
-        if scale is not None and not scale > 0:
-            raise ConfigError(f"clock scale {scale} must be > 0 sim seconds per wall second (or 'auto')")
-        if not 0 < min_scale <= max_scale:
+        if scale is not None and not scale >= MIN_SCALE:
+            raise ConfigError(f"clock scale {scale} must be >= {MIN_SCALE:g} sim seconds per wall second (or 'auto')")
+        if not MIN_SCALE <= min_scale <= max_scale:
             raise ConfigError(f"clock scale bounds [{min_scale}, {max_scale}] must satisfy 0 < min <= max")
         self.automatic = scale is None
         self.max_scale, self.min_scale = max_scale, min_scale

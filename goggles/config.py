@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from goggles.checks import INT32_MAX, MAX_SEED, Table, finite_vector, read_toml
-from goggles.clock import ClockMode
+from goggles.clock import MIN_SCALE, ClockMode
 from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
 from goggles.dynamics.model import MAX_PHYSICS_RATE, CollisionResponse
 from goggles.errors import ConfigError
@@ -188,7 +188,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
 
     clock = Table(path, "[clock]", data.get("clock", {}), {"scale", "max_scale", "physics_rate"})
     scale_value = clock.get("scale", "auto")
-    scale = None if scale_value == "auto" else clock.number("scale", positive=True)
+    scale = None if scale_value == "auto" else clock.number("scale", minimum=MIN_SCALE, unit="sim s per wall s")
     physics_rate = clock.number("physics_rate", 960.0, positive=True)
     if not 10.0 <= physics_rate <= MAX_PHYSICS_RATE:
         raise clock.error("physics_rate", f"a rate from 10 Hz to {MAX_PHYSICS_RATE:g} Hz")
@@ -234,7 +234,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         scene=None if scene is None else (base / scene).resolve(),
         physics_rate=physics_rate,
         scale=scale,
-        max_scale=clock.number("max_scale", 1.0, positive=True),
+        max_scale=clock.number("max_scale", 1.0, minimum=MIN_SCALE, unit="sim s per wall s"),
         seed=run.integer("seed", 0, low=0, high=MAX_SEED),
         vehicles=vehicles,
         cameras=cameras,

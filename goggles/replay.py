@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from goggles.checks import parse_toml
-from goggles.clock import ClockMode
+from goggles.clock import MIN_SCALE, ClockMode
 from goggles.config import load_run_config, parse_run_config
 from goggles.errors import ConfigError, GogglesError
 from goggles.processes import run_in_processes
@@ -154,6 +154,8 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
     """
     if engine.mode != ClockMode.REPLAY:
         raise MalformedMessage("replay needs an engine built in REPLAY mode")
+    if speed is not None and not speed >= MIN_SCALE:
+        raise ConfigError(f"replay speed {speed} must be >= {MIN_SCALE:g} (its waits would overflow the clock)")
     inputs = engine.inputs
     used, start_wall, last_progress = 0, time.perf_counter(), time.perf_counter()
     t_first, skipped_ns = None, 0

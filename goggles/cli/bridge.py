@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from goggles.cli.common import floats, freeze_start_up_heap, port, positive, stop_on_signals
+from goggles.cli.common import floats, freeze_start_up_heap, port, seconds_to_wait, stop_on_signals
 
 _POSE = floats(7, "a mock body's pose")
 
@@ -62,7 +62,7 @@ def add_parser(commands) -> None:
     mocap.add_argument("--no-zmq", action="store_true")
     mocap.add_argument("--lcm-url", default="udpm://239.255.76.67:7667?ttl=0")
     mocap.add_argument("--no-lcm", action="store_true")
-    mocap.add_argument("--timeout", type=positive, default=5.0, help="s to wait for the mocap server")
+    mocap.add_argument("--timeout", type=seconds_to_wait, default=5.0, help="s to wait for the mocap server")
     mocap.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     mocap.set_defaults(warp=False)  # no kernels: start without loading Warp
     mocap.set_defaults(run=cmd_bridge_mocap)

@@ -74,14 +74,36 @@ def positive(text: str) -> float:
     return value
 
 
-def auto_or_positive(text: str) -> str | float:
-    """argparse type: 'auto' or a positive finite number."""
+def scale(text: str) -> float:
+    """argparse type: sim seconds per wall second (a replay's speed too), from ``clock.MIN_SCALE``."""
+    from goggles.clock import MIN_SCALE
+
+    value = positive(text)
+    if value < MIN_SCALE:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_SCALE:g} (sim seconds per wall second), got {text!r}")
+    return value
+
+
+def auto_or_scale(text: str) -> str | float:
+    """argparse type: 'auto' or a ``scale``."""
     if text == "auto":
         return text
     try:
-        return positive(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or a positive number, got {text!r}") from None
+        return scale(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or {str(exc).removeprefix('must be ')}") from None
+
+
+#: Longest wait a command-line timeout may ask for, s: longer ones overflow the system's timers.
+MAX_WAIT_S = 1e6
+
+
+def seconds_to_wait(text: str) -> float:
+    """argparse type: a timeout, positive and at most ``MAX_WAIT_S``."""
+    value = positive(text)
+    if value > MAX_WAIT_S:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_WAIT_S:g} s, got {text!r}")
+    return value
 
 
 def at_least(low: int):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from goggles.cli.common import floats, floats_between, positive
+from goggles.cli.common import floats, floats_between, seconds_to_wait
 
 
 def add_parser(commands) -> None:
@@ -40,7 +40,7 @@ def add_parser(commands) -> None:
     for parser in (spawn, move, remove):
         parser.add_argument("--inputs", default="tcp://127.0.0.1:5556", help="the engine's ZeroMQ input endpoint")
         parser.add_argument("--lcm-url", default=None, help="send on LCM at this URL instead of ZeroMQ")
-        parser.add_argument("--timeout", type=positive, default=5.0, help="how long to wait for the engine, s")
+        parser.add_argument("--timeout", type=seconds_to_wait, default=5.0, help="how long to wait for the engine, s")
         parser.set_defaults(warp=False)  # no kernels: start without loading Warp
         parser.set_defaults(run=cmd_edit)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import add_foxglove_args, at_least, foxglove_sinks, positive, report
+from goggles.cli.common import add_foxglove_args, at_least, foxglove_sinks, positive, report, scale
 from goggles.errors import ConfigError
 
 
@@ -25,7 +25,7 @@ def add_parser(commands) -> None:
         "--record", type=Path, default=None, help="record the new outputs here (a folder when replaying a folder)"
     )
     pace = replay.add_mutually_exclusive_group()
-    pace.add_argument("--speed", type=positive, default=None, help="play at this multiple of the recorded pace")
+    pace.add_argument("--speed", type=scale, default=None, help="play at this multiple of the recorded pace")
     pace.add_argument("--as-fast-as-possible", action="store_true", help="no pacing (the default)")
     replay.add_argument(
         "--max-gap",

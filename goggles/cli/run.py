@@ -9,7 +9,7 @@ from goggles.cli.common import (
     add_backend_arg,
     add_foxglove_args,
     add_recorded_arg,
-    auto_or_positive,
+    auto_or_scale,
     foxglove_sinks,
     freeze_start_up_heap,
     stop_on_signals,
@@ -38,7 +38,7 @@ def add_parser(commands) -> None:
     )
     run.add_argument(
         "--scale",
-        type=auto_or_positive,
+        type=auto_or_scale,
         default=None,
         help="'auto' or sim seconds per wall second (overrides the run file)",
     )
