@@ -24,6 +24,7 @@ from goggles.checks import Table, read_toml
 from goggles.errors import ConfigError
 from goggles.frames import matrix_to_quat, quat_from_euler, quat_to_matrix
 from goggles.scene.assets import UNITS_M, UP_AXES
+from goggles.transport.buses import connect
 from goggles.transport.buses import frame as zmq_frame
 from goggles.transport.schema import header
 
@@ -185,12 +186,10 @@ class Publisher:
             self._zmq = zmq.Context.instance().socket(zmq.PUB)
             self._zmq.setsockopt(zmq.LINGER, 0)
             try:
-                self._zmq.connect(zmq_endpoint)
-            except zmq.ZMQError as exc:
+                connect(self._zmq, zmq_endpoint)
+            except ConfigError:
                 self._zmq.close()
-                raise ConfigError(
-                    f"cannot connect to {zmq_endpoint!r}: {exc.strerror} (a ZeroMQ endpoint is tcp://HOST:PORT)"
-                ) from None
+                raise
         self._lcm = None
         if lcm_url:
             import lcm

@@ -21,7 +21,7 @@ import numpy as np
 import goggles_lcm
 from goggles.control_modes import ControlMode
 from goggles.errors import ConfigError
-from goggles.transport.buses import ZmqEndpoints, frame, split_frame
+from goggles.transport.buses import ZmqEndpoints, connect, frame, split_frame
 from goggles.transport.messages import scene_edit_message
 from goggles.transport.schema import MAX_STEPS, Encoding, decode_any, header
 
@@ -80,12 +80,10 @@ class Client:
         self._engine_heard = False
         for socket, endpoint in ((self._sub, endpoints.publish), (self._pub, endpoints.inputs)):
             try:
-                socket.connect(endpoint)
-            except zmq.ZMQError as exc:
+                connect(socket, endpoint)
+            except ConfigError:
                 self.close()
-                raise ConfigError(
-                    f"cannot connect to {endpoint!r}: {exc.strerror} (a ZeroMQ endpoint is tcp://HOST:PORT)"
-                ) from exc
+                raise
         self._request_ids = itertools.count(1)
         self._seq = itertools.count()
 

@@ -71,6 +71,18 @@ def split_frame(frames: list) -> tuple[str, memoryview]:
     return view[:end].tobytes().decode(), view[end + 1 :]
 
 
+def connect(socket, endpoint: str) -> None:
+    """Connect a ZeroMQ socket, or a ConfigError naming the endpoint (pyzmq says only "Invalid argument")."""
+    import zmq
+
+    try:
+        socket.connect(endpoint)
+    except zmq.ZMQError as exc:
+        raise ConfigError(
+            f"cannot connect to {endpoint!r}: {exc.strerror} (a ZeroMQ endpoint is tcp://HOST:PORT)"
+        ) from None
+
+
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
