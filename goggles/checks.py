@@ -69,7 +69,7 @@ def is_whole(value, low: int | None = None, high: int | None = None) -> bool:
     return (low is None or value >= low) and (high is None or value <= high)
 
 
-def _beyond_float32(value) -> bool:
+def beyond_float32(value) -> bool:
     """A finite number (a float, or an integer of any size) too large for float32."""
     try:
         value = float(value)
@@ -108,7 +108,7 @@ class Table:
     def error(self, key: str, expected: str) -> Exception:
         value = self.table.get(key)
         values = value if isinstance(value, (list, tuple)) else [value]
-        huge = any(_is_number(v) and _beyond_float32(v) for v in values)
+        huge = any(_is_number(v) and beyond_float32(v) for v in values)
         why = " (beyond float32's range, which goggles computes in)" if huge else ""
         return self._error(f"{self.path}: {self.where}: {key!r} must be {expected}, got {value!r}{why}")
 

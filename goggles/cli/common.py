@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
-import math
 import re
 import signal
 import sys
@@ -14,7 +13,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from goggles.checks import FLOAT32_MAX, MAX_SEED
+from goggles.checks import FLOAT32_MAX, MAX_SEED, beyond_float32
 from goggles.errors import ConfigError
 
 log = logging.getLogger("goggles")
@@ -57,7 +56,7 @@ def floats_between(low: int, high: int, what: str):
 def _float32_hint(text: str) -> str:
     """What to add where a value is finite but beyond float32's range (1e39: a person sees no fault)."""
     try:
-        huge = any(math.isfinite(v) and abs(v) > FLOAT32_MAX for v in map(float, text.split(",")))
+        huge = any(beyond_float32(v) for v in map(float, text.split(",")))
     except ValueError:
         huge = False
     return " no larger than 3.4e38 (float32's range)" if huge else ""

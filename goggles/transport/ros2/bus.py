@@ -21,13 +21,14 @@ import threading
 import numpy as np
 
 import goggles_lcm
+from goggles.checks import FLOAT32_MAX
 from goggles.control_modes import ControlMode
 from goggles.errors import ConfigError, require
 from goggles.frames import quat_to_matrix
 from goggles.transport.ros2 import DISTROS, LOCALHOST_ONLY_CONFIG, Ros2Settings
 from goggles.transport.ros2 import types as T
 from goggles.transport.ros2.topics import CLOCK, SENSOR, TF, TF_STATIC, Ros2Topics
-from goggles.transport.schema import FLOAT32_MAX, MalformedMessage, decode_any, header
+from goggles.transport.schema import MalformedMessage, decode_any, header
 
 log = logging.getLogger(__name__)
 
