@@ -78,6 +78,27 @@ def beyond_float32(value) -> bool:
     return math.isfinite(value) and abs(value) > FLOAT32_MAX
 
 
+def warp_device(name, what: str = "device"):
+    """The Warp device called ``name`` (None: Warp's default); one error naming the devices this
+    machine has, for a name it lacks ('cuda' where there is no GPU, 'cuda:7', a typo).
+
+    Raises:
+        ConfigError: starting with ``what`` (a flag, or a file and its key).
+    """
+    import warp as wp
+
+    if name is not None and not isinstance(name, (str, wp.Device)):
+        raise ConfigError(f"{what} {name!r}: a Warp device name such as 'cpu', 'cuda' or 'cuda:0'")
+    try:
+        return wp.get_device(name)
+    except (RuntimeError, ValueError):  # Warp: RuntimeError for CUDA without a GPU, ValueError for a name
+        pass
+    available = [str(d) for d in wp.get_devices()]
+    if str(name).startswith("cuda") and not wp.is_cuda_available():
+        raise ConfigError(f"{what} {name}: no CUDA device is available on this machine; devices: {available}")
+    raise ConfigError(f"{what} {name!r} is not a Warp device here; devices: {available} (or 'cuda' for the first GPU)")
+
+
 def _is_number(value) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 

@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -32,7 +33,7 @@ from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from goggles.checks import MAX_SEED, Table, is_whole, read_toml
+from goggles.checks import MAX_SEED, Table, is_whole, read_toml, warp_device
 from goggles.config import IMAGE_OUTPUTS
 from goggles.errors import ConfigError, GogglesError
 from goggles.processes import run_in_processes
@@ -91,6 +92,9 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
     dataset = Table(path, "[dataset]", data.get("dataset", {}), {"output", "device", "workers"})
     output = (base / dataset.text("output", required=True)).resolve()
     workers = dataset.integer("workers", None, low=1)
+    device = dataset.get("device")
+    if device is not None and not (isinstance(device, str) and re.fullmatch(r"cpu|cuda(:\d+)?", device)):
+        raise dataset.error("device", "a Warp device: 'cpu', 'cuda' or 'cuda:N' (checked where the jobs run)")
 
     def paths(table: Table, key: str, *, required: bool = False) -> list[str | None]:
         values = table.get(key, required=required)
@@ -152,7 +156,7 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
     ids = [job.id for job in jobs]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"{path}: the same job is listed twice ({len(ids) - len(set(ids))} duplicate(s))")
-    return DatasetSpec(path, output, tuple(jobs), dataset.get("device"), workers)
+    return DatasetSpec(path, output, tuple(jobs), device, workers)
 
 
 def _check_scene(path: Path) -> None:
@@ -307,6 +311,8 @@ def run_dataset(
         workers: worker processes (or Ray actors); default one per core (or per GPU).
         report: called about once a second with a progress line.
     """
+    if ray_address is None:  # this machine's devices, before anything is written (Ray's workers check theirs)
+        warp_device(spec.device, f"{spec.path}: [dataset] device")
     spec.output.mkdir(parents=True, exist_ok=True)
     done = {job_id for job_id, row in read_manifest(spec.output).items() if row.get("status") == "done"}
     pending = sorted((job for job in spec.jobs if job.id not in done), key=lambda job: (job.scene_key, job.id))
@@ -372,8 +378,17 @@ def _run_on_ray(jobs: list[Job], spec: DatasetSpec, workers: int, address: str) 
     actor = ray.remote(num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0, max_restarts=-1, max_task_retries=-1)(
         SceneWorker
     )
-    pool = [actor.remote(str(spec.output), spec.device) for _ in range(min(workers, len(jobs)))]
-    ray.get([worker.ready.remote() for worker in pool])
+    # An actor the cluster has no room for waits for ever, and so would the dataset: as many as fit.
+    kind = "GPU" if gpu else "CPU"
+    slots = int(ray.cluster_resources().get(kind, 0))
+    if slots < 1:
+        raise ConfigError(f"{spec.path}: [dataset] device {spec.device!r}: the Ray cluster ({address}) has no {kind}")
+    if slots < min(workers, len(jobs)):
+        log.warning("the Ray cluster has %d %s(s): %d workers, not %d", slots, kind, slots, min(workers, len(jobs)))
+    pool = [actor.remote(str(spec.output), spec.device) for _ in range(min(workers, len(jobs), slots))]
+    for problem in ray.get([worker.ready.remote() for worker in pool]):
+        if problem is not None:  # a worker's machine lacks the device: one line, before any job
+            raise ConfigError(f"{spec.path}: {problem}")
     from ray.util import ActorPool
 
     # Jobs go out in scene order, so a worker's next job tends to be in the world it holds.
@@ -440,9 +455,13 @@ class SceneWorker:
         wp.config.quiet = True
         self.output, self.device, self.worlds = Path(output), device, WorldCache()
 
-    def ready(self) -> int:
-        """The worker's process id, once it is up."""
-        return os.getpid()
+    def ready(self) -> str | None:
+        """Once the worker is up: why its machine cannot render on the spec's device, or None."""
+        try:
+            warp_device(self.device, f"[dataset] device (on the Ray worker on {socket.gethostname()})")
+        except ConfigError as exc:
+            return str(exc)
+        return None
 
     def render(self, job: Job) -> dict:
         return render_job(job, self.output, self.device, self.worlds)

@@ -88,6 +88,8 @@ scene = "{REPO / "assets/arena.toml"}"
         ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nseeds = [-1]', "'seeds' must be a list of integers"),
         ('[dataset]\noutput = "o"\nworkers = 1.5\n[jobs]\nlogs = ["a.mcap"]', "'workers' must be an integer >= 1"),
         ('job = 3\n[dataset]\noutput = "o"', "'job' must be "),
+        ('[dataset]\noutput = "o"\ndevice = "gpu0"\n[jobs]\nlogs = ["a.mcap"]', "'device' must be a Warp device"),
+        ('[dataset]\noutput = "o"\ndevice = 0\n[jobs]\nlogs = ["a.mcap"]', "'device' must be a Warp device"),
         ('[dataset]\noutput = "o"\n[[job]]\nlog = "a.mcap"\nseed = 1.0', "'seed' must be an integer from 0"),
         ('[dataset]\noutput = "o"\n[[job]]\nlog = "a.mcap"\nspeed = 2', "speed"),
         ('[dataset]\noutput = "o"', "no jobs"),
@@ -139,6 +141,37 @@ rigs = ["rig.toml"]
     again = run_dataset(spec, workers=2)
     assert [Path(r["log"]).name for r in again] == ["corrupt.mcap"]
     assert not list(spec.output.glob("*.partial.mcap"))
+
+
+def test_a_device_the_machine_lacks_is_one_line_before_any_job(flights, tmp_path):
+    """Checked where the jobs run: here for local processes, on the cluster for Ray (whose head may
+    lack the GPUs its workers have). A cluster with no room for a worker would wait for ever."""
+    import warp as wp
+
+    head = f'[dataset]\noutput = "{tmp_path / "out"}"\n'
+    spec = write_spec(flights, head + 'device = "cuda:9"\n[jobs]\nlogs = ["a.mcap"]')
+    with pytest.raises(ConfigError, match=r"\[dataset\] device '?cuda:9") as error:
+        run_dataset(load_dataset_spec(spec))
+    assert str(error.value).startswith(str(spec)) and "devices: ['cpu'" in str(error.value)
+    assert not (tmp_path / "out").exists()
+    from goggles.dataset import SceneWorker
+
+    problem = SceneWorker(str(tmp_path), "cuda:9").ready()
+    assert problem.startswith("[dataset] device (on the Ray worker on ") and "cuda:9" in problem
+    assert "devices: [" in problem
+    assert SceneWorker(str(tmp_path), "cpu").ready() is None
+    if wp.is_cuda_available():
+        return  # the local cluster below has a GPU
+    pytest.importorskip("ray")
+    cuda = write_spec(flights, head + 'device = "cuda"\n[jobs]\nlogs = ["a.mcap"]')
+    result = subprocess.run(
+        [sys.executable, "-m", "goggles.cli", "dataset", str(cuda), "--ray", "local", "--workers", "1"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert f"{cuda}: [dataset] device 'cuda': the Ray cluster (local) has no GPU" in result.stderr.splitlines()[-1]
 
 
 def test_on_ray_a_killed_worker_is_restarted_and_its_job_done_once(flights, tmp_path):

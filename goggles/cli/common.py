@@ -13,8 +13,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from goggles.checks import FLOAT32_MAX, MAX_SEED, beyond_float32
-from goggles.errors import ConfigError
+from goggles.checks import FLOAT32_MAX, MAX_SEED, beyond_float32, warp_device
 
 log = logging.getLogger("goggles")
 
@@ -241,23 +240,13 @@ def quiet_warp_init() -> None:
 
 
 def check_device(name: str | None, option: str = "--device") -> None:
-    """Refuse a Warp device this machine does not have, naming the ones it has.
+    """Refuse a Warp device this machine does not have, naming the ones it has (``checks.warp_device``).
 
     Raises:
         ConfigError: unknown name, or CUDA asked for where there is none.
     """
-    if name is None:
-        return
-    import warp as wp
-
-    available = [str(d) for d in wp.get_devices()]
-    if name in available or name == "cuda" and wp.is_cuda_available():
-        return
-    if name.startswith("cuda") and not wp.is_cuda_available():
-        raise ConfigError(f"{option} {name}: no CUDA device is available on this machine; devices: {available}")
-    raise ConfigError(
-        f"{option} {name!r} is not a Warp device here; devices: {available} (or 'cuda' for the first GPU)"
-    )
+    if name is not None:
+        warp_device(name, option)
 
 
 def freeze_start_up_heap() -> None:
