@@ -318,6 +318,32 @@ def test_bad_commands_and_presets_are_refused(tmp_path):
         load_airframe(tmp_path / "neg.toml")
 
 
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"num_vehicles": 2.0}, "num_vehicles must be an integer >= 1, got 2.0"),
+        ({"seed": 2**32 + 5}, "seed must be an integer from 0 to 4294967295"),  # seed 5's streams otherwise
+        ({"seed": -1}, "seed must be an integer from 0 to 4294967295"),
+    ],
+)
+def test_counts_and_seeds_a_kernel_would_wrap_are_refused(arguments, message):
+    with pytest.raises(ConfigError, match=message):
+        MultirotorSim(FG, **{"num_vehicles": 1, **arguments})
+
+
+def test_a_step_count_is_a_whole_number_a_kernel_can_loop_over():
+    """``step(2**32 + 1)`` looped once in the kernel (its int32 count) while the books said 2**32 + 1;
+    ``step(2.5)`` stepped twice and counted 2.5."""
+    sim = MultirotorSim(FG, np.int64(2), seed=np.uint32(1))
+    for steps in (2**32 + 1, 2.5, -1, True):
+        with pytest.raises(ConfigError, match="steps must be an integer from 0 to 2147483647"):
+            sim.step(steps)
+    assert sim.step_count == 0
+    sim.step(0)
+    sim.step(np.int64(3))
+    assert sim.step_count == 3 and sim.states().time == pytest.approx(3 * sim.dt)
+
+
 def test_ground_effect_height_from_a_scene_mesh(device):
     """A downward ray into a mesh gives the same height as the floor plane at the same place."""
     from goggles.world import DeviceScene

@@ -285,7 +285,9 @@ def test_a_reset_mask_leaves_the_others_pending_next_step_autoreset():
         (1, {"reset_mask": np.ones(3, bool)}, "without a reset_mask"),
         (None, {"mask": np.ones(3, bool)}, "reset options \\['mask'\\] unknown"),
         ([1, 2, 3], None, "seed must be one integer"),
-        (-1, None, "seed must be one integer >= 0"),
+        (-1, None, "seed must be one integer from 0 to 4294967295"),
+        (2**32 + 1, None, "seed must be one integer from 0 to 4294967295"),  # would be seed 1's streams
+        (None, "reset_mask", "reset options must be a dict"),
     ],
 )
 def test_bad_reset_arguments_are_clear_errors(seed, options, message):
@@ -818,8 +820,70 @@ def test_a_device_this_machine_lacks_is_a_clear_error():
 
     if wp.is_cuda_available():
         pytest.skip("this machine has CUDA")
-    with pytest.raises(ConfigError, match="device 'cuda'"):
+    with pytest.raises(ConfigError, match="device cuda: no CUDA device is available on this machine"):
         DroneVectorEnv(1, device="cuda")
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "message"),
+    [
+        ("num_envs", 2.5, "num_envs must be an integer >= 1, got 2.5"),
+        ("num_envs", "4", "num_envs must be an integer >= 1"),
+        ("num_envs", True, "num_envs must be an integer >= 1"),
+        ("physics_per_action", 2.5, "physics_per_action must be an integer >= 1"),
+        ("physics_per_action", 2**32 + 8, "physics_per_action must be an integer >= 1"),  # int32 in the kernel
+        ("seed", -1, "seed must be an integer from 0 to 4294967295"),
+        ("seed", 2**32 + 5, "seed must be an integer from 0 to 4294967295"),  # would be seed 5's streams
+        ("first_env", 2**31, "first_env must be an integer from 0 to 2147483646"),
+        ("first_env", -1, "first_env must be an integer from 0"),
+        ("device", "cpu:3", "device 'cpu:3' is not a Warp device here; devices: \\['cpu'"),
+        ("device", 0, "device 0: a Warp device name"),
+        ("airframe", 5, "airframe 5: a preset name"),
+        ("task", "hover", "task must be a task such as HoverTask()"),
+        ("randomization", {"airframe": {}}, "randomization must be a Randomization or the path"),
+        ("randomization", "/nowhere/dr.toml", "/nowhere/dr.toml: randomisation file not found"),
+        ("range_sensor", "vl53l1x", "range_sensor 'vl53l1x': a preset \\(flightgoggles-altimeter, vl53l5cx\\)"),
+        ("range_sensor", 5, "range_sensor must be a preset name or a RangeSensorModel"),
+        ("scene", "arena", "scene must be a goggles.world.DeviceScene, got str"),
+        ("camera", (64, 48), "camera must be a goggles.render.CameraModel, got tuple"),
+        ("camera_outputs", None, "camera_outputs None: one or more of depth, segmentation, rgb"),
+        ("camera_outputs", ("depth", "stereo"), "camera_outputs \\('depth', 'stereo'\\): one or more of"),
+        ("depth_model", 5, "depth_model must be a preset name or a StereoDepthModel"),
+    ],
+)
+def test_bad_constructor_arguments_are_one_clear_error_each(arena, argument, value, message):
+    """What a person may pass by mistake (a float count, a seed beyond 32 bits, a name where an object
+    goes, a device this machine lacks) is a ConfigError naming the argument, not a TypeError from deep
+    inside or a value silently wrapped by a kernel's 32-bit argument."""
+    camera = {"camera": CAMERA, "scene": DeviceScene(arena, "cpu")} if argument.startswith(("camera", "depth")) else {}
+    scene = {"scene": DeviceScene(arena, "cpu")} if argument == "range_sensor" else {}
+    arguments = {"num_envs": 2, "device": "cpu", **camera, **scene, argument: value}
+    with pytest.raises(ConfigError, match=message):
+        DroneVectorEnv(**arguments)
+
+
+def test_numpy_integers_and_names_are_taken_where_python_ones_are(arena, tmp_path):
+    """What NumPy hands out (np.int64 counts and seeds) works as Python's ints do; a range sensor's
+    preset name, one camera output's name and a randomisation file's path stand for their objects."""
+    from goggles.sensors.ranges import VL53L5CX
+
+    (tmp_path / "dr.toml").write_text("[airframe]\nmass = { uniform = [0.9, 1.1] }\n")
+    env = DroneVectorEnv(
+        np.int64(2),
+        seed=np.uint32(7),
+        physics_per_action=np.int32(4),
+        camera=CAMERA,
+        camera_outputs="depth",
+        range_sensor="vl53l5cx",
+        randomization=tmp_path / "dr.toml",
+        scene=DeviceScene(arena, "cpu"),
+        device="cpu",
+    )
+    observations, info = env.reset(seed=np.int64(3))
+    assert env.num_envs == 2 and type(env.num_envs) is int and env.range_sensor is VL53L5CX
+    assert observations["depth"].shape == (2, CAMERA.height, CAMERA.width) and observations["ranges"].shape == (2, 64)
+    assert np.all((info["randomization"]["airframe.mass"] >= 0.9) & (info["randomization"]["airframe.mass"] <= 1.1))
+    env.close()
 
 
 @wp.kernel

@@ -153,6 +153,8 @@ def load_airframe(name_or_path: str | Path) -> Airframe:
     Raises:
         ConfigError: naming the file and the missing or bad key.
     """
+    if not isinstance(name_or_path, (str, Path)):
+        raise ConfigError(f"airframe {name_or_path!r}: a preset name {list(PRESET_NAMES)} or a .toml path")
     path = Path(name_or_path)
     if path.suffix and not path.is_file():
         raise ConfigError(f"airframe file {path} not found")

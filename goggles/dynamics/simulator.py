@@ -16,7 +16,7 @@ import warp as wp
 
 from goggles.busy import load_kernels
 from goggles.captured import RecordedWork, recording, struct_key
-from goggles.checks import INT32_MAX
+from goggles.checks import INT32_MAX, MAX_SEED, is_whole
 from goggles.dynamics import kernels
 from goggles.dynamics.airframe import MAX_ROTORS, Airframe
 from goggles.dynamics.control import COMMAND_SIZE, ControlMode
@@ -127,8 +127,11 @@ class MultirotorSim:
         actors: bool = True,
         recorded: bool | None = None,
     ):
-        if num_vehicles < 1:
-            raise ConfigError(f"num_vehicles must be >= 1, got {num_vehicles}")
+        if not is_whole(num_vehicles, 1, INT32_MAX):
+            raise ConfigError(f"num_vehicles must be an integer >= 1, got {num_vehicles!r}")
+        if not is_whole(seed, 0, MAX_SEED):  # beyond 32 bits, seeds would alias
+            raise ConfigError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+        num_vehicles, seed = int(num_vehicles), int(seed)
         if not 1 <= imu_queue <= 64:
             raise ConfigError(f"imu_queue must be 1..64 samples, got {imu_queue}")
         if not (np.isfinite(dt) and 1.0 / MAX_PHYSICS_RATE <= dt <= 0.1):
@@ -353,7 +356,9 @@ class MultirotorSim:
 
     def step(self, steps: int = 1) -> None:
         """Advance every vehicle by ``steps`` physics steps (one launch per CPU thread)."""
-        if steps < 1:
+        if not is_whole(steps, 0, INT32_MAX):  # the kernel's int32 loop count
+            raise ConfigError(f"steps must be an integer from 0 to {INT32_MAX}, got {steps!r}")
+        if steps == 0:
             return
         self._recorded(int(steps), key=self._recording_key)
         self.stepped(steps)

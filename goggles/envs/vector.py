@@ -19,6 +19,7 @@ each kernel from Python.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import gymnasium
 import numpy as np
@@ -28,7 +29,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from goggles.busy import load_kernels
 from goggles.captured import RecordedWork, struct_key
-from goggles.checks import is_whole
+from goggles.checks import INT32_MAX, MAX_SEED, is_whole, warp_device
 from goggles.dynamics.airframe import load_airframe
 from goggles.dynamics.control import ControlMode
 from goggles.dynamics.model import vec8
@@ -42,8 +43,10 @@ from goggles.frames import R_BODY_OPTICAL
 from goggles.render import CameraModel, Renderer, Shading
 from goggles.render.projection import distortion5
 from goggles.sensors.draws import NoiseDraws
-from goggles.sensors.ranges import measure_ranges_kernel
-from goggles.sensors.stereo_depth import StereoDepth, stereo_depth_model
+from goggles.sensors.ranges import PRESETS as RANGE_PRESETS
+from goggles.sensors.ranges import RangeSensorModel, measure_ranges_kernel
+from goggles.sensors.stereo_depth import StereoDepth, StereoDepthModel, stereo_depth_model
+from goggles.world import DeviceScene
 from goggles.world.queries import no_actors
 
 
@@ -86,13 +89,14 @@ class DroneVectorEnv(VectorEnv):
         airframe: preset name or TOML path.
         control: ``rotors``, ``rates``, ``velocity`` or ``position`` (``CONTROLS``).
         camera: a camera on each vehicle (looking along body +x), or None.
-        camera_outputs: what the camera observes, one render for all: ``depth`` (N, H, W) float32
+        camera_outputs: what the camera observes (names, or one name), one render for all: ``depth`` (N, H, W) float32
             metres, 0 where nothing was measured; ``segmentation`` (N, H, W) int32 class ids (0:
             nothing hit); ``rgb`` (N, H, W, 3) uint8, lit by the sun.
         depth_model: how the depth camera measures (``goggles.sensors.stereo_depth``: a preset name such
             as ``d435`` or a ``StereoDepthModel``): noise and quantisation in the disparity domain,
             out-of-range pixels 0; None: exact depth. No stereo occlusion (one eye is rendered).
-        range_sensor: a ``goggles.sensors.ranges.RangeSensorModel`` looking down from each vehicle
+        range_sensor: a ``goggles.sensors.ranges.RangeSensorModel`` (or its preset's name:
+            ``flightgoggles-altimeter``, ``vl53l5cx``) looking down from each vehicle
             (``FLIGHTGOGGLES_ALTIMETER``, a multizone ToF): observation ``ranges`` (N, zones) float32
             metres with the model's noise, no return reading its maximum range. It sees the static
             scene (not the environments' actors).
@@ -102,7 +106,7 @@ class DroneVectorEnv(VectorEnv):
         scene: the static world the cameras see and the vehicles collide with (a
             ``goggles.world.DeviceScene`` on ``device``); None: the floor plane only.
         physics_per_action: 960 Hz physics steps per action (8: a 120 Hz policy).
-        randomization: what each episode draws (``Randomization``), or None.
+        randomization: what each episode draws (``Randomization``, or the path of its TOML file), or None.
         autoreset: ``AutoresetMode.NEXT_STEP`` (default), ``AutoresetMode.SAME_STEP`` (the reset
             observation returned with the done flags; the ended episodes' last observations in
             ``info["final_obs"]``, a dict like the observation, and which in ``info["_final_obs"]``;
@@ -143,25 +147,29 @@ class DroneVectorEnv(VectorEnv):
         backend: str = "auto",
         recorded: bool | None = None,
     ):
-        if num_envs < 1:
-            raise ConfigError(f"num_envs must be >= 1, got {num_envs}")
+        if not is_whole(num_envs, 1, INT32_MAX):
+            raise ConfigError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         if control not in CONTROLS:
             raise ConfigError(f"control {control!r}: use one of {', '.join(CONTROLS)}")
-        if physics_per_action < 1:
-            raise ConfigError(f"physics_per_action must be >= 1, got {physics_per_action}")
+        if not is_whole(physics_per_action, 1, INT32_MAX):  # a kernel's int32 loop count
+            raise ConfigError(f"physics_per_action must be an integer >= 1, got {physics_per_action!r}")
         if autoreset not in tuple(AutoresetMode):
             raise ConfigError(f"autoreset {autoreset!r}: use one of {[str(m) for m in AutoresetMode]}")
+        if not is_whole(seed, 0, MAX_SEED):  # beyond 32 bits, seeds would alias
+            raise ConfigError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+        last_first = INT32_MAX - int(num_envs) + 1  # the streams' index is int32
+        if not is_whole(first_env, 0, last_first):
+            raise ConfigError(f"first_env must be an integer from 0 to {last_first}, got {first_env!r}")
         self.metadata = {"autoreset_mode": autoreset}
-        self.num_envs = n = num_envs
-        self.task = task or HoverTask()
+        self.num_envs = n = int(num_envs)
+        self.task = HoverTask() if task is None else _checked_task(task)
         self.control = CONTROLS[control]
-        self.physics_per_action = physics_per_action
-        self.randomization = randomization
+        self.physics_per_action = int(physics_per_action)
+        self.randomization = _randomization(randomization)
         self.seed, self.first_env = int(seed), int(first_env)
-        try:
-            self.device = d = wp.get_device(device)
-        except RuntimeError as exc:  # "cuda" where there is none
-            raise ConfigError(f"device {device!r}: {exc}") from exc
+        self.device = d = warp_device(device)
+        if scene is not None and not isinstance(scene, DeviceScene):
+            raise ConfigError(f"scene must be a goggles.world.DeviceScene, got {type(scene).__name__}")
         if scene is not None and scene.device != d:
             raise ConfigError(f"the scene is on {scene.device}, the environments on {d}: use one device")
         self.nominal = load_airframe(airframe)
@@ -333,11 +341,15 @@ class DroneVectorEnv(VectorEnv):
         self.renderer, self.camera_outputs, self._stereo = None, (), None
         if camera is None:
             return {}
+        if not isinstance(camera, CameraModel):
+            raise ConfigError(f"camera must be a goggles.render.CameraModel, got {type(camera).__name__}")
         if self.scene is None:
             raise ConfigError("a camera needs a scene to see: pass scene=DeviceScene(...)")
-        unknown = sorted(set(outputs) - {"depth", "segmentation", "rgb"})
-        if unknown or not outputs:
-            raise ConfigError(f"camera_outputs {list(outputs)}: choose from depth, segmentation, rgb")
+        outputs = (outputs,) if isinstance(outputs, str) else outputs
+        if not isinstance(outputs, (tuple, list, set, frozenset)) or not outputs or not set(outputs) <= set(IMAGES):
+            raise ConfigError(f"camera_outputs {outputs!r}: one or more of {', '.join(IMAGES)}")
+        if not (depth_model is None or isinstance(depth_model, (str, StereoDepthModel))):
+            raise ConfigError(f"depth_model must be a preset name or a StereoDepthModel, got {depth_model!r}")
         n, d = self.num_envs, self.device
         self.camera_outputs, self._camera = tuple(outputs), camera
         shading = Shading.SUN if "rgb" in outputs else Shading.NONE
@@ -358,6 +370,13 @@ class DroneVectorEnv(VectorEnv):
 
     def _set_up_ranges(self, model) -> dict:
         """A range sensor looking down from each vehicle; its observation space."""
+        if isinstance(model, str):
+            if model not in RANGE_PRESETS:
+                presets = ", ".join(RANGE_PRESETS)
+                raise ConfigError(f"range_sensor {model!r}: a preset ({presets}) or a RangeSensorModel")
+            model = RANGE_PRESETS[model]
+        if not (model is None or isinstance(model, RangeSensorModel)):
+            raise ConfigError(f"range_sensor must be a preset name or a RangeSensorModel, got {model!r}")
         self.range_sensor = model
         if model is None:
             return {}
@@ -415,10 +434,13 @@ class DroneVectorEnv(VectorEnv):
 
     def _reset_mask(self, seed, options) -> np.ndarray | None:
         """``options["reset_mask"]`` as an (N,) host bool array (None: reset all), checked."""
-        if seed is not None and not is_whole(seed, 0):
+        if seed is not None and not is_whole(seed, 0, MAX_SEED):
             raise ConfigError(
-                f"seed must be one integer >= 0 (each environment's streams derive from it and its index), got {seed!r}"
+                f"seed must be one integer from 0 to {MAX_SEED} (each environment's streams derive from it and its "
+                f"index), got {seed!r}"
             )
+        if options is not None and not isinstance(options, dict):
+            raise ConfigError(f"reset options must be a dict (the one option is 'reset_mask'), got {options!r}")
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
         if options:
@@ -596,6 +618,26 @@ class DroneVectorEnv(VectorEnv):
 
 #: A range sensor's mounting: its +z (the beam) along body -z.
 _DOWN = wp.mat33(1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, -1.0)
+
+
+IMAGES = ("depth", "segmentation", "rgb")
+"""What a camera can observe."""
+
+
+def _checked_task(task):
+    """A task object: it has what the environment calls (``goggles.envs.tasks``)."""
+    if not all(callable(getattr(task, name, None)) for name in ("prepare", "time_limit", "begin", "score")):
+        raise ConfigError(f"task must be a task such as HoverTask(), RaceTask() or DepthFlightTask(), got {task!r}")
+    return task
+
+
+def _randomization(value) -> Randomization | None:
+    """``randomization=``: a ``Randomization``, the path of its TOML file, or None."""
+    if value is None or isinstance(value, Randomization):
+        return value
+    if isinstance(value, (str, Path)):
+        return Randomization.load(value)
+    raise ConfigError(f"randomization must be a Randomization or the path of its TOML file, got {type(value).__name__}")
 
 
 def _padded(values) -> list[float]:
