@@ -101,8 +101,8 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
         if values is None:
             return [None]
         values = [values] if isinstance(values, str) else values
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise table.error(key, "a path or a list of paths")
+        if not isinstance(values, list) or not values or not all(isinstance(v, str) and v for v in values):
+            raise table.error(key, "a path or a non-empty list of paths (an empty list would make no jobs)")
         found: list[str | None] = []
         for value in values:
             matches = sorted(glob.glob(str(base / value))) if any(c in value for c in "*?[") else [str(base / value)]

@@ -85,6 +85,8 @@ scene = "{REPO / "assets/arena.toml"}"
         ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nscenes = ["broken.toml"]', "broken.toml"),
         ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nrigs = ["bad-rig.toml"]', "bad-rig.toml"),
         ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nseeds = ["x"]', "seeds"),
+        ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nrigs = []', "'rigs' must be a path or a non-empty list"),
+        ('[dataset]\noutput = "o"\n[[job]]\nlog = ""', "'log' must be a path or a non-empty list"),
         ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nseeds = [-1]', "'seeds' must be a list of integers"),
         ('[dataset]\noutput = "o"\nworkers = 1.5\n[jobs]\nlogs = ["a.mcap"]', "'workers' must be an integer >= 1"),
         ('job = 3\n[dataset]\noutput = "o"', "'job' must be "),
