@@ -161,8 +161,9 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
     t_first, skipped_ns = None, 0
     anchor_ns, last_step, last_t_ns = 0, 0, 0  # log time minus stamp time at the newest pose; its step, log time
     max_gap = max(1, int(round(max_gap_s / engine.dt)))
+    pauses, restarts = Tally("pauses skipped"), Tally("clock restarts replayed on")
     stamped = _agreeing_start(_stamped(recorded, inputs), inputs, max_gap_s * 1e6)
-    for t_ns, channel, data, stamp in _without_stamp_spikes(stamped, inputs, max_gap_s * 1e6):
+    for t_ns, channel, data, stamp in _without_stamp_spikes(stamped, inputs, max_gap_s * 1e6, restarts):
         if stamp is None:  # scene/edit, as the run applied it: after the events of the step it came at
             if t_first is not None:  # its log time on the stamps' clock (exact for goggles' own logs,
                 # where both are sim time; lcm-logger's receipt times land within a pose period)
@@ -177,8 +178,9 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
         if t_first is None:
             engine.start_at(step)
         elif step - engine.step > max_gap:
-            log.warning(
-                "the poses pause for %.1f s of sim time (from %.3f s): skipped ahead without rendering it",
+            pauses.warn(
+                (step - engine.step) * engine.dt,
+                "the poses pause for %.6g s of sim time (from %.3f s): skipped ahead without rendering it",
                 (step - engine.step) * engine.dt,
                 engine.step * engine.dt,
             )
@@ -205,7 +207,35 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
             last_progress = time.perf_counter()
             progress(t_ns * 1e-9)
     engine.run_events_before(engine.step + 1)
+    pauses.close()
+    restarts.close()
     return used
+
+
+@dataclass
+class Tally:
+    """Warnings of one kind: the first few told, the rest counted and told in one line at the end (a
+    ``max_gap_s`` below the poses' period would make every pose a pause: a line per pose)."""
+
+    what: str
+    told: int = 3
+    count: int = 0
+    seconds: float = 0.0
+
+    def warn(self, seconds: float, message: str, *args) -> None:
+        self.count += 1
+        self.seconds += seconds
+        if self.count <= self.told:
+            log.warning(message + (" (further ones are counted)" if self.count == self.told else ""), *args)
+
+    def close(self) -> None:
+        if self.count > self.told:
+            log.warning(
+                "%d %s in all (%.1f s of sim time): a larger maximum gap (--max-gap) skips fewer",
+                self.count,
+                self.what,
+                self.seconds,
+            )
 
 
 def _stamped(recorded, inputs):
@@ -246,7 +276,7 @@ def _agreeing_start(items, inputs, max_gap_us: float):
     yield from items
 
 
-def _without_stamp_spikes(items, inputs, max_gap_us: float):
+def _without_stamp_spikes(items, inputs, max_gap_us: float, restarts: Tally):
     """The stamped items with the poses' clock made to run forward (see ``replay_into``): a pose
     stamped more than ``max_gap_us`` from the pose before is held, with the edits after it, until
     the next pose decides. If that one jumped too, the jump was real: forward, a pause (passed on
@@ -263,8 +293,9 @@ def _without_stamp_spikes(items, inputs, max_gap_us: float):
             if abs(item[3] - last) > max_gap_us:  # the poses after it jumped too: real
                 jumped = held[0][3]
                 if jumped < last:
-                    log.warning(
-                        "the poses' clock went back %.1f s at %.3f s of sim time (a restarted clock?): "
+                    restarts.warn(
+                        (last - jumped) * 1e-6,
+                        "the poses' clock went back %.6g s at %.3f s of sim time (a restarted clock?): "
                         "replaying on from there",
                         (last - jumped) * 1e-6,
                         last * 1e-6,

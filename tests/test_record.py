@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -463,7 +465,7 @@ def test_a_long_pause_in_the_poses_is_skipped(tmp_path, caplog):
     replayed = tmp_path / "replayed.mcap"
     result = replay_file(paused, record=replayed)
     assert result.poses == 61 and result.dropped == 0
-    assert "pause for 1000.0 s" in caplog.text
+    assert "pause for 1000.02 s" in caplog.text  # from the last frame before it
     first, second = images(original), images(replayed)
     shifted = {(channel, u + pause_us if u >= 500_000 else u): data for (channel, u), data in first.items()}
     assert set(shifted) == set(second)  # no frame rendered in the pause
@@ -472,6 +474,18 @@ def test_a_long_pause_in_the_poses_is_skipped(tmp_path, caplog):
     for max_gap_s, frames in ((60.0, 31 + 60), (1.0, 31)):  # a pause within the bound is rendered
         replay_file(short, record=tmp_path / f"{max_gap_s}.mcap", max_gap_s=max_gap_s)
         assert len(images(tmp_path / f"{max_gap_s}.mcap")) == 4 * frames
+
+
+def test_a_maximum_gap_below_the_poses_period_warns_in_four_lines_not_one_per_pose(tmp_path, caplog):
+    """Every pose is then a pause: the first three are told, the rest counted in one line at the end."""
+    original = record_run(tmp_path)
+    caplog.set_level(logging.WARNING, logger="goggles.replay")
+    replay_file(original, max_gap_s=1e-6)
+    told = [r.getMessage() for r in caplog.records if r.name == "goggles.replay"]
+    assert len(told) == 4 and all("pause for 0.0166667 s" in line for line in told[:3])
+    assert told[2].endswith("(further ones are counted)")
+    assert re.fullmatch(r"(\d+) pauses skipped in all \(1\.0 s of sim time\): .*--max-gap.*", told[3])
+    assert int(told[3].split()[0]) >= 55
 
 
 def test_a_clock_restarted_under_one_logger_replays_on(tmp_path, caplog):
@@ -487,7 +501,7 @@ def test_a_clock_restarted_under_one_logger_replays_on(tmp_path, caplog):
     replayed = tmp_path / "replayed.mcap"
     result = replay_file(twice, record=replayed, max_gap_s=0.5)  # a 1 s flight: a jump of 0.5 s is one
     assert result.poses == 2 * 61 and result.dropped == 0
-    assert "clock went back 1.0 s" in caplog.text
+    assert "clock went back 1 s" in caplog.text
     first, second = images(original), images(replayed)
     again = {(channel, u + 10**6): data for (channel, u), data in first.items()}  # from the first's last instant
     expected = {**{key: data for key, data in first.items() if key[1] < 10**6}, **again}
