@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 import shutil
 import subprocess
@@ -239,6 +240,39 @@ def test_a_token_keeps_the_stream_to_pages_opened_with_it():
     finally:
         stop.set()
         thread.join(5)
+
+
+def test_only_the_pages_files_are_served_and_odd_paths_are_plain_404s(caplog):
+    """A path the filesystem refuses (a name too long) was a 500 and a traceback in the server's log;
+    paths outside the page's folder were refused already. Raw paths, as a hostile client sends them."""
+    import http.client
+
+    port = free_port()
+    server = PreviewServer(_SmallFrames(), port=port)
+    stop = threading.Event()
+    thread = threading.Thread(target=server.run, args=(stop,), daemon=True)
+    thread.start()
+
+    def status(path: str) -> int:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                connection.request("GET", path)
+                return connection.getresponse().status
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+
+    try:
+        assert [status(p) for p in ("/", "/index.html", "/app.js", "/app.js?v=2")] == [200] * 4
+        odd = ["/" + "a" * 5000, "/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "//etc/passwd", "/static/app.js"]
+        assert [status(p) for p in odd] == [404] * len(odd)
+        assert status("/") == 200  # still serving
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 def test_the_preview_command_makes_a_token_when_it_serves_beyond_this_machine():

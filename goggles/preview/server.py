@@ -30,6 +30,10 @@ from goggles.frames import R_BODY_OPTICAL, transform
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+PAGES = {f"/{path.name}": path for path in STATIC.iterdir() if path.suffix in CONTENT_TYPES}
+PAGES["/"] = STATIC / "index.html"
+"""What the server serves, by request path: the page's own files and nothing else (no path is ever
+built from a request, so none can reach outside them or fail on a name the system refuses)."""
 KIND_STEREO, KIND_THIRD = 0, 1
 
 
@@ -183,9 +187,8 @@ class PreviewServer:
                 self.refused += 1
                 return connection.respond(HTTPStatus.FORBIDDEN, "open the page at the URL goggles preview printed\n")
             return None  # upgrade to the WebSocket
-        name = "index.html" if url.path in ("/", "/index.html") else url.path.lstrip("/")
-        path = (STATIC / name).resolve()
-        if STATIC not in path.parents or not path.is_file():
+        path = PAGES.get(url.path)
+        if path is None:
             return connection.respond(HTTPStatus.NOT_FOUND, "not found\n")
         response = connection.respond(HTTPStatus.OK, path.read_text())
         response.headers["Content-Type"] = CONTENT_TYPES.get(path.suffix, "application/octet-stream")
