@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.errors import GogglesError
+from goggles.errors import ConfigError, GogglesError
 from goggles.scene import StaticScene
 
 
@@ -592,6 +592,10 @@ def bench_dataset(
                 rows = list(ray.util.ActorPool(pool).map_unordered(lambda w, job: w.render.remote(job), batch))
                 elapsed = time.perf_counter() - start
                 frames = sum(row.get("frames", 0) for row in rows)
+                if frames == 0:  # a flight shorter than a camera frame, or every job failed
+                    failed = [row["error"] for row in rows if row.get("status") != "done"]
+                    why = failed[0] if failed else "make it at least a camera frame long"
+                    raise ConfigError(f"a flight of {flight_s:g} s rendered no frames: {why}")
                 rates[n] = frames / elapsed
                 for worker in pool:
                     ray.kill(worker)

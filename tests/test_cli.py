@@ -426,6 +426,9 @@ def test_bench_dataset_last_lines():
     lines = [dict(item.split("=") for item in line.split()) for line in result.stdout.splitlines() if "=" in line]
     assert [line["workers"] for line in lines] == ["1", "2"]
     assert all(float(line["frames_per_s"]) > 0 for line in lines) and float(lines[0]["speedup"]) == 1.0
+    short = goggles("bench", "dataset", "--jobs", "1", "--width", "32", "--flight", "1e-6", check=False)
+    assert short.returncode == 2 and "Traceback" not in short.stderr  # was a ZeroDivisionError
+    assert short.stderr.splitlines()[-1].startswith("goggles: error: a flight of 1e-06 s rendered no frames: ")
 
 
 def test_render_sensor_presets(tmp_path):
