@@ -324,6 +324,7 @@ def test_bad_commands_and_presets_are_refused(tmp_path):
         ({"num_vehicles": 2.0}, "num_vehicles must be an integer >= 1, got 2.0"),
         ({"seed": 2**32 + 5}, "seed must be an integer from 0 to 4294967295"),  # seed 5's streams otherwise
         ({"seed": -1}, "seed must be an integer from 0 to 4294967295"),
+        ({"num_vehicles": 2**30}, "simulating 1073741824 vehicles needs about 2048.0 GiB on .*: simulate fewer"),
     ],
 )
 def test_counts_and_seeds_a_kernel_would_wrap_are_refused(arguments, message):

@@ -33,6 +33,7 @@ from goggles.dynamics.model import (
 )
 from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, fetch
+from goggles.memory import check_fits
 from goggles.world.queries import no_actors
 
 GRAVITY = 9.81  # m/s^2, as FlightGoggles
@@ -75,6 +76,11 @@ class ContactReport:
     """(3,) unit, world, from the obstacle towards the vehicle."""
     depth: float
     """m of penetration."""
+
+
+#: Bytes a vehicle takes at its peak while a simulator is built (its states, parameters, random
+#: streams and host copies; about 1.6 kB stay, measured for fg-quad on the CPU).
+BYTES_PER_VEHICLE = 2048
 
 
 class MultirotorSim:
@@ -144,6 +150,7 @@ class MultirotorSim:
         self.airframe = airframe
         self.num_vehicles = n = num_vehicles
         self.device = d = wp.get_device(device)
+        check_fits(d, n * BYTES_PER_VEHICLE, f"simulating {n} vehicles", "simulate fewer")
         self.dt = dt
         self.imu_decimation = int(round(decimation))
         self.step_count = 0

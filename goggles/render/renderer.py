@@ -35,6 +35,7 @@ import warp as wp
 from goggles.busy import load_kernels
 from goggles.captured import recording, struct_key
 from goggles.errors import ConfigError
+from goggles.memory import check_fits
 from goggles.render import invalid, kernels
 from goggles.render.camera import CameraModel
 from goggles.render.shading import Lighting, Shading, face_reflectivity_kernel
@@ -185,7 +186,12 @@ class Renderer:
             raise ConfigError(f"unknown render outputs {unknown}; choose from {', '.join(OUTPUTS)}")
         self.backend = choose_backend(backend, scene.device)
         self.pixel_order = _pixel_order(pixel_order, self.backend, scene.device, width)
-        _check_memory(scene.device, n * width * height, f"{n} camera(s) of {width}x{height}")
+        check_fits(
+            scene.device,
+            n * width * height * BYTES_PER_PIXEL,
+            f"rendering {n} camera(s) of {width}x{height}",
+            "use fewer or smaller cameras",
+        )
         self.scene = scene
         self.cameras = tuple(cameras)
         self._has_partners = bool(np.any(partner >= 0))
@@ -772,32 +778,6 @@ def _interpolate(T_first: np.ndarray, T_last: np.ndarray, fractions: np.ndarray)
 #: Bytes a rendered pixel takes at its peak: ray table, every output on the device, their host copies
 #: and the float64 temporaries of the ray table's construction.
 BYTES_PER_PIXEL = 160
-
-
-def available_memory(device) -> int | None:
-    """Free bytes on ``device`` (CUDA: the GPU's; CPU: MemAvailable), or None if unknown."""
-    if device.is_cuda:
-        free = getattr(device, "free_memory", None)
-        return int(free) if free else None
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def _check_memory(device, pixels: int, what: str) -> None:
-    """Refuse a render whose buffers would not fit, before allocating any of them."""
-    need = pixels * BYTES_PER_PIXEL
-    free = available_memory(device)
-    if free is not None and need > free:
-        raise ConfigError(
-            f"rendering {what} needs about {need / 2**30:.1f} GiB on {device}, but {free / 2**30:.1f} GiB is "
-            "available: use fewer or smaller cameras"
-        )
 
 
 def _tile_slopes(rays: np.ndarray, tile: int) -> np.ndarray:
