@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 import goggles_lcm
+from goggles.checks import is_whole
 from goggles.control_modes import ControlMode
 from goggles.errors import ConfigError
 from goggles.transport.buses import ZmqEndpoints, connect, frame, split_frame
@@ -194,8 +195,8 @@ class Client:
             TimeoutError: no reply within ``timeout`` s (the request socket is reset).
             ConnectionError: the engine refused the request (its log says why).
         """
-        if not 0 < steps <= MAX_STEPS:
-            raise ValueError(f"a lockstep request advances 1 to {MAX_STEPS:,} steps, not {steps}")
+        if not is_whole(steps, 1, MAX_STEPS):  # 2.5 would have been sent as 2
+            raise ValueError(f"a lockstep request advances a whole 1 to {MAX_STEPS:,} steps, not {steps!r}")
         if self._req is None:
             self._req = self._socket(self._zmq.REQ)
             self._req.setsockopt(self._zmq.LINGER, 0)

@@ -187,7 +187,7 @@ def test_a_lockstep_request_the_engine_cannot_use_is_refused_and_the_client_says
     config = run_config(mode="lockstep", route=False)
     running = Running(config)
     client = Client(endpoints(config))
-    for steps in (0, -1, 10_000_001, 2**40):
+    for steps in (0, -1, 10_000_001, 2**40, 2.5, "8", True):  # 2.5 was sent as 2 steps
         with pytest.raises(ValueError, match="1 to 10,000,000"):
             client.step(steps)
     raw = zmq.Context.instance().socket(zmq.REQ)
