@@ -862,6 +862,28 @@ def test_bad_constructor_arguments_are_one_clear_error_each(arena, argument, val
         DroneVectorEnv(**arguments)
 
 
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: HoverTask(episode_s=-1.0), "HoverTask: settings: 'episode_s' must be a finite number > 0 \\(s\\)"),
+        (lambda: HoverTask(max_distance=0.0), "'max_distance' must be a finite number > 0"),
+        (lambda: HoverTask(spawn=(1.0, 2.0)), "'spawn' must be a list of 3 finite numbers"),
+        (lambda: HoverTask(spawn_radius=float("nan")), "'spawn_radius' must be a finite number >= 0"),
+        (lambda: DepthFlightTask(goal=(1.0, 2.0, "x")), "DepthFlightTask: settings: 'goal' must be a list of 3"),
+        (lambda: DepthFlightTask(reach=0.0), "'reach' must be a finite number > 0"),
+        (lambda: RaceTask(episode_s=0.0), "RaceTask: settings: 'episode_s' must be a finite number > 0"),
+        (lambda: RaceTask(perturb=1), "'perturb' must be true or false"),
+        (lambda: RaceTask(course=5), "'course' must be a course file's path"),
+        (lambda: RaceTask(crash=1e39), "beyond float32's range"),
+    ],
+)
+def test_a_tasks_bad_setting_is_refused_where_it_is_made(make, message):
+    """A negative episode length truncated every episode at its first step, a zero max_distance ended
+    them at once, silently; a short vector or a string was a ValueError from Warp at the first reset."""
+    with pytest.raises(ConfigError, match=message):
+        make()
+
+
 def test_numpy_integers_and_names_are_taken_where_python_ones_are(arena, tmp_path):
     """What NumPy hands out (np.int64 counts and seeds) works as Python's ints do; a range sensor's
     preset name, one camera output's name and a randomisation file's path stand for their objects."""

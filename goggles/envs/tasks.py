@@ -10,12 +10,13 @@ replays the same whatever the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 import warp as wp
 
+from goggles.checks import Table
 from goggles.envs import kernels
 from goggles.errors import ConfigError
 from goggles.paths import default_course
@@ -64,6 +65,12 @@ class Episodes:
         )
 
 
+def _settings(task) -> Table:
+    """A task's settings, read as a file's table is: the same checks, and messages naming the task and
+    the setting (a negative episode length would end every episode at its first step, silently)."""
+    return Table(type(task).__name__, "settings", {f.name: getattr(task, f.name) for f in fields(task)})
+
+
 class _FixedLength:
     """A task that keeps nothing of its own and whose episodes last ``episode_s``."""
 
@@ -88,6 +95,14 @@ class HoverTask(_FixedLength):
     target_radius: float = 1.0
     max_distance: float = 4.0
     episode_s: float = 5.0
+
+    def __post_init__(self):
+        settings = _settings(self)
+        settings.vector("spawn", 3, unit="m")
+        for name in ("spawn_radius", "target_radius"):
+            settings.number(name, minimum=0.0, unit="m")
+        settings.number("max_distance", positive=True, unit="m")
+        settings.number("episode_s", positive=True, unit="s")
 
     def begin(self, env, prepared: None) -> None:
         e = env.episodes
@@ -138,6 +153,18 @@ class DepthFlightTask(_FixedLength):
     success: float = 10.0
     crash: float = 10.0
     episode_s: float = 15.0
+
+    def __post_init__(self):
+        settings = _settings(self)
+        for name in ("start", "goal"):
+            settings.vector(name, 3, unit="m")
+        for name in ("start_radius", "goal_radius"):
+            settings.number(name, minimum=0.0, unit="m")
+        settings.number("heading_jitter_deg", minimum=0.0, unit="degrees")
+        settings.number("reach", positive=True, unit="m")
+        for name in ("progress", "success", "crash"):
+            settings.number(name)
+        settings.number("episode_s", positive=True, unit="s")
 
     def begin(self, env, prepared: None) -> None:
         e = env.episodes
@@ -229,6 +256,19 @@ class RaceTask:
     max_distance: float = 10.0
     vehicle_radius: float = 0.25
     episode_s: float | None = None
+
+    def __post_init__(self):
+        settings = _settings(self)
+        if not isinstance(self.course, (str, Path)):
+            raise settings.error("course", "a course file's path")
+        settings.flag("perturb", True)
+        for name in ("start_height", "progress", "gate", "crash"):
+            settings.number(name)
+        for name in ("spawn_radius", "vehicle_radius"):
+            settings.number(name, minimum=0.0, unit="m")
+        settings.number("max_distance", positive=True, unit="m")
+        if self.episode_s is not None:
+            settings.number("episode_s", positive=True, unit="s")
 
     def prepare(self, env) -> RaceArrays:
         course = load_course(self.course)  # a bad file: ConfigError naming the file and key
