@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import INT32_MAX, MAX_SEED, Table, finite_vector, read_toml
+from goggles.checks import MAX_SEED, Table, finite_vector, read_toml
 from goggles.clock import MIN_SCALE, ClockMode
 from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
-from goggles.dynamics.model import MAX_PHYSICS_RATE, CollisionResponse
+from goggles.dynamics.model import MAX_PHYSICS_RATE, CollisionResponse, steps_per_sample
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, quat_to_matrix
 from goggles.render.camera import CameraModel
@@ -256,8 +256,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
 
 
 def _divides(reader: Table, key: str, rate: float, physics_rate: float) -> float:
-    ratio = physics_rate / rate
-    if not 1 <= round(ratio) <= INT32_MAX or abs(ratio - round(ratio)) > 1e-9 * ratio:
+    if steps_per_sample(physics_rate, rate) is None:
         raise reader.error(key, f"a rate in Hz that divides the physics rate {physics_rate:g} Hz")
     return rate
 

@@ -332,6 +332,18 @@ def test_counts_and_seeds_a_kernel_would_wrap_are_refused(arguments, message):
         MultirotorSim(FG, **{"num_vehicles": 1, **arguments})
 
 
+def test_a_rate_divides_the_physics_rate_by_one_test_for_run_files_and_the_simulator():
+    """The run file's check and the simulator's were twins with different tolerances."""
+    from goggles.dynamics.model import steps_per_sample
+
+    assert steps_per_sample(960.0, 240.0) == 4 and steps_per_sample(1.0 / (1.0 / 960.0), 240.0) == 4
+    assert steps_per_sample(960.0, 960.0 / (2**31 - 1)) == 2**31 - 1
+    for rate in (700.0, 961.0, 960.0 / 2**31, 0.0, -240.0, float("nan"), 1e39):
+        assert steps_per_sample(960.0, rate) is None
+        with pytest.raises(ConfigError, match="must divide the physics rate"):
+            MultirotorSim(FG, 1, imu_rate=rate)
+
+
 def test_a_step_count_is_a_whole_number_a_kernel_can_loop_over():
     """``step(2**32 + 1)`` looped once in the kernel (its int32 count) while the books said 2**32 + 1;
     ``step(2.5)`` stepped twice and counted 2.5."""

@@ -20,6 +20,7 @@ from enum import IntEnum
 
 import warp as wp
 
+from goggles.checks import INT32_MAX
 from goggles.dynamics.airframe import Integrator
 from goggles.world.queries import ActorData, closest_hit, nearest_surface
 
@@ -53,6 +54,17 @@ CONYERS = wp.constant(int(GroundEffect.CONYERS))
 #: Physics rates above this are refused: a microsecond step resolves every time constant modelled
 #: (motors: tens of milliseconds) many times over, and a faster rate only makes a run crawl.
 MAX_PHYSICS_RATE = 1e6
+
+
+def steps_per_sample(physics_rate: float, rate: float) -> int | None:
+    """Physics steps between two samples at ``rate`` Hz (an IMU's, a camera's), or None where ``rate``
+    does not divide the physics rate, or the count is not 1 to int32's largest (a kernel's int32: 0
+    or a wrapped count would divide by zero there). The one test, for run files and the simulator."""
+    ratio = physics_rate / rate if rate > 0 else 0.0
+    count = round(ratio) if 1 <= ratio <= INT32_MAX + 0.5 else 0
+    return count if count >= 1 and abs(ratio - count) <= 1e-9 * ratio else None
+
+
 #: Downward ray length for the ground-effect height when a world is given, m.
 GROUND_RAY_LENGTH = wp.constant(100.0)
 BOX = wp.constant(1)

@@ -30,6 +30,7 @@ from goggles.dynamics.model import (
     mat38,
     mat68,
     mat86,
+    steps_per_sample,
 )
 from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, fetch
@@ -142,17 +143,15 @@ class MultirotorSim:
             raise ConfigError(f"imu_queue must be 1..64 samples, got {imu_queue}")
         if not (np.isfinite(dt) and 1.0 / MAX_PHYSICS_RATE <= dt <= 0.1):
             raise ConfigError(f"physics step dt={dt:g} s must be in [{1.0 / MAX_PHYSICS_RATE:g}, 0.1] (10 Hz to 1 MHz)")
-        decimation = 1 if imu_rate is None else (1.0 / dt) / imu_rate
-        if imu_rate is not None and (
-            not imu_rate > 0 or not 1 <= round(decimation) <= INT32_MAX or abs(decimation - round(decimation)) > 1e-6
-        ):  # the kernel's int32 decimation: 0 (above the physics rate) or beyond int32 would divide by zero
+        decimation = 1 if imu_rate is None else steps_per_sample(1.0 / dt, imu_rate)
+        if decimation is None:
             raise ConfigError(f"IMU rate {imu_rate:g} Hz must divide the physics rate {1.0 / dt:g} Hz")
         self.airframe = airframe
         self.num_vehicles = n = num_vehicles
         self.device = d = wp.get_device(device)
         check_fits(d, n * BYTES_PER_VEHICLE, f"simulating {n} vehicles", "simulate fewer")
         self.dt = dt
-        self.imu_decimation = int(round(decimation))
+        self.imu_decimation = decimation
         self.step_count = 0
         self._states: VehicleStates | None = None
         self._version, self._packed_version = 0, -1  # state changes, and the one the host copy shows
