@@ -92,8 +92,7 @@ def replay_file(
     ``max_gap_s``: see ``replay_into``; ``sinks``: more places the outputs go (a Foxglove server)."""
     from goggles.engine import Engine
 
-    if record is not None and Path(record).exists() and Path(path).exists() and os.path.samefile(record, path):
-        raise ConfigError(f"{record}: is the log being replayed; record the replay to another file")
+    check_record_path(path, record)
     config = replay_config(Path(path), sensors, scene, seed=seed)
     recorder = None
     if record is not None:
@@ -130,6 +129,12 @@ def replay_file(
         last_time[0],
         dropped=engine.inputs.counters.malformed,
     )
+
+
+def check_record_path(log: Path, record: Path | None) -> None:
+    """Refuse to record a replay onto the log it replays (opening the recording would truncate it)."""
+    if record is not None and Path(record).exists() and Path(log).exists() and os.path.samefile(record, log):
+        raise ConfigError(f"{record}: is the log being replayed; record the replay to another file")
 
 
 def replay_into(engine, recorded, *, speed: float | None = None, progress=None, max_gap_s: float = MAX_GAP_S) -> int:

@@ -284,7 +284,8 @@ def test_a_second_run_does_not_record_over_the_first_flight(tmp_path):
 
 
 def test_a_replay_recorded_onto_its_own_log_is_refused_and_the_log_kept(tmp_path):
-    """`goggles replay flight.mcap --record flight.mcap` truncated the flight before reading it."""
+    """`goggles replay flight.mcap --record flight.mcap` truncated the flight before reading it; a
+    replay recorded to another existing file is refused unless --overwrite, as a run's recording is."""
     flight = record_run(tmp_path, duration=0.2)
     link = tmp_path / "link.mcap"
     link.symlink_to(flight)
@@ -296,6 +297,15 @@ def test_a_replay_recorded_onto_its_own_log_is_refused_and_the_log_kept(tmp_path
             f"goggles: error: {target}: is the log being replayed; record the replay to another file"
         ]
     assert flight.read_bytes() == kept
+    other = tmp_path / "other.mcap"  # another flight: a replay is not recorded over it either
+    other.write_bytes(kept)
+    result = _goggles("replay", flight, "--record", other)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"goggles: error: --record {other}: the file exists; give another path, or --overwrite to replace it"
+    ]
+    assert other.read_bytes() == kept
+    assert _goggles("replay", flight, "--record", other, "--overwrite").returncode == 0
+    assert other.read_bytes() != kept and len(list(read_log(other))) > 0
 
 
 def test_a_full_disk_stops_the_recording_not_the_run(tmp_path):

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from goggles.checks import FLOAT32_MAX, MAX_SEED, beyond_float32, warp_device
+from goggles.errors import ConfigError
 
 log = logging.getLogger("goggles")
 
@@ -237,6 +238,25 @@ def quiet_warp_init() -> None:
 
     with captured_c_stderr():
         wp.init()
+
+
+def add_overwrite_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--overwrite``: without it, an existing file at ``what`` is refused (``refuse_existing``)."""
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"replace an existing {what} file (without it, a file there is refused: a flight is not lost)",
+    )
+
+
+def refuse_existing(path: Path | None, overwrite: bool, option: str = "--record") -> None:
+    """Refuse to write over a non-empty file unless told to: it may be a flight no one can fly again.
+
+    Raises:
+        ConfigError: naming the option and the path.
+    """
+    if path is not None and path.is_file() and path.stat().st_size > 0 and not overwrite:
+        raise ConfigError(f"{option} {path}: the file exists; give another path, or --overwrite to replace it")
 
 
 def check_device(name: str | None, option: str = "--device") -> None:

@@ -16,7 +16,7 @@ def add_parser(commands) -> None:
         "(client.key_secret and server.key). Clients without an accepted key get nothing and cannot send.",
     )
     keys.add_argument("folder", type=Path)
-    keys.add_argument("--force", action="store_true", help="replace existing keys")
+    keys.add_argument("--overwrite", "--force", action="store_true", help="replace existing keys")
     keys.set_defaults(warp=False)  # no kernels: start without loading Warp
     keys.set_defaults(run=cmd_keys)
 
@@ -29,8 +29,8 @@ def cmd_keys(args) -> int:
     folder = args.folder
     (folder / "clients").mkdir(parents=True, exist_ok=True)
     for name in ("server", "client"):
-        if (folder / f"{name}.key_secret").exists() and not args.force:
-            raise ConfigError(f"{folder / (name + '.key_secret')} exists; use --force to replace the keys")
+        if (folder / f"{name}.key_secret").exists() and not args.overwrite:
+            raise ConfigError(f"{folder / (name + '.key_secret')} exists; use --overwrite to replace the keys")
         zmq.auth.create_certificates(folder, name)
         (folder / f"{name}.key_secret").chmod(0o600)  # a secret key is for its owner's eyes only
     shutil.copy(folder / "client.key", folder / "clients" / "client.key")

@@ -5,7 +5,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import add_foxglove_args, at_least, foxglove_sinks, positive, report, scale
+from goggles.cli.common import (
+    add_foxglove_args,
+    add_overwrite_arg,
+    at_least,
+    foxglove_sinks,
+    positive,
+    refuse_existing,
+    report,
+    scale,
+)
 from goggles.errors import ConfigError
 
 
@@ -36,6 +45,7 @@ def add_parser(commands) -> None:
         "when their clock goes back this far; a single pose stamped this far from its neighbours is a corrupt "
         "stamp, dropped and counted (default: 60)",
     )
+    add_overwrite_arg(replay, "--record")
     add_foxglove_args(replay)
     replay.add_argument("--jobs", type=at_least(1), default=None, help="processes for a folder (default: all cores)")
     replay.add_argument("--device", default=None, help="Warp device")
@@ -43,7 +53,7 @@ def add_parser(commands) -> None:
 
 
 def cmd_replay(args) -> int:
-    from goggles.replay import MAX_GAP_S, replay_file, replay_folder
+    from goggles.replay import MAX_GAP_S, check_record_path, replay_file, replay_folder
 
     speed = None if args.as_fast_as_possible else args.speed
     max_gap_s = MAX_GAP_S if args.max_gap is None else args.max_gap
@@ -62,6 +72,8 @@ def cmd_replay(args) -> int:
             report=report,
         )
     else:
+        check_record_path(args.log, args.record)  # the more telling refusal first
+        refuse_existing(args.record, args.overwrite)
         sinks = foxglove_sinks(args)
         try:
             results = [

@@ -8,10 +8,12 @@ from pathlib import Path
 from goggles.cli.common import (
     add_backend_arg,
     add_foxglove_args,
+    add_overwrite_arg,
     add_recorded_arg,
     auto_or_scale,
     foxglove_sinks,
     freeze_start_up_heap,
+    refuse_existing,
     stop_on_signals,
 )
 from goggles.errors import ConfigError
@@ -98,11 +100,7 @@ def add_parser(commands) -> None:
         default=None,
         help="record every input and output channel to FILE.mcap (MCAP) or FILE.lcmlog (lcm-logger)",
     )
-    run.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace an existing --record file (without it, a file there is refused: a flight is not lost)",
-    )
+    add_overwrite_arg(run, "--record")
     run.add_argument(
         "--record-compression",
         choices=["lz4", "zstd", "none"],
@@ -181,13 +179,9 @@ def cmd_run(args) -> int:
     recorder = None
     stop = threading.Event()
     if args.record is not None:
-        from goggles.errors import ConfigError
         from goggles.record import Recorder
 
-        if args.record.is_file() and args.record.stat().st_size > 0 and not args.overwrite:
-            raise ConfigError(
-                f"--record {args.record}: the file exists; give another path, or --overwrite to replace it"
-            )
+        refuse_existing(args.record, args.overwrite)
 
         def record_failed(reason: str) -> None:
             print(f"goggles: {reason}" + ("; stopping" if args.on_record_error == "stop" else ""), file=sys.stderr)
