@@ -91,6 +91,8 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
     base = path.parent
     dataset = Table(path, "[dataset]", data.get("dataset", {}), {"output", "device", "workers"})
     output = (base / dataset.text("output", required=True)).resolve()
+    if output.exists() and not output.is_dir():
+        raise dataset.error("output", f"a folder for the jobs' outputs ({output} is a file)")
     workers = dataset.integer("workers", None, low=1)
     device = dataset.get("device")
     if device is not None and not (isinstance(device, str) and re.fullmatch(r"cpu|cuda(:\d+)?", device)):
@@ -172,13 +174,20 @@ def read_manifest(output: Path) -> dict[str, dict]:
     """The rows of jobs that finished (the last row of each job wins)."""
     rows: dict[str, dict] = {}
     manifest = Path(output) / MANIFEST
-    if manifest.is_file():
-        for line in manifest.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash: that job is simply not done
+    if not manifest.is_file():
+        return rows
+    unread = 0
+    for line in manifest.read_bytes().decode(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict) and isinstance(row.get("job"), str):
             rows[row["job"]] = row
+        elif line.strip():  # a line cut by a crash, or damaged: that job is simply not done
+            unread += 1
+    if unread:
+        log.warning("%s: %d line(s) that are not job rows skipped (those jobs count as not done)", manifest, unread)
     return rows
 
 

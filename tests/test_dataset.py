@@ -86,6 +86,7 @@ scene = "{REPO / "assets/arena.toml"}"
         ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nrigs = ["bad-rig.toml"]', "bad-rig.toml"),
         ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nseeds = ["x"]', "seeds"),
         ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nrigs = []', "'rigs' must be a path or a non-empty list"),
+        ('[dataset]\noutput = "a.mcap"\n[jobs]\nlogs = ["a.mcap"]', "'output' must be a folder for the jobs' outputs"),
         ('[dataset]\noutput = "o"\n[[job]]\nlog = ""', "'log' must be a path or a non-empty list"),
         ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nseeds = [-1]', "'seeds' must be a list of integers"),
         ('[dataset]\noutput = "o"\nworkers = 1.5\n[jobs]\nlogs = ["a.mcap"]', "'workers' must be an integer >= 1"),
@@ -143,6 +144,23 @@ rigs = ["rig.toml"]
     again = run_dataset(spec, workers=2)
     assert [Path(r["log"]).name for r in again] == ["corrupt.mcap"]
     assert not list(spec.output.glob("*.partial.mcap"))
+
+
+def test_a_damaged_manifest_line_is_skipped_and_its_job_done_again(flights, tmp_path, caplog):
+    """Bytes that are not UTF-8 were a UnicodeDecodeError, a JSON line that is not a row a TypeError:
+    the manifest is the truth of what is done, so what cannot be read there is not done."""
+    spec = load_dataset_spec(
+        write_spec(flights, f'[dataset]\noutput = "{tmp_path / "out"}"\n[jobs]\nlogs = ["a.mcap"]\nseeds = [1, 2]')
+    )
+    assert len(run_dataset(spec, workers=1)) == 2
+    manifest = tmp_path / "out" / MANIFEST
+    first, second = manifest.read_bytes().splitlines()
+    manifest.write_bytes(b"\n".join([first, b"\xff\xfe not text", b"[1, 2]", b'{"job": 5}', second[:40], b""]))
+    assert list(read_manifest(tmp_path / "out")) == [json.loads(first)["job"]]
+    assert "4 line(s) that are not job rows skipped" in caplog.text
+    again = run_dataset(spec, workers=1)
+    assert [row["job"] for row in again] == [json.loads(second)["job"]]  # the cut one, again
+    assert set(read_manifest(tmp_path / "out")) == {row["job"] for row in map(json.loads, (first, second))}
 
 
 def test_a_device_the_machine_lacks_is_one_line_before_any_job(flights, tmp_path):
