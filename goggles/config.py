@@ -6,12 +6,13 @@ from a calibration file in OpenCV/ROS camera YAML (``calib/*.yaml``). See ``asse
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import MAX_SEED, Table, finite_vector, read_toml
+from goggles.checks import MAX_SEED, Table, finite_vector, is_whole, read_toml
 from goggles.clock import MIN_SCALE, ClockMode
 from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
 from goggles.dynamics.model import MAX_PHYSICS_RATE, CollisionResponse, steps_per_sample
@@ -482,34 +483,60 @@ def _prop(path, base: Path, index: int, table) -> PropSpec:
 
 
 def load_camera_yaml(path: Path, **limits) -> CameraModel:
-    """A CameraModel from an OpenCV/ROS camera YAML (image_width, image_height, camera_matrix,
-    distortion_coefficients with the plumb_bob model).
+    """A CameraModel from a camera calibration YAML: ROS's ``camera_info`` files (camera_calibration's
+    ``ost.yaml``) or OpenCV's own (``cv::FileStorage``: a ``%YAML:1.0`` header, ``!!opencv-matrix``
+    matrices): image_width, image_height, camera_matrix, and distortion_coefficients (plumb_bob k1,
+    k2, p1, p2[, k3]; rational_polynomial's eight where k4..k6 are 0, the same lens).
 
     Raises:
         ConfigError: naming the file and the missing or bad key.
     """
     import yaml
 
+    class CalibrationLoader(yaml.SafeLoader):
+        """PyYAML's safe loader, reading OpenCV's matrices as the mappings they are."""
+
+    CalibrationLoader.add_constructor(
+        "tag:yaml.org,2002:opencv-matrix", lambda loader, node: loader.construct_mapping(node, deep=True)
+    )
     if not path.is_file():
         raise ConfigError(f"{path}: camera calibration file not found")
+    text = path.read_bytes().decode(errors="replace")
+    text = re.sub(r"\A%YAML:(1\.\d+)", r"%YAML \1", text)  # OpenCV's directive, which PyYAML refuses
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(text, Loader=CalibrationLoader)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    try:
-        width, height = int(data["image_width"]), int(data["image_height"])
-        K = np.asarray(data["camera_matrix"]["data"], dtype=np.float64).reshape(3, 3)
-        model_name = data.get("distortion_model", "plumb_bob")
-        distortion = np.asarray(data.get("distortion_coefficients", {"data": [0.0] * 5})["data"], dtype=np.float64)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"{path}: needs image_width, image_height, camera_matrix.data (9 numbers) and "
-            f"distortion_coefficients.data: {exc!r}"
-        ) from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a camera calibration (image_width, image_height, camera_matrix, ...)")
+
+    def matrix(key: str, sizes: tuple[int, ...], default=None) -> np.ndarray:
+        table = data.get(key, default)
+        values = table.get("data") if isinstance(table, dict) else None
+        array = finite_vector(values, len(values)) if isinstance(values, list) and values else None
+        if array is None or array.size not in sizes:
+            wanted = " or ".join(str(n) for n in sizes)
+            raise ConfigError(f"{path}: {key}.data must be {wanted} finite numbers, got {values!r}")
+        return array
+
+    for key in ("image_width", "image_height"):
+        if not is_whole(data.get(key), 1, 1 << 16):
+            raise ConfigError(f"{path}: {key} must be a whole number of pixels from 1 to 65536, got {data.get(key)!r}")
+    K = matrix("camera_matrix", (9,)).reshape(3, 3)
+    if K[0, 1] != 0.0 or np.any(K[2] != (0.0, 0.0, 1.0)) or K[1, 0] != 0.0:
+        raise ConfigError(f"{path}: camera_matrix must be [fx, 0, cx, 0, fy, cy, 0, 0, 1] (no skew), got {K.ravel()}")
+    model_name = data.get("distortion_model", "plumb_bob")
+    distortion = matrix("distortion_coefficients", (4, 5, 8), {"data": [0.0] * 5})
+    if model_name == "rational_polynomial" and distortion.size == 8 and not np.any(distortion[5:]):
+        distortion = distortion[:5]  # k4..k6 of 0: the plumb_bob lens
     if model_name not in ("plumb_bob", "rational_polynomial") or distortion.size not in (4, 5):
         raise ConfigError(
             f"{path}: distortion_model {model_name!r} with {distortion.size} coefficients is not "
             "supported; use plumb_bob with k1, k2, p1, p2[, k3]"
         )
     distortion = np.concatenate([distortion, np.zeros(5 - distortion.size)])
-    return CameraModel(width, height, K[0, 0], K[1, 1], K[0, 2], K[1, 2], tuple(distortion), **limits)
+    fx, fy, cx, cy = (float(v) for v in (K[0, 0], K[1, 1], K[0, 2], K[1, 2]))
+    try:
+        return CameraModel(data["image_width"], data["image_height"], fx, fy, cx, cy, tuple(distortion), **limits)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc

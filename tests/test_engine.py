@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import socket
 import threading
 import time
@@ -368,6 +369,63 @@ def test_camera_calibration_yaml(tmp_path):
     )
     model = load_camera_yaml(path, min_depth=0.1, max_depth=20.0)
     assert (model.width, model.fx, model.fy, model.cy, model.distortion[0]) == (640, 500.0, 501.0, 239.5, -0.1)
+
+
+def test_a_calibration_opencv_wrote_is_read_as_opencv_wrote_it(tmp_path):
+    """OpenCV's own YAML (cv::FileStorage: a %YAML header, !!opencv-matrix tags) was refused as
+    "not valid YAML"; older OpenCV writes the header as %YAML:1.0, which PyYAML refuses too."""
+    import cv2
+
+    from goggles.config import load_camera_yaml
+
+    K = np.array([[500.0, 0.0, 319.5], [0.0, 501.0, 239.5], [0.0, 0.0, 1.0]])
+    distortion = np.array([[0.1, -0.05, 0.001, 0.002, 0.01]])
+    path = tmp_path / "opencv.yaml"
+    storage = cv2.FileStorage(str(path), cv2.FILE_STORAGE_WRITE)
+    for key, value in (("image_width", 640), ("image_height", 480), ("camera_matrix", K)):
+        storage.write(key, value)
+    storage.write("distortion_coefficients", distortion)
+    storage.release()
+    for text in (path.read_text(), re.sub(r"\A%YAML[ :]1\.\d", "%YAML:1.0", path.read_text())):
+        path.write_text(text)
+        model = load_camera_yaml(path)
+        assert (model.width, model.height) == (640, 480) and model.distortion == tuple(distortion[0])
+        assert (model.fx, model.fy, model.cx, model.cy) == (500.0, 501.0, 319.5, 239.5)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("image_width: 640", "image_width: 640.5"), "image_width must be a whole number of pixels"),
+        (("image_width: 640", "image_width: true"), "image_width must be a whole number of pixels"),
+        (("data: [500.0, 0,", "data: [500.0, 2.0,"), "no skew"),
+        (("0, 0, 1]}", "0, 0, 2]}"), "no skew"),
+        (("data: [500.0, 0, 319.5, 0, 501.0", "data: [-500.0, 0, 319.5, 0, 501.0"), "focal lengths"),
+        (
+            ("data: [500.0, 0, 319.5, 0, 501.0", "data: [1e39, 0, 319.5, 0, 501.0"),
+            "camera_matrix.data must be 9 finite",
+        ),
+        (("[-0.1, 0.01, 0, 0, 0]", "[-0.1, 0.01, 0, 0, 0, 0.2, 0, 0]"), "8 coefficients is not supported"),
+        (("plumb_bob", "equidistant"), "'equidistant' with 5 coefficients is not supported"),
+        (("image_width: 640\n", "- a list\n"), "not valid YAML"),
+    ],
+)
+def test_a_calibration_a_camera_model_cannot_hold_is_refused_by_file_and_key(tmp_path, change, message):
+    from goggles.config import load_camera_yaml
+
+    text = (
+        "image_width: 640\nimage_height: 480\ncamera_name: front\n"
+        "camera_matrix: {rows: 3, cols: 3, data: [500.0, 0, 319.5, 0, 501.0, 239.5, 0, 0, 1]}\n"
+        "distortion_model: plumb_bob\ndistortion_coefficients: {rows: 1, cols: 5, data: [-0.1, 0.01, 0, 0, 0]}\n"
+    )
+    assert change[0] in text
+    path = tmp_path / "cam.yaml"
+    path.write_text(text.replace(*change))
+    with pytest.raises(ConfigError, match=message) as error:
+        load_camera_yaml(path)
+    assert str(error.value).startswith(f"{path}: ")
+    path.write_text(text.replace("plumb_bob", "rational_polynomial").replace("0, 0, 0]}", "0, 0, 0, 0, 0, 0]}"))
+    assert load_camera_yaml(path).distortion == (-0.1, 0.01, 0.0, 0.0, 0.0)  # k4..k6 of 0: plumb_bob's lens
 
 
 def test_shipped_calibration_is_flightgoggles_camera():
