@@ -36,6 +36,30 @@ def test_render_writes_the_contract_files(tmp_path):
     assert np.isfinite(depth).mean() > 0.3 and np.isposinf(depth).any()  # ground and sky
 
 
+def test_render_writes_each_cameras_calibration_as_ros_camera_yaml(tmp_path):
+    """camera.yaml and right_camera.yaml as ROS's camera_calibration writes them: they read back as the
+    cameras rendered, and the right camera's projection matrix (Tx = -fx B) maps points where
+    OpenCV's projection through the right camera's pose does."""
+    import cv2
+    import yaml
+
+    from goggles.config import load_camera_yaml
+
+    args = ["render", "--width", "64", "--height", "48", "--intrinsics", "50,51,31.5,23", "--baseline", "0.32"]
+    goggles(*args, "--out", str(tmp_path))
+    for name in ("camera.yaml", "right_camera.yaml"):
+        model = load_camera_yaml(tmp_path / name)
+        assert (model.width, model.height, model.fx, model.fy, model.cx, model.cy) == (64, 48, 50, 51, 31.5, 23)
+    left, right = (yaml.safe_load((tmp_path / n).read_text()) for n in ("camera.yaml", "right_camera.yaml"))
+    assert left["projection_matrix"]["data"][3] == 0.0 and right["camera_name"] == "right"
+    P = np.array(right["projection_matrix"]["data"]).reshape(3, 4)
+    points = np.random.default_rng(0).uniform([-2.0, -2.0, 1.0], [2.0, 2.0, 9.0], (20, 3))  # left optical frame
+    projected = (P @ np.c_[points, np.ones(len(points))].T).T
+    K = np.array(left["camera_matrix"]["data"]).reshape(3, 3)
+    expected, _ = cv2.projectPoints(points, np.zeros(3), np.array([-0.32, 0.0, 0.0]), K, None)
+    np.testing.assert_allclose(projected[:, :2] / projected[:, 2:], expected[:, 0], atol=1e-9)
+
+
 def test_render_pose_and_scene_mesh_path(tmp_path):
     import trimesh
 

@@ -14,8 +14,9 @@ def add_parser(commands) -> None:
         help="render one frame (mono or stereo) and write its images to a folder",
         description="Render depth, range, intensity, segmentation and normals from one pose. "
         "Files: depth.npy, range.npy (float32 metres, REP 118 invalid values), intensity.png, "
-        "segmentation.npy, normals.npy (world frame), face.npy, depth.png (preview); with --baseline "
-        "the same files prefixed right_ for the right camera.",
+        "segmentation.npy, normals.npy (world frame), face.npy, depth.png (preview), camera.yaml (the "
+        "calibration as ROS camera_info YAML); with --baseline the same files prefixed right_ for the right "
+        "camera (its projection matrix carries Tx = -fx * baseline).",
     )
     add_camera_args(render, 640, 480)
     add_backend_arg(render)
@@ -85,7 +86,7 @@ def cmd_render(args) -> int:
     from goggles.frames import camera_pose_from_body, overview_pose, parse_pose
     from goggles.paths import default_course, default_scene
     from goggles.render import Renderer, Shading, stereo_right_offset
-    from goggles.render.files import write_camera
+    from goggles.render.files import write_calibration, write_camera
     from goggles.scene import load_static_scene
     from goggles.scene.gates import load_course
     from goggles.world import build_world
@@ -143,6 +144,7 @@ def cmd_render(args) -> int:
         renderer.close()
         for i, prefix in enumerate(["", "right_"][: len(T_WC)]):
             write_camera(args.out, images, i, prefix)
+            write_calibration(args.out, camera, names[i], prefix, args.baseline if i == 1 else 0.0)
             depth = images.depth[i]
             valid = np.isfinite(depth)
             near_far = f"{depth[valid].min():.2f}..{depth[valid].max():.2f} m" if valid.any() else "none"
