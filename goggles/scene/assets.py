@@ -94,6 +94,8 @@ def load_asset(path: str | Path, *, units: str, up: str) -> list[MeshPart]:
         raise SceneError(f"{path}: mesh file not found")
     if path.suffix.lower() not in MESH_SUFFIXES:
         raise SceneError(f"{path}: unsupported mesh format {path.suffix!r}; use one of {MESH_SUFFIXES}")
+    if path.stat().st_size == 0:
+        raise SceneError(f"{path}: is empty (0 bytes): an export or a copy that did not finish?")
     if path.suffix.lower() == ".obj":
         _check_obj_textures(path)
 
