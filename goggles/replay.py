@@ -60,10 +60,18 @@ def replay_config(path: Path, sensors: Path | None, scene: Path | None, *, seed:
                 f"{path}: the recording does not hold its run file (an LCM log, or cut short "
                 "before it was written): give one with --sensors"
             )
-        config = parse_run_config(
-            parse_toml(metadata["run_file"], f"{path}: the recorded run file"),
-            Path(metadata.get("run_file_path", path)),
-        )
+        try:
+            config = parse_run_config(
+                parse_toml(metadata["run_file"], f"{path}: the recorded run file"),
+                Path(metadata.get("run_file_path", path)),
+            )
+        except ConfigError as exc:  # a calibration file it names that is not on this machine, ...
+            raise ConfigError(f"{exc} (in the run file {path} recorded; give one that loads with --sensors)") from exc
+        if scene is None and config.scene is not None and not Path(config.scene).exists():
+            raise ConfigError(
+                f"{path}: the scene its run file names, {config.scene}, is not here (recorded on another "
+                "machine, or moved?): give it with --scene"
+            )
     changes = {"mode": ClockMode.REPLAY, "zmq": None, "lcm_url": None, "ros2": None}
     if seed is not None:
         changes["seed"] = int(seed)

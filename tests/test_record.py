@@ -283,6 +283,36 @@ def test_a_second_run_does_not_record_over_the_first_flight(tmp_path):
     assert flight.read_bytes() != first and len(list(read_log(flight))) > 0
 
 
+def test_a_recording_made_elsewhere_names_what_is_not_here_and_the_way_round_it(tmp_path):
+    """Its run file's scene or calibration on another machine's path: one line that says which, and
+    which option replaces it (the scene was "arena.toml: scene file not found", with no way out)."""
+    original = record_run(tmp_path, duration=0.2)
+    metadata = read_metadata(original)
+    arena = str(REPO / "assets/arena.toml")
+
+    def moved(name: str, run_file: str) -> Path:
+        path = tmp_path / name
+        recorder = Recorder(path, metadata={**metadata, "run_file": run_file})
+        for t_ns, channel, data in read_log(original):
+            recorder.write(channel, data, t_ns)
+        recorder.close()
+        return path
+
+    elsewhere = moved("elsewhere.mcap", metadata["run_file"].replace(arena, "/elsewhere/arena.toml"))
+    result = _goggles("replay", elsewhere)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"goggles: error: {elsewhere}: the scene its run file names, /elsewhere/arena.toml, is not here "
+        "(recorded on another machine, or moved?): give it with --scene"
+    ]
+    assert _goggles("replay", elsewhere, "--scene", arena).returncode == 0
+    calibration = 'calibration = "/elsewhere/cam.yaml"\n'
+    calibrated = moved("calibrated.mcap", metadata["run_file"].replace("width = 64\nheight = 48\n", calibration))
+    result = _goggles("replay", calibrated)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "/elsewhere/cam.yaml: camera calibration file not found" in result.stderr
+    assert f"(in the run file {calibrated} recorded; give one that loads with --sensors)" in result.stderr
+
+
 def test_a_replay_recorded_onto_its_own_log_is_refused_and_the_log_kept(tmp_path):
     """`goggles replay flight.mcap --record flight.mcap` truncated the flight before reading it; a
     replay recorded to another existing file is refused unless --overwrite, as a run's recording is."""
