@@ -526,7 +526,8 @@ def load_camera_yaml(path: Path, **limits) -> CameraModel:
     if K[0, 1] != 0.0 or np.any(K[2] != (0.0, 0.0, 1.0)) or K[1, 0] != 0.0:
         raise ConfigError(f"{path}: camera_matrix must be [fx, 0, cx, 0, fy, cy, 0, 0, 1] (no skew), got {K.ravel()}")
     model_name = data.get("distortion_model", "plumb_bob")
-    distortion = matrix("distortion_coefficients", (4, 5, 8), {"data": [0.0] * 5})
+    empty = isinstance(data.get("distortion_coefficients"), dict) and data["distortion_coefficients"].get("data") == []
+    distortion = np.zeros(5) if empty else matrix("distortion_coefficients", (4, 5, 8), {"data": [0.0] * 5})
     if model_name == "rational_polynomial" and distortion.size == 8 and not np.any(distortion[5:]):
         distortion = distortion[:5]  # k4..k6 of 0: the plumb_bob lens
     if model_name not in ("plumb_bob", "rational_polynomial") or distortion.size not in (4, 5):

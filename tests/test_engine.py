@@ -426,6 +426,8 @@ def test_a_calibration_a_camera_model_cannot_hold_is_refused_by_file_and_key(tmp
     assert str(error.value).startswith(f"{path}: ")
     path.write_text(text.replace("plumb_bob", "rational_polynomial").replace("0, 0, 0]}", "0, 0, 0, 0, 0, 0]}"))
     assert load_camera_yaml(path).distortion == (-0.1, 0.01, 0.0, 0.0, 0.0)  # k4..k6 of 0: plumb_bob's lens
+    path.write_text(text.replace("[-0.1, 0.01, 0, 0, 0]", "[]"))
+    assert load_camera_yaml(path).distortion == (0.0,) * 5  # an ideal camera's empty coefficients
 
 
 def test_shipped_calibration_is_flightgoggles_camera():

@@ -849,6 +849,7 @@ def test_a_device_this_machine_lacks_is_a_clear_error():
         ("camera_outputs", None, "camera_outputs None: one or more of depth, segmentation, rgb"),
         ("camera_outputs", ("depth", "stereo"), "camera_outputs \\('depth', 'stereo'\\): one or more of"),
         ("depth_model", 5, "depth_model must be a preset name or a StereoDepthModel"),
+        ("recorded", "no", "recorded must be True, False or None"),  # a string would record
     ],
 )
 def test_bad_constructor_arguments_are_one_clear_error_each(arena, argument, value, message):

@@ -71,6 +71,8 @@ CONTROLS = {
     "velocity": Control(ControlMode.VELOCITY, (3.0, 3.0, 3.0, np.pi), (0.0, 0.0, 0.0, 0.0)),
     "position": Control(ControlMode.POSITION, (5.0, 5.0, 5.0, np.pi), (0.0, 0.0, 0.0, 0.0)),
 }
+#: What a camera can observe.
+IMAGES = ("depth", "segmentation", "rgb")
 
 
 class DroneVectorEnv(VectorEnv):
@@ -155,6 +157,8 @@ class DroneVectorEnv(VectorEnv):
             raise ConfigError(f"physics_per_action must be an integer >= 1, got {physics_per_action!r}")
         if autoreset not in tuple(AutoresetMode):
             raise ConfigError(f"autoreset {autoreset!r}: use one of {[str(m) for m in AutoresetMode]}")
+        if recorded not in (None, True, False):
+            raise ConfigError(f"recorded must be True, False or None (None: on CUDA), got {recorded!r}")
         if not is_whole(seed, 0, MAX_SEED):  # beyond 32 bits, seeds would alias
             raise ConfigError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
         last_first = INT32_MAX - int(num_envs) + 1  # the streams' index is int32
@@ -618,10 +622,6 @@ class DroneVectorEnv(VectorEnv):
 
 #: A range sensor's mounting: its +z (the beam) along body -z.
 _DOWN = wp.mat33(1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, -1.0)
-
-
-IMAGES = ("depth", "segmentation", "rgb")
-"""What a camera can observe."""
 
 
 def _checked_task(task):
