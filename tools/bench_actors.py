@@ -10,6 +10,7 @@ geometry updates, so a deforming actor in Embree would need that). Prints one li
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -78,4 +79,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help, before any work
     main()
