@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.test_engine import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,3 +96,23 @@ def test_race_beacons_pilot_flies_the_default_course_and_goggles_race_scores_it(
     last = scored.stdout.strip().splitlines()[-1]
     assert last.startswith("gates=6 ") and last.endswith(" end=done"), scored.stdout + scored.stderr
     assert float(last.split()[2].split("=")[1]) > 35.0  # score = 60 - time: well under 25 s
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "says"),
+    [
+        ("fly_waypoints.py", ["--tolerance", "nan"], "argument --tolerance: must be a positive number"),
+        ("fly_waypoints.py", ["--max-speed", "-1"], "argument --max-speed: must be a positive number"),
+        ("fly_waypoints.py", ["--publish", "bogus"], "cannot connect to 'bogus'"),
+        ("race_beacons.py", ["--camera-position", "abc"], "--camera-position must be 3 comma-separated"),
+        ("race_beacons.py", ["--course", "/nowhere/course.toml"], "/nowhere/course.toml: course file not found"),
+        ("train_hover.py", ["--lr", "nan"], "argument --lr: must be a positive number"),
+        ("bench_actors.py", ["--bogus"], "unrecognized arguments: --bogus"),  # it ran the benchmark
+    ],
+)
+def test_the_tools_refuse_a_bad_argument_in_one_line(tool, args, says):
+    """NaN tolerances and speeds were taken (a pilot that never arrives), a bad endpoint or course file
+    was a traceback."""
+    result = subprocess.run([sys.executable, str(REPO / "tools" / tool), *args], capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert says in result.stderr.strip().splitlines()[-1]

@@ -19,8 +19,10 @@ import time
 
 import numpy as np
 
+from goggles.cli.common import positive
 from goggles.client import Client, image_array
 from goggles.dynamics import ControlMode
+from goggles.errors import GogglesError
 from goggles.transport.buses import ZmqEndpoints
 
 
@@ -57,15 +59,21 @@ def main() -> int:
     parser.add_argument("--waypoints", type=parse_waypoints, default=parse_waypoints("0,0,1.5;3,0,2;3,3,2;0,0,1"))
     parser.add_argument("--vehicle", default="quad0")
     parser.add_argument("--camera", default="stereo_left", help="camera whose depth caps the speed")
-    parser.add_argument("--tolerance", type=float, default=0.25, help="m: a waypoint is reached within this")
-    parser.add_argument("--max-speed", type=float, default=2.0, help="m/s")
+    parser.add_argument("--tolerance", type=positive, default=0.25, help="m: a waypoint is reached within this")
+    parser.add_argument("--max-speed", type=positive, default=2.0, help="m/s")
     parser.add_argument("--lockstep", action="store_true", help="advance the engine's clock (lockstep mode)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="s of sim time before giving up")
+    parser.add_argument("--timeout", type=positive, default=120.0, help="s of sim time before giving up")
     parser.add_argument("--publish", default="tcp://127.0.0.1:5555")
     parser.add_argument("--inputs", default="tcp://127.0.0.1:5556")
     parser.add_argument("--control", default="tcp://127.0.0.1:5557")
     args = parser.parse_args()
+    try:
+        return fly(args)
+    except GogglesError as exc:  # a bad endpoint: one line
+        parser.error(str(exc))
 
+
+def fly(args) -> int:
     with Client(ZmqEndpoints(args.publish, args.inputs, args.control)) as client:
         state_channel = f"{args.vehicle}/state"
         depth_channel = f"{args.vehicle}/{args.camera}/depth"

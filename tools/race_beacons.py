@@ -23,8 +23,10 @@ import time
 import cv2
 import numpy as np
 
+from goggles.cli.common import floats, positive
 from goggles.client import Client
 from goggles.dynamics import GRAVITY, ControlMode
+from goggles.errors import GogglesError
 from goggles.frames import R_BODY_OPTICAL, quat_from_euler, quat_to_matrix
 from goggles.paths import default_course
 from goggles.race import course_waypoints
@@ -80,21 +82,32 @@ def main() -> int:
     parser.add_argument("--course", default=str(default_course()), help="the nominal gate map")
     parser.add_argument("--vehicle", default="quad0")
     parser.add_argument("--camera", default="stereo_left")
-    parser.add_argument("--camera-position", default="0.1,0.16,0.0", help="camera mount in the body, m")
-    parser.add_argument("--speed", type=float, default=2.5, help="cruise speed, m/s")
+    parser.add_argument(
+        "--camera-position",
+        type=floats(3, "--camera-position"),
+        default=(0.1, 0.16, 0.0),
+        help="camera mount in the body, m",
+    )
+    parser.add_argument("--speed", type=positive, default=2.5, help="cruise speed, m/s")
     parser.add_argument("--lockstep", action="store_true", help="drive the engine's clock (lockstep mode)")
     parser.add_argument("--log", default=None, help="write the ground-truth flight log (t,px,py,pz,crashed) here")
-    parser.add_argument("--timeout", type=float, default=90.0, help="s of sim time")
+    parser.add_argument("--timeout", type=positive, default=90.0, help="s of sim time")
     parser.add_argument("--publish", default="tcp://127.0.0.1:5555")
     parser.add_argument("--inputs", default="tcp://127.0.0.1:5556")
     parser.add_argument("--control", default="tcp://127.0.0.1:5557")
     args = parser.parse_args()
+    try:
+        return race(args)
+    except GogglesError as exc:  # a course file or an endpoint: one line
+        parser.error(str(exc))
 
+
+def race(args) -> int:
     course = load_course(args.course)
     waypoints = course_waypoints(course)[:-1]  # the race ends at the last gate: no exit point needed
     T_BC = np.eye(4)
     T_BC[:3, :3] = R_BODY_OPTICAL
-    T_BC[:3, 3] = [float(v) for v in args.camera_position.split(",")]
+    T_BC[:3, 3] = args.camera_position
     v, cam = args.vehicle, args.camera
     with Client(ZmqEndpoints(args.publish, args.inputs, args.control)) as client:
         client.subscribe(f"{v}/imu")

@@ -37,7 +37,7 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.trainers.torch import SequentialTrainer
 from torch import nn
 
-from goggles.cli.common import check_device, telling_slow_steps
+from goggles.cli.common import check_device, positive, telling_slow_steps
 from goggles.envs import DroneVectorEnv, HoverTask
 from goggles.errors import ConfigError
 
@@ -253,12 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--envs", type=int, default=256, help="environments stepped together (default 256)")
     parser.add_argument("--timesteps", type=int, default=2000, help="batched steps to train (default 2000)")
     parser.add_argument("--rollouts", type=int, default=32, help="steps per environment between updates")
-    parser.add_argument("--episode-s", type=float, default=5.0, help="episode length in seconds (default 5)")
+    parser.add_argument("--episode-s", type=positive, default=5.0, help="episode length in seconds (default 5)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--control", default="velocity", choices=("velocity", "rates"), help="the action space (default velocity)"
     )
-    parser.add_argument("--lr", type=float, default=3e-4, help="learning rate (default 3e-4)")
+    parser.add_argument("--lr", type=positive, default=3e-4, help="learning rate (default 3e-4)")
     parser.add_argument("--device", default="cpu", help="Warp/torch device: cpu (default) or cuda")
     parser.add_argument("--plot", type=Path, help="write the learning curve to this PNG")
     parser.add_argument("--save", type=Path, help="write the policy's weights to this file")
