@@ -863,6 +863,19 @@ def test_bad_constructor_arguments_are_one_clear_error_each(arena, argument, val
         DroneVectorEnv(**arguments)
 
 
+def test_the_single_view_refuses_an_action_that_is_not_its_numbers():
+    """A string was NumPy's ValueError, None "shape (1, 1)"; NaN is the vector environment's refusal."""
+    env = DroneEnv(device="cpu")
+    env.reset(seed=0)
+    for action in ("x", None, [0.0, 0.0, 0.0], np.zeros((2, 4)), [[0.0, 0.0], [0.0, 0.0]]):
+        with pytest.raises(ConfigError, match="an action must be 4 numbers"):
+            env.step(action)
+    with pytest.raises(ConfigError, match="actions must be finite"):
+        env.step([np.nan, 0.0, 0.0, 0.0])
+    assert env.step([0.0, 0.0, 0.0, 0.0])[0]["state"].shape == (24,) and env.step(np.zeros((1, 4)))[1] > 0
+    env.close()
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [

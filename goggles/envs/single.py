@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from goggles.envs.vector import DroneVectorEnv
+from goggles.errors import ConfigError
 
 
 class DroneEnv(gymnasium.Env):
@@ -26,7 +27,14 @@ class DroneEnv(gymnasium.Env):
         return self._numpy(observations), info
 
     def step(self, action):
-        action = torch.as_tensor(np.asarray(action, dtype=np.float32).reshape(1, -1), device=self.vector.torch_device)
+        shape = self.action_space.shape
+        try:
+            array = np.asarray(action, dtype=np.float32)
+        except (TypeError, ValueError):
+            array = None
+        if array is None or array.shape not in (shape, (1, *shape)):
+            raise ConfigError(f"an action must be {shape[0]} numbers, got {action!r}")
+        action = torch.as_tensor(array.reshape(1, -1), device=self.vector.torch_device)
         observations, reward, terminated, truncated, info = self.vector.step(action)
         return self._numpy(observations), float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
 
