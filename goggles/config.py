@@ -229,7 +229,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     if course is not None and not isinstance(course, str):
         raise run.error("course", "a path")
     perturb = run.integer("perturb", None, low=0, high=MAX_SEED, meaning="a seed")
-    return RunConfig(
+    config = RunConfig(
         source=path,
         mode=modes[mode_name],
         scene=None if scene is None else (base / scene).resolve(),
@@ -254,6 +254,72 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         if "curve_secret_key" in zmq.table
         else None,
     )
+    check_channels(path, config)
+    return config
+
+
+#: LCM's longest channel name: over UDP multicast a longer one is refused ("channel name too long").
+LCM_MAX_CHANNEL = 63
+#: What a vehicle's, a sensor's or a person's name may hold: it becomes part of channel names
+#: (``<vehicle>/<camera>/depth``), frame ids and file names.
+_NAME = re.compile(r"[^\s/\x00-\x1f\x7f]+")
+#: A ROS 2 topic name token: letters, digits and single underscores, not starting with a digit.
+_ROS2_TOKEN = re.compile(r"(?!.*__)[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _name(r: Table, key: str = "name") -> str:
+    name = r.text(key, required=True)
+    if not _NAME.fullmatch(name):
+        raise r.error(key, "a name without '/', spaces or control characters (channels are <vehicle>/<sensor>/...)")
+    return name
+
+
+def check_channels(path, config: RunConfig) -> None:
+    """Every sensor of a vehicle publishes under its own ``<vehicle>/<name>`` (two cameras called
+    alike would share channels), every channel fits LCM where LCM is on, and every name is a ROS 2
+    topic token where ROS 2 is on (a topic no ROS 2 node can subscribe to is no use).
+
+    Raises:
+        ConfigError: naming the file, the sensors or the name.
+    """
+    sensors: dict[str, str] = {}
+    kinds = [("[[camera]]", c.vehicle, eye, c.outputs) for c in config.cameras for eye in c.eyes]
+    kinds += [("[[range_sensor]]", r.vehicle, r.name, ("ranges",)) for r in config.range_sensors]
+    kinds += [("[[lidar]]", lidar.vehicle, lidar.name, ("lidar",)) for lidar in config.lidars]
+    channels = [f"{v.name}/collision" for v in config.vehicles] + [f"skeleton/{a.name}" for a in config.avatars]
+    for kind, vehicle, name, outputs in kinds:
+        prefix = f"{vehicle}/{name}"
+        if prefix in sensors:
+            raise ConfigError(
+                f"{path}: {sensors[prefix]} and {kind} {name!r} both publish as {prefix}: give them other names"
+            )
+        sensors[prefix] = f"{kind} {name!r}"
+        channels += [f"{prefix}/{output}" for output in outputs]
+    longest = max(channels, key=len)
+    if config.lcm_url is not None and len(longest) > LCM_MAX_CHANNEL:
+        raise ConfigError(
+            f"{path}: channel {longest} is {len(longest)} characters, and LCM carries at most {LCM_MAX_CHANNEL}: "
+            "give the vehicle or the sensor a shorter name"
+        )
+    if config.ros2 is not None:
+        tokens = [v.name for v in config.vehicles] + [c.name for c in config.cameras]
+        tokens += [sensor.name for sensor in (*config.range_sensors, *config.lidars)]
+        tokens += [token for token in config.ros2.namespace.split("/") if token]
+        for token in tokens:
+            check_ros2_name(token, str(path), "rename it, or turn [ros2] off")
+
+
+def check_ros2_name(token: str, where: str, advice: str) -> None:
+    """Refuse a name that cannot be a token of a ROS 2 topic name (``where``: the file or the flag).
+
+    Raises:
+        ConfigError: "<where>: '<token>' cannot be part of a ROS 2 topic name (...): <advice>".
+    """
+    if not _ROS2_TOKEN.fullmatch(token):
+        raise ConfigError(
+            f"{where}: {token!r} cannot be part of a ROS 2 topic name (letters, digits and single underscores, "
+            f"not starting with a digit): {advice}"
+        )
 
 
 def _divides(reader: Table, key: str, rate: float, physics_rate: float) -> float:
@@ -286,7 +352,7 @@ def _vehicle(path, base: Path, index: int, table, physics_rate: float) -> Vehicl
         route.append(tuple(float(v) for v in array))
     r.table = {**r.table, "start": start}
     return VehicleConfig(
-        name=r.text("name", required=True),
+        name=_name(r),
         preset=_airframe_preset(r, base),
         start=tuple(float(v) for v in r.vector("start", 4)),
         route=tuple(route),
@@ -365,7 +431,7 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
     baseline = r.get("baseline")
     return CameraConfig(
         vehicle=vehicle,
-        name=r.text("name", required=True),
+        name=_name(r),
         model=model,
         T_BC=T_BC,
         baseline=None if baseline is None else r.number("baseline", positive=True),
@@ -406,7 +472,7 @@ def _range_sensor(path, index: int, table, vehicles: set[str], physics_rate: flo
     T_BS[:3, 3] = r.vector("position", 3, [0.0, 0.0, 0.0])
     return RangeSensorConfig(
         vehicle=vehicle,
-        name=r.text("name", required=True),
+        name=_name(r),
         model=RANGE_PRESETS[preset],
         T_BS=T_BS,
         rate=_divides(r, "rate", r.number("rate", 60.0, positive=True), physics_rate),
@@ -427,7 +493,7 @@ def _lidar(path, index: int, table, vehicles: set[str], physics_rate: float) -> 
     T_BS = np.eye(4)
     T_BS[:3, :3] = quat_to_matrix(quat_from_euler(roll, pitch, yaw))
     T_BS[:3, 3] = r.vector("position", 3, [0.0, 0.0, 0.1])
-    return LidarConfig(vehicle=vehicle, name=r.text("name", required=True), model=model, T_BS=T_BS)
+    return LidarConfig(vehicle=vehicle, name=_name(r), model=model, T_BS=T_BS)
 
 
 def _avatar(path, base: Path, index: int, table) -> AvatarConfig:
@@ -437,7 +503,7 @@ def _avatar(path, base: Path, index: int, table) -> AvatarConfig:
     T_WR[:3, :3] = quat_to_matrix(quat_from_euler(0.0, 0.0, np.radians(r.number("yaw_deg", 0.0))))
     T_WR[:3, 3] = r.vector("position", 3, [0.0, 0.0, 0.0])
     return AvatarConfig(
-        name=r.text("name", required=True),
+        name=_name(r),
         bvh=(base / r.text("bvh", required=True)).resolve(),
         units=units,
         up=up,

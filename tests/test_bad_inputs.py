@@ -124,6 +124,11 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["replay", str(tmp), "--foxglove"], "--foxglove shows one log at a time"),
         (["replay", "x.mcap", "--foxglove", "99999"], "argument --foxglove: must be a port number"),
         (["run", "--scale", "0"], "argument --scale: must be 'auto' or a positive number, got '0'"),
+        (["run", "--ros2", "my-lab"], "--ros2 my-lab: 'my-lab' cannot be part of a ROS 2 topic name"),
+        (
+            ["run", variant("ros2.toml", 'name = "stereo"', 'name = "stereo-1"'), "--ros2"],
+            "ros2.toml: 'stereo-1' cannot be part of a ROS 2 topic name",
+        ),
         (
             ["fly", "--duration", "1", "--out", str(tmp / "x.csv"), "--seed", "-1"],
             "argument --seed: must be at least 0",

@@ -108,6 +108,56 @@ def test_a_run_file_value_of_the_wrong_kind_names_the_file_table_and_key(tmp_pat
     assert str(error.value).startswith(f"{path}: ") and message in str(error.value), str(error.value)
 
 
+_NAMED = """
+[lcm]
+enabled = {lcm}
+[ros2]
+enabled = {ros2}
+namespace = "{namespace}"
+[[vehicle]]
+name = "{vehicle}"
+[[camera]]
+vehicle = "{vehicle}"
+name = "{camera}"
+outputs = ["depth", "segmentation"]
+[[range_sensor]]
+vehicle = "{vehicle}"
+name = "{ranges}"
+"""
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        ({"vehicle": "quad0/x"}, "[[vehicle]] #1: 'name' must be a name without '/', spaces or control characters"),
+        ({"vehicle": "quad 0"}, "'name' must be a name without '/', spaces"),
+        ({"camera": "front\\u0000"}, "[[camera]] #1: 'name' must be a name without '/', spaces"),
+        ({"ranges": "front"}, "[[camera]] 'front' and [[range_sensor]] 'front' both publish as quad0/front"),
+        ({"vehicle": "q" * 40, "camera": "c" * 10}, "is 64 characters, and LCM carries at most 63"),
+        ({"vehicle": "quad-0", "ros2": "true"}, "'quad-0' cannot be part of a ROS 2 topic name"),
+        ({"camera": "2nd", "ros2": "true"}, "'2nd' cannot be part of a ROS 2 topic name"),
+        ({"namespace": "/my-lab/goggles", "ros2": "true"}, "'my-lab' cannot be part of a ROS 2 topic name"),
+    ],
+)
+def test_names_that_would_break_a_channel_or_a_topic_are_refused(tmp_path, names, message):
+    """Two sensors under one name shared channels; a vehicle named past LCM's 63 characters ended the
+    run at its first message ("channel name too long"); a '/' or a space made channels ambiguous; with
+    ROS 2 on, a name no ROS 2 node can subscribe to published to no one."""
+    from goggles.config import load_run_config
+    from goggles.errors import ConfigError
+
+    fields = {"lcm": "true", "ros2": "false", "namespace": "/goggles", "vehicle": "quad0", "camera": "front"}
+    fields |= {"ranges": "altimeter"} | names
+    path = tmp_path / "run.toml"
+    path.write_text(_NAMED.format(**fields))
+    with pytest.raises(ConfigError) as error:
+        load_run_config(path)
+    assert str(error.value).startswith(f"{path}: ") and message in str(error.value), str(error.value)
+    if "ros2" in names or "LCM" in message:  # the same names where that transport is off
+        path.write_text(_NAMED.format(**(fields | {"ros2": "false", "lcm": "false"})))
+        assert load_run_config(path).vehicles[0].name == fields["vehicle"]
+
+
 @pytest.mark.parametrize(
     "inertia", ['"x"', "{ a = 1 }", "[[1.0, 0.0], [0.0, 1.0]]", "[[1, 2, 0], [0, 1, 0], [0, 0, 1]]", "[1, -1, 1]"]
 )

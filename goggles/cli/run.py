@@ -130,7 +130,7 @@ def run_config(args):
     import dataclasses
 
     from goggles.clock import ClockMode
-    from goggles.config import load_run_config
+    from goggles.config import check_channels, check_ros2_name, load_run_config
     from goggles.paths import default_run
 
     config = load_run_config(args.config or default_run())
@@ -154,6 +154,8 @@ def run_config(args):
 
         settings = config.ros2 or Ros2Settings()
         if args.ros2 is not None:
+            for token in filter(None, args.ros2.split("/")):
+                check_ros2_name(token, f"--ros2 {args.ros2}", "give another namespace")
             settings = dataclasses.replace(settings, namespace=args.ros2)
         if args.ros2_expose:
             settings = dataclasses.replace(settings, expose=True)
@@ -166,7 +168,9 @@ def run_config(args):
         changes["lcm_url"] = None
     elif args.lcm_url is not None:
         changes["lcm_url"] = args.lcm_url
-    return dataclasses.replace(config, **changes)
+    config = dataclasses.replace(config, **changes)
+    check_channels(config.source, config)  # again: --ros2 and --lcm-url may have turned a transport on
+    return config
 
 
 def cmd_run(args) -> int:
