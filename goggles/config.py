@@ -270,7 +270,11 @@ _ROS2_TOKEN = re.compile(r"(?!.*__)[A-Za-z_][A-Za-z0-9_]*")
 def _name(r: Table, key: str = "name") -> str:
     name = r.text(key, required=True)
     if not _NAME.fullmatch(name):
-        raise r.error(key, "a name without '/', spaces or control characters (channels are <vehicle>/<sensor>/...)")
+        raise r.error(
+            key,
+            "a name without '/', spaces or control characters (channels are <vehicle>/<sensor>/...; a mocap "
+            "body called so is renamed in the bridge's room calibration: [[body]] rename)",
+        )
     return name
 
 
