@@ -7,6 +7,11 @@ waited for the whole queue. Here workers ignore SIGINT: the parent, on KeyboardI
 running task meets as ``Stopped`` (its ``finally`` clauses run: a half-written output is removed or
 closed); a worker given SIGTERM then exits, and never starts another task. On Linux a worker is also
 sent SIGTERM when its parent dies (killed outright), so none is left behind holding its memory.
+
+Workers are spawned (a fresh interpreter each), not forked: a child forked after its parent set up
+CUDA cannot use CUDA (every goggles command starts Warp, which sets up the CUDA driver where there is
+one), and forking a process that runs threads (the slow-step teller's) may copy a lock held mid-use.
+The price is a second or two per worker to import goggles, once per pool.
 """
 
 from __future__ import annotations
@@ -92,7 +97,8 @@ def run_in_processes(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: in
     if not tasks:
         return
     before = set(multiprocessing.active_children())
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_start_worker)
+    spawn = multiprocessing.get_context("spawn")  # see the module's docstring
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=spawn, initializer=_start_worker)
     futures: dict[Future, int] = {}
     try:
         futures = {pool.submit(_call, fn, task): i for i, task in enumerate(tasks)}
