@@ -590,8 +590,10 @@ def load_camera_yaml(path: Path, **limits) -> CameraModel:
         return array
 
     for key in ("image_width", "image_height"):
-        if not is_whole(data.get(key), 1, 1 << 16):
-            raise ConfigError(f"{path}: {key} must be a whole number of pixels from 1 to 65536, got {data.get(key)!r}")
+        if not is_whole(data.get(key), 1, MAX_IMAGE_SIDE):  # as a run file's width and height
+            raise ConfigError(
+                f"{path}: {key} must be a whole number of pixels from 1 to {MAX_IMAGE_SIDE}, got {data.get(key)!r}"
+            )
     K = matrix("camera_matrix", (9,)).reshape(3, 3)
     if K[0, 1] != 0.0 or np.any(K[2] != (0.0, 0.0, 1.0)) or K[1, 0] != 0.0:
         raise ConfigError(f"{path}: camera_matrix must be [fx, 0, cx, 0, fy, cy, 0, 0, 1] (no skew), got {K.ravel()}")
