@@ -19,8 +19,9 @@ _numbers = itertools.count()
 
 
 def _start_afresh() -> None:
-    """In a forked child (a process pool's worker): the parent's steps are not its own, and the lock
-    may have been held by a parent thread that the child does not have."""
+    """In a forked child (goggles' own pools spawn theirs, but a caller may fork: a data loader's
+    workers): the parent's steps are not its own, and the lock may have been held by a parent thread
+    that the child does not have."""
     global _lock, _steps
     _lock, _steps = threading.Lock(), {}
 

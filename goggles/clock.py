@@ -46,10 +46,10 @@ class ClockMode(IntEnum):
 
 
 TIMER_SLACK = 0.02
+"""Wall seconds a sleep may wake late on a loaded machine (the pacing guarantees hold beyond it)."""
 #: Slowest scale accepted, sim seconds per wall second: a millionth (a physics step of 1/960 s takes
 #: 17 wall minutes); below it the wall times to wait overflow the system's clock.
 MIN_SCALE = 1e-6
-"""Wall seconds a sleep may wake late on a loaded machine (the pacing guarantees hold beyond it)."""
 
 
 class PacedClock:
@@ -85,7 +85,7 @@ class PacedClock:
         if scale is not None and not scale >= MIN_SCALE:
             raise ConfigError(f"clock scale {scale} must be >= {MIN_SCALE:g} sim seconds per wall second (or 'auto')")
         if not MIN_SCALE <= min_scale <= max_scale:
-            raise ConfigError(f"clock scale bounds [{min_scale}, {max_scale}] must satisfy 0 < min <= max")
+            raise ConfigError(f"clock scale bounds [{min_scale}, {max_scale}] must satisfy {MIN_SCALE:g} <= min <= max")
         self.automatic = scale is None
         self.max_scale, self.min_scale = max_scale, min_scale
         self.headroom, self.time_constant = headroom, time_constant

@@ -15,7 +15,7 @@ import numpy as np
 from goggles.checks import MAX_SEED, Table, finite_vector, is_whole, read_toml
 from goggles.clock import MIN_SCALE, ClockMode
 from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
-from goggles.dynamics.model import MAX_PHYSICS_RATE, CollisionResponse, steps_per_sample
+from goggles.dynamics.model import MAX_PHYSICS_RATE, MIN_PHYSICS_RATE, CollisionResponse, steps_per_sample
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, quat_to_matrix
 from goggles.render.camera import CameraModel
@@ -191,8 +191,8 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     scale_value = clock.get("scale", "auto")
     scale = None if scale_value == "auto" else clock.number("scale", minimum=MIN_SCALE, unit="sim s per wall s")
     physics_rate = clock.number("physics_rate", 960.0, positive=True)
-    if not 10.0 <= physics_rate <= MAX_PHYSICS_RATE:
-        raise clock.error("physics_rate", f"a rate from 10 Hz to {MAX_PHYSICS_RATE:g} Hz")
+    if not MIN_PHYSICS_RATE <= physics_rate <= MAX_PHYSICS_RATE:
+        raise clock.error("physics_rate", f"a rate from {MIN_PHYSICS_RATE:g} Hz to {MAX_PHYSICS_RATE:g} Hz")
 
     lcm = Table(path, "[lcm]", data.get("lcm", {}), {"enabled", "url"})
     zmq = Table(

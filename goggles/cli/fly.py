@@ -111,14 +111,16 @@ def cmd_fly(args) -> int:
     import numpy as np
 
     from goggles.dynamics import ControlMode, GroundEffect, Integrator, MultirotorSim, load_airframe
-    from goggles.dynamics.model import MAX_PHYSICS_RATE
+    from goggles.dynamics.model import MAX_PHYSICS_RATE, MIN_PHYSICS_RATE
     from goggles.dynamics.trajectory import TrajectoryWriter, trajectory_row
     from goggles.frames import quat_from_euler
 
     if not (args.duration > 0 and args.decimate >= 1):
         raise ConfigError("--duration must be > 0 s and --decimate >= 1")
-    if not 10.0 <= args.rate <= MAX_PHYSICS_RATE:
-        raise ConfigError(f"--rate {args.rate:g}: the physics rate must be from 10 Hz to {MAX_PHYSICS_RATE:g} Hz")
+    if not MIN_PHYSICS_RATE <= args.rate <= MAX_PHYSICS_RATE:
+        raise ConfigError(
+            f"--rate {args.rate:g}: the physics rate must be from {MIN_PHYSICS_RATE:g} Hz to {MAX_PHYSICS_RATE:g} Hz"
+        )
     airframe = load_airframe(args.preset)
     setpoint = _setpoint(args, airframe)
     start = [0.0, 0.0, 0.0, 0.0] if args.start is None else list(args.start) + [0.0] * (4 - len(args.start))

@@ -54,6 +54,8 @@ CONYERS = wp.constant(int(GroundEffect.CONYERS))
 #: Physics rates above this are refused: a microsecond step resolves every time constant modelled
 #: (motors: tens of milliseconds) many times over, and a faster rate only makes a run crawl.
 MAX_PHYSICS_RATE = 1e6
+#: Physics rates below this are refused: a step of more than 0.1 s integrates the motors' lag unstably.
+MIN_PHYSICS_RATE = 10.0
 
 
 def steps_per_sample(physics_rate: float, rate: float) -> int | None:

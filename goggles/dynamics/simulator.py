@@ -22,6 +22,7 @@ from goggles.dynamics.airframe import MAX_ROTORS, Airframe
 from goggles.dynamics.control import COMMAND_SIZE, ControlMode
 from goggles.dynamics.model import (
     MAX_PHYSICS_RATE,
+    MIN_PHYSICS_RATE,
     AirframeParams,
     CollisionResponse,
     GroundEffect,
@@ -141,8 +142,11 @@ class MultirotorSim:
         num_vehicles, seed = int(num_vehicles), int(seed)
         if not 1 <= imu_queue <= 64:
             raise ConfigError(f"imu_queue must be 1..64 samples, got {imu_queue}")
-        if not (np.isfinite(dt) and 1.0 / MAX_PHYSICS_RATE <= dt <= 0.1):
-            raise ConfigError(f"physics step dt={dt:g} s must be in [{1.0 / MAX_PHYSICS_RATE:g}, 0.1] (10 Hz to 1 MHz)")
+        if not (np.isfinite(dt) and 1.0 / MAX_PHYSICS_RATE <= dt <= 1.0 / MIN_PHYSICS_RATE):
+            raise ConfigError(
+                f"physics step dt={dt:g} s must be in [{1.0 / MAX_PHYSICS_RATE:g}, {1.0 / MIN_PHYSICS_RATE:g}] "
+                f"({MIN_PHYSICS_RATE:g} Hz to {MAX_PHYSICS_RATE:g} Hz)"
+            )
         decimation = 1 if imu_rate is None else steps_per_sample(1.0 / dt, imu_rate)
         if decimation is None:
             raise ConfigError(f"IMU rate {imu_rate:g} Hz must divide the physics rate {1.0 / dt:g} Hz")
