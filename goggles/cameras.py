@@ -14,7 +14,7 @@ from goggles.captured import RecordedWork
 from goggles.config import IMAGE_OUTPUTS, CameraConfig
 from goggles.host_copies import HostMirror, collect
 from goggles.render import Renderer, Shading, stereo_right_offset
-from goggles.sensors.beacons import BeaconSensor
+from goggles.sensors.beacons import BeaconSensor, Detection
 from goggles.sensors.camera_noise import CameraNoise
 from goggles.sensors.stereo_depth import StereoDepth
 from goggles.world import Beacon, DeviceScene
@@ -70,10 +70,13 @@ class CameraGroup:
     def outputs(self) -> set[str]:
         return {o for c in self.cameras for o in c.config.outputs if o in IMAGE_OUTPUTS}
 
-    def render(self, T_WC: np.ndarray, moving=None) -> dict[str, np.ndarray]:
-        """Render every camera from its (n, 4, 4) pose; the image outputs any of them publishes,
-        (n, H, W[, 3]) each, on the host: copied into memory allocated once (pinned on CUDA), with one
-        synchronisation, valid until the next render.
+    def render(
+        self, T_WC: np.ndarray, moving=None, T_WA: np.ndarray | None = None
+    ) -> tuple[dict[str, np.ndarray], list[Detection]]:
+        """Render every camera from its (n, 4, 4) pose. Returns the image outputs any of them publishes,
+        (n, H, W[, 3]) each, on the host (copied into memory allocated once, pinned on CUDA, valid until
+        the next render), and the beacon detections (``BeaconSensor.detect``; ``T_WA``: the actors'
+        poses, for beacons on gates), both with one synchronisation.
 
         ``moving(dt)`` gives the (n, 4, 4) poses ``dt`` seconds from the frame's time (dt an (n,)
         array, <= 0), for cameras with an exposure time (motion blur) or a rolling shutter: the last
@@ -100,11 +103,13 @@ class CameraGroup:
             else:
                 self.renderer.set_poses(moving(-readout), moving(np.zeros_like(readout)))
             self._frame(key=self.renderer.trace_key)
+        beacons = self.beacons.launch(T_WC, T_WA) if self.beacons is not None else None
+        collect([m for m in (self._host, beacons) if m is not None])
+        detections = self.beacons.read() if self.beacons is not None else []
         if not published:  # beacons only
-            return {}
-        (block,) = collect([self._host])
+            return {}, detections
         start = min(self.renderer.layout[o].offset for o in published)
-        return {output: self.renderer.layout[output].view(block, start) for output in published}
+        return {output: self.renderer.layout[output].view(self._host.array, start) for output in published}, detections
 
     def _trace_and_measure(self) -> None:
         """A frame's device work after the poses: recorded on CUDA (``goggles.captured``)."""

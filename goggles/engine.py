@@ -149,7 +149,7 @@ class Engine:
         self.clock = PacedClock(config.scale, max_scale=config.max_scale)
         self._status_meter, self._clock_meter = ScaleMeter(), ScaleMeter()
         self._live_start = 0.0
-        self._copies_from = (COPIES.count, 0.0)  # device→host copies, and the time, when the run began
+        self._copies_from = (COPIES.count, COPIES.syncs, 0.0)  # device→host copies, syncs, time when the run began
         self._viewed_vehicles = None
         for sink in self.sinks:  # a viewer that draws the world (Foxglove) is told where it comes from
             if hasattr(sink, "set_scene"):
@@ -188,12 +188,12 @@ class Engine:
         """Run until ``duration`` sim seconds (wall seconds in live mode) have passed or ``stop`` is set."""
         stop = stop or threading.Event()
         if self.mode == ClockMode.LIVE:
-            self._copies_from = (COPIES.count, 0.0)
+            self._copies_from = (COPIES.count, COPIES.syncs, 0.0)
             self._run_live(duration, stop)
             return
         end_step = None if duration is None else int(round(duration / self.dt))
         self.clock.start(0.0, self._measure_cost())
-        self._copies_from = (COPIES.count, self.step * self.dt)
+        self._copies_from = (COPIES.count, COPIES.syncs, self.step * self.dt)
         last_status = time.perf_counter()
         target = end_step if self.mode == ClockMode.SIM else 0
         request = None
@@ -244,7 +244,7 @@ class Engine:
         cost = 0.0
         for group in self.groups:
             t = time.perf_counter()
-            group.render(np.stack([self._camera_pose(c) for c in group.cameras]))
+            group.render(np.stack([self._camera_pose(c) for c in group.cameras]), T_WA=self.built.gate_poses)
             cost += (time.perf_counter() - t) * self.config.physics_rate / group.period_steps
         return cost or None
 
@@ -375,10 +375,11 @@ class Engine:
         self._pose_people()
         t = time.perf_counter()
         poses = np.stack([self._camera_pose(c) for c in group.cameras])
-        images = group.render(poses, lambda dt: self._camera_poses_after(group, poses, dt))
+        images, detections = group.render(
+            poses, lambda dt: self._camera_poses_after(group, poses, dt), self.built.gate_poses
+        )
         self.times.add("render", time.perf_counter() - t)
         utime = self._utime() if self.mode != ClockMode.LIVE else time.time_ns() // 1000
-        detections = group.beacons.detect(poses, self.built.gate_poses) if group.beacons is not None else []
         pose_utimes = [
             self.vehicles[c.vehicle].pose_utime if self.vehicles[c.vehicle].sim is None else utime
             for c in group.cameras
@@ -503,13 +504,21 @@ class Engine:
             stale,
             sorted(self.avatars),
             self.host_copies_per_s(),
+            self.host_syncs_per_s(),
         )
 
     def host_copies_per_s(self) -> float | None:
         """Device→host copies per sim second (wall second in live mode) since ``run`` began."""
-        count, since = self._copies_from
+        return self._per_s(COPIES.count, self._copies_from[0])
+
+    def host_syncs_per_s(self) -> float | None:
+        """The synchronisations those copies waited on, per sim second (wall second in live mode)."""
+        return self._per_s(COPIES.syncs, self._copies_from[1])
+
+    def _per_s(self, count: int, at_start: int) -> float | None:
+        since = self._copies_from[2]
         elapsed = (time.time() - self._live_start) if self.mode == ClockMode.LIVE else self.step * self.dt - since
-        return (COPIES.count - count) / elapsed if elapsed > 0 else None
+        return (count - at_start) / elapsed if elapsed > 0 else None
 
     def close(self) -> None:
         for group in self.groups:

@@ -1,5 +1,6 @@
 """Device→host copies: into host memory allocated once (pinned on CUDA), one synchronisation per
-batch, and counted, so a run can say how many it made (``goggles run`` reports them per sim second).
+batch, and counted, so a run can say how many it made, in how many synchronisations (``goggles run``
+reports both per sim second).
 
 On the CPU a Warp array already lives in host memory: the mirror is a view of it and "copying" is
 free, but it is counted all the same, so the figure measured here is the CUDA path's. A view is
@@ -16,15 +17,17 @@ import warp as wp
 
 
 class CopyCounter:
-    """How many device→host copies were made, from any thread."""
+    """How many device→host copies were made, and in how many synchronisations, from any thread."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self.count = 0
+        self.syncs = 0
 
-    def add(self, copies: int = 1) -> None:
+    def add(self, copies: int = 1, syncs: int = 0) -> None:
         with self._lock:
             self.count += copies
+            self.syncs += syncs
 
 
 #: Every copy made through a HostMirror.
@@ -59,7 +62,7 @@ def fetch(mirrors: Sequence[HostMirror]) -> list[np.ndarray]:
 
 def collect(mirrors: Sequence[HostMirror]) -> list[np.ndarray]:
     """The host arrays of mirrors whose copies were enqueued: counted, then one synchronisation."""
-    COPIES.add(len(mirrors))
+    COPIES.add(len(mirrors), syncs=1 if mirrors else 0)
     devices = {str(mirror.source.device): mirror.source.device for mirror in mirrors if mirror.source.device.is_cuda}
     for device in devices.values():  # Warp's Device is not hashable: keyed by its name
         wp.synchronize_device(device)

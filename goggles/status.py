@@ -97,14 +97,17 @@ def status_line(
     stale,
     avatars,
     host_copies_per_s: float | None = None,
+    host_syncs_per_s: float | None = None,
 ) -> str:
-    """The one line a run prints each second (host copies: device→host copies per second of run time)."""
+    """The one line a run prints each second (host copies: device→host copies per second of run time,
+    and the synchronisations they waited on)."""
     achieved = " ".join(f"{name} {rate:.1f} Hz" for name, rate in rates.items())
     render, frame = _ms(times.percentile_ms("render", 50)), _ms(times.percentile_ms("frame", 99))
     return (
         f"t={elapsed:8.2f} s  scale={time_source}  {achieved}  render p50 {render} ms  frame p99 {frame} ms"
         f"  inputs {counters.received} (dropped {counters.malformed})"
         + (f"  host copies {host_copies_per_s:.0f}/s" if host_copies_per_s is not None else "")
+        + (f" in {host_syncs_per_s:.0f} syncs" if host_copies_per_s is not None and host_syncs_per_s else "")
         + "".join(f"  {name} STALE" for name in stale)
         + (f"  avatars {list(avatars)}" if avatars else "")
     )

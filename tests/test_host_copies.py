@@ -150,3 +150,31 @@ def test_published_outputs_come_in_one_copy(device):
     else:
         raise AssertionError("a block of outputs that are not side by side")
     renderer.close()
+
+
+def test_a_groups_images_and_beacon_detections_come_in_one_synchronisation(device):
+    """A camera group that publishes images and beacons waits once per frame for both copies, and
+    hands back what the beacon sensor alone detects and the renderer alone draws."""
+    from goggles.cameras import camera_groups
+    from goggles.config import CameraConfig
+    from goggles.render import CameraModel
+    from goggles.sensors.beacons import BeaconSensor
+    from goggles.world import Beacon, DeviceScene
+    from tests.conftest import quad, scene_of
+
+    wall = quad([[5, 5, -5], [5, -5, -5], [5, -5, 5], [5, 5, 5]])
+    scene = DeviceScene(scene_of((wall, 1)), device)
+    beacons = [Beacon("post/1", (4.0, 1.0, 0.5)), Beacon("post/2", (4.0, -1.0, -0.5)), Beacon("hidden/1", (6, 0, 0))]
+    model = CameraModel.from_fov(32, 24, 90.0)
+    config = CameraConfig("quad0", "cam", model, np.eye(4), None, 30.0, ("depth", "beacons"))
+    (group,) = camera_groups(scene, [config], 240.0, beacons, seed=0)
+    pose = np.array([[[0, 0, 1, 0], [-1, 0, 0, 0], [0, -1, 0, 0], [0, 0, 0, 1]]], float)
+    copies, syncs = COPIES.count, COPIES.syncs
+    images, detections = group.render(pose)
+    assert (COPIES.count - copies, COPIES.syncs - syncs) == (2, 1)
+    alone = BeaconSensor(scene, beacons, [model]).detect(pose)
+    assert [d.id for d in detections] == ["post/1", "post/2"] == [d.id for d in alone]  # the wall hides the third
+    for got, want in zip(detections, alone, strict=True):
+        assert got == want
+    assert images["depth"].shape == (1, 24, 32) and float(images["depth"][0, 12, 16]) == 5.0
+    group.renderer.close()

@@ -17,7 +17,7 @@ import warp as wp
 
 from goggles.busy import load_kernels
 from goggles.errors import ConfigError
-from goggles.host_copies import HostMirror, fetch
+from goggles.host_copies import HostMirror, collect
 from goggles.render.camera import CameraModel
 from goggles.render.projection import distortion5, inside_image, project_point
 from goggles.world import Beacon, DeviceScene
@@ -167,6 +167,7 @@ class BeaconSensor:
         self._beacons_W = wp.zeros(m, dtype=wp.vec3, device=d)
         self._out = wp.zeros((n, m, 3), dtype=float, device=d)
         self._results = HostMirror(self._out)
+        self._launched = False
         load_kernels(detect_beacons_kernel.module, d)  # compiled now, not inside the first frame
         self._local = np.array([b.position for b in self.beacons], dtype=np.float64).reshape(-1, 3)
         self._actor = np.array([-1 if b.actor is None else b.actor for b in self.beacons], dtype=np.int64)
@@ -189,11 +190,20 @@ class BeaconSensor:
             T_WC: (n, 4, 4) camera optical-frame poses in the world.
             T_WA: (k, 4, 4) actor instance poses (as placed in the scene), for attached beacons.
         """
+        mirror = self.launch(T_WC, T_WA)
+        if mirror is not None:
+            collect([mirror])
+        return self.read()
+
+    def launch(self, T_WC: np.ndarray, T_WA: np.ndarray | None = None) -> HostMirror | None:
+        """Begin ``detect`` on the device: the mirror whose copy is enqueued (None: no beacons), for the
+        caller to ``collect`` with its other copies in one synchronisation before ``read``."""
         T_WC = np.asarray(T_WC, dtype=np.float64).reshape(-1, 4, 4)
         if len(T_WC) != len(self.cameras) or not np.all(np.isfinite(T_WC)):
             raise ConfigError(f"beacon detection needs {len(self.cameras)} finite camera poses")
+        self._launched = bool(self.beacons)
         if not self.beacons:
-            return self._false_positives([])
+            return None
         self._R.assign(T_WC[:, :3, :3].astype(np.float32))
         self._p.assign(T_WC[:, :3, 3].astype(np.float32))
         self._beacons_W.assign(self.world_positions(T_WA).astype(np.float32))
@@ -213,7 +223,14 @@ class BeaconSensor:
             outputs=[self._out],
             device=self.scene.device,
         )
-        (out,) = fetch([self._results])
+        self._results.enqueue()
+        return self._results
+
+    def read(self) -> list[Detection]:
+        """The detections of the last ``launch``, once its copy is collected; noise drawn here."""
+        if not self._launched:
+            return self._false_positives([])
+        out = self._results.array
         uv, distance = out[..., :2], out[..., 2]
         visible = distance > 0.0
         detections = []
