@@ -14,6 +14,7 @@ from goggles.captured import RecordedWork
 from goggles.config import IMAGE_OUTPUTS, CameraConfig
 from goggles.host_copies import HostMirror, collect
 from goggles.render import Renderer, Shading, stereo_right_offset
+from goggles.schedule import period_steps
 from goggles.sensors.beacons import BeaconSensor, Detection
 from goggles.sensors.camera_noise import CameraNoise
 from goggles.sensors.stereo_depth import StereoDepth
@@ -169,6 +170,6 @@ def camera_groups(
         noise = None
         if "rgb" in published and any(m.config.noise_model is not None for m, _ in members):
             noise = CameraNoise([m.config.noise_model for m, _ in members], renderer, seed=seed)
-        period = int(round(physics_rate / rate))
+        period = period_steps(physics_rate, rate, f"camera {members[0][0].vehicle}/{members[0][0].config.name}")
         groups.append(CameraGroup([m for m, _ in members], renderer, period, detector, depth, noise, recorded=recorded))
     return groups

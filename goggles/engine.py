@@ -37,7 +37,7 @@ from goggles.host_copies import COPIES
 from goggles.inputs import InputHandler
 from goggles.outputs import Outputs
 from goggles.scene.bvh import load_bvh
-from goggles.schedule import Schedule
+from goggles.schedule import Schedule, period_steps
 from goggles.sensors.lidar import Lidar
 from goggles.sensors.ranges import RangeSensor
 from goggles.status import RateLog, StageTimes, describe_time, status_line
@@ -169,14 +169,15 @@ class Engine:
             schedule.every(period, lambda f=fleet, e=event: self._publish_imu(f, e), name)
         for vehicle, v in zip(self.vehicles.values(), self.config.vehicles):
             if vehicle.sim is not None:
-                schedule.every(round(rate / v.state_rate), lambda x=vehicle: self._publish_state(x), f"{v.name}/state")
+                period = period_steps(rate, v.state_rate, f"{v.name}/state")
+                schedule.every(period, lambda x=vehicle: self._publish_state(x), f"{v.name}/state")
         for group in self.groups:
             schedule.every(group.period_steps, lambda g=group: self._render(g), group.name)
         for c, sensor in self.range_sensors:
-            schedule.every(round(rate / c.rate), lambda c=c, s=sensor: self._publish_ranges(c, s), c.name)
+            schedule.every(period_steps(rate, c.rate, c.name), lambda c=c, s=sensor: self._publish_ranges(c, s), c.name)
         for c, lidar in self.lidars:
             name = f"{c.vehicle}/{c.name}"
-            schedule.every(round(rate / c.rate), lambda c=c, s=lidar: self._publish_lidar(c, s), name)
+            schedule.every(period_steps(rate, c.rate, name), lambda c=c, s=lidar: self._publish_lidar(c, s), name)
         schedule.every(round(rate / 10.0) or 1, self._publish_clock, "clock")
         return schedule
 

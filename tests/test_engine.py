@@ -358,6 +358,22 @@ def test_run_file_errors_name_the_key(tmp_path):
         load_run_config(tmp_path / "missing.toml")
 
 
+def test_a_rate_made_in_python_that_does_not_divide_the_physics_rate_is_refused():
+    """A RunConfig made in code skips the file's checks: a camera or a state rate that does not divide
+    the physics rate would have run at a rounded rate, silently; the engine refuses it, by name."""
+    import dataclasses
+
+    from goggles.engine import Engine
+
+    config = dataclasses.replace(run_config(), zmq=None)
+    camera = dataclasses.replace(config.cameras[0], rate=70.0)  # 960 / 70 = 13.7 steps
+    with pytest.raises(ConfigError, match=r"camera quad0/stereo: rate 70 Hz does not divide the physics rate 960"):
+        Engine(dataclasses.replace(config, cameras=[camera]), device="cpu")
+    vehicle = dataclasses.replace(config.vehicles[0], state_rate=50.0)
+    with pytest.raises(ConfigError, match=r"quad0/state: rate 50 Hz does not divide the physics rate 960"):
+        Engine(dataclasses.replace(config, vehicles=[vehicle]), device="cpu")
+
+
 def test_camera_calibration_yaml(tmp_path):
     from goggles.config import load_camera_yaml
 
