@@ -843,7 +843,7 @@ def test_a_device_this_machine_lacks_is_a_clear_error():
         ("randomization", {"airframe": {}}, "randomization must be a Randomization or the path"),
         ("randomization", "/nowhere/dr.toml", "/nowhere/dr.toml: randomisation file not found"),
         ("range_sensor", "vl53l1x", "range_sensor 'vl53l1x': a preset \\(flightgoggles-altimeter, vl53l5cx\\)"),
-        ("range_sensor", 5, "range_sensor must be a preset name or a RangeSensorModel"),
+        ("range_sensor", 5, r"range_sensor 5: a preset \(flightgoggles-altimeter, vl53l5cx\) or a RangeSensorModel"),
         ("scene", "arena", "scene must be a goggles.world.DeviceScene, got str"),
         ("camera", (64, 48), "camera must be a goggles.render.CameraModel, got tuple"),
         ("camera_outputs", None, "camera_outputs None: one or more of depth, segmentation, rgb"),

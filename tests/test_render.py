@@ -321,3 +321,51 @@ def test_pixel_order_is_checked(device):
     auto = Renderer(world, [CameraModel.from_fov(32, 18, 60.0)], backend="warp")
     assert auto.pixel_order == ("tiles" if auto.device.is_cuda else "rows")
     auto.close()
+
+
+def test_the_sensor_apis_refuse_what_they_cannot_use_in_one_error():
+    """What a Python user may hand the renderer and the sensors by mistake is one ConfigError naming
+    the argument (not NumPy's or Warp's error from inside): poses that are not numbers or not rigid,
+    a name where a camera goes, an unknown shading or device, beacons at NaN or on actor -2. A single
+    (4, 4) pose serves a single camera, and a range preset's name serves as its model."""
+    from goggles.sensors.beacons import BeaconSensor
+    from goggles.sensors.ranges import PRESETS, RangeSensor
+    from goggles.world import Beacon
+
+    scene = DeviceScene(scene_of((ground_plane(), 1)), "cpu")
+    camera = CameraModel.from_fov(8, 6, 60.0)
+    renderer = Renderer(scene, [camera], shading=Shading.UNLIT)
+    ranges = RangeSensor(scene, "vl53l5cx")
+    assert ranges.model is PRESETS["vl53l5cx"]
+    beacons = BeaconSensor(scene, [Beacon("a/1", (0.0, 0.0, 0.0))], [camera])
+    down = np.array([[1, 0, 0, 0], [0, -1, 0, 0], [0, 0, -1, 2.0], [0, 0, 0, 1]])
+    renderer.render(down)
+    assert float(renderer.images().depth[0, 3, 4]) == pytest.approx(2.0, rel=1e-5)
+    assert float(ranges.measure(down)[0, 3, 3]) == pytest.approx(2.0, abs=0.1)
+    sheared = down.copy()
+    sheared[0, 1] = 0.5
+    calls = {
+        "camera poses must be .n, 4, 4. arrays of numbers, got str": lambda: renderer.render("pose"),
+        "camera poses must have orthonormal rotations": lambda: renderer.render(sheared),
+        r"camera poses must be a \(1, 4, 4\) array, got shape \(3, 4\)": lambda: renderer.render(down[:3]),
+        "range sensor poses must be finite": lambda: ranges.measure(np.full((2, 4, 4), np.nan)),
+        "range sensor poses must have orthonormal": lambda: ranges.measure(2 * down),
+        "beacon detection's camera poses must be .n, 4, 4. arrays": lambda: beacons.detect([["x"]]),
+        "range sensor 'vl53l1x': a preset": lambda: RangeSensor(scene, "vl53l1x"),
+        "cameras are CameraModels": lambda: Renderer(scene, ["camera"]),
+        r"shading .sun.: one of UNLIT, SUN, NONE, LIDAR \(goggles.render.Shading\)": lambda: Renderer(
+            scene, [camera], shading="sun"
+        ),
+        "sun_W .0, 0, 0.: a direction": lambda: Renderer(scene, [camera], sun_W=(0, 0, 0)),
+        "ambient nan": lambda: Renderer(scene, [camera], ambient=float("nan")),
+        "beacon b/1: position must be 3 finite": lambda: BeaconSensor(scene, [Beacon("b/1", (np.nan, 0, 0))], [camera]),
+        "beacon b/2: position .* actor None or an actor's index": lambda: BeaconSensor(
+            scene, [Beacon("b/2", (0, 0, 0), actor=-2)], [camera]
+        ),
+        "device 'gpu' is not a Warp device here": lambda: DeviceScene(scene_of((ground_plane(), 1)), "gpu"),
+        "a DeviceScene holds a StaticScene": lambda: DeviceScene("arena.obj", "cpu"),
+    }
+    for message, call in calls.items():
+        with pytest.raises(ConfigError, match=message):
+            call()
+    renderer.close()

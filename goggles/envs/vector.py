@@ -43,8 +43,7 @@ from goggles.frames import R_BODY_OPTICAL
 from goggles.render import CameraModel, Renderer, Shading
 from goggles.render.projection import distortion5
 from goggles.sensors.draws import NoiseDraws
-from goggles.sensors.ranges import PRESETS as RANGE_PRESETS
-from goggles.sensors.ranges import RangeSensorModel, measure_ranges_kernel
+from goggles.sensors.ranges import measure_ranges_kernel, range_model
 from goggles.sensors.stereo_depth import StereoDepth, StereoDepthModel, stereo_depth_model
 from goggles.world import DeviceScene
 from goggles.world.queries import no_actors
@@ -374,14 +373,7 @@ class DroneVectorEnv(VectorEnv):
 
     def _set_up_ranges(self, model) -> dict:
         """A range sensor looking down from each vehicle; its observation space."""
-        if isinstance(model, str):
-            if model not in RANGE_PRESETS:
-                presets = ", ".join(RANGE_PRESETS)
-                raise ConfigError(f"range_sensor {model!r}: a preset ({presets}) or a RangeSensorModel")
-            model = RANGE_PRESETS[model]
-        if not (model is None or isinstance(model, RangeSensorModel)):
-            raise ConfigError(f"range_sensor must be a preset name or a RangeSensorModel, got {model!r}")
-        self.range_sensor = model
+        self.range_sensor = model = None if model is None else range_model(model, "range_sensor")
         if model is None:
             return {}
         if self.scene is None:

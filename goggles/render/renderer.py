@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 import warp as wp
 
+from goggles import checks
 from goggles.busy import load_kernels
 from goggles.captured import recording, struct_key
 from goggles.errors import ConfigError
@@ -114,6 +115,18 @@ def choose_backend(backend: str, device) -> str:
 PIXEL_ORDERS = ("auto", "tiles", "rows")
 
 
+def _light_checked(sun_W, ambient, background_rgb, sky_rgb) -> None:
+    """The light a Renderer is given: a sun direction (not zero), ambient and colours that are numbers."""
+    sun = checks.finite_vector(sun_W, 3)
+    if sun is None or not np.linalg.norm(sun) > 0:
+        raise ConfigError(f"sun_W {sun_W!r}: a direction of 3 finite numbers, not zero")
+    if checks.finite_vector([ambient], 1) is None:
+        raise ConfigError(f"ambient {ambient!r}: a finite number")
+    for name, colour in (("background_rgb", background_rgb), ("sky_rgb", sky_rgb)):
+        if colour is not None and checks.finite_vector(colour, 3) is None:
+            raise ConfigError(f"{name} {colour!r}: 3 finite numbers (0 to 1)")
+
+
 def _pixel_order(order: str, backend: str, device, width: int) -> str:
     """The pixel order a render runs in: ``tiles`` or ``rows``."""
     if order not in PIXEL_ORDERS:
@@ -174,6 +187,14 @@ class Renderer:
     ):
         if not cameras:
             raise ConfigError("a renderer needs at least one camera")
+        odd = next((c for c in cameras if not hasattr(c, "ray_directions")), None)
+        if odd is not None:
+            raise ConfigError(f"a renderer's cameras are CameraModels (or a LiDAR's RayTable), got {odd!r}")
+        if shading not in set(Shading):
+            raise ConfigError(
+                f"shading {shading!r}: one of {', '.join(s.name for s in Shading)} (goggles.render.Shading)"
+            )
+        _light_checked(sun_W, ambient, background_rgb, sky_rgb)
         width, height = cameras[0].width, cameras[0].height
         if any((c.width, c.height) != (width, height) for c in cameras):
             raise ConfigError("cameras rendered in one batch must share width and height; use one Renderer per size")
@@ -519,13 +540,7 @@ class Renderer:
         self.launch_rows(kernels.average_rgb_kernel, [float(subframes)], [self._exposure, self.buffers.rgb])
 
     def _checked(self, T_WC) -> np.ndarray:
-        T_WC = np.asarray(T_WC, dtype=np.float64)
-        if T_WC.shape != (self.num_cameras, 4, 4) or not np.all(np.isfinite(T_WC)):
-            raise ConfigError(f"camera poses must be a finite ({self.num_cameras}, 4, 4) array, got {T_WC.shape}")
-        R = T_WC[:, :3, :3]
-        if np.abs(R @ R.transpose(0, 2, 1) - np.eye(3)).max() > 1e-5:
-            raise ConfigError("camera poses must have orthonormal rotations")
-        return T_WC
+        return checks.poses(T_WC, "camera poses", self.num_cameras)
 
     def _cull_actors(self, T_WC: np.ndarray) -> None:
         """List, per camera, the actor instances whose boxes are not wholly outside its view: behind

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
+from goggles import checks
 from goggles.busy import load_kernels
 from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, collect
@@ -145,6 +146,12 @@ class BeaconSensor:
         noise: BeaconNoise | None = None,
         seed: int = 0,
     ):
+        for b in beacons:
+            if checks.finite_vector(b.position, 3) is None or not (b.actor is None or checks.is_whole(b.actor, 0)):
+                raise ConfigError(
+                    f"beacon {b.id}: position must be 3 finite numbers and actor None or an actor's index, "
+                    f"got {b.position!r}, {b.actor!r}"
+                )
         ids = [b.id for b in beacons]
         if len(set(ids)) != len(ids):
             raise ConfigError(f"beacon ids must be unique, got duplicates in {sorted(ids)}")
@@ -198,9 +205,7 @@ class BeaconSensor:
     def launch(self, T_WC: np.ndarray, T_WA: np.ndarray | None = None) -> HostMirror | None:
         """Begin ``detect`` on the device: the mirror whose copy is enqueued (None: no beacons), for the
         caller to ``collect`` with its other copies in one synchronisation before ``read``."""
-        T_WC = np.asarray(T_WC, dtype=np.float64).reshape(-1, 4, 4)
-        if len(T_WC) != len(self.cameras) or not np.all(np.isfinite(T_WC)):
-            raise ConfigError(f"beacon detection needs {len(self.cameras)} finite camera poses")
+        T_WC = checks.poses(T_WC, "beacon detection's camera poses", len(self.cameras))
         self._launched = bool(self.beacons)
         if not self.beacons:
             return None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
+from goggles import checks
 from goggles.busy import load_kernels
 from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, fetch
@@ -65,6 +66,15 @@ VL53L5CX = RangeSensorModel("vl53l5cx", 8, 8, (45.0, 45.0), 0.02, 4.0, 0.01)
 PRESETS = {m.name: m for m in (FLIGHTGOGGLES_ALTIMETER, VL53L5CX)}
 
 
+def range_model(model: RangeSensorModel | str, what: str = "range sensor") -> RangeSensorModel:
+    """``model``, or the preset it names (``PRESETS``); errors start with ``what``."""
+    if isinstance(model, RangeSensorModel):
+        return model
+    if isinstance(model, str) and model in PRESETS:
+        return PRESETS[model]
+    raise ConfigError(f"{what} {model!r}: a preset ({', '.join(PRESETS)}) or a RangeSensorModel")
+
+
 @wp.kernel
 def measure_ranges_kernel(
     static_mesh: wp.uint64,
@@ -99,14 +109,14 @@ class RangeSensor:
 
     Args:
         scene: the world (static scene and placed actors).
-        model: the sensor model (``PRESETS`` or your own).
+        model: the sensor model (your own, or a ``PRESETS`` name).
         seed: seed of the noise; every ``measure`` call draws new noise, reproducibly.
         noise: False to read true ranges.
     """
 
-    def __init__(self, scene: DeviceScene, model: RangeSensorModel, *, seed: int = 0, noise: bool = True):
+    def __init__(self, scene: DeviceScene, model: RangeSensorModel | str, *, seed: int = 0, noise: bool = True):
         self.scene = scene
-        self.model = model
+        self.model = model = range_model(model)
         self.noise = noise
         d = scene.device
         self._draws = NoiseDraws(seed, d)
@@ -121,9 +131,7 @@ class RangeSensor:
         Returns:
             (n, rows, cols) float32 metres, REP 117 values.
         """
-        T_WS = np.asarray(T_WS, dtype=np.float64).reshape(-1, 4, 4)
-        if not np.all(np.isfinite(T_WS)):
-            raise ConfigError("range sensor poses must be finite")
+        T_WS = checks.poses(T_WS, "range sensor poses")
         n, d = len(T_WS), self.scene.device
         if n not in self._buffers:
             out = wp.zeros((n, self.model.rows * self.model.cols), dtype=float, device=d)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import warp as wp
 
+from goggles import checks
 from goggles.busy import busy
 from goggles.errors import ConfigError
 from goggles.scene.actors import ActorShape
@@ -48,7 +49,11 @@ class DeviceScene:
         max_actors: int = 64,
         bvh: str | None = None,
     ):
-        self.device = d = wp.get_device(device)
+        if not isinstance(scene, StaticScene):
+            raise ConfigError(f"a DeviceScene holds a StaticScene (goggles.scene.load_static_scene), got {scene!r}")
+        if not checks.is_whole(max_actors, 0, checks.INT32_MAX):
+            raise ConfigError(f"max_actors {max_actors!r}: a whole number, 0 or more")
+        self.device = d = checks.warp_device(device)
         if bvh is not None and bvh not in BVH_BUILDERS:
             raise ConfigError(f"BVH builder {bvh!r}: use one of {', '.join(BVH_BUILDERS)}")
         self.bvh = bvh or ("sah" if d.is_cuda else None)
