@@ -83,6 +83,20 @@ def poses(value, what: str, count: int | None = None) -> np.ndarray:
     return array
 
 
+def member(kind, value, what: str):
+    """``value`` as a member of the enum ``kind``: a member, its value, or its name in any case; a
+    ConfigError starting with ``what`` and naming the members otherwise."""
+    if isinstance(value, str) and value.upper() in kind.__members__:
+        return kind[value.upper()]
+    if not isinstance(value, (bool, np.bool_, str)):
+        try:
+            return kind(value)
+        except (ValueError, TypeError):
+            pass
+    names = ", ".join(f"{m.name} ({m.value})" for m in kind)
+    raise ConfigError(f"{what} {value!r}: one of {names} ({kind.__module__}.{kind.__name__})")
+
+
 def is_whole(value, low: int | None = None, high: int | None = None) -> bool:
     """Is ``value`` an integer (not a boolean, not a float) in [``low``, ``high``] where given?"""
     if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):

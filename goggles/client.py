@@ -20,7 +20,7 @@ import numpy as np
 
 import goggles_lcm
 from goggles.checks import is_whole
-from goggles.control_modes import ControlMode
+from goggles.control_modes import ControlMode, control_mode
 from goggles.errors import ConfigError
 from goggles.transport.buses import ZmqEndpoints, connect, frame, split_frame
 from goggles.transport.messages import scene_edit_message
@@ -129,12 +129,14 @@ class Client:
             return None
         return decode_any(split_frame([socket.recv(copy=False)])[1])
 
-    def send_command(self, vehicle: str, mode: ControlMode, values) -> None:
-        """Command a simulated vehicle's controller (see ``goggles.dynamics.control`` for the values)."""
+    def send_command(self, vehicle: str, mode: ControlMode | int | str, values) -> None:
+        """Command a simulated vehicle's controller (``mode``: a ControlMode, its number or its name;
+        see ``goggles.dynamics.control`` for the values). Sent as given: the engine checks commands
+        (and counts and drops what it cannot use), so a client can test it with bad ones."""
         message = goggles_lcm.command_t()
         message.header = header(0, next(self._seq))
         message.vehicle = vehicle
-        message.mode = int(mode)
+        message.mode = int(control_mode(mode)) if isinstance(mode, str) else int(mode)
         message.values = [float(v) for v in values]
         message.num_values = len(message.values)
         self._pub.send(frame(f"{vehicle}/command", message.encode()))

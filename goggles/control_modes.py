@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from goggles.checks import member
+
 
 class ControlMode(IntEnum):
     ROTOR_SPEEDS = 0
@@ -24,3 +26,8 @@ COMMAND_SIZE = {
     ControlMode.VELOCITY: 4,
     ControlMode.POSITION: 4,
 }
+
+
+def control_mode(value) -> ControlMode:
+    """``value`` as a ControlMode: one, its number, or its name (any case)."""
+    return member(ControlMode, value, "control mode")

@@ -332,6 +332,42 @@ def test_counts_and_seeds_a_kernel_would_wrap_are_refused(arguments, message):
         MultirotorSim(FG, **{"num_vehicles": 1, **arguments})
 
 
+def test_the_simulators_methods_refuse_what_they_cannot_use_and_keep_the_state():
+    """A reset, a command or an airframe the simulator cannot use is one ConfigError naming the
+    argument, and a refused reset leaves the vehicles as they were (the position was set before the
+    rotor speeds were checked). Velocities beyond float32 became infinity, rotor speeds above the
+    motors' maximum and vehicle index 0.5 (vehicle 0) were taken; names work where a user would
+    write them (a control mode's, an airframe preset's), and so do indices in a tensor."""
+    import torch
+
+    sim = MultirotorSim("fg-quad", 2, seed=1)
+    sim.reset(position=[1.0, 2.0, 3.0])
+    refused = {
+        "velocity must be finite .in float32.": lambda: sim.reset(position=[0, 0, 0], velocity=[1e40, 0, 0]),
+        "position must be numbers, got 'x'": lambda: sim.reset(position="x"),
+        "rotor_speed must be 0 to the airframe's max_speed .2200 rad/s.": lambda: sim.reset(rotor_speed=2500.0),
+        "rotor_speed must be 0 to": lambda: sim.reset(position=[0, 0, 0], rotor_speed=-1.0),
+        r"control mode 'SPEED': one of ROTOR_SPEEDS \(0\)": lambda: sim.set_command("SPEED", [1, 2, 3, 4]),
+        "control mode 9: one of": lambda: sim.set_command(9, [1, 2, 3, 4]),
+        r"vehicles must be indices 0..1, got \[0.5\]": lambda: sim.set_command("rates", [1, 0, 0, 0], vehicles=[0.5]),
+        r"vehicles must be indices 0..1, got \['a'\]": lambda: sim.set_airframes([FG], ["a"]),
+        "airframes are Airframes": lambda: sim.set_airframes(["fg-quad", "fg-quad"]),
+        "floor_z must be a finite height": lambda: MultirotorSim(FG, 1, floor_z=float("nan")),
+        "imu_noise must be True or False, got 'no'": lambda: MultirotorSim(FG, 1, imu_noise="no"),
+        "world must be a goggles.world.DeviceScene": lambda: MultirotorSim(FG, 1, world="arena"),
+        "ground_effect 'ground': one of NONE": lambda: MultirotorSim(FG, 1, ground_effect="ground"),
+        "airframe preset 'fg-quadd' not found": lambda: MultirotorSim("fg-quadd"),
+    }
+    for message, call in refused.items():
+        with pytest.raises(ConfigError, match=message):
+            call()
+    np.testing.assert_array_equal(sim.states().position, [[1, 2, 3], [1, 2, 3]])  # as it was
+    assert np.all(sim.states().velocity == 0)
+    sim.set_command("rates", [9.81, 0, 0, 0], vehicles=torch.tensor([1]))
+    sim.set_command(ControlMode.POSITION, [0, 0, 1, 0], vehicles=np.array([0]))
+    assert MultirotorSim(FG, 1, ground_effect="conyers").settings.ground_effect == GroundEffect.CONYERS
+
+
 def test_a_rate_divides_the_physics_rate_by_one_test_for_run_files_and_the_simulator():
     """The run file's check and the simulator's were twins with different tolerances."""
     from goggles.dynamics.model import steps_per_sample

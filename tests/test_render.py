@@ -327,14 +327,14 @@ def test_the_sensor_apis_refuse_what_they_cannot_use_in_one_error():
     """What a Python user may hand the renderer and the sensors by mistake is one ConfigError naming
     the argument (not NumPy's or Warp's error from inside): poses that are not numbers or not rigid,
     a name where a camera goes, an unknown shading or device, beacons at NaN or on actor -2. A single
-    (4, 4) pose serves a single camera, and a range preset's name serves as its model."""
+    (4, 4) pose serves a single camera, and names serve for a shading and a range preset."""
     from goggles.sensors.beacons import BeaconSensor
     from goggles.sensors.ranges import PRESETS, RangeSensor
     from goggles.world import Beacon
 
     scene = DeviceScene(scene_of((ground_plane(), 1)), "cpu")
     camera = CameraModel.from_fov(8, 6, 60.0)
-    renderer = Renderer(scene, [camera], shading=Shading.UNLIT)
+    renderer = Renderer(scene, [camera], shading="unlit")  # a Shading's name serves too
     ranges = RangeSensor(scene, "vl53l5cx")
     assert ranges.model is PRESETS["vl53l5cx"]
     beacons = BeaconSensor(scene, [Beacon("a/1", (0.0, 0.0, 0.0))], [camera])
@@ -353,9 +353,7 @@ def test_the_sensor_apis_refuse_what_they_cannot_use_in_one_error():
         "beacon detection's camera poses must be .n, 4, 4. arrays": lambda: beacons.detect([["x"]]),
         "range sensor 'vl53l1x': a preset": lambda: RangeSensor(scene, "vl53l1x"),
         "cameras are CameraModels": lambda: Renderer(scene, ["camera"]),
-        r"shading .sun.: one of UNLIT, SUN, NONE, LIDAR \(goggles.render.Shading\)": lambda: Renderer(
-            scene, [camera], shading="sun"
-        ),
+        r"shading 'glossy': one of UNLIT \(0\), SUN \(1\)": lambda: Renderer(scene, [camera], shading="glossy"),
         "sun_W .0, 0, 0.: a direction": lambda: Renderer(scene, [camera], sun_W=(0, 0, 0)),
         "ambient nan": lambda: Renderer(scene, [camera], ambient=float("nan")),
         "beacon b/1: position must be 3 finite": lambda: BeaconSensor(scene, [Beacon("b/1", (np.nan, 0, 0))], [camera]),

@@ -10,16 +10,17 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import warp as wp
 
 from goggles.busy import load_kernels
 from goggles.captured import RecordedWork, recording, struct_key
-from goggles.checks import INT32_MAX, MAX_SEED, is_whole
+from goggles.checks import FLOAT32_MAX, INT32_MAX, MAX_SEED, is_whole, member
+from goggles.control_modes import COMMAND_SIZE, ControlMode, control_mode
 from goggles.dynamics import kernels
-from goggles.dynamics.airframe import MAX_ROTORS, Airframe
-from goggles.dynamics.control import COMMAND_SIZE, ControlMode
+from goggles.dynamics.airframe import MAX_ROTORS, Airframe, load_airframe
 from goggles.dynamics.model import (
     MAX_PHYSICS_RATE,
     MIN_PHYSICS_RATE,
@@ -36,6 +37,7 @@ from goggles.dynamics.model import (
 from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, fetch
 from goggles.memory import check_fits
+from goggles.world.device_scene import DeviceScene
 from goggles.world.queries import no_actors
 
 GRAVITY = 9.81  # m/s^2, as FlightGoggles
@@ -89,7 +91,7 @@ class MultirotorSim:
     """A batch of simulated multirotors of one airframe.
 
     Args:
-        airframe: the vehicle type.
+        airframe: the vehicle type (an Airframe, or a preset's name or a TOML path for ``load_airframe``).
         num_vehicles: batch size.
         device: Warp device; None picks Warp's default.
         dt: physics step, s (FlightGoggles: 1/960).
@@ -115,7 +117,7 @@ class MultirotorSim:
 
     def __init__(
         self,
-        airframe: Airframe,
+        airframe: Airframe | str | Path,
         num_vehicles: int = 1,
         *,
         device: wp.context.Devicelike = None,
@@ -135,8 +137,19 @@ class MultirotorSim:
         actors: bool = True,
         recorded: bool | None = None,
     ):
+        airframe = airframe if isinstance(airframe, Airframe) else load_airframe(airframe)
         if not is_whole(num_vehicles, 1, INT32_MAX):
             raise ConfigError(f"num_vehicles must be an integer >= 1, got {num_vehicles!r}")
+        for name, flag in (("disturbances", disturbances), ("imu_noise", imu_noise), ("actors", actors)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise ConfigError(f"{name} must be True or False, got {flag!r}")
+        if floor_z is not None and not (isinstance(floor_z, (int, float, np.number)) and abs(floor_z) <= FLOAT32_MAX):
+            raise ConfigError(f"floor_z must be a finite height in m or None (no floor), got {floor_z!r}")
+        if world is not None and not isinstance(world, DeviceScene):
+            raise ConfigError(f"world must be a goggles.world.DeviceScene or None, got {world!r}")
+        ground_effect = member(GroundEffect, ground_effect, "ground_effect")
+        collisions = member(CollisionResponse, collisions, "collisions")
+        integrator = None if integrator is None else member(Integrator, integrator, "integrator")
         if not is_whole(seed, 0, MAX_SEED):  # beyond 32 bits, seeds would alias
             raise ConfigError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
         num_vehicles, seed = int(num_vehicles), int(seed)
@@ -249,21 +262,26 @@ class MultirotorSim:
             rotor_speed: (n, N), (N,) or a scalar, rad/s; default zero.
         """
         n, N = self.num_vehicles, self.airframe.num_rotors
-        s = self.state_arrays
-        s.position.assign(self._rows(position, 3, "position", 0.0))
-        s.start_position.assign(s.position)
-        s.velocity.assign(self._rows(velocity, 3, "velocity", 0.0))
-        s.rates.assign(self._rows(rates, 3, "rates", 0.0))
+        # Every value checked before any is set: a refused reset leaves the vehicles as they were.
+        vectors = {"position": position, "velocity": velocity, "rates": rates}
+        rows = {name: self._rows(value, 3, name, 0.0) for name, value in vectors.items()}
         q = self._rows(attitude, 4, "attitude", 0.0) if attitude is not None else np.tile([1.0, 0, 0, 0], (n, 1))
         norm = np.linalg.norm(q, axis=1, keepdims=True)
         if np.any(norm < 1e-9):
             raise ConfigError("attitude quaternions must be non-zero (w, x, y, z)")
+        rotors = np.zeros((n, MAX_ROTORS), np.float32)
+        rotors[:, :N] = self._rows(rotor_speed, N, "rotor_speed", 0.0)
+        top = np.array([af.max_speed for af in self.airframes], np.float32)[:, None]
+        if np.any(rotors < 0) or np.any(rotors[:, :N] > top):
+            raise ConfigError(f"rotor_speed must be 0 to the airframe's max_speed ({top.min():g} rad/s): {rotor_speed}")
+        s = self.state_arrays
+        for name, values in rows.items():
+            getattr(s, name).assign(values)
+        s.start_position.assign(s.position)
         s.attitude.assign((q / norm)[:, [1, 2, 3, 0]].astype(np.float32))  # Warp stores (x, y, z, w)
         s.start_attitude.assign(s.attitude)
         s.crashed.zero_()
         s.contact_step.fill_(-1)
-        rotors = np.zeros((n, MAX_ROTORS), np.float32)
-        rotors[:, :N] = self._rows(rotor_speed, N, "rotor_speed", 0.0)
         s.rotor_speed.assign(rotors)
         gravity_up = np.tile([0.0, 0.0, GRAVITY], (n, 1)).astype(np.float32)
         s.imu_accel.assign(gravity_up)  # a sensible first sample before the first IMU step
@@ -282,9 +300,12 @@ class MultirotorSim:
         Raises:
             ConfigError: a count or rotor layout that does not fit the batch.
         """
-        vehicles = range(self.num_vehicles) if vehicles is None else [int(v) for v in vehicles]
-        if len(airframes) != len(vehicles) or any(not 0 <= v < self.num_vehicles for v in vehicles):
+        vehicles = range(self.num_vehicles) if vehicles is None else self._indices(vehicles).tolist()
+        if len(airframes) != len(vehicles):
             raise ConfigError(f"{len(airframes)} airframes for vehicles {list(vehicles)} of {self.num_vehicles}")
+        odd = next((af for af in airframes if not isinstance(af, Airframe)), None)
+        if odd is not None:
+            raise ConfigError(f"airframes are Airframes (goggles.dynamics.load_airframe), got {odd!r}")
         for v, af in zip(vehicles, airframes):
             if af.num_rotors != self.airframe.num_rotors:
                 raise ConfigError(
@@ -316,6 +337,16 @@ class MultirotorSim:
         )
         self.changed()
 
+    def _indices(self, vehicles) -> np.ndarray:
+        """``vehicles`` as an array of vehicle indices, each 0 to n - 1, at least one."""
+        try:
+            chosen = np.asarray(vehicles).ravel()
+        except (TypeError, ValueError, RuntimeError):  # ragged, or a tensor on a GPU
+            chosen = np.zeros(0, np.float64)
+        if chosen.dtype.kind not in "iu" or chosen.size == 0 or chosen.min() < 0 or chosen.max() >= self.num_vehicles:
+            raise ConfigError(f"vehicles must be indices 0..{self.num_vehicles - 1}, got {vehicles!r}")
+        return chosen.astype(np.int32)
+
     def _rows(self, value, width: int, what: str, default: float) -> np.ndarray:
         if value is None:
             return np.full((self.num_vehicles, width), default, np.float32)
@@ -330,11 +361,9 @@ class MultirotorSim:
         See ``goggles.dynamics.control`` for each mode's values and units. Non-finite values are
         refused and the previous command stays.
         """
-        mode = ControlMode(mode)
+        mode = control_mode(mode)
         width = COMMAND_SIZE[mode] or self.airframe.num_rotors
-        chosen = np.arange(self.num_vehicles) if vehicles is None else np.asarray(vehicles, dtype=np.int32).ravel()
-        if chosen.size == 0 or np.any((chosen < 0) | (chosen >= self.num_vehicles)):
-            raise ConfigError(f"vehicles must be indices 0..{self.num_vehicles - 1}, got {list(chosen)}")
+        chosen = np.arange(self.num_vehicles) if vehicles is None else self._indices(vehicles)
         rows = _rows_of(values, len(chosen), width, f"{mode.name} command")
         if mode == ControlMode.ATTITUDE and np.any(np.linalg.norm(rows[:, 1:5], axis=1) < 1e-6):
             raise ConfigError("ATTITUDE command quaternion (values 2-5, w x y z) must be non-zero")
@@ -499,13 +528,18 @@ class MultirotorSim:
 
 def _rows_of(value, n: int, width: int, what: str) -> np.ndarray:
     """``value`` as (n, width) float32 rows: a scalar or one (width,) row for all, or (n, width)."""
-    array = np.asarray(value, dtype=np.float64)
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{what} must be numbers, got {value!r}") from None
     if array.ndim == 0:
         array = np.full((width,), float(array))
     if array.shape == (width,):
         array = np.tile(array, (n, 1))
-    if array.shape != (n, width) or not np.all(np.isfinite(array)):
-        raise ConfigError(f"{what} must be finite with shape ({width},) or ({n}, {width}), got {np.shape(value)}")
+    if array.shape != (n, width) or not np.all(np.abs(array) <= FLOAT32_MAX):  # NaN fails too
+        raise ConfigError(
+            f"{what} must be finite (in float32) with shape ({width},) or ({n}, {width}), got {np.shape(value)}"
+        )
     return array.astype(np.float32)
 
 

@@ -190,10 +190,7 @@ class Renderer:
         odd = next((c for c in cameras if not hasattr(c, "ray_directions")), None)
         if odd is not None:
             raise ConfigError(f"a renderer's cameras are CameraModels (or a LiDAR's RayTable), got {odd!r}")
-        if shading not in set(Shading):
-            raise ConfigError(
-                f"shading {shading!r}: one of {', '.join(s.name for s in Shading)} (goggles.render.Shading)"
-            )
+        shading = checks.member(Shading, shading, "shading")
         _light_checked(sun_W, ambient, background_rgb, sky_rgb)
         width, height = cameras[0].width, cameras[0].height
         if any((c.width, c.height) != (width, height) for c in cameras):
