@@ -134,6 +134,24 @@ def test_a_rosette_does_not_repeat_and_keeps_to_its_field(device):
     np.testing.assert_allclose(second.range, expected, rtol=2e-5)
 
 
+def test_a_lidar_takes_a_presets_name_and_refuses_a_pose_it_cannot_use_without_moving_on():
+    """A preset's name serves as the model; a pose that is not rigid is one error naming the scan's
+    end, and the rosette does not advance for a scan that was refused."""
+    from goggles.errors import ConfigError
+
+    lidar = Lidar(DeviceScene(room(), "cpu"), "mid360")
+    assert lidar.model is MID360
+    start = transform([0, 0, 1], [1, 0, 0, 0])
+    with pytest.raises(ConfigError, match="LiDAR pose at the scan's end must have orthonormal rotations"):
+        lidar.scan(start, 2.0 * start)
+    with pytest.raises(ConfigError, match=r"LiDAR pose at the scan's start must be finite"):
+        lidar.scan(np.full((4, 4), np.nan))
+    np.testing.assert_allclose(lidar.scan(start).directions, MID360.rays(0)[0], atol=2e-6)  # still scan 0
+    lidar.close()
+    with pytest.raises(ConfigError, match=r"LiDAR 'os2-128': choose one of"):
+        Lidar(DeviceScene(room(), "cpu"), "os2-128")
+
+
 def test_a_run_files_lidar_is_published_and_recorded_for_ros2(tmp_path):
     """[[lidar]] in a run file: a lidar_t per scan at the preset's rate on the buses, and PointCloud2s
     in a ROS 2 recording that rosbags reads."""

@@ -43,7 +43,7 @@ from goggles.frames import R_BODY_OPTICAL
 from goggles.render import CameraModel, Renderer, Shading
 from goggles.render.projection import distortion5
 from goggles.sensors.draws import NoiseDraws
-from goggles.sensors.ranges import measure_ranges_kernel, range_model
+from goggles.sensors.ranges import measure_ranges_kernel, range_sensor_model
 from goggles.sensors.stereo_depth import StereoDepth, StereoDepthModel, stereo_depth_model
 from goggles.world import DeviceScene
 from goggles.world.queries import no_actors
@@ -373,7 +373,7 @@ class DroneVectorEnv(VectorEnv):
 
     def _set_up_ranges(self, model) -> dict:
         """A range sensor looking down from each vehicle; its observation space."""
-        self.range_sensor = model = None if model is None else range_model(model, "range_sensor")
+        self.range_sensor = model = None if model is None else range_sensor_model(model, "range_sensor")
         if model is None:
             return {}
         if self.scene is None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
+from goggles import checks
 from goggles.busy import load_kernels
 from goggles.errors import ConfigError
 
@@ -117,9 +118,12 @@ MID360 = LidarModel("mid360", (-7.0, 52.0), 20_000, 10.0, 0.1, 40.0, "rosette", 
 PRESETS = {m.name: m for m in (VLP16, OS1_64, OS1_128, OS0_128, MID360)}
 
 
-def lidar_model(name: str) -> LidarModel:
-    if name not in PRESETS:
-        raise ConfigError(f"LiDAR {name!r}: choose one of {sorted(PRESETS)}")
+def lidar_model(name: LidarModel | str) -> LidarModel:
+    """``name``'s preset (``PRESETS``), or ``name`` itself where it is a LidarModel."""
+    if isinstance(name, LidarModel):
+        return name
+    if not isinstance(name, str) or name not in PRESETS:
+        raise ConfigError(f"LiDAR {name!r}: choose one of {sorted(PRESETS)}, or a LidarModel")
     return PRESETS[name]
 
 
@@ -170,17 +174,17 @@ class Lidar:
 
     Args:
         scene: the world (``goggles.world.DeviceScene``).
-        model: a preset (``PRESETS``) or your own.
+        model: your own, or a preset's name (``PRESETS``).
         backend: the renderer's primary-ray tracer (``auto``: Embree on the CPU).
         threads: CPU threads per scan (None: all cores). One by default: a scan's 65,536 rays are too
             few to share well (two threads: 1.5x faster, 1.2x the CPU time per scan on the development
             machine), and a scan's latency is its 0.1 s sweep anyway.
     """
 
-    def __init__(self, scene, model: LidarModel, *, backend: str = "auto", threads: int | None = 1):
+    def __init__(self, scene, model: LidarModel | str, *, backend: str = "auto", threads: int | None = 1):
         from goggles.render import Renderer, Shading
 
-        self.model = model
+        self.model = model = lidar_model(model)
         self._scan = 0
         directions, self._times = model.rays(0)
         self._table = RayTable(directions, model.min_range, model.max_range)
@@ -200,6 +204,8 @@ class Lidar:
     def scan(self, T_WS_start: np.ndarray, T_WS_end: np.ndarray | None = None) -> LidarScan:
         """One scan, each point from the sensor's pose at its firing time (poses interpolated from the
         scan's start to its end; None: the sensor stands still)."""
+        T_start = checks.poses(T_WS_start, "LiDAR pose at the scan's start", 1)
+        T_end = T_start if T_WS_end is None else checks.poses(T_WS_end, "LiDAR pose at the scan's end", 1)
         directions = self._table.ray_directions()
         if self.model.pattern != "spin":  # this scan's stretch of the pattern, drawn on the device
             low, high = np.radians(self.model.elevations_deg)
@@ -208,8 +214,7 @@ class Lidar:
             wp.launch(rosette_rays_kernel, dim=self.model.columns, inputs=[first, low, high], outputs=[rays])
             directions = rays.numpy()[0].copy()
         self._scan += 1
-        T_end = T_WS_start if T_WS_end is None else T_WS_end
-        self.renderer.render(np.asarray(T_WS_start)[None], np.asarray(T_end)[None])
+        self.renderer.render(T_start, T_end)
         images = self.renderer.images()
         intensity = images.rgb[0, ..., 0] * np.float32(1.0 / 255.0)  # grey: every channel alike
         return LidarScan(images.depth[0], intensity, self._times, directions)

@@ -66,7 +66,7 @@ VL53L5CX = RangeSensorModel("vl53l5cx", 8, 8, (45.0, 45.0), 0.02, 4.0, 0.01)
 PRESETS = {m.name: m for m in (FLIGHTGOGGLES_ALTIMETER, VL53L5CX)}
 
 
-def range_model(model: RangeSensorModel | str, what: str = "range sensor") -> RangeSensorModel:
+def range_sensor_model(model: RangeSensorModel | str, what: str = "range sensor") -> RangeSensorModel:
     """``model``, or the preset it names (``PRESETS``); errors start with ``what``."""
     if isinstance(model, RangeSensorModel):
         return model
@@ -116,7 +116,7 @@ class RangeSensor:
 
     def __init__(self, scene: DeviceScene, model: RangeSensorModel | str, *, seed: int = 0, noise: bool = True):
         self.scene = scene
-        self.model = model = range_model(model)
+        self.model = model = range_sensor_model(model)
         self.noise = noise
         d = scene.device
         self._draws = NoiseDraws(seed, d)
