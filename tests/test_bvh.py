@@ -62,6 +62,11 @@ def test_forward_kinematics_units_and_up_axis(tmp_path):
         (ARM.replace("100 0 0  0 0 90", "1e39 0 0  0 0 90"), "beyond float32's range"),
         (ARM.replace("OFFSET 0 150 0", "OFFSET 0 1e39 0"), "beyond float32's range"),
         (ARM.replace("100 0 0  0 0 90", "nan 0 0  0 0 90"), "non-finite offsets or motion values"),
+        # A clip of no frames was a ZeroDivisionError at its first pose, a frame time of 1e-320 an
+        # OverflowError; one of inf froze the clip.
+        (ARM[: ARM.index("Frames:")] + "Frames: 0\nFrame Time: 0.5\n", "0 motion values for 0 frames"),
+        (ARM.replace("Frame Time: 0.5", "Frame Time: 1e-320"), r"'Frame Time: 1e-320' must be 1e-06 to 3600 s"),
+        (ARM.replace("Frame Time: 0.5", "Frame Time: inf"), "'Frame Time: inf' must be"),
     ],
 )
 def test_bad_bvh_files(tmp_path, text, message):

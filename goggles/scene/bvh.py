@@ -82,6 +82,10 @@ class BvhMotion:
         return SkeletonPose(tuple(self.bones), tuple(self.parents), world)
 
 
+#: Frame times a clip may have, s: a capture at 1 MHz to one frame an hour (typical: 1/120 to 1/30).
+MIN_FRAME_TIME, MAX_FRAME_TIME = 1e-6, 3600.0
+
+
 def load_bvh(path: str | Path) -> BvhMotion:
     """Parse a BVH file.
 
@@ -148,9 +152,11 @@ def parse_bvh(tokens: list[str], source: str = "<bvh>") -> BvhMotion:
         values = np.array([float(v) for v in tokens[i:]], dtype=np.float64)
     except (ValueError, IndexError) as exc:
         raise SceneError(f"{source}: malformed BVH near token {i}: {exc}") from exc
-    if not bones or width == 0 or values.size != count * width or not frame_time > 0:
+    if not bones or width == 0 or count < 1 or values.size != count * width:
+        raise SceneError(f"{source}: {values.size} motion values for {count} frames of {width} channels")
+    if not MIN_FRAME_TIME <= frame_time <= MAX_FRAME_TIME:  # NaN fails too
         raise SceneError(
-            f"{source}: {values.size} motion values for {count} frames of {width} channels (frame time {frame_time})"
+            f"{source}: 'Frame Time: {frame_time}' must be {MIN_FRAME_TIME:g} to {MAX_FRAME_TIME:g} s per frame"
         )
     if not (np.all(np.abs(values) <= FLOAT32_MAX) and np.all(np.abs(np.array(offsets)) <= FLOAT32_MAX)):
         raise SceneError(f"{source}: non-finite offsets or motion values (or beyond float32's range)")
