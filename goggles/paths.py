@@ -37,6 +37,11 @@ def default_course() -> Path:
     return assets_dir() / "course.toml"
 
 
+def default_randomization() -> Path:
+    """The example domain randomisation, every parameter (assets/randomization.toml)."""
+    return assets_dir() / "randomization.toml"
+
+
 def cache_dir() -> Path | None:
     """Where goggles keeps what it can rebuild (BVHs): $GOGGLES_CACHE_DIR (empty: no cache), else
     $XDG_CACHE_HOME/goggles, else ~/.cache/goggles."""

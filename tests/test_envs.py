@@ -355,6 +355,20 @@ def test_randomization_is_drawn_per_episode_reproducibly_and_flies(tmp_path):
     env.close()
 
 
+def test_the_shipped_randomization_file_draws_every_parameter_within_its_bounds():
+    """``assets/randomization.toml`` (the README's example) reads, names every parameter there is, and
+    its draws keep to the file's uniform bounds."""
+    from goggles.envs.randomization import DEFAULTS
+    from goggles.paths import default_randomization
+
+    randomization = Randomization.load(default_randomization())
+    assert set(randomization.distributions) == set(DEFAULTS)
+    for episode in range(20):
+        values = randomization.draw(7, 0, episode)
+        assert 0.85 <= values["airframe.mass"] <= 1.15 and 0.5 <= values["imu.noise"] <= 2.0
+        assert values["airframe.motor_time_constant"] > 0
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
