@@ -6,6 +6,9 @@
         client.send_command("quad0", ControlMode.POSITION, [1, 0, 2, 0])
         client.step(32)                                # lockstep mode: advance 32 physics steps
 
+Inputs reach an engine that listens: the first waits for the engine to subscribe (a publisher drops
+what it sends before then), and closing leaves queued ones a second to go out.
+
 ``latest(channel)`` reads a socket of its own with ZMQ_CONFLATE, which keeps only the newest frame:
 a slow client gets the latest frame, never an ever-growing queue or a stale one. ``receive()`` gives
 every message of the subscribed channels in order (bounded by RECEIVE_HWM).
@@ -14,6 +17,7 @@ every message of the subscribed channels in order (bounded by RECEIVE_HWM).
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 
 import numpy as np
@@ -28,6 +32,12 @@ from goggles.transport.schema import MAX_STEPS, Encoding, decode_any, header
 
 #: Receive queue bound per subscription socket: newer frames replace nothing, older ones are dropped.
 RECEIVE_HWM = 16
+#: How long a client's first input waits for the engine to subscribe to it (it takes milliseconds).
+FIRST_SEND_WAIT_S = 2.0
+#: How long closing a client leaves its queued inputs to reach the engine.
+CLOSE_LINGER_S = 1.0
+
+log = logging.getLogger(__name__)
 
 _DTYPES = {Encoding.DEPTH_F32: np.float32, Encoding.RANGE_F32: np.float32, Encoding.SEGMENTATION_I32: np.int32}
 
@@ -78,7 +88,7 @@ class Client:
         # message would arrive (a publisher drops what it sends before the engine has subscribed).
         self._pub = self._socket(zmq.XPUB)
         self._pub.setsockopt(zmq.LINGER, 0)
-        self._engine_heard = False
+        self._engine_heard, self._first_sent = False, False
         for socket, endpoint in ((self._sub, endpoints.publish), (self._pub, endpoints.inputs)):
             try:
                 connect(socket, endpoint)
@@ -139,7 +149,7 @@ class Client:
         message.mode = int(control_mode(mode)) if isinstance(mode, str) else int(mode)
         message.values = [float(v) for v in values]
         message.num_values = len(message.values)
-        self._pub.send(frame(f"{vehicle}/command", message.encode()))
+        self._send([frame(f"{vehicle}/command", message.encode())])
 
     def send_pose(self, name: str, position, orientation, utime: int | None = None, valid: bool = True) -> int:
         """Publish a body pose (live mode); returns the utime it carries (wall µs by default)."""
@@ -150,7 +160,7 @@ class Client:
         message.position = [float(v) for v in position]
         message.orientation = [float(v) for v in orientation]
         message.valid = valid
-        self._pub.send(frame(f"pose/{name}", message.encode()))
+        self._send([frame(f"pose/{name}", message.encode())])
         return utime
 
     def spawn(self, actor: str, prop: str, position, orientation=(1.0, 0.0, 0.0, 0.0)) -> None:
@@ -169,7 +179,7 @@ class Client:
     def _edit(self, action: str, actor: str, prop: str, position, orientation) -> None:
         utime, seq = time.time_ns() // 1000, next(self._seq)
         message = scene_edit_message(utime, seq, action, actor, prop, position, orientation)
-        self._pub.send(frame("scene/edit", message.encode()))
+        self._send([frame("scene/edit", message.encode())])
 
     def wait_for_engine(self, timeout: float = 5.0) -> None:
         """Return once the engine's input socket has subscribed to this client (what is sent from then
@@ -183,11 +193,27 @@ class Client:
 
     def send_raw(self, frames: list[bytes]) -> None:
         """Send arbitrary frames to the engine's input socket (for tests of malformed input)."""
-        self._pub.send_multipart(frames)
+        self._send(frames)
 
     def send(self, channel: str, data: bytes) -> None:
         """Send already-encoded bytes on an input channel."""
-        self._pub.send(frame(channel, data))
+        self._send([frame(channel, data)])
+
+    def _send(self, frames: list) -> None:
+        """Send one message; the first waits (up to ``FIRST_SEND_WAIT_S``) for the engine to subscribe,
+        since a publisher drops what it sends before then: a one-shot command sent right after
+        connecting would otherwise be lost, silently, about one time in two."""
+        if not self._engine_heard and not self._first_sent:
+            self._first_sent = True
+            try:
+                self.wait_for_engine(FIRST_SEND_WAIT_S)
+            except TimeoutError:
+                log.warning(
+                    "no engine subscribed at %s within %g s: inputs sent before one does are dropped",
+                    self.endpoints.inputs,
+                    FIRST_SEND_WAIT_S,
+                )
+        self._pub.send_multipart(frames)
 
     def step(self, steps: int, timeout: float = 30.0) -> goggles_lcm.step_t:
         """Lockstep: advance ``steps`` physics steps; returns once their outputs are published.
@@ -217,8 +243,9 @@ class Client:
             raise ConnectionError(f"{self.endpoints.control} refused lockstep request {request.request_id}")
         return reply
 
-    def close(self, linger: float = 0.0) -> None:
-        """Close the sockets; ``linger`` s: time left to deliver inputs still queued (a one-shot sender)."""
+    def close(self, linger: float = CLOSE_LINGER_S) -> None:
+        """Close the sockets; ``linger`` s: time left to deliver inputs still queued (the last command
+        of a one-shot sender; nothing waits where no engine listens, since nothing is queued then)."""
         for socket in (self._sub, self._pub, self._req, *self._latest.values()):
             if socket is not None:
                 socket.close(int(linger * 1000) if socket is self._pub else 0)

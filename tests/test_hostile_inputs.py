@@ -252,3 +252,16 @@ def test_a_flood_on_one_bus_neither_starves_the_other_nor_overruns_the_budget(mo
         handler.poll()
     # The quiet bus gets its turn after one batch (64 messages) of the flood, not after the flood.
     assert "skeleton/late" in applied and applied.index("skeleton/late") == 64
+
+
+def test_a_one_shot_clients_command_arrives_every_time(engine):
+    """A script that connects, sends one command and exits (the README's first example) lost it about
+    one time in two: a publisher drops what it sends before the engine has subscribed to it, and a
+    socket closed without lingering drops what it still queues. Every one arrives now."""
+    running, _, _ = engine
+    for k in range(4):
+        before = running.engine.counters.received
+        with Client(endpoints(running.engine.config)) as client:
+            client.send_command("quad0", ControlMode.POSITION, [0.1 * k, 0.0, 1.0, 0.0])
+        _settle(running, before, 1, timeout=10.0)
+        assert running.engine.counters.received - before == 1, f"command {k} was lost"
