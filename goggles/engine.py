@@ -495,14 +495,18 @@ class Engine:
 
     def status_line(self) -> str:
         elapsed = self.step * self.dt - self._live_start if self.mode == ClockMode.LIVE else self.step * self.dt
-        stale = [v.name for v in self.vehicles.values() if v.stale]
+        if self.mode == ClockMode.LIVE:
+            problems = [(v.name, v.pose_source_problem()) for v in self.vehicles.values() if v.sim is None]
+        else:
+            problems = [(v.name, "STALE") for v in self.vehicles.values() if v.stale]
+        pose_problems = [f"{name} {problem}" for name, problem in problems if problem]
         return status_line(
             elapsed,
             self.time_source(),
             self.achieved_rates(),
             self.times,
             self.counters,
-            stale,
+            pose_problems,
             sorted(self.avatars),
             self.host_copies_per_s(),
             self.host_syncs_per_s(),

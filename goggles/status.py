@@ -94,13 +94,13 @@ def status_line(
     rates: dict[str, float],
     times: StageTimes,
     counters: Counters,
-    stale,
+    pose_problems,
     avatars,
     host_copies_per_s: float | None = None,
     host_syncs_per_s: float | None = None,
 ) -> str:
     """The one line a run prints each second (host copies: device→host copies per second of run time,
-    and the synchronisations they waited on)."""
+    and the synchronisations they waited on; pose problems: ``quad0 STALE``, ``quad0 SILENT 2.0 s``)."""
     achieved = " ".join(f"{name} {rate:.1f} Hz" for name, rate in rates.items())
     render, frame = _ms(times.percentile_ms("render", 50)), _ms(times.percentile_ms("frame", 99))
     return (
@@ -108,6 +108,6 @@ def status_line(
         f"  inputs {counters.received} (dropped {counters.malformed})"
         + (f"  host copies {host_copies_per_s:.0f}/s" if host_copies_per_s is not None else "")
         + (f" in {host_syncs_per_s:.0f} syncs" if host_copies_per_s is not None and host_syncs_per_s else "")
-        + "".join(f"  {name} STALE" for name in stale)
+        + "".join(f"  {problem}" for problem in pose_problems)
         + (f"  avatars {list(avatars)}" if avatars else "")
     )

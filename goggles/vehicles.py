@@ -21,6 +21,10 @@ from goggles.world.viewed import ViewedActor
 
 log = logging.getLogger(__name__)
 
+#: Live mode: a body whose poses stop for longer than this is called silent (mocap streams at 100 Hz
+#: and more, and a lost body is flagged within three frame periods).
+SILENT_AFTER_S = 0.5
+
 
 @dataclass
 class Vehicle:
@@ -41,12 +45,25 @@ class Vehicle:
     """Live mode: the pose source flagged this body lost; its last pose is kept."""
     previous: tuple[np.ndarray, int] | None = None
     """Live mode: the pose before the last one, with its utime (for extrapolation)."""
+    heard_at: float | None = None
+    """Live mode: ``time.monotonic()`` when the last pose came from the bus (None: none yet)."""
 
     def set_pose(self, T_WB: np.ndarray, utime: int, *, keep_previous: bool = False) -> None:
         """A pose from outside (a bus input keeps the previous one for extrapolation)."""
         if keep_previous:
             self.previous = (self.T_WB, self.pose_utime) if self.pose_utime else None
+            self.heard_at = time.monotonic()
         self.T_WB, self.pose_utime, self.new_pose, self.stale = T_WB, utime, True, False
+
+    def pose_source_problem(self, now: float | None = None) -> str | None:
+        """Live mode: why this body's pose is not fresh (``now``: ``time.monotonic()``), for the status
+        line: flagged lost by its source, never heard, or silent (a bridge that stopped sends nothing)."""
+        if self.stale:
+            return "STALE"
+        if self.heard_at is None:
+            return "NO POSE YET"
+        silent = (time.monotonic() if now is None else now) - self.heard_at
+        return f"SILENT {silent:.1f} s" if silent > SILENT_AFTER_S else None
 
     def pose(self, extrapolate: float = 0.0, now: float | None = None) -> np.ndarray:
         """The body pose now: the simulator's, or the last pose from outside carried forward to

@@ -547,6 +547,28 @@ def test_live_pose_extrapolation_is_bounded_by_the_horizon(device):
         engine.close()
 
 
+def test_the_status_line_says_when_a_live_body_has_no_pose_or_has_gone_silent():
+    """A live run whose bridge never started, or stopped (it sends nothing more, not even
+    ``valid = false``), rendered the last pose with nothing in the status line to say so."""
+    import dataclasses
+
+    from goggles.frames import transform as pose
+
+    engine = Engine(dataclasses.replace(run_config(mode="live", cameras=[]), zmq=None), device="cpu")
+    try:
+        vehicle = engine.vehicles["quad0"]
+        assert engine.status_line().endswith("quad0 NO POSE YET")
+        vehicle.set_pose(pose([1.0, 0.0, 1.0], [1, 0, 0, 0]), 1_000_000, keep_previous=True)  # as the bus does
+        assert "quad0" not in engine.status_line().split("host copies")[-1]
+        heard = vehicle.heard_at
+        assert vehicle.pose_source_problem(now=heard + 0.4) is None  # an injected clock
+        assert vehicle.pose_source_problem(now=heard + 2.04) == "SILENT 2.0 s"
+        vehicle.stale = True  # the source said it lost the body
+        assert vehicle.pose_source_problem(now=heard) == "STALE" and engine.status_line().endswith("quad0 STALE")
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize(
     ("mode", "says"), [("sim", "fixed"), ("lockstep", "lockstep: client step requests"), ("live", "live (wall time")]
 )
