@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import numbers
 import time
 
 import numpy as np
@@ -117,7 +118,7 @@ class Client:
 
     def receive(self, timeout: float = 1.0):
         """The next message in arrival order as (channel, decoded message), or None after ``timeout`` s."""
-        if not self._sub.poll(int(timeout * 1000)):
+        if not self._sub.poll(_milliseconds(timeout)):
             return None
         channel, data = split_frame(self._sub.recv_multipart(copy=False))
         return channel, decode_any(data)
@@ -135,7 +136,7 @@ class Client:
             socket.setsockopt(self._zmq.LINGER, 0)
             socket.setsockopt(self._zmq.SUBSCRIBE, channel.encode() + b"\0")
             socket.connect(self.endpoints.publish)
-        if not socket.poll(int(timeout * 1000)):
+        if not socket.poll(_milliseconds(timeout)):
             return None
         return decode_any(split_frame([socket.recv(copy=False)])[1])
 
@@ -157,8 +158,8 @@ class Client:
         utime = time.time_ns() // 1000 if utime is None else int(utime)
         message.header = header(utime, next(self._seq))
         message.name = name
-        message.position = [float(v) for v in position]
-        message.orientation = [float(v) for v in orientation]
+        message.position = _numbers(position, 3, "position")
+        message.orientation = _numbers(orientation, 4, "orientation")
         message.valid = valid
         self._send([frame(f"pose/{name}", message.encode())])
         return utime
@@ -177,6 +178,7 @@ class Client:
         self._edit("remove", actor, "", (0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0))
 
     def _edit(self, action: str, actor: str, prop: str, position, orientation) -> None:
+        position, orientation = _numbers(position, 3, "position"), _numbers(orientation, 4, "orientation")
         utime, seq = time.time_ns() // 1000, next(self._seq)
         message = scene_edit_message(utime, seq, action, actor, prop, position, orientation)
         self._send([frame("scene/edit", message.encode())])
@@ -184,7 +186,7 @@ class Client:
     def wait_for_engine(self, timeout: float = 5.0) -> None:
         """Return once the engine's input socket has subscribed to this client (what is sent from then
         on arrives); TimeoutError if no engine listens at the inputs endpoint within ``timeout`` s."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + _milliseconds(timeout) / 1000.0
         while not self._engine_heard:
             remaining = deadline - time.monotonic()
             if remaining <= 0.0 or not self._pub.poll(int(remaining * 1000)):
@@ -234,7 +236,7 @@ class Client:
         request.request_id = next(self._request_ids)
         request.steps = int(steps)
         self._req.send(request.encode())
-        if not self._req.poll(int(timeout * 1000)):
+        if not self._req.poll(_milliseconds(timeout)):
             self._req.close(0)
             self._req = None
             raise TimeoutError(f"no lockstep reply from {self.endpoints.control} within {timeout} s")
@@ -249,6 +251,26 @@ class Client:
         for socket in (self._sub, self._pub, self._req, *self._latest.values()):
             if socket is not None:
                 socket.close(int(linger * 1000) if socket is self._pub else 0)
+
+
+def _numbers(values, count: int, what: str) -> list[float]:
+    """``values`` as ``count`` floats for a message; the values themselves are sent as given (the
+    engine counts and drops a NaN pose), but a list the message cannot hold is refused here."""
+    try:
+        floats = [float(v) for v in values]
+    except (TypeError, ValueError):
+        floats = []
+    if len(floats) != count:
+        raise ConfigError(f"{what} must be {count} numbers, got {values!r}")
+    return floats
+
+
+def _milliseconds(timeout: float) -> int:
+    """A wait in s as ZeroMQ's poll takes it; a negative or NaN one (which ZeroMQ waits on for ever) is
+    refused, and one past a day is a day."""
+    if not (isinstance(timeout, numbers.Real) and not isinstance(timeout, bool) and timeout >= 0):
+        raise ConfigError(f"timeout must be 0 or more seconds, got {timeout!r}")
+    return int(min(timeout, 86400.0) * 1000)
 
 
 def describe(message) -> str:

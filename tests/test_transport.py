@@ -121,3 +121,25 @@ def test_decoding_a_view_equals_decoding_its_bytes():
             assert decode_any(form).encode() == data
     with pytest.raises(MalformedMessage, match="cannot decode"):
         decode_any(memoryview(large)[:40])
+
+
+def test_a_client_refuses_an_endless_wait_and_a_pose_its_message_cannot_hold():
+    """``latest(timeout=-1)`` waited for ever (ZeroMQ polls without end for a negative time), and a
+    two-number position was struct.error from inside the LCM encoder. A NaN pose is still sent as
+    given: the engine's own check counts and drops it (tests of the engine send them)."""
+    from goggles.client import Client
+    from goggles.errors import ConfigError
+    from goggles.transport.buses import ZmqEndpoints
+
+    endpoints = ZmqEndpoints("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3")  # nobody there
+    with Client(endpoints) as client:
+        for timeout in (-1, float("nan"), "1"):
+            with pytest.raises(ConfigError, match="timeout must be 0 or more seconds"):
+                client.latest("quad0/imu", timeout=timeout)
+        with pytest.raises(ConfigError, match="timeout must be 0 or more"):
+            client.receive(timeout=-0.5)
+        assert client.latest("quad0/imu", timeout=np.float32(0.0)) is None
+        with pytest.raises(ConfigError, match=r"position must be 3 numbers, got \[0, 0\]"):
+            client.spawn("crate1", "crate", [0, 0])
+        with pytest.raises(ConfigError, match="orientation must be 4 numbers"):
+            client.send_pose("quad0", [0, 0, 0], "w x y z")
