@@ -88,6 +88,9 @@ class CameraGroup:
         published = self.outputs()
         if published and self._host is None:  # the published outputs lie side by side on the device: one copy
             self._host = HostMirror(self.renderer.block(published))
+        # Beacons first: their poses go up from pageable memory, which on CUDA waits for the stream,
+        # idle now, and behind the frame's work otherwise.
+        beacons = self.beacons.launch(T_WC, T_WA) if self.beacons is not None else None
         if exposure.any() and moving is not None:  # sub-frames summed on the device: run eagerly
             subframes = max(c.config.blur_subframes for c in self.cameras)
             self.renderer.render_exposure(
@@ -104,7 +107,6 @@ class CameraGroup:
             else:
                 self.renderer.set_poses(moving(-readout), moving(np.zeros_like(readout)))
             self._frame(key=self.renderer.trace_key)
-        beacons = self.beacons.launch(T_WC, T_WA) if self.beacons is not None else None
         collect([m for m in (self._host, beacons) if m is not None])
         detections = self.beacons.read() if self.beacons is not None else []
         if not published:  # beacons only
