@@ -466,3 +466,14 @@ def test_render_sensor_presets(tmp_path):
     both = np.isfinite(ideal) & np.isfinite(real)
     assert both.mean() > 0.3 and np.abs(ideal[both] - real[both]).max() > 0.01  # D435 noise on the depth
     assert np.array_equal(np.load(tmp_path / "exact/depth.npy"), ideal, equal_nan=True)  # an explicit flag wins
+
+
+def test_echo_says_once_when_nothing_comes(monkeypatch, capsys):
+    """An echo of a channel nobody publishes (or of an engine that is not running) printed nothing, for
+    ever; after a few seconds of silence it says so once, on stderr, and keeps listening."""
+    from goggles.cli import echo, main
+
+    monkeypatch.setattr(echo._Silence, "AFTER_S", 0.1)
+    assert main(["echo", "quad9/imu", "--endpoint", "tcp://127.0.0.1:1", "--duration", "1.0"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("nothing yet on 'quad9/imu' at tcp://127.0.0.1:1") == 1, err

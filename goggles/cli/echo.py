@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import time
+
 from goggles.cli.common import at_least
 
 
@@ -22,8 +25,6 @@ def add_parser(commands) -> None:
 
 
 def cmd_echo(args) -> int:
-    import time
-
     from goggles.client import describe
     from goggles.transport.schema import MalformedMessage, decode_any
 
@@ -33,6 +34,7 @@ def cmd_echo(args) -> int:
         from goggles.client import Client
         from goggles.transport.buses import ZmqEndpoints
 
+        silence = _Silence(args.channel, args.endpoint)
         with Client(ZmqEndpoints(publish=args.endpoint)) as client:
             client.subscribe(args.channel)
             while (deadline is None or time.monotonic() < deadline) and (args.count is None or printed < args.count):
@@ -40,6 +42,7 @@ def cmd_echo(args) -> int:
                 if received is not None:
                     print(f"{received[0]}: {describe(received[1])}", flush=True)
                     printed += 1
+                silence.check(printed)
         return 0
     import re
 
@@ -59,6 +62,29 @@ def cmd_echo(args) -> int:
         printed += 1
 
     bus.subscribe(pattern, on_message)
+    silence = _Silence(args.channel, args.lcm_url)
     while (deadline is None or time.monotonic() < deadline) and (args.count is None or printed < args.count):
         bus.handle_timeout(200)
+        silence.check(printed)
     return 0
+
+
+class _Silence:
+    """Says once, on stderr, when nothing has come for a few seconds: a channel nobody publishes and a
+    goggles that is not running look alike from here, and a silent terminal explains neither."""
+
+    AFTER_S = 3.0
+
+    def __init__(self, channel: str, where: str):
+        self.channel, self.where, self.since, self.told = channel, where, time.monotonic(), False
+
+    def check(self, printed: int) -> None:
+        if not self.told and printed == 0 and time.monotonic() - self.since > self.AFTER_S:
+            self.told = True
+            what = f"on {self.channel!r}" if self.channel else "on any channel"
+            print(
+                f"goggles echo: nothing yet {what} at {self.where} after {self.AFTER_S:g} s: is goggles run "
+                "running there, and is the name right? (goggles echo with no channel prints every one)",
+                file=sys.stderr,
+                flush=True,
+            )
