@@ -34,7 +34,7 @@ def log_format(path: Path) -> str:
         return "mcap"
     if suffix in (".lcmlog", ".lcm", ".log"):
         return "lcm"
-    raise ConfigError(f"{path}: record to a .mcap file (MCAP) or a .lcmlog file (LCM event log)")
+    raise ConfigError(f"{path}: a log is a .mcap file (MCAP) or a .lcmlog file (LCM event log)")
 
 
 class Recorder:

@@ -228,7 +228,7 @@ def test_bad_logs(tmp_path):
     (tmp_path / "junk.mcap").write_bytes(b"not mcap at all" * 10)
     with pytest.raises(ConfigError, match="not an MCAP recording"):
         list(read_log(tmp_path / "junk.mcap"))
-    with pytest.raises(ConfigError, match="record to a .mcap"):
+    with pytest.raises(ConfigError, match="a log is a .mcap file"):
         Recorder(tmp_path / "x.txt")
     np.testing.assert_equal(len(list(read_log(record_run(tmp_path, duration=0.1)))) > 0, True)
 
