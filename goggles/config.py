@@ -18,7 +18,7 @@ from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
 from goggles.dynamics.model import MAX_PHYSICS_RATE, MIN_PHYSICS_RATE, CollisionResponse, steps_per_sample
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, quat_to_matrix
-from goggles.render.camera import CameraModel
+from goggles.render.camera import MAX_IMAGE_SIDE, CameraModel
 from goggles.scene.actors import PropSpec
 from goggles.scene.assets import UNITS_M, UP_AXES
 from goggles.sensors.camera_noise import PRESETS as CAMERA_NOISE_MODELS
@@ -35,8 +35,6 @@ from goggles.transport.schema import MAX_EDIT_NAME
 
 CAMERA_OUTPUTS = ("depth", "range", "rgb", "segmentation", "beacons")
 IMAGE_OUTPUTS = ("depth", "range", "rgb", "segmentation")
-MAX_IMAGE_SIDE = 16384
-"""Pixels: the largest image side a run file may ask for (a typo's 320000 fails here, not in a kernel)."""
 
 
 @dataclass(frozen=True)

@@ -236,6 +236,17 @@ def test_bad_inputs_are_refused(device):
         CameraModel.from_fov(8, 6, 200.0)
     with pytest.raises(ConfigError):
         CameraModel(8, 6, -1.0, 1.0, 3.0, 2.0)
+    # A string, a float32 overflow and a size past the run file's bound were taken (or a TypeError);
+    # NumPy's numbers are taken as Python's, and the model is the same model.
+    for fields, message in (
+        ({"fx": "50"}, "camera fx='50' must be a number"),
+        ({"fx": 1e39}, "camera fx=1e.39 must be finite"),
+        ({"width": 20000}, "camera size 20000x6 must be whole numbers of pixels, 1 to 16384"),
+        ({"width": True}, "camera size Truex6"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            CameraModel(**{"width": 8, "height": 6, "fx": 5.0, "fy": 5.0, "cx": 3.5, "cy": 2.5, **fields})
+    assert CameraModel(np.int64(8), 6, np.float32(5.0), 5.0, 3.5, 2.5) == CameraModel(8, 6, 5.0, 5.0, 3.5, 2.5)
     with pytest.raises(ConfigError, match="cannot be inverted"):
         CameraModel.from_fov(64, 48, 120.0, distortion=(-2.0, 0.0, 0.0, 0.0, 0.0)).ray_directions()
 

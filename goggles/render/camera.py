@@ -9,11 +9,17 @@ pixel centre (OpenCV convention: pixel (u, v) = (column, row), centre of the top
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
+from goggles.checks import FLOAT32_MAX, is_whole
 from goggles.errors import ConfigError
+
+#: Largest image side goggles renders, pixels: a run file's, a calibration's and a camera model's
+#: bound (a typo's 320000 fails where it is written, not in a kernel).
+MAX_IMAGE_SIDE = 16384
 
 
 @dataclass(frozen=True)
@@ -40,10 +46,19 @@ class CameraModel:
     """Farthest z-depth traced, metres; beyond it a pixel reads +inf (REP 118)."""
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.width, int) and isinstance(self.height, int) and self.width > 0 and self.height > 0):
-            raise ConfigError(f"camera size {self.width}x{self.height} must be positive integers")
+        if not (is_whole(self.width, 1, MAX_IMAGE_SIDE) and is_whole(self.height, 1, MAX_IMAGE_SIDE)):
+            raise ConfigError(
+                f"camera size {self.width!r}x{self.height!r} must be whole numbers of pixels, 1 to {MAX_IMAGE_SIDE}"
+            )
+        object.__setattr__(self, "width", int(self.width))  # NumPy's integers too: models compare and hash alike
+        object.__setattr__(self, "height", int(self.height))
+        for name in ("fx", "fy", "cx", "cy", "min_depth", "max_depth"):
+            value = getattr(self, name)
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+                raise ConfigError(f"camera {name}={value!r} must be a number")
+            object.__setattr__(self, name, float(value))
         for name in ("fx", "fy", "cx", "cy"):
-            if not math.isfinite(getattr(self, name)):
+            if not abs(getattr(self, name)) <= FLOAT32_MAX:  # the renderer's float32: 1e39 is infinite there
                 raise ConfigError(f"camera {name}={getattr(self, name)} must be finite")
         if self.fx <= 0 or self.fy <= 0:
             raise ConfigError(f"camera focal lengths fx={self.fx}, fy={self.fy} must be positive (pixels)")
