@@ -51,7 +51,7 @@ def finite_vector(value, n: int) -> np.ndarray | None:
 
     Callers raise their own error, so it names their file and key.
     """
-    if isinstance(value, (list, tuple)) and not all(_is_number(v) for v in value):
+    if isinstance(value, (list, tuple)) and not all(is_number(v) for v in value):
         return None  # strings and booleans would convert silently
     try:
         array = np.asarray(value, dtype=np.float64)
@@ -134,7 +134,8 @@ def warp_device(name, what: str = "device"):
     raise ConfigError(f"{what} {name!r} is not a Warp device here; devices: {available} (or 'cuda' for the first GPU)")
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
+    """A real number (Python's or NumPy's), not a boolean (``True`` is 1 to Python, never a value)."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
@@ -164,7 +165,7 @@ class Table:
     def error(self, key: str, expected: str) -> Exception:
         value = self.table.get(key)
         values = value if isinstance(value, (list, tuple)) else [value]
-        huge = any(_is_number(v) and beyond_float32(v) for v in values)
+        huge = any(is_number(v) and beyond_float32(v) for v in values)
         why = " (beyond float32's range, which goggles computes in)" if huge else ""
         return self._error(f"{self.path}: {self.where}: {key!r} must be {expected}, got {value!r}{why}")
 
@@ -188,7 +189,7 @@ class Table:
         value = self.get(key, None if default is _MISSING else default, required=required or default is _MISSING)
         bound = " > 0" if positive else f" >= {minimum:g}" if minimum is not None else ""
         expected = f"a finite number{bound}" + (f" ({unit})" if unit else "")
-        if not _is_number(value) or not abs(value) <= FLOAT32_MAX:  # NaN fails too
+        if not is_number(value) or not abs(value) <= FLOAT32_MAX:  # NaN fails too
             raise self.error(key, expected)
         if positive and value <= 0 or minimum is not None and value < minimum:
             raise self.error(key, expected)

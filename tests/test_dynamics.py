@@ -353,6 +353,7 @@ def test_the_simulators_methods_refuse_what_they_cannot_use_and_keep_the_state()
         r"vehicles must be indices 0..1, got \['a'\]": lambda: sim.set_airframes([FG], ["a"]),
         "airframes are Airframes": lambda: sim.set_airframes(["fg-quad", "fg-quad"]),
         "floor_z must be a finite height": lambda: MultirotorSim(FG, 1, floor_z=float("nan")),
+        "floor_z must be a finite height in m or None .no floor., got True": lambda: MultirotorSim(FG, 1, floor_z=True),
         "imu_noise must be True or False, got 'no'": lambda: MultirotorSim(FG, 1, imu_noise="no"),
         "world must be a goggles.world.DeviceScene": lambda: MultirotorSim(FG, 1, world="arena"),
         "ground_effect 'ground': one of NONE": lambda: MultirotorSim(FG, 1, ground_effect="ground"),

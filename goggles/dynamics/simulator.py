@@ -17,7 +17,7 @@ import warp as wp
 
 from goggles.busy import load_kernels
 from goggles.captured import RecordedWork, recording, struct_key
-from goggles.checks import FLOAT32_MAX, INT32_MAX, MAX_SEED, is_whole, member
+from goggles.checks import FLOAT32_MAX, INT32_MAX, MAX_SEED, is_number, is_whole, member
 from goggles.control_modes import COMMAND_SIZE, ControlMode, control_mode
 from goggles.dynamics import kernels
 from goggles.dynamics.airframe import MAX_ROTORS, Airframe, load_airframe
@@ -143,7 +143,7 @@ class MultirotorSim:
         for name, flag in (("disturbances", disturbances), ("imu_noise", imu_noise), ("actors", actors)):
             if not isinstance(flag, (bool, np.bool_)):
                 raise ConfigError(f"{name} must be True or False, got {flag!r}")
-        if floor_z is not None and not (isinstance(floor_z, (int, float, np.number)) and abs(floor_z) <= FLOAT32_MAX):
+        if floor_z is not None and not (is_number(floor_z) and abs(floor_z) <= FLOAT32_MAX):
             raise ConfigError(f"floor_z must be a finite height in m or None (no floor), got {floor_z!r}")
         if world is not None and not isinstance(world, DeviceScene):
             raise ConfigError(f"world must be a goggles.world.DeviceScene or None, got {world!r}")

@@ -9,12 +9,11 @@ pixel centre (OpenCV convention: pixel (u, v) = (column, row), centre of the top
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from goggles.checks import FLOAT32_MAX, is_whole
+from goggles.checks import FLOAT32_MAX, is_number, is_whole
 from goggles.errors import ConfigError
 
 #: Largest image side goggles renders, pixels: a run file's, a calibration's and a camera model's
@@ -54,7 +53,7 @@ class CameraModel:
         object.__setattr__(self, "height", int(self.height))
         for name in ("fx", "fy", "cx", "cy", "min_depth", "max_depth"):
             value = getattr(self, name)
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            if not is_number(value):
                 raise ConfigError(f"camera {name}={value!r} must be a number")
             object.__setattr__(self, name, float(value))
         for name in ("fx", "fy", "cx", "cy"):
