@@ -34,7 +34,8 @@ def log_format(path: Path) -> str:
         return "mcap"
     if suffix in (".lcmlog", ".lcm", ".log"):
         return "lcm"
-    raise ConfigError(f"{path}: a log is a .mcap file (MCAP) or a .lcmlog file (LCM event log)")
+    folder = " is a folder;" if path.is_dir() else ""
+    raise ConfigError(f"{path}:{folder} a log is a .mcap file (MCAP) or a .lcmlog file (LCM event log)")
 
 
 class Recorder:
