@@ -373,6 +373,9 @@ def test_the_sensor_apis_refuse_what_they_cannot_use_in_one_error():
         ),
         "device 'gpu' is not a Warp device here": lambda: DeviceScene(scene_of((ground_plane(), 1)), "gpu"),
         "a DeviceScene holds a StaticScene": lambda: DeviceScene("arena.obj", "cpu"),
+        r"rendering 64 camera\(s\) of 16384x16384 needs about 2560.0 GiB": lambda: Renderer(
+            scene, [CameraModel.from_fov(16384, 16384, 60.0)] * 64
+        ),
     }
     for message, call in calls.items():
         with pytest.raises(ConfigError, match=message):
