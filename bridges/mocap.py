@@ -321,4 +321,5 @@ def status_line(source, bridge: MocapBridge) -> str:
         f"frames {bridge.frames} ({1.0 / bridge.frame_period:.0f} Hz)  bodies {sorted(bridge.trackers)}  "
         f"latency p50 {np.percentile(latency, 50):.3f} ms p99 {np.percentile(latency, 99):.3f} ms  "
         f"rejected {bridge.rejected()}  malformed {source.malformed}"
+        + (f"  reconnected {source.restarts}" if getattr(source, "restarts", 0) else "")
     )

@@ -163,6 +163,8 @@ class NatNetEmulator:
         bodies, skeletons: synthetic data to stream (ignored when replaying).
         lose_model_definitions: how many model-definition requests go unanswered (a reply lost on
             the way, as UDP may lose it).
+        lose_reconnects: how many connect requests after the first go unanswered (a server that does
+            not answer a client connecting again at once).
     """
 
     def __init__(
@@ -176,9 +178,10 @@ class NatNetEmulator:
         bodies=(),
         skeletons=(),
         lose_model_definitions: int = 0,
+        lose_reconnects: int = 0,
     ):
         self.host, self.command_port, self.data_port, self.rate = host, command_port, data_port, rate
-        self.lose_model_definitions = lose_model_definitions
+        self.lose_model_definitions, self.lose_reconnects = lose_model_definitions, lose_reconnects
         self.bodies, self.skeletons = list(bodies), list(skeletons)
         self.replay = None
         if replay is not None:
@@ -256,6 +259,9 @@ class NatNetEmulator:
                 continue
             if message_id == NAT_CONNECT:
                 self.connects += 1
+                if self.connects > 1 and self.lose_reconnects > 0:
+                    self.lose_reconnects -= 1
+                    continue
                 with self._lock:
                     self.clients.add(address)
                 reply = self.replay["serverinfo"] if self.replay else server_info_packet()

@@ -317,6 +317,10 @@ class NatNetSource:
 
 #: Seconds a motioncapture connection may deliver nameless rigid bodies before it is opened again.
 UNNAMED_REOPEN_S = 1.0
+#: Seconds without a frame after which the motioncapture worker is started again.
+RESTART_AFTER_S = 3.0
+#: What the worker puts instead of a frame when it cannot connect, with the library's reason.
+_FAILED = "failed"
 
 
 def _motioncapture_worker(system: str, options: dict, out: mp.Queue) -> None:
@@ -333,7 +337,11 @@ def _motioncapture_worker(system: str, options: dict, out: mp.Queue) -> None:
 
     die_with_parent()  # a bridge killed outright must not leave this process holding the mocap stream
 
-    connection = motioncapture.connect(system, options)
+    try:
+        connection = motioncapture.connect(system, options)
+    except Exception as exc:  # the library's reason reaches the parent's one-line error
+        out.put((_FAILED, f"{type(exc).__name__}: {exc}"))
+        return
     unnamed_since = None
     while True:
         connection.waitForNextFrame()
@@ -351,7 +359,11 @@ def _motioncapture_worker(system: str, options: dict, out: mp.Queue) -> None:
             log.warning("%s rigid bodies have no names (model definitions lost): connecting again", system)
             del connection
             gc.collect()  # its sockets closed before the new connection binds the same ports
-            connection = motioncapture.connect(system, options)
+            try:
+                connection = motioncapture.connect(system, options)
+            except Exception as exc:  # the parent starts a new worker once this one is silent
+                out.put((_FAILED, f"{type(exc).__name__}: {exc}"))
+                return
             unnamed_since = None
         out.put((time.time(), bodies))
 
@@ -362,18 +374,20 @@ class MotionCaptureSource:
     ``options`` are the backend's own settings, e.g. ``{"rigid_bodies": "quad0(0,0,1,1,0,0,0)",
     "frequency": "100"}`` for the mock (static bodies), ``{"port_command": "1510"}`` for optitrack.
 
+    A worker process holds the connection (libmotioncapture blocks without releasing the GIL); one
+    silent for ``RESTART_AFTER_S`` is started again, so a connection that failed or hangs does not
+    end the bridge's poses.
+
     Raises:
-        ConfigError: when no frame arrives within ``timeout`` s (no server, wrong address).
+        ConfigError: when no frame arrives within ``timeout`` s (no server, wrong address), or the
+            first connection fails (with libmotioncapture's reason).
     """
 
     def __init__(self, system: str, host: str, *, timeout: float = 5.0, options: dict | None = None):
         require("motioncapture", "mocap", f"the {system} source (libmotioncapture)")
-        options = {"hostname": host, **(options or {})}  # e.g. port_command (optitrack); rigid_bodies (mock)
-        self._queue: mp.Queue = mp.get_context("spawn").Queue(maxsize=1000)
-        self._process = mp.get_context("spawn").Process(
-            target=_motioncapture_worker, args=(system, options, self._queue), daemon=True
-        )
-        self._process.start()
+        self.system = system
+        self._options = {"hostname": host, **(options or {})}  # e.g. port_command (optitrack); rigid_bodies (mock)
+        self._start_worker()
         try:
             self._first = self._queue.get(timeout=timeout)
         except queue.Empty as exc:
@@ -382,7 +396,24 @@ class MotionCaptureSource:
                 f"no {system} frames from {host!r} within {timeout} s: is the mocap system streaming, "
                 "and is the address right?"
             ) from exc
+        if self._first[0] == _FAILED:
+            self.close()
+            raise ConfigError(
+                f"cannot connect to {system} at {host!r} ({self._first[1]}): is the mocap system streaming, "
+                "and is the address right?"
+            )
         self.malformed = 0
+        self.restarts = 0
+        """Workers started again after ``RESTART_AFTER_S`` without a frame."""
+        self._heard = time.monotonic()
+
+    def _start_worker(self) -> None:
+        context = mp.get_context("spawn")
+        self._queue: mp.Queue = context.Queue(maxsize=1000)
+        self._process = context.Process(
+            target=_motioncapture_worker, args=(self.system, self._options, self._queue), daemon=True
+        )
+        self._process.start()
 
     def frames(self, timeout: float = 0.01) -> list[MocapFrame]:
         items = [self._first] if self._first is not None else []
@@ -393,11 +424,31 @@ class MotionCaptureSource:
                 items.append(self._queue.get_nowait())
         except queue.Empty:
             pass
+        for item in items:
+            if item[0] == _FAILED:
+                log.warning("%s: connecting again failed (%s)", self.system, item[1])
+        items = [item for item in items if item[0] != _FAILED]
+        if items:
+            self._heard = time.monotonic()
+        elif time.monotonic() - self._heard > RESTART_AFTER_S:
+            self._restart()
         received = time.perf_counter()
         return [
             MocapFrame(received, {name: (np.array(p), np.array(q), True) for name, (p, q) in bodies.items()})
             for _, bodies in items
         ]
+
+    def _restart(self) -> None:
+        """A worker silent for ``RESTART_AFTER_S``: its connection failed, or hangs (libmotioncapture
+        waits for ever on a server that does not answer its connect), or the stream stopped. A new
+        one connects afresh; a stopped stream costs only a reconnect every few seconds."""
+        log.warning("%s: no frames for %g s: connecting again", self.system, RESTART_AFTER_S)
+        self.close()
+        self._queue.close()
+        self._queue.cancel_join_thread()  # a terminated writer may have left it mid-message
+        self._start_worker()
+        self.restarts += 1
+        self._heard = time.monotonic()
 
     def close(self) -> None:
         if self._process.is_alive():

@@ -268,6 +268,28 @@ def test_the_optitrack_backend_recovers_from_lost_model_definitions(shared):
     assert not [channel for _, channel, _ in receiver.messages if channel in ("pose/", "pose")]
 
 
+def test_the_optitrack_backend_keeps_connecting_when_the_server_does_not_answer_at_once(shared):
+    """Opening the nameless connection again raised "Could not query NatNet version!" once on a loaded
+    CI machine, which ended the worker and with it the bridge's poses, for good. The emulator now
+    leaves that reconnect unanswered: the worker tries again, and RaceQuad is published."""
+    from bridges.sources import MotionCaptureSource
+
+    receiver = Receiver()
+    command_port = free_port()
+    vectors = shared / "mocap-vectors/natnet-v3-mje-nz"
+    with NatNetEmulator(
+        command_port=command_port, data_port=1511, replay=vectors, lose_model_definitions=1, lose_reconnects=1
+    ) as emulator:
+        source = MotionCaptureSource("optitrack", "127.0.0.1", options={"port_command": str(command_port)})
+        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("optitrack")))
+        receiver.until({"pose/RaceQuad": 1}, timeout=40.0)
+        running.finish()
+        source.close()
+        connects = emulator.connects
+    poses = [m for _, channel, m in receiver.drain() if channel == "pose/RaceQuad"]
+    assert poses and connects >= 3, f"{len(poses)} RaceQuad poses after {connects} connects"
+
+
 def test_live_engine_renders_the_tracked_body_and_a_waving_skeleton():
     """End to end on loopback: NatNet emulator -> natnet client -> bridge -> engine (live) -> depth.
     The vehicle's camera pose comes from the tracked body; the arm's pixels change as it waves."""
