@@ -73,6 +73,7 @@ class QtmEmulator:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server = None
         self._start = time.monotonic()
+        self._writers: set[asyncio.StreamWriter] = set()
 
     def __enter__(self) -> QtmEmulator:
         self._thread.start()
@@ -88,8 +89,18 @@ class QtmEmulator:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5.0)
 
+    def drop_clients(self) -> None:
+        """Close every client's connection, as QTM does when it is closed or restarted."""
+
+        async def drop():
+            for writer in list(self._writers):
+                writer.close()
+
+        asyncio.run_coroutine_threadsafe(drop(), self._loop).result(5.0)
+
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(_text(PACKET_COMMAND, "QTM RT Interface connected"))
+        self._writers.add(writer)
         streaming: asyncio.Task | None = None
         try:
             while True:
@@ -114,6 +125,7 @@ class QtmEmulator:
         finally:
             if streaming is not None:
                 streaming.cancel()
+            self._writers.discard(writer)
             writer.close()
 
     async def _stream(self, writer: asyncio.StreamWriter) -> None:

@@ -323,6 +323,34 @@ RESTART_AFTER_S = 3.0
 _FAILED = "failed"
 
 
+class Silence:
+    """When a source has been silent long enough to connect again: every ``RESTART_AFTER_S`` while
+    no frame comes, told once per silence (an idle mocap system must not fill the log)."""
+
+    def __init__(self, name: str):
+        self.name, self.restarts, self._heard, self._told = name, 0, time.monotonic(), False
+
+    def due(self, heard: bool) -> bool:
+        now = time.monotonic()
+        if heard:
+            if self._told:
+                log.warning("%s: frames again", self.name)
+            self._heard, self._told = now, False
+            return False
+        if now - self._heard <= RESTART_AFTER_S:
+            return False
+        if not self._told:
+            log.warning(
+                "%s: no frames for %g s: connecting again (every %g s until frames come)",
+                self.name,
+                RESTART_AFTER_S,
+                RESTART_AFTER_S,
+            )
+            self._told = True
+        self._heard, self.restarts = now, self.restarts + 1
+        return True
+
+
 def _motioncapture_worker(system: str, options: dict, out: mp.Queue) -> None:
     """Child process: read frames forever and hand the named rigid bodies to the parent.
 
@@ -403,9 +431,12 @@ class MotionCaptureSource:
                 "and is the address right?"
             )
         self.malformed = 0
-        self.restarts = 0
+        self._silence = Silence(system)
+
+    @property
+    def restarts(self) -> int:
         """Workers started again after ``RESTART_AFTER_S`` without a frame."""
-        self._heard = time.monotonic()
+        return self._silence.restarts
 
     def _start_worker(self) -> None:
         context = mp.get_context("spawn")
@@ -428,9 +459,7 @@ class MotionCaptureSource:
             if item[0] == _FAILED:
                 log.warning("%s: connecting again failed (%s)", self.system, item[1])
         items = [item for item in items if item[0] != _FAILED]
-        if items:
-            self._heard = time.monotonic()
-        elif time.monotonic() - self._heard > RESTART_AFTER_S:
+        if self._silence.due(bool(items)):
             self._restart()
         received = time.perf_counter()
         return [
@@ -442,13 +471,10 @@ class MotionCaptureSource:
         """A worker silent for ``RESTART_AFTER_S``: its connection failed, or hangs (libmotioncapture
         waits for ever on a server that does not answer its connect), or the stream stopped. A new
         one connects afresh; a stopped stream costs only a reconnect every few seconds."""
-        log.warning("%s: no frames for %g s: connecting again", self.system, RESTART_AFTER_S)
         self.close()
         self._queue.close()
         self._queue.cancel_join_thread()  # a terminated writer may have left it mid-message
         self._start_worker()
-        self.restarts += 1
-        self._heard = time.monotonic()
 
     def close(self) -> None:
         if self._process.is_alive():
@@ -467,26 +493,18 @@ class QtmSource:
         import asyncio
 
         require("qtm_rt", "mocap", "the Qualisys source")
-        import qtm_rt
 
+        self._host, self._port, self._timeout = host, port, timeout
         self._frames: list[MocapFrame] = []
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self.malformed = 0
-
-        async def start():
-            connection = await qtm_rt.connect(host, port=port, timeout=timeout)
-            if connection is None:
-                return None
-            xml = await connection.get_parameters(parameters=["6d", "skeleton"])
-            self._parse_parameters(xml)
-            await connection.stream_frames(components=["6d", "skeleton"], on_packet=self._on_packet)
-            return connection
-
+        self._silence = Silence(f"QTM at {host}:{port}")
+        self._reconnecting = None
         try:
-            self._connection = asyncio.run_coroutine_threadsafe(start(), self._loop).result(timeout + 1.0)
+            self._connection = asyncio.run_coroutine_threadsafe(self._connect(), self._loop).result(timeout + 1.0)
         except Exception as exc:
             self._connection = None
             self.close()
@@ -497,6 +515,34 @@ class QtmSource:
                 f"no QTM real-time server answered at {host}:{port} within {timeout} s: is QTM "
                 "running with real-time output on, and is the address right?"
             )
+
+    @property
+    def restarts(self) -> int:
+        return self._silence.restarts
+
+    async def _connect(self):
+        """Connect, read the bodies' and skeletons' names, and stream; None where no server answers."""
+        import qtm_rt
+
+        connection = await qtm_rt.connect(self._host, port=self._port, timeout=self._timeout)
+        if connection is None:
+            return None
+        xml = await connection.get_parameters(parameters=["6d", "skeleton"])
+        self._parse_parameters(xml)
+        await connection.stream_frames(components=["6d", "skeleton"], on_packet=self._on_packet)
+        return connection
+
+    async def _connect_again(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.disconnect()
+            except Exception:  # already gone with the server
+                pass
+            self._connection = None
+        try:
+            self._connection = await self._connect()
+        except Exception as exc:  # QTM closed again, or still starting: the next silence tries again
+            log.warning("QTM at %s:%d: connecting again failed: %s", self._host, self._port, exc)
 
     def _parse_parameters(self, xml: bytes) -> None:
         import xml.etree.ElementTree as ElementTree
@@ -545,8 +591,14 @@ class QtmSource:
             with self._lock:
                 frames, self._frames = self._frames, []
             if frames or time.perf_counter() >= deadline:
-                return frames
+                break
             time.sleep(0.0005)
+        busy = self._reconnecting is not None and not self._reconnecting.done()
+        if self._silence.due(bool(frames)) and not busy:  # QTM closed or restarted: its connection is gone
+            import asyncio
+
+            self._reconnecting = asyncio.run_coroutine_threadsafe(self._connect_again(), self._loop)
+        return frames
 
     def close(self) -> None:
         import asyncio
@@ -556,6 +608,8 @@ class QtmSource:
                 await self._connection.stream_frames_stop()
                 self._connection.disconnect()
 
+        if getattr(self, "_reconnecting", None) is not None:
+            self._reconnecting.cancel()
         if self._loop.is_running():
             try:
                 asyncio.run_coroutine_threadsafe(stop(), self._loop).result(2.0)

@@ -433,6 +433,28 @@ def _natnet_client_address(emulator) -> tuple[str, int]:
     return next(iter(emulator.clients))
 
 
+def test_the_qualisys_source_connects_again_when_qtm_drops_its_connection():
+    """QTM closed or restarted drops its real-time clients; the source sat on the dead connection and
+    the bridge published nothing more. It connects again once silent for ``RESTART_AFTER_S``."""
+    from bridges.qtm_emulator import QtmEmulator
+    from bridges.sources import QtmSource
+
+    receiver = Receiver()
+    port = free_port()
+    with QtmEmulator(port=port, bodies=[SyntheticBody("quad0", 1, circle(1.5, 1.2, 4.0))]) as emulator:
+        source = QtmSource("127.0.0.1", port=port)
+        running = Running(source, bridge_to(receiver, RoomCalibration.for_system("qualisys")))
+        receiver.until({"pose/quad0": 5})
+        emulator.drop_clients()
+        before = sum(1 for _, channel, _ in receiver.drain() if channel == "pose/quad0")
+        receiver.until({"pose/quad0": before + 5}, timeout=30.0)
+        running.finish()
+        restarts = source.restarts
+        source.close()
+    after = sum(1 for _, channel, _ in receiver.messages if channel == "pose/quad0")
+    assert after >= before + 5 and restarts >= 1, f"{before} poses before the drop, {after} after, {restarts} restarts"
+
+
 def test_frames_from_other_senders_are_dropped():
     receiver = Receiver()
     with _natnet_bridge(receiver) as (em, source):
