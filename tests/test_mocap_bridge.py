@@ -271,7 +271,8 @@ def test_the_optitrack_backend_recovers_from_lost_model_definitions(shared):
 def test_the_optitrack_backend_keeps_connecting_when_the_server_does_not_answer_at_once(shared):
     """Opening the nameless connection again raised "Could not query NatNet version!" once on a loaded
     CI machine, which ended the worker and with it the bridge's poses, for good. The emulator now
-    leaves that reconnect unanswered: the worker tries again, and RaceQuad is published."""
+    leaves that reconnect unanswered (libmotioncapture then waits for ever): the source starts its
+    worker again after ``RESTART_AFTER_S`` without a frame, and RaceQuad is published."""
     from bridges.sources import MotionCaptureSource
 
     receiver = Receiver()
