@@ -317,7 +317,8 @@ class NatNetSource:
 
 #: Seconds a motioncapture connection may deliver nameless rigid bodies before it is opened again.
 UNNAMED_REOPEN_S = 1.0
-#: Seconds without a frame after which the motioncapture worker is started again.
+#: Seconds without a frame after which a source connects again (a new motioncapture worker, a new
+#: QTM connection).
 RESTART_AFTER_S = 3.0
 #: What the worker puts instead of a frame when it cannot connect, with the library's reason.
 _FAILED = "failed"
