@@ -63,20 +63,20 @@ def finite_vector(value, n: int) -> np.ndarray | None:
 
 
 def poses(value, what: str, count: int | None = None) -> np.ndarray:
-    """``value`` as (n, 4, 4) float64 rigid poses (one (4, 4) pose: a batch of one), ``count`` of them
-    where given; a ConfigError naming ``what`` for anything else: not numbers, another shape, a value
-    that is not finite, a rotation that is not orthonormal (a scaled or sheared pose would stretch
-    every ray cast from it)."""
+    """``value`` as (n, 4, 4) float64 rigid poses (one (4, 4) pose: a batch of one; an empty list: none),
+    ``count`` of them where given; a ConfigError naming ``what`` for anything else: not numbers,
+    another shape, a value that is not finite, a rotation that is not orthonormal (a scaled or sheared
+    pose would stretch every ray cast from it)."""
     try:
         array = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{what} must be (n, 4, 4) arrays of numbers, got {type(value).__name__}") from None
-    if array.shape == (4, 4):
-        array = array[None]
+    if array.shape == (4, 4) or array.size == 0:  # one pose; no poses at all (an empty list)
+        array = array.reshape(-1, 4, 4)
     if array.ndim != 3 or array.shape[1:] != (4, 4) or (count is not None and len(array) != count):
         raise ConfigError(f"{what} must be a ({'n' if count is None else count}, 4, 4) array, got shape {array.shape}")
     if not np.all(np.isfinite(array)):
-        raise ConfigError(f"{what} must be finite")
+        raise ConfigError(f"{what} must be finite rigid transforms")
     R = array[:, :3, :3]
     if len(array) and np.abs(R @ R.transpose(0, 2, 1) - np.eye(3)).max() > 1e-5:
         raise ConfigError(f"{what} must have orthonormal rotations")

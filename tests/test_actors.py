@@ -84,6 +84,11 @@ def test_bad_actor_placements_are_refused(world):
         scene.set_actors([0] * 5, [np.eye(4)] * 5)
     with pytest.raises(ConfigError, match="rigid"):
         scene.set_actors([0], [np.full((4, 4), np.nan)])
+    with pytest.raises(ConfigError, match="actor poses must have orthonormal rotations"):  # checks.poses, as cameras'
+        scene.set_actors([0], [2.0 * np.eye(4)])
+    with pytest.raises(ConfigError, match="actor poses must be .n, 4, 4. arrays of numbers"):
+        scene.set_actors([0], "here")
+    scene.set_actors([], [])  # none placed: an empty list is no poses
 
 
 def test_actors_outside_a_cameras_view_are_culled_but_edges_still_render(world):

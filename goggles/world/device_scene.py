@@ -211,15 +211,13 @@ class DeviceScene:
             ConfigError: too many instances, unknown shape, non-finite or non-rigid pose.
         """
         shapes = np.asarray(shapes, dtype=np.int64).reshape(-1)
-        T_WA = np.asarray(T_WA, dtype=np.float64).reshape(-1, 4, 4)
+        T_WA = checks.poses(T_WA, "actor poses")
         k = len(shapes)
         if k > self.max_actors or len(T_WA) != k:
             raise ConfigError(f"{k} actors with {len(T_WA)} poses; give one pose each, at most {self.max_actors}")
         if k and (shapes.min() < 0 or shapes.max() >= len(self.shapes)):
             raise ConfigError(f"actor shape indices {shapes.tolist()} must be in [0, {len(self.shapes)})")
         R = T_WA[:, :3, :3]
-        if not np.all(np.isfinite(T_WA)) or not np.allclose(R @ R.transpose(0, 2, 1), np.eye(3), atol=1e-5):
-            raise ConfigError("actor poses must be finite rigid transforms")
         if k:
             corners = np.array(self._shape_bounds)[shapes]  # (k, 2, 3): box corners in the shape frame -> world box
             signs = np.array([[i, j, k_] for i in (0, 1) for j in (0, 1) for k_ in (0, 1)])
