@@ -558,3 +558,24 @@ def test_a_corrupt_first_stamp_does_not_offset_the_flight(tmp_path):
     first, second = images(original), images(replayed)
     assert set(second) == {key for key in first if key[1] > 0}  # the replay starts at the second pose
     assert all(second[key] == first[key] for key in second)
+
+
+def test_a_recorded_state_that_is_no_pose_is_dropped_and_the_replay_goes_on(tmp_path):
+    """A damaged state in a log (a NaN position, a zero quaternion) is one dropped message, never the end of
+    the replay (it ended the whole replay with a bare quaternion error)."""
+    original = record_run(tmp_path)
+    damaged = tmp_path / "damaged.mcap"
+    recorder = Recorder(damaged, metadata=read_metadata(original), queue_size=100_000)
+    for t_ns, channel, data in read_log(original):
+        if channel.endswith("/state"):
+            message = decode_any(data)
+            if message.header.utime == 250_000:
+                message.position = [float("nan"), 0.0, 0.0]
+            if message.header.utime == 500_000:
+                message.orientation = [0.0, 0.0, 0.0, 0.0]
+            data = message.encode()
+        recorder.write(channel, data, t_ns)
+    recorder.close()
+    result = replay_file(damaged)
+    assert result.error is None
+    assert result.poses == 59 and result.dropped == 2

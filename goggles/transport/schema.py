@@ -148,7 +148,7 @@ def _quaternion(values, what: str) -> None:
 
 
 def _validate(message) -> None:
-    if isinstance(message, goggles_lcm.pose_t):
+    if isinstance(message, (goggles_lcm.pose_t, goggles_lcm.vehicle_state_t)):  # a state: a replayed pose
         _finite(message.position, "pose position")
         _quaternion(message.orientation, "pose orientation")
     elif isinstance(message, goggles_lcm.command_t):
