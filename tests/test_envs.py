@@ -322,7 +322,9 @@ def test_state_observation_holds_the_attitude_as_a_rotation_matrix():
         (lambda n, dev: torch.full((n, 4), float("nan"), device=dev), "finite"),
         (lambda n, dev: torch.zeros((n, 3), device=dev), "shape"),
         (lambda n, dev: torch.zeros((n, 4), dtype=torch.int64, device=dev), "floating"),
-        (lambda n, dev: np.zeros((n, 4), np.float32), "torch.Tensor"),
+        (lambda n, dev: [[0.0] * 4] * n, "torch.Tensor on .* or a NumPy array, got list"),
+        (lambda n, dev: np.full((n, 4), np.inf, np.float32), "finite"),
+        (lambda n, dev: np.zeros((n, 5), np.float64), "shape"),
         (lambda n, dev: torch.zeros((n, 4), device="meta"), "are on meta"),
     ],
 )
@@ -988,3 +990,19 @@ def test_a_caller_on_a_torch_stream_of_its_own_reads_each_steps_observations(are
         assert torch.equal(a, b)
     for env in envs:
         env.close()
+
+
+def test_a_numpy_action_from_the_action_space_steps_like_the_same_tensor():
+    """``env.step(env.action_space.sample())``, the first thing a Gymnasium user tries, steps."""
+    runs = []
+    for as_tensor in (False, True):
+        env = DroneVectorEnv(3, device="cpu")
+        env.action_space.seed(4)
+        env.reset(seed=1)
+        for _ in range(3):
+            action = env.action_space.sample()
+            assert isinstance(action, np.ndarray)
+            observations, *_ = env.step(torch.from_numpy(action) if as_tensor else action)
+        runs.append(observations["state"].clone())
+        env.close()
+    assert torch.equal(runs[0], runs[1])

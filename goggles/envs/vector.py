@@ -81,7 +81,8 @@ class DroneVectorEnv(VectorEnv):
     (target - position, velocity, the body-to-world rotation matrix row-major, body rates, IMU
     specific force and rates) and, with a camera, its ``camera_outputs`` (``depth``,
     ``segmentation``, ``rgb``). Actions are (N, A) float32 tensors (A = 4, or one per rotor for ``rotors``)
-    in [-1, 1] (see ``CONTROLS``); rewards (N,) float32, terminated and truncated (N,) bool tensors.
+    in [-1, 1] (see ``CONTROLS``), or NumPy arrays (``action_space.sample()``), copied to the device;
+    rewards (N,) float32, terminated and truncated (N,) bool tensors.
 
     Args:
         num_envs: environments (vehicles).
@@ -412,9 +413,16 @@ class DroneVectorEnv(VectorEnv):
     # ------------------------------------------------------------------ internals
 
     def _checked(self, actions) -> torch.Tensor:
-        """The actions as a contiguous float32 tensor on the device; a clear error before any kernel runs."""
+        """The actions as a contiguous float32 tensor on the device; a clear error before any kernel runs.
+        A NumPy array (what ``action_space.sample()`` gives) is copied there."""
+        if isinstance(actions, np.ndarray):
+            if actions.dtype.kind != "f":
+                raise ConfigError(f"actions must be floating point, got {actions.dtype}")
+            actions = torch.from_numpy(np.ascontiguousarray(actions, dtype=np.float32)).to(self.torch_device)
         if not isinstance(actions, torch.Tensor):
-            raise ConfigError(f"actions must be a torch.Tensor on {self.torch_device}, got {type(actions).__name__}")
+            raise ConfigError(
+                f"actions must be a torch.Tensor on {self.torch_device} or a NumPy array, got {type(actions).__name__}"
+            )
         if actions.device != self.torch_device:
             raise ConfigError(f"actions are on {actions.device}, the environments on {self.torch_device}")
         if tuple(actions.shape) != (self.num_envs, self.action_size):
