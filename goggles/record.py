@@ -307,35 +307,41 @@ def _channel_name(raw: bytes) -> str | None:
     return channel if channel.isprintable() else None
 
 
-def _summary_channels(path: Path) -> tuple[dict[int, str], dict[int, str]]:
-    """Channel ids -> topics and message encodings, from the file's summary section (it repeats them
-    all), or empty if it has none."""
+def _summary_channels(path: Path) -> tuple[dict[int, str], dict[int, str], dict[int, str]]:
+    """Channel ids -> topics, message encodings and schema (message type) names, from the file's summary
+    section (it repeats them all), or empty if it has none."""
     from mcap.reader import make_reader
 
     try:
         with open(path, "rb") as f:
             summary = make_reader(f).get_summary()
     except Exception:  # a killed recording has no summary: the chunks name the channels
-        return {}, {}
+        return {}, {}, {}
     if summary is None:
-        return {}, {}
+        return {}, {}, {}
+    names = {i: schema.name for i, schema in summary.schemas.items()}
     return (
         {i: c.topic for i, c in summary.channels.items()},
         {i: c.message_encoding for i, c in summary.channels.items()},
+        {i: names.get(c.schema_id, "") for i, c in summary.channels.items()},
     )
 
 
-def _odometry_body(topic: str) -> str:
-    """``quad0`` of ``/goggles/quad0/odom``."""
-    return topic.rsplit("/", 2)[-2]
+def _own_poses(topic: str, encoding: str, type_name: str) -> str | None:
+    """The body a ROS 2 channel gives poses of its own to (its odometry, its PoseStamped), else None."""
+    if encoding != "cdr":
+        return None
+    from goggles.transport.ros2.readback import body_with_own_poses
+
+    return body_with_own_poses(topic, type_name)
 
 
-def _from_ros2(message, topic: str, with_odometry: set[str]) -> Iterator[tuple[int, str, bytes]]:
+def _from_ros2(message, topic: str, type_name: str, with_own_poses: set[str]) -> Iterator[tuple[int, str, bytes]]:
     """A recorded ROS 2 message as what a replay reads (states and poses); the rest is skipped."""
     from goggles.transport.ros2.readback import goggles_messages
 
     try:
-        converted = goggles_messages(topic, message.data, with_odometry)
+        converted = goggles_messages(topic, type_name, message.data, with_own_poses)
     except Exception as exc:  # a damaged payload: named, and the rest goes on
         log.warning("%s at %.3f s: not a readable ROS 2 message (%s); skipped", topic, message.log_time * 1e-9, exc)
         return
@@ -344,11 +350,12 @@ def _from_ros2(message, topic: str, with_odometry: set[str]) -> Iterator[tuple[i
 
 
 def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
-    from mcap.records import Channel, Chunk, Message
+    from mcap.records import Channel, Chunk, Message, Schema
     from mcap.stream_reader import StreamReader, breakup_chunk
 
-    channels, encodings = _summary_channels(path)
-    with_odometry = {_odometry_body(topic) for topic in channels.values() if topic.endswith("/odom")}
+    channels, encodings, types = _summary_channels(path)
+    schemas: dict[int, str] = {}
+    with_own_poses = {_own_poses(channels[i], encodings[i], types[i]) for i in channels}
     damaged = orphans = 0
     with open(path, "rb") as f:
         reader = StreamReader(f, skip_magic=False, emit_chunks=True)
@@ -372,14 +379,17 @@ def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
                         )
                         continue
                 for item in records:
-                    if isinstance(item, Channel):
+                    if isinstance(item, Schema):
+                        schemas[item.id] = item.name
+                    elif isinstance(item, Channel):
                         channels[item.id] = item.topic
                         encodings[item.id] = item.message_encoding
-                        if item.topic.endswith("/odom"):
-                            with_odometry.add(_odometry_body(item.topic))
+                        types[item.id] = schemas.get(item.schema_id, types.get(item.id, ""))
+                        with_own_poses.add(_own_poses(item.topic, item.message_encoding, types[item.id]))
                     elif isinstance(item, Message):
                         if encodings.get(item.channel_id) == "cdr":  # a ROS 2 recording
-                            yield from _from_ros2(item, channels[item.channel_id], with_odometry)
+                            topic, type_name = channels[item.channel_id], types[item.channel_id]
+                            yield from _from_ros2(item, topic, type_name, with_own_poses)
                         elif item.channel_id in channels:
                             yield item.log_time, channels[item.channel_id], item.data
                         else:

@@ -423,6 +423,59 @@ def test_a_ros2_recording_opens_in_rosbags_and_replays_to_the_same_images(tmp_pa
     assert all(again[key] == recorded[key] for key in recorded)
 
 
+def test_a_rosbag2_of_mocap_poses_replays_as_the_same_poses_in_goggles_own_recording(tmp_path, typestore):
+    """A live flight recorded by ROS 2 tools (rosbags' rosbag2 writer, MCAP storage, as ``ros2 bag record``
+    makes): a mocap driver's PoseStamped on ``/vrpn_mocap/quad0/pose``, goggles' own input type. It
+    replays to the very images of the same poses in goggles' own recording (it replayed nothing before)."""
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    import goggles_lcm
+    from goggles.frames import quat_from_euler
+    from goggles.record import Recorder
+    from goggles.replay import replay_file
+    from goggles.transport import schema
+    from tests.test_record import _run_file, read_log
+
+    ts = typestore["humble"]
+    poses = []
+    for i in range(40):  # 100 Hz along x, turning
+        q = quat_from_euler(0.0, 0.0, 0.02 * i)
+        poses.append((10_000 * i + 1_000_000, [0.05 * i - 1.0, 0.2, 1.5], q))
+    bag = tmp_path / "bag"
+    with Writer(bag, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+        msgtype = "geometry_msgs/msg/PoseStamped"
+        other = writer.add_connection("/vrpn_mocap/quad0/twist", "geometry_msgs/msg/Twist", typestore=ts)
+        connection = writer.add_connection("/vrpn_mocap/quad0/pose", msgtype, typestore=ts)
+        for utime, p, q in poses:
+            point = ros(ts, "geometry_msgs/msg/Point", x=p[0], y=p[1], z=p[2])
+            rotation = ros(ts, "geometry_msgs/msg/Quaternion", x=q[1], y=q[2], z=q[3], w=q[0])
+            pose = ros(ts, "geometry_msgs/msg/Pose", position=point, orientation=rotation)
+            message = ros(ts, msgtype, header=header(ts, utime, "world"), pose=pose)
+            writer.write(connection, utime * 1000, ts.serialize_cdr(message, msgtype))
+            vector = ros(ts, "geometry_msgs/msg/Vector3", x=1.0, y=0.0, z=0.0)
+            twist = ros(ts, "geometry_msgs/msg/Twist", linear=vector, angular=vector)
+            writer.write(other, utime * 1000, ts.serialize_cdr(twist, "geometry_msgs/msg/Twist"))
+    (recording,) = bag.glob("*.mcap")
+
+    ours = tmp_path / "ours.mcap"  # the same poses, as goggles records a live flight
+    recorder = Recorder(ours)
+    for utime, p, q in poses:
+        message = goggles_lcm.pose_t()
+        message.header, message.name, message.position = schema.header(utime, 0), "quad0", p
+        message.orientation, message.valid = list(q), True
+        recorder.write("pose/quad0", message.encode(), utime * 1000)
+    recorder.close()
+
+    def replayed(log, name):
+        result = replay_file(log, sensors=_run_file(tmp_path), record=tmp_path / name)
+        assert result.error is None and result.poses == 40 and result.dropped == 0
+        decoded = [(channel, schema.decode_any(data)) for _, channel, data in read_log(tmp_path / name)]
+        return {(channel, m.header.utime): m.data for channel, m in decoded if "/stereo_" in channel}
+
+    from_bag, from_ours = replayed(recording, "from_bag.mcap"), replayed(ours, "from_ours.mcap")
+    assert len(from_bag) == 4 * 12 and from_bag == from_ours  # 0.4 s of a 30 Hz stereo pair, depth and rgb
+
+
 def test_ros2_recordings_need_an_mcap_file(tmp_path):
     from tests.test_record import _goggles, _run_file
 
