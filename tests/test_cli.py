@@ -471,9 +471,23 @@ def test_render_sensor_presets(tmp_path):
 def test_echo_says_once_when_nothing_comes(monkeypatch, capsys):
     """An echo of a channel nobody publishes (or of an engine that is not running) printed nothing, for
     ever; after a few seconds of silence it says so once, on stderr, and keeps listening."""
-    from goggles.cli import echo, main
+    from goggles.cli import common, main
 
-    monkeypatch.setattr(echo._Silence, "AFTER_S", 0.1)
+    monkeypatch.setattr(common.Silence, "AFTER_S", 0.1)
     assert main(["echo", "quad9/imu", "--endpoint", "tcp://127.0.0.1:1", "--duration", "1.0"]) == 0
     out, err = capsys.readouterr()
     assert out == "" and err.count("nothing yet on 'quad9/imu' at tcp://127.0.0.1:1") == 1, err
+
+
+def test_a_preview_with_no_engine_says_so_once(monkeypatch, capsys):
+    """The page of a preview whose engine is not running (or whose camera publishes no rgb) stayed
+    black, and the terminal said nothing until it stopped ('sent 0 frames')."""
+    from goggles.cli import common, main
+    from tests.test_engine import free_port
+
+    monkeypatch.setattr(common.Silence, "AFTER_S", 0.1)
+    argv = ["preview", "--endpoint", "tcp://127.0.0.1:1", "--port", str(free_port()), "--no-third-person"]
+    assert main([*argv, "--duration", "1.5"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "sent 0 frames"
+    assert err.count("no quad0/stereo images yet from tcp://127.0.0.1:1 after 0.1 s") == 1, err

@@ -361,3 +361,19 @@ def telling_slow_steps(after_s: float = SLOW_STEP_S, again_s: float = SLOW_STEP_
     finally:
         done.set()
         watcher.join()
+
+
+class Silence:
+    """Says ``hint`` once, on stderr, when nothing has come for a few seconds: a channel nobody publishes
+    and a goggles that is not running look alike from a listener, and a silent terminal explains neither."""
+
+    AFTER_S = 3.0
+
+    def __init__(self, hint: str):
+        self.hint, self.since, self.told = hint, time.monotonic(), False
+
+    def check(self, received: int) -> None:
+        """``received``: how many have come so far (the hint is for none)."""
+        if not self.told and received == 0 and time.monotonic() - self.since > self.AFTER_S:
+            self.told = True
+            print(self.hint, file=sys.stderr, flush=True)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
-from goggles.cli.common import at_least
+from goggles.cli.common import Silence, at_least
 
 
 def add_parser(commands) -> None:
@@ -34,7 +33,7 @@ def cmd_echo(args) -> int:
         from goggles.client import Client
         from goggles.transport.buses import ZmqEndpoints
 
-        silence = _Silence(args.channel, args.endpoint)
+        silence = _echo_silence(args.channel, args.endpoint)
         with Client(ZmqEndpoints(publish=args.endpoint)) as client:
             client.subscribe(args.channel)
             while (deadline is None or time.monotonic() < deadline) and (args.count is None or printed < args.count):
@@ -62,29 +61,16 @@ def cmd_echo(args) -> int:
         printed += 1
 
     bus.subscribe(pattern, on_message)
-    silence = _Silence(args.channel, args.lcm_url)
+    silence = _echo_silence(args.channel, args.lcm_url)
     while (deadline is None or time.monotonic() < deadline) and (args.count is None or printed < args.count):
         bus.handle_timeout(200)
         silence.check(printed)
     return 0
 
 
-class _Silence:
-    """Says once, on stderr, when nothing has come for a few seconds: a channel nobody publishes and a
-    goggles that is not running look alike from here, and a silent terminal explains neither."""
-
-    AFTER_S = 3.0
-
-    def __init__(self, channel: str, where: str):
-        self.channel, self.where, self.since, self.told = channel, where, time.monotonic(), False
-
-    def check(self, printed: int) -> None:
-        if not self.told and printed == 0 and time.monotonic() - self.since > self.AFTER_S:
-            self.told = True
-            what = f"on {self.channel!r}" if self.channel else "on any channel"
-            print(
-                f"goggles echo: nothing yet {what} at {self.where} after {self.AFTER_S:g} s: is goggles run "
-                "running there, and is the name right? (goggles echo with no channel prints every one)",
-                file=sys.stderr,
-                flush=True,
-            )
+def _echo_silence(channel: str, where: str) -> Silence:
+    what = f"on {channel!r}" if channel else "on any channel"
+    return Silence(
+        f"goggles echo: nothing yet {what} at {where} after {Silence.AFTER_S:g} s: is goggles run running there, "
+        "and is the name right? (goggles echo with no channel prints every one)"
+    )

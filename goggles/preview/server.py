@@ -201,7 +201,7 @@ class PreviewServer:
         finally:
             self._clients.discard(websocket)
 
-    async def _serve(self, stop: threading.Event, listening) -> None:
+    async def _serve(self, stop: threading.Event, listening, polled) -> None:
         require("websockets", "viewing", "the preview page")
         from websockets.asyncio.server import broadcast, serve
 
@@ -218,10 +218,13 @@ class PreviewServer:
                     ready = [c for c in self._clients if _buffered(c) <= MAX_BUFFERED_BYTES]
                     broadcast(ready, bytes([kind]) + sent + jpeg)
                     self.frames_sent += 1
+                if polled is not None:
+                    polled()
 
-    def run(self, stop: threading.Event | None = None, listening=None) -> None:
-        """Serve until ``stop``; ``listening()`` is called once the port is bound (to announce the page)."""
+    def run(self, stop: threading.Event | None = None, listening=None, polled=None) -> None:
+        """Serve until ``stop``; ``listening()`` is called once the port is bound (to announce the page),
+        ``polled()`` after each wait for frames (at least every second)."""
         try:
-            asyncio.run(self._serve(stop or threading.Event(), listening))
+            asyncio.run(self._serve(stop or threading.Event(), listening, polled))
         except OSError as exc:
             raise ConfigError(f"cannot serve the preview on {self.host}:{self.port}: {exc}") from exc
