@@ -49,3 +49,18 @@ def cache_dir() -> Path | None:
     if folder is not None:
         return Path(folder) if folder else None
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "goggles"
+
+
+def writable_file(path: str | Path, option: str) -> Path:
+    """``path`` checked as a file to write, before the work that fills it (a training, a flight) rather
+    than after: not a folder, in a folder that exists (made here) and may be written."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{option} {path}: is a folder; give a file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: cannot make its folder ({exc.strerror or exc})") from exc
+    if not os.access(path.parent, os.W_OK):
+        raise ConfigError(f"{option} {path}: its folder {path.parent} may not be written")
+    return path

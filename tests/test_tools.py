@@ -107,6 +107,11 @@ def test_race_beacons_pilot_flies_the_default_course_and_goggles_race_scores_it(
         ("race_beacons.py", ["--camera-position", "abc"], "--camera-position must be 3 comma-separated"),
         ("race_beacons.py", ["--course", "/nowhere/course.toml"], "/nowhere/course.toml: course file not found"),
         ("train_hover.py", ["--lr", "nan"], "argument --lr: must be a positive number"),
+        # Output paths are checked before the work, not after minutes of it (a traceback, the work lost).
+        ("train_hover.py", ["--plot", "curve.toml"], "--plot curve.toml: an image file, one of .avif"),
+        ("train_hover.py", ["--save", "/"], "--save /: is a folder; give a file"),
+        ("train_hover.py", ["--save", "/proc/nowhere/policy.pt"], "--save /proc/nowhere/policy.pt: cannot make"),
+        ("race_beacons.py", ["--log", "/proc/nowhere/flight.csv", "--publish", "bogus"], "cannot make its folder"),
         ("bench_actors.py", ["--bogus"], "unrecognized arguments: --bogus"),  # it ran the benchmark
     ],
 )

@@ -28,7 +28,7 @@ from goggles.client import Client
 from goggles.dynamics import GRAVITY, ControlMode
 from goggles.errors import GogglesError
 from goggles.frames import R_BODY_OPTICAL, quat_from_euler, quat_to_matrix
-from goggles.paths import default_course
+from goggles.paths import default_course, writable_file
 from goggles.race import course_waypoints
 from goggles.scene.gates import load_course
 from goggles.transport.buses import ZmqEndpoints
@@ -103,6 +103,8 @@ def main() -> int:
 
 
 def race(args) -> int:
+    if args.log:
+        writable_file(args.log, "--log")
     course = load_course(args.course)
     waypoints = course_waypoints(course)[:-1]  # the race ends at the last gate: no exit point needed
     T_BC = np.eye(4)

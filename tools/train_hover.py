@@ -40,6 +40,7 @@ from torch import nn
 from goggles.cli.common import check_device, positive, telling_slow_steps
 from goggles.envs import DroneVectorEnv, HoverTask
 from goggles.errors import ConfigError
+from goggles.paths import writable_file
 
 
 class GogglesEnv(Wrapper):
@@ -248,6 +249,15 @@ def _plot(path: Path, steps, returns, learned: float, hover: float, args, second
     plt.close(fig)
 
 
+def _check_plot_path(path: Path) -> None:
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix[1:].lower() not in formats:
+        raise ConfigError(f"--plot {path}: an image file, one of .{', .'.join(sorted(formats))}")
+    writable_file(path, "--plot")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", type=int, default=256, help="environments stepped together (default 256)")
@@ -267,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--envs, --timesteps and --rollouts must be positive")
     try:
         check_device(args.device)
+        if args.plot:  # checked before minutes of training, not after
+            _check_plot_path(args.plot)
+        if args.save:
+            writable_file(args.save, "--save")
         with telling_slow_steps():  # a first run compiles Warp's kernels: say so
             return train(args)
     except ConfigError as exc:
