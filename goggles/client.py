@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 import numbers
+import secrets
 import time
 
 import numpy as np
@@ -27,7 +28,7 @@ import goggles_lcm
 from goggles.checks import is_whole
 from goggles.control_modes import ControlMode, control_mode
 from goggles.errors import ConfigError
-from goggles.transport.buses import ZmqEndpoints, connect, frame, split_frame
+from goggles.transport.buses import BARRIER_FOLLOWS, LOCKSTEP_BARRIER, ZmqEndpoints, connect, frame, split_frame
 from goggles.transport.messages import scene_edit_message
 from goggles.transport.schema import MAX_STEPS, Encoding, decode_any, header
 
@@ -89,14 +90,15 @@ class Client:
         # message would arrive (a publisher drops what it sends before the engine has subscribed).
         self._pub = self._socket(zmq.XPUB)
         self._pub.setsockopt(zmq.LINGER, 0)
-        self._engine_heard, self._first_sent = False, False
+        self._engine_heard, self._sent = False, False  # the engine's subscription heard; any input sent
         for socket, endpoint in ((self._sub, endpoints.publish), (self._pub, endpoints.inputs)):
             try:
                 connect(socket, endpoint)
             except ConfigError:
                 self.close()
                 raise
-        self._request_ids = itertools.count(1)
+        # Request ids double as barrier ids on the engine's shared inputs socket: unique per client.
+        self._request_ids = itertools.count(secrets.randbits(48) + 1)
         self._seq = itertools.count()
 
     def _socket(self, kind):
@@ -205,8 +207,8 @@ class Client:
         """Send one message; the first waits (up to ``FIRST_SEND_WAIT_S``) for the engine to subscribe,
         since a publisher drops what it sends before then: a one-shot command sent right after
         connecting would otherwise be lost, silently, about one time in two."""
-        if not self._engine_heard and not self._first_sent:
-            self._first_sent = True
+        if not self._engine_heard and not self._sent:
+            self._sent = True
             try:
                 self.wait_for_engine(FIRST_SEND_WAIT_S)
             except TimeoutError:
@@ -216,9 +218,13 @@ class Client:
                     FIRST_SEND_WAIT_S,
                 )
         self._pub.send_multipart(frames)
+        self._sent = True
 
     def step(self, steps: int, timeout: float = 30.0) -> goggles_lcm.step_t:
         """Lockstep: advance ``steps`` physics steps; returns once their outputs are published.
+
+        The inputs this client sent before (commands, poses, edits) are applied before the steps,
+        every time: the request waits in the engine for a barrier sent behind them.
 
         Raises:
             ValueError: ``steps`` outside 1 to ``MAX_STEPS``.
@@ -231,10 +237,15 @@ class Client:
             self._req = self._socket(self._zmq.REQ)
             self._req.setsockopt(self._zmq.LINGER, 0)
             self._req.connect(self.endpoints.control)
+        # Inputs sent before this request travel on another socket and could reach the engine after
+        # it: a barrier behind them on their own socket tells the engine when all have come.
+        barrier = self._sent and self._engine_heard
         request = goggles_lcm.step_t()
-        request.header = header(0, 0)
+        request.header = header(0, BARRIER_FOLLOWS if barrier else 0)
         request.request_id = next(self._request_ids)
         request.steps = int(steps)
+        if barrier:
+            self._pub.send(frame(LOCKSTEP_BARRIER, request.encode()))
         self._req.send(request.encode())
         if not self._req.poll(_milliseconds(timeout)):
             self._req.close(0)

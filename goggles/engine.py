@@ -42,7 +42,7 @@ from goggles.sensors.lidar import Lidar
 from goggles.sensors.ranges import RangeSensor
 from goggles.status import RateLog, StageTimes, describe_time, status_line
 from goggles.transport import messages
-from goggles.transport.buses import ZmqBus, open_buses
+from goggles.transport.buses import BARRIER_FOLLOWS, ZmqBus, open_buses
 from goggles.transport.schema import MalformedMessage, decode_input
 from goggles.vehicles import Fleet, Vehicle, make_vehicles, pose_after, viewed_vehicles
 from goggles.world.build import build_run_world
@@ -50,6 +50,9 @@ from goggles.world.crowd import BUILD_INTERVAL_S, Crowd
 from goggles.world.props import Props
 
 log = logging.getLogger(__name__)
+
+#: Wall time a lockstep request waits for the barrier behind its client's inputs, s.
+BARRIER_WAIT_S = 1.0
 
 
 class Engine:
@@ -96,6 +99,7 @@ class Engine:
         self.times = StageTimes()
         self.rates = RateLog()
         self._status = status
+        self._barrier_missed = False
         if world is None:
             built = build_run_world(config, device)
         else:  # another run's world, in the same scene and course (a dataset worker keeps it)
@@ -262,10 +266,32 @@ class Engine:
                     self.inputs.count_malformed("control", exc)
                     self.zmq.reply(envelope, messages.step_reply(-1, 0, self.step, self.dt))
                     continue
+                if message.header.seq == BARRIER_FOLLOWS:
+                    self._await_barrier(message.request_id)
                 target = self.step + message.steps if end_step is None else min(self.step + message.steps, end_step)
                 return (envelope, message.request_id, message.steps), target
             self.zmq.wait(0.05)
         return None, self.step
+
+    def _await_barrier(self, request_id: int) -> None:
+        """Apply the inputs a lockstep client sent before its request (they come on the inputs socket,
+        the request on the control socket, in no set order) until its barrier, sent behind them, has
+        come; said once if it has not within ``BARRIER_WAIT_S`` (an engine restarted under the client)."""
+        deadline = time.monotonic() + BARRIER_WAIT_S
+        while request_id not in self.inputs.barriers:
+            if time.monotonic() > deadline:
+                if not self._barrier_missed:
+                    self._barrier_missed = True
+                    log.warning(
+                        "lockstep: the inputs sent before request %d did not all come within %g s; stepping "
+                        "(further ones are not told)",
+                        request_id,
+                        BARRIER_WAIT_S,
+                    )
+                return
+            self.zmq.wait_for_input(0.01)
+            self._poll_inputs()
+        self.inputs.barriers.remove(request_id)
 
     def _reply_step(self, request) -> None:
         """Answer a lockstep request once every output of its steps is out (what waited on the

@@ -18,6 +18,7 @@ from goggles.errors import ConfigError
 from goggles.frames import transform
 from goggles.scene.avatar import SkeletonPose
 from goggles.status import Counters
+from goggles.transport.buses import LOCKSTEP_BARRIER
 from goggles.transport.schema import MalformedMessage, decode_input
 from goggles.vehicles import Vehicle
 from goggles.world.crowd import Crowd
@@ -46,6 +47,8 @@ class InputHandler:
         self.buses, self.vehicles, self.crowd, self.props = buses, vehicles, crowd, props
         self.sinks, self.log_time_ns = sinks, log_time_ns
         self.counters = Counters()
+        self.barriers: deque[int] = deque(maxlen=64)
+        """Request ids of the lockstep barriers that came (``goggles.transport.buses.LOCKSTEP_BARRIER``)."""
         self._last_drop_log = 0.0
         self._turn = 0
         self._edits_refused: set[tuple[str, str]] = set()
@@ -77,6 +80,12 @@ class InputHandler:
         if channel is None:  # not a goggles frame at all
             self.count_malformed("zmq", MalformedMessage(data))
             return
+        if channel == LOCKSTEP_BARRIER:  # not an input to the world: a marker in the inputs' order
+            try:
+                self.barriers.append(decode_input(data, goggles_lcm.step_t).request_id)
+            except MalformedMessage as exc:
+                self.count_malformed(channel, exc)
+            return
         self.counters.received += 1
         try:
             self.apply(channel, data)
@@ -97,7 +106,7 @@ class InputHandler:
 
     def _is_input_channel(self, channel: str) -> bool:
         """A channel this run reads: a vehicle's command or pose, a skeleton, scene edits."""
-        if channel in ("scene/edit", "zmq"):
+        if channel in ("scene/edit", "zmq", LOCKSTEP_BARRIER):
             return True
         if channel.endswith("/command"):
             return channel[: -len("/command")] in self.vehicles

@@ -179,6 +179,43 @@ def test_lockstep_is_deterministic(device):
     assert first_states[-1].position[2] > 0.3  # it took off on the commands
 
 
+def test_a_command_sent_before_a_lockstep_request_is_applied_before_its_steps(monkeypatch):
+    """The command goes on the inputs socket, the request on the control socket, and ZeroMQ orders
+    neither against the other: under load about one command in a hundred reached the engine after the
+    steps it was sent for. Here the inputs socket holds each message back for a few polls (a command
+    late by a hair, every time); the request waits for the barrier the client sent behind it."""
+    from goggles.transport.buses import ZmqBus
+
+    receive = ZmqBus.receive_inputs
+    held: list = []
+
+    def late(self, limit=64):  # what came is handed over only three polls later
+        held.append(receive(self, limit))
+        return held.pop(0) if len(held) > 3 else []
+
+    monkeypatch.setattr(ZmqBus, "receive_inputs", late)
+    config = run_config(mode="lockstep", route=False)
+    running = Running(config)
+    sim = running.engine.vehicles["quad0"].sim
+    applied = []
+    set_command = sim.set_command
+
+    def noting(*args, **kwargs):  # the engine's step when each command is applied
+        applied.append(running.engine.step)
+        return set_command(*args, **kwargs)
+
+    monkeypatch.setattr(sim, "set_command", noting)
+    client = Client(endpoints(config))
+    client.wait_for_engine(10.0)
+    for k in range(6):
+        client.send_command("quad0", ControlMode.POSITION, [0.1 * k, 0.0, 1.0, 0.0])
+        client.step(16)
+    assert applied == [16 * k for k in range(6)]  # each before its own request's steps
+    running.stop.set()
+    running.finish()
+    client.close()
+
+
 def test_a_lockstep_request_the_engine_cannot_use_is_refused_and_the_client_says_so():
     """The client refuses a step count the engine would drop; the engine answers a request it cannot
     read with request id -1 and goes on; a client given that answer raises instead of returning it as

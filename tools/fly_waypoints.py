@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import numpy as np
 
@@ -106,7 +105,6 @@ def fly(args) -> int:
                 velocity_command(position, args.waypoints[index], args.max_speed, clearance),
             )
             if args.lockstep:
-                time.sleep(0.002)  # let the command reach the engine before the step request
                 client.step(16)
             depth = client.latest(depth_channel, timeout=0.0)
             if depth is not None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import cv2
 import numpy as np
@@ -161,7 +160,6 @@ def race(args) -> int:
             yaw = float(np.arctan2(look[1], look[0])) if index % 3 == 0 else gate.yaw
             client.send_command(v, ControlMode.VELOCITY, [*velocity, yaw])
             if args.lockstep:
-                time.sleep(0.001)
                 client.step(16)  # 60 Hz control: one state message per step request
             state = client.latest(f"{v}/state", timeout=1.0 if args.lockstep else 0.0)
             if state is not None:

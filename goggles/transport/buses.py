@@ -22,6 +22,13 @@ from goggles.transport.schema import MAX_CHANNEL_BYTES, MAX_INPUT_BYTES
 
 #: LCM channels the engine reads (regular expression).
 INPUT_CHANNELS = r"(pose/.*|skeleton/.*|.*/command|scene/edit)"
+#: ZeroMQ input channel of a lockstep client's barrier: a ``step_t`` sent on the inputs socket right
+#: before its step request (of the same ``request_id``, ``header.seq`` = ``BARRIER_FOLLOWS``) goes on
+#: the control socket. ZeroMQ keeps order on one socket only, so once the barrier has come, every input
+#: the client sent before the request has too: the engine applies them all before it steps.
+LOCKSTEP_BARRIER = "lockstep/barrier"
+#: ``step_t.header.seq`` of a step request whose client sent a barrier before it.
+BARRIER_FOLLOWS = 1
 #: Default LCM URL: multicast that never leaves the machine, with room for images in the receive buffer.
 DEFAULT_LCM_URL = "udpm://239.255.76.67:7667?ttl=0&recv_buf_size=8388608"
 #: Frames a slow ZeroMQ subscriber may have queued before the PUB socket drops new ones for it.
@@ -221,6 +228,10 @@ class ZmqBus:
     def wait(self, timeout_s: float) -> bool:
         """Block up to ``timeout_s`` for an input or control message; True if one is waiting."""
         return bool(self.poller.poll(max(0, int(timeout_s * 1000))))
+
+    def wait_for_input(self, timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` for an input message; True if one is waiting."""
+        return bool(self._inputs.poll(max(0, int(timeout_s * 1000))))
 
     def close(self) -> None:
         for socket in (self._publisher, self._inputs, self._control):
