@@ -35,7 +35,12 @@ def log_format(path: Path) -> str:
     if suffix in (".lcmlog", ".lcm", ".log"):
         return "lcm"
     folder = " is a folder;" if path.is_dir() else ""
-    raise ConfigError(f"{path}:{folder} a log is a .mcap file (MCAP) or a .lcmlog file (LCM event log)")
+    bag = (
+        " (a ROS 2 bag in SQLite: ros2 bag convert makes an MCAP one, ros2 bag record -s mcap records one)"
+        if suffix == ".db3"
+        else ""
+    )
+    raise ConfigError(f"{path}:{folder} a log is a .mcap file (MCAP) or a .lcmlog file (LCM event log){bag}")
 
 
 class Recorder:

@@ -230,6 +230,9 @@ def test_bad_logs(tmp_path):
         list(read_log(tmp_path / "junk.mcap"))
     with pytest.raises(ConfigError, match="a log is a .mcap file"):
         Recorder(tmp_path / "x.txt")
+    (tmp_path / "flight_0.db3").write_bytes(b"SQLite format 3\0")
+    with pytest.raises(ConfigError, match="a ROS 2 bag in SQLite: ros2 bag convert makes an MCAP one"):
+        list(read_log(tmp_path / "flight_0.db3"))
     np.testing.assert_equal(len(list(read_log(record_run(tmp_path, duration=0.1)))) > 0, True)
 
 
