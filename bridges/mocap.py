@@ -24,7 +24,7 @@ from goggles.checks import Table, read_toml
 from goggles.errors import ConfigError
 from goggles.frames import matrix_to_quat, quat_from_euler, quat_to_matrix
 from goggles.scene.assets import UNITS_M, UP_AXES
-from goggles.transport.buses import connect
+from goggles.transport.buses import LCM_MAX_CHANNEL, connect
 from goggles.transport.buses import frame as zmq_frame
 from goggles.transport.schema import header
 
@@ -196,13 +196,30 @@ class Publisher:
 
             self._lcm = lcm.LCM(lcm_url)
         self._seq = 0
+        self.lcm_dropped = 0
+        """Messages LCM could not carry (a channel over its length limit, a failed send)."""
+        self._told: set[str] = set()
 
     def send(self, channel: str, message) -> None:
         data = message.encode()
         if self._zmq is not None:
             self._zmq.send(zmq_frame(channel, data))
-        if self._lcm is not None:
+        if self._lcm is None:
+            return
+        if len(channel.encode()) > LCM_MAX_CHANNEL:  # LCM refuses it: the body still goes out on ZeroMQ
+            why = f"over LCM's {LCM_MAX_CHANNEL} characters: a [[body]] rename in --calibration shortens it"
+            self._not_on_lcm(channel, why)
+            return
+        try:
             self._lcm.publish(channel, data)
+        except OSError as exc:  # a send LCM could not make: this message is lost, the bridge goes on
+            self._not_on_lcm(channel, str(exc))
+
+    def _not_on_lcm(self, channel: str, why: str) -> None:
+        self.lcm_dropped += 1
+        if channel not in self._told and len(self._told) < 64:
+            self._told.add(channel)
+            log.warning("not published on LCM: %s: %s", channel[:80], why)
 
     def pose(self, name: str, utime: int, position, q, valid: bool) -> None:
         message = goggles_lcm.pose_t()
@@ -322,4 +339,5 @@ def status_line(source, bridge: MocapBridge) -> str:
         f"latency p50 {np.percentile(latency, 50):.3f} ms p99 {np.percentile(latency, 99):.3f} ms  "
         f"rejected {bridge.rejected()}  malformed {source.malformed}"
         + (f"  reconnected {source.restarts}" if getattr(source, "restarts", 0) else "")
+        + (f"  not on LCM {bridge.publisher.lcm_dropped}" if bridge.publisher.lcm_dropped else "")
     )

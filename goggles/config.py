@@ -29,7 +29,7 @@ from goggles.sensors.ranges import PRESETS as RANGE_PRESETS
 from goggles.sensors.ranges import RangeSensorModel
 from goggles.sensors.stereo_depth import PRESETS as STEREO_DEPTH_MODELS
 from goggles.sensors.stereo_depth import StereoDepthModel
-from goggles.transport.buses import DEFAULT_LCM_URL, CurveServer, ZmqEndpoints
+from goggles.transport.buses import DEFAULT_LCM_URL, LCM_MAX_CHANNEL, CurveServer, ZmqEndpoints
 from goggles.transport.ros2 import DISTROS, Ros2Settings
 from goggles.transport.schema import MAX_EDIT_NAME
 
@@ -256,8 +256,6 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     return config
 
 
-#: LCM's longest channel name: over UDP multicast a longer one is refused ("channel name too long").
-LCM_MAX_CHANNEL = 63
 #: What a vehicle's, a sensor's or a person's name may hold: it becomes part of channel names
 #: (``<vehicle>/<camera>/depth``), frame ids and file names.
 _NAME = re.compile(r"[^\s/\x00-\x1f\x7f]+")

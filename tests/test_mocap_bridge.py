@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 import zmq
 
-from bridges.mocap import MocapBridge, Publisher, RoomCalibration, load_room_calibration, run_bridge
+from bridges.mocap import (
+    MocapBridge,
+    MocapFrame,
+    Publisher,
+    RoomCalibration,
+    load_room_calibration,
+    run_bridge,
+    status_line,
+)
 from bridges.natnet_emulator import NatNetEmulator, SyntheticBody, circle
 from bridges.sources import NatNetSource
 from goggles.errors import ConfigError
@@ -575,3 +583,31 @@ def test_a_bridge_killed_outright_leaves_no_mocap_process_behind():
         assert group_gone(process.pid, 30), "the mocap child outlived its bridge"
     finally:
         kill_group(process.pid)
+
+
+def test_a_body_whose_channel_lcm_cannot_carry_still_goes_out_on_zeromq(caplog):
+    """A rigid body named beyond LCM's 63-character channel limit ended the bridge ('Resource temporarily
+    unavailable') at its first frame; it is published on ZeroMQ, left out on LCM (said once, counted),
+    and every other body goes on on both."""
+    import lcm
+
+    long_name = "RaceQuad_" + "x" * 60
+    url = f"udpm://239.255.76.67:{free_port()}?ttl=0"
+    listener, heard = lcm.LCM(url), []
+    listener.subscribe("pose/.*", lambda channel, data: heard.append(channel))
+    receiver = Receiver()
+    publisher = Publisher(f"tcp://127.0.0.1:{receiver.port}", url)
+    bridge = MocapBridge(RoomCalibration.for_system("mock"), publisher)
+    still = (np.zeros(3), np.array([1.0, 0.0, 0.0, 0.0]), True)
+    frames, deadline = 0, time.monotonic() + 30
+    while len(receiver.messages) < 6 and time.monotonic() < deadline:  # until ZeroMQ has joined
+        bridge.handle(MocapFrame(bodies={long_name: still, "quad0": still}, received=time.perf_counter()))
+        frames += 1
+        receiver.drain(0.02)
+    while listener.handle_timeout(200) > 0:
+        pass
+    on_zmq = [channel for _, channel, _ in receiver.messages]
+    assert on_zmq.count(f"pose/{long_name}") >= 3 and on_zmq.count("pose/quad0") >= 3
+    assert heard == ["pose/quad0"] * frames
+    assert publisher.lcm_dropped == frames and caplog.text.count("not published on LCM") == 1
+    assert f"not on LCM {frames}" in status_line(type("Source", (), {"malformed": 0})(), bridge)

@@ -143,3 +143,24 @@ def test_a_client_refuses_an_endless_wait_and_a_pose_its_message_cannot_hold():
             client.spawn("crate1", "crate", [0, 0])
         with pytest.raises(ConfigError, match="orientation must be 4 numbers"):
             client.send_pose("quad0", [0, 0, 0], "w x y z")
+
+
+def test_an_output_lcm_refuses_is_counted_and_the_bus_goes_on(caplog):
+    """A send LCM itself refuses (here a channel over its 63 characters; in a run, a network gone)
+    raised out of the engine's publish and ended the run."""
+    import lcm
+
+    from goggles.transport.buses import LcmBus
+    from tests.test_engine import free_port
+
+    port = free_port()
+    bus = LcmBus(f"udpm://239.255.76.67:{port}?ttl=0")
+    listener, heard = lcm.LCM(f"udpm://239.255.76.67:{port}?ttl=0"), []
+    listener.subscribe("quad0/.*", lambda channel, data: heard.append((channel, data)))
+    bus.publish("quad0/" + "x" * 80, b"lost")
+    bus.publish("quad0/state", memoryview(b"kept"))
+    while listener.handle_timeout(200) > 0:
+        pass
+    assert bus.failed == 1 and heard == [("quad0/state", b"kept")]
+    assert "LCM could not send quad0/xxx" in caplog.text
+    bus.close()

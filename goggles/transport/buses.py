@@ -11,6 +11,7 @@ Everything binds to 127.0.0.1 unless an endpoint names another address: exposing
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from collections import deque
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from goggles.errors import ConfigError
 from goggles.transport.schema import MAX_CHANNEL_BYTES, MAX_INPUT_BYTES
+
+log = logging.getLogger(__name__)
 
 #: LCM channels the engine reads (regular expression).
 INPUT_CHANNELS = r"(pose/.*|skeleton/.*|.*/command|scene/edit)"
@@ -29,6 +32,8 @@ INPUT_CHANNELS = r"(pose/.*|skeleton/.*|.*/command|scene/edit)"
 LOCKSTEP_BARRIER = "lockstep/barrier"
 #: ``step_t.header.seq`` of a step request whose client sent a barrier before it.
 BARRIER_FOLLOWS = 1
+#: LCM's longest channel name: over UDP multicast a longer one is refused ("channel name too long").
+LCM_MAX_CHANNEL = 63
 #: Default LCM URL: multicast that never leaves the machine, with room for images in the receive buffer.
 DEFAULT_LCM_URL = "udpm://239.255.76.67:7667?ttl=0&recv_buf_size=8388608"
 #: Frames a slow ZeroMQ subscriber may have queued before the PUB socket drops new ones for it.
@@ -273,6 +278,8 @@ class LcmBus:
         self._queue: deque[tuple[str, bytes]] = deque(maxlen=LCM_INPUT_QUEUE)
         self.oversized = 0
         """Inputs dropped for their size before they were queued."""
+        self.failed = 0
+        """Outputs LCM could not send."""
         self._pattern = re.compile(INPUT_CHANNELS)
         self._subscription = self.lcm.subscribe(INPUT_CHANNELS, self._on_message)
         self._subscription.set_queue_capacity(LCM_INPUT_QUEUE)
@@ -284,7 +291,12 @@ class LcmBus:
             self._queue.append((channel, data))
 
     def publish(self, channel: str, data, frame_buffer: bytearray | None = None) -> None:
-        self.lcm.publish(channel, data if isinstance(data, bytes) else bytes(data))  # LCM takes bytes only
+        try:
+            self.lcm.publish(channel, data if isinstance(data, bytes) else bytes(data))  # LCM takes bytes only
+        except OSError as exc:  # a send LCM refused (a network gone, a name it cannot carry): lost, not fatal
+            self.failed += 1
+            if self.failed == 1 or self.failed % 1000 == 0:
+                log.warning("LCM could not send %s (%d so far): %s", channel[:80], self.failed, exc)
 
     def receive_inputs(self, limit: int = 64) -> list[tuple[str, bytes]]:
         """Up to ``limit`` input messages waiting, as (channel, bytes); the rest wait for the next call."""
