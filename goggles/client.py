@@ -16,6 +16,7 @@ every message of the subscribed channels in order (bounded by RECEIVE_HWM).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import numbers
@@ -191,7 +192,7 @@ class Client:
         deadline = time.monotonic() + _milliseconds(timeout) / 1000.0
         while not self._engine_heard:
             remaining = deadline - time.monotonic()
-            if remaining <= 0.0 or not self._pub.poll(int(remaining * 1000)):
+            if not self._pub.poll(max(0, int(remaining * 1000))):  # 0 s: only what has come already
                 raise TimeoutError(f"no engine subscribed at {self.endpoints.inputs} within {timeout:g} s")
             self._engine_heard = self._pub.recv()[:1] == b"\x01"  # 1: subscribe (0: unsubscribe)
 
@@ -239,6 +240,9 @@ class Client:
             self._req.connect(self.endpoints.control)
         # Inputs sent before this request travel on another socket and could reach the engine after
         # it: a barrier behind them on their own socket tells the engine when all have come.
+        if self._sent and not self._engine_heard:  # an engine that subscribed after the first input
+            with contextlib.suppress(TimeoutError):
+                self.wait_for_engine(0.0)
         barrier = self._sent and self._engine_heard
         request = goggles_lcm.step_t()
         request.header = header(0, BARRIER_FOLLOWS if barrier else 0)
