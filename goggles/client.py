@@ -209,7 +209,6 @@ class Client:
         since a publisher drops what it sends before then: a one-shot command sent right after
         connecting would otherwise be lost, silently, about one time in two."""
         if not self._engine_heard and not self._sent:
-            self._sent = True
             try:
                 self.wait_for_engine(FIRST_SEND_WAIT_S)
             except TimeoutError:

@@ -360,7 +360,7 @@ def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
 
     channels, encodings, types = _summary_channels(path)
     schemas: dict[int, str] = {}
-    with_own_poses = {_own_poses(channels[i], encodings[i], types[i]) for i in channels}
+    with_own_poses = {_own_poses(channels[i], encodings[i], types[i]) for i in channels} - {None}
     damaged = orphans = 0
     with open(path, "rb") as f:
         reader = StreamReader(f, skip_magic=False, emit_chunks=True)
@@ -390,7 +390,7 @@ def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
                         channels[item.id] = item.topic
                         encodings[item.id] = item.message_encoding
                         types[item.id] = schemas.get(item.schema_id, types.get(item.id, ""))
-                        with_own_poses.add(_own_poses(item.topic, item.message_encoding, types[item.id]))
+                        with_own_poses |= {_own_poses(item.topic, item.message_encoding, types[item.id])} - {None}
                     elif isinstance(item, Message):
                         if encodings.get(item.channel_id) == "cdr":  # a ROS 2 recording
                             topic, type_name = channels[item.channel_id], types[item.channel_id]
