@@ -41,7 +41,8 @@ class ReplayResult:
     seconds: float
     """Wall time of the replay."""
     log_seconds: float
-    """Sim time the log covers."""
+    """Log time the replay covered, from its first message to its last (a logger's wall clock or sim
+    time: either way a duration)."""
     dropped: int = 0
     """Recorded messages that could not be used (undecodable, or a pose with a corrupt time stamp)."""
     error: str | None = None
@@ -110,11 +111,12 @@ def replay_file(
         os.environ.setdefault("GOGGLES_RENDER_THREADS", str(threads))
     engine = Engine(config, device=device, recorder=recorder, world=world, sinks=sinks)
     start = time.perf_counter()
-    last_time = [0.0]
+    span = [None, 0]  # log time (ns) of the first and of the last message read
 
     def messages():
         for item in read_log(path):
-            last_time[0] = item[0] * 1e-9
+            span[0] = item[0] if span[0] is None else span[0]
+            span[1] = item[0]
             yield item
 
     try:
@@ -134,7 +136,7 @@ def replay_file(
         poses,
         recorder.written if recorder else 0,
         time.perf_counter() - start,
-        last_time[0],
+        (span[1] - span[0]) * 1e-9,
         dropped=engine.inputs.counters.malformed,
     )
 
@@ -218,7 +220,7 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
                 time.sleep(delay)
         if progress is not None and time.perf_counter() - last_progress > 1.0:
             last_progress = time.perf_counter()
-            progress(t_ns * 1e-9)
+            progress((t_ns - t_first) * 1e-9)
     engine.run_events_before(engine.step + 1)
     pauses.close()
     restarts.close()
