@@ -253,7 +253,10 @@ class Client:
         if not self._req.poll(_milliseconds(timeout)):
             self._req.close(0)
             self._req = None
-            raise TimeoutError(f"no lockstep reply from {self.endpoints.control} within {timeout} s")
+            raise TimeoutError(
+                f"no lockstep reply from {self.endpoints.control} within {timeout:g} s: is goggles run --mode "
+                "lockstep running there?"
+            )
         reply = goggles_lcm.step_t.decode(self._req.recv())
         if reply.request_id != request.request_id:  # -1: the engine could not read the request
             raise ConnectionError(f"{self.endpoints.control} refused lockstep request {request.request_id}")

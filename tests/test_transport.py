@@ -143,6 +143,9 @@ def test_a_client_refuses_an_endless_wait_and_a_pose_its_message_cannot_hold():
             client.spawn("crate1", "crate", [0, 0])
         with pytest.raises(ConfigError, match="orientation must be 4 numbers"):
             client.send_pose("quad0", [0, 0, 0], "w x y z")
+        # What a tool prints in one line when no lockstep engine answers (it was a traceback).
+        with pytest.raises(TimeoutError, match="within 0.2 s: is goggles run --mode lockstep running there"):
+            client.step(1, timeout=0.2)
 
 
 def test_an_output_lcm_refuses_is_counted_and_the_bus_goes_on(caplog):

@@ -68,7 +68,7 @@ def main() -> int:
     args = parser.parse_args()
     try:
         return fly(args)
-    except GogglesError as exc:  # a bad endpoint: one line
+    except (GogglesError, TimeoutError, ConnectionError) as exc:  # a bad endpoint, no lockstep engine: one line
         parser.error(str(exc))
 
 

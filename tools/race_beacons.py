@@ -97,7 +97,7 @@ def main() -> int:
     args = parser.parse_args()
     try:
         return race(args)
-    except GogglesError as exc:  # a course file or an endpoint: one line
+    except (GogglesError, TimeoutError, ConnectionError) as exc:  # a course file, an endpoint, no engine: one line
         parser.error(str(exc))
 
 
