@@ -1006,3 +1006,27 @@ def test_a_numpy_action_from_the_action_space_steps_like_the_same_tensor():
         runs.append(observations["state"].clone())
         env.close()
     assert torch.equal(runs[0], runs[1])
+
+
+def test_the_tasks_are_gymnasium_ids_single_and_batched():
+    """``gymnasium.make`` and ``make_vec`` (the batched environment, not N copies of the single one),
+    with keyword arguments passed through; the same seed gives the same first observation either way."""
+    import gymnasium
+
+    single = gymnasium.make("goggles/Hover-v0", device="cpu")
+    assert isinstance(single.unwrapped, DroneEnv)
+    first, _ = single.reset(seed=3)
+    single.step(single.action_space.sample())
+    single.close()
+    batch = gymnasium.make_vec("goggles/Hover-v0", num_envs=4, device="cpu", control="velocity")
+    assert isinstance(batch, DroneVectorEnv) and batch.num_envs == 4 and batch.action_size == 4
+    observations, _ = batch.reset(seed=3)
+    np.testing.assert_array_equal(observations["state"][0].numpy(), first["state"])
+    batch.close()
+    depth = gymnasium.make_vec("goggles/DepthFlight-v0", num_envs=2, device="cpu")  # the arena, a depth camera
+    observations, _ = depth.reset(seed=0)
+    assert tuple(observations["depth"].shape) == (2, 48, 64) and float(observations["depth"].max()) > 0.0
+    depth.close()
+    race = gymnasium.make_vec("goggles/Race-v0", num_envs=2, device="cpu")
+    assert isinstance(race.task, RaceTask)
+    race.close()
