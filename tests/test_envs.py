@@ -856,6 +856,7 @@ def test_a_device_this_machine_lacks_is_a_clear_error():
         ("device", 0, "device 0: a Warp device name"),
         ("airframe", 5, "airframe 5: a preset name"),
         ("task", "hover", "task must be a task such as HoverTask()"),
+        ("task", HoverTask, "task must be a task object, such as HoverTask\\(\\), not the class HoverTask"),
         ("randomization", {"airframe": {}}, "randomization must be a Randomization or the path"),
         ("randomization", "/nowhere/dr.toml", "/nowhere/dr.toml: randomisation file not found"),
         ("range_sensor", "vl53l1x", "range_sensor 'vl53l1x': a preset \\(flightgoggles-altimeter, vl53l5cx\\)"),

@@ -626,6 +626,8 @@ _DOWN = wp.mat33(1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, -1.0)
 
 def _checked_task(task):
     """A task object: it has what the environment calls (``goggles.envs.tasks``)."""
+    if isinstance(task, type):
+        raise ConfigError(f"task must be a task object, such as {task.__name__}(), not the class {task.__name__}")
     if not all(callable(getattr(task, name, None)) for name in ("prepare", "time_limit", "begin", "score")):
         raise ConfigError(f"task must be a task such as HoverTask(), RaceTask() or DepthFlightTask(), got {task!r}")
     return task
