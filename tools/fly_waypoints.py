@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import numpy as np
 
@@ -53,6 +54,20 @@ def clearance_ahead(depth_image) -> float:
     return float(valid.min()) if valid.size else float("inf")
 
 
+def stepped(client, reply, state_channel: str, state, clearance: float):
+    """Lockstep: the state at the instant ``reply`` reached, and the clearance of the newest depth image
+    published before it, read in the engine's order from one stream. Each depth image comes before the
+    state of the next instant, so a run reads the same images at the same steps every time (a
+    ``latest`` read takes whichever image has arrived, and the flight differs from run to run)."""
+    while (item := client.receive(timeout=5.0)) is not None:
+        channel, message = item
+        if channel != state_channel:
+            clearance = clearance_ahead(message)
+        elif message.header.utime >= reply.header.utime:
+            return message, clearance
+    return state, clearance
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--waypoints", type=parse_waypoints, default=parse_waypoints("0,0,1.5;3,0,2;3,3,2;0,0,1"))
@@ -76,19 +91,23 @@ def fly(args) -> int:
     with Client(ZmqEndpoints(args.publish, args.inputs, args.control)) as client:
         state_channel = f"{args.vehicle}/state"
         depth_channel = f"{args.vehicle}/{args.camera}/depth"
-        for channel in (state_channel, depth_channel):
-            client.latest(channel, timeout=0.0)  # open the subscriptions
-        state = None
+        if args.lockstep:  # one stream, in the engine's order (see stepped)
+            client.subscribe(state_channel, depth_channel)
+            time.sleep(0.3)  # the subscription's join: a state published before it would be lost
+        else:
+            for channel in (state_channel, depth_channel):
+                client.latest(channel, timeout=0.0)  # open the subscriptions
+        state, clearance = None, float("inf")
         for _ in range(40):  # until the subscriptions have joined and a state has come through
-            if args.lockstep:
-                client.step(16)  # in lockstep nothing is published unless the clock moves
-            state = client.latest(state_channel, timeout=0.5)
+            if args.lockstep:  # in lockstep nothing is published unless the clock moves
+                state, clearance = stepped(client, client.step(16), state_channel, state, clearance)
+            else:
+                state = client.latest(state_channel, timeout=0.5)
             if state is not None:
                 break
         if state is None:
             print(f"no {state_channel} from the engine at {args.publish}", file=sys.stderr)
             return 1
-        clearance = float("inf")
         index = 0
         while index < len(args.waypoints):
             position = np.array(state.position)
@@ -105,7 +124,8 @@ def fly(args) -> int:
                 velocity_command(position, args.waypoints[index], args.max_speed, clearance),
             )
             if args.lockstep:
-                client.step(16)
+                state, clearance = stepped(client, client.step(16), state_channel, state, clearance)
+                continue
             depth = client.latest(depth_channel, timeout=0.0)
             if depth is not None:
                 clearance = clearance_ahead(depth)
