@@ -473,7 +473,7 @@ def test_echo_says_once_when_nothing_comes(monkeypatch, capsys):
     ever; after a few seconds of silence it says so once, on stderr, and keeps listening."""
     from goggles.cli import common, main
 
-    monkeypatch.setattr(common.Silence, "AFTER_S", 0.1)
+    monkeypatch.setattr(common.SilenceHint, "AFTER_S", 0.1)
     assert main(["echo", "quad9/imu", "--endpoint", "tcp://127.0.0.1:1", "--duration", "1.0"]) == 0
     out, err = capsys.readouterr()
     assert out == "" and err.count("nothing yet on 'quad9/imu' at tcp://127.0.0.1:1") == 1, err
@@ -485,7 +485,7 @@ def test_a_preview_with_no_engine_says_so_once(monkeypatch, capsys):
     from goggles.cli import common, main
     from tests.test_engine import free_port
 
-    monkeypatch.setattr(common.Silence, "AFTER_S", 0.1)
+    monkeypatch.setattr(common.SilenceHint, "AFTER_S", 0.1)
     argv = ["preview", "--endpoint", "tcp://127.0.0.1:1", "--port", str(free_port()), "--no-third-person"]
     assert main([*argv, "--duration", "1.5"]) == 0
     out, err = capsys.readouterr()

@@ -363,7 +363,7 @@ def telling_slow_steps(after_s: float = SLOW_STEP_S, again_s: float = SLOW_STEP_
         watcher.join()
 
 
-class Silence:
+class SilenceHint:
     """Says ``hint`` once, on stderr, when nothing has come for a few seconds: a channel nobody publishes
     and a goggles that is not running look alike from a listener, and a silent terminal explains neither."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from goggles.cli.common import Silence, at_least
+from goggles.cli.common import SilenceHint, at_least
 
 
 def add_parser(commands) -> None:
@@ -68,9 +68,9 @@ def cmd_echo(args) -> int:
     return 0
 
 
-def _echo_silence(channel: str, where: str) -> Silence:
+def _echo_silence(channel: str, where: str) -> SilenceHint:
     what = f"on {channel!r}" if channel else "on any channel"
-    return Silence(
-        f"goggles echo: nothing yet {what} at {where} after {Silence.AFTER_S:g} s: is goggles run running there, "
+    return SilenceHint(
+        f"goggles echo: nothing yet {what} at {where} after {SilenceHint.AFTER_S:g} s: is goggles run running there, "
         "and is the name right? (goggles echo with no channel prints every one)"
     )

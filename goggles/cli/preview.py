@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import Silence, floats, port, stop_on_signals
+from goggles.cli.common import SilenceHint, floats, port, stop_on_signals
 
 
 def add_parser(commands) -> None:
@@ -103,9 +103,9 @@ def cmd_preview(args) -> int:
     if args.duration is not None:
         threading.Timer(args.duration, stop.set).start()
     page = f"http://{args.host}:{args.port}/" + (f"?token={token}" if token else "")
-    silence = Silence(
+    silence = SilenceHint(
         f"goggles preview: no {args.vehicle}/{args.camera} images yet from {client.endpoints.publish} after "
-        f"{Silence.AFTER_S:g} s: is goggles run running there, and does that stereo camera publish rgb?"
+        f"{SilenceHint.AFTER_S:g} s: is goggles run running there, and does that stereo camera publish rgb?"
     )
     try:
         server.run(
