@@ -28,6 +28,12 @@ COMMAND_SIZE = {
 }
 
 
+#: Command values beyond this magnitude act as this magnitude: every controller saturates its motors long
+#: before (1e6 rad/s, N, m, m/s), and a finite value near float32's limit would otherwise overflow inside the
+#: controller's arithmetic (inf times a zero inertia term is NaN: no thrust at all instead of full thrust).
+COMMAND_LIMIT = 1e6
+
+
 def control_mode(value) -> ControlMode:
     """``value`` as a ControlMode: one, its number, or its name (any case)."""
     return member(ControlMode, value, "control mode")

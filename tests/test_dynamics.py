@@ -276,6 +276,34 @@ def test_velocity_and_attitude_controllers(device):
     np.testing.assert_allclose(sim.states().attitude[0], tilt, atol=0.01)
 
 
+def test_a_huge_finite_command_saturates_the_motors_instead_of_cutting_them(device):
+    """3e38 is a float32 a client may send; the controller's arithmetic once overflowed to NaN on it
+    (inf x a zero inertia term) and every rotor went to its minimum: the vehicle fell."""
+    hover = FG.mass * GRAVITY
+
+    def flown(mode, values, steps=96):
+        sim = quiet(device=device, floor_z=None)
+        sim.reset(position=[0, 0, 10], rotor_speed=FG.hover_speed)
+        sim.set_command(mode, values)
+        sim.step(steps)
+        return sim.states()
+
+    # A full roll-rate demand: the rotors of one side run up towards their maximum, the others down.
+    rolled = flown(ControlMode.RATES, [hover, 3e38, 0.0, 0.0], steps=48)
+    speeds = np.sort(rolled.rotor_speed[0])
+    assert speeds[2] > 0.9 * FG.max_speed and speeds[1] < 0.1 * FG.max_speed
+    assert rolled.rates[0, 0] > 5.0
+    # Climb at the largest speed: the controller's bounded vertical acceleration, not a fall.
+    for mode in (ControlMode.VELOCITY, ControlMode.POSITION):
+        climbed = flown(mode, [0.0, 0.0, 3e38, 0.0])
+        assert climbed.velocity[0, 2] > 0.5 * FG.max_vertical_acceleration * 96 * 1 / 960, mode.name
+    # A quaternion is a direction: (3e38, 3e38, 0, 0) is the 90 degree roll that (1, 1, 0, 0) is.
+    huge = flown(ControlMode.ATTITUDE, [hover, 3e38, 3e38, 0.0, 0.0])
+    unit = flown(ControlMode.ATTITUDE, [hover, 1.0, 1.0, 0.0, 0.0])
+    np.testing.assert_allclose(huge.attitude, unit.attitude, atol=1e-6)
+    assert abs(huge.rates[0, 0]) > 0.5
+
+
 def test_per_rotor_thrust_interface(device):
     sim = quiet(device=device, floor_z=None)
     sim.reset(position=[0, 0, 5], rotor_speed=FG.hover_speed)

@@ -10,11 +10,13 @@ Each controller turns a command (see ``ControlMode``) into rotor speed commands:
     * VELOCITY: [vx, vy, vz m/s, yaw rad] world frame.
     * POSITION: [x, y, z m, yaw rad] world frame.
 The geometric controllers read the true state (ground truth); rate mode reads the simulated IMU.
+Command values are taken within +-COMMAND_LIMIT (the attitude quaternion by its direction), so a huge
+finite command saturates the motors as a real controller would.
 """
 
 import warp as wp
 
-from goggles.control_modes import COMMAND_SIZE, ControlMode
+from goggles.control_modes import COMMAND_LIMIT, COMMAND_SIZE, ControlMode
 from goggles.dynamics.model import AirframeParams, SimSettings, vec6, vec8
 
 __all__ = ["COMMAND_SIZE", "ControlMode", "rotor_commands"]
@@ -25,6 +27,7 @@ ROTOR_THRUSTS = wp.constant(int(ControlMode.ROTOR_THRUSTS))
 RATES = wp.constant(int(ControlMode.RATES))
 ATTITUDE = wp.constant(int(ControlMode.ATTITUDE))
 POSITION = wp.constant(int(ControlMode.POSITION))
+LIMIT = wp.constant(COMMAND_LIMIT)
 
 
 @wp.func
@@ -122,12 +125,19 @@ def rotor_commands(
         return clamp_speeds(af, command)
     if mode == ROTOR_THRUSTS:
         return speeds_for_thrusts(af, command)
-    if mode == RATES:
-        return rate_control(af, command[0], wp.vec3(command[1], command[2], command[3]), y, dy, integral)
     if mode == ATTITUDE:
-        q_d = wp.normalize(wp.quat(command[2], command[3], command[4], command[1]))
-        return mix(af, command[0], attitude_moment(af, q, w, wp.quat_to_matrix(q_d)))
-    target = wp.vec3(command[0], command[1], command[2])
+        # By its direction: scaled by its largest component first, so no square overflows.
+        q_raw = wp.quat(command[2], command[3], command[4], command[1])
+        largest = wp.max(wp.max(wp.abs(q_raw[0]), wp.abs(q_raw[1])), wp.max(wp.abs(q_raw[2]), wp.abs(q_raw[3])))
+        q_d = wp.normalize(q_raw / largest)
+        thrust = wp.clamp(command[0], -LIMIT, LIMIT)
+        return mix(af, thrust, attitude_moment(af, q, w, wp.quat_to_matrix(q_d)))
+    c = vec8()
+    for k in range(8):
+        c[k] = wp.clamp(command[k], -LIMIT, LIMIT)
+    if mode == RATES:
+        return rate_control(af, c[0], wp.vec3(c[1], c[2], c[3]), y, dy, integral)
+    target = wp.vec3(c[0], c[1], c[2])
     if mode == POSITION:
-        return translation_control(af, settings, p, v, q, w, p - target, wp.vec3(0.0), command[3])
-    return translation_control(af, settings, p, v, q, w, wp.vec3(0.0), target, command[3])
+        return translation_control(af, settings, p, v, q, w, p - target, wp.vec3(0.0), c[3])
+    return translation_control(af, settings, p, v, q, w, wp.vec3(0.0), target, c[3])

@@ -365,7 +365,7 @@ class MultirotorSim:
         width = COMMAND_SIZE[mode] or self.airframe.num_rotors
         chosen = np.arange(self.num_vehicles) if vehicles is None else self._indices(vehicles)
         rows = _rows_of(values, len(chosen), width, f"{mode.name} command")
-        if mode == ControlMode.ATTITUDE and np.any(np.linalg.norm(rows[:, 1:5], axis=1) < 1e-6):
+        if mode == ControlMode.ATTITUDE and np.any(np.linalg.norm(rows[:, 1:5].astype(np.float64), axis=1) < 1e-6):
             raise ConfigError("ATTITUDE command quaternion (values 2-5, w x y z) must be non-zero")
         commands = np.zeros((len(chosen), MAX_ROTORS), np.float32)
         commands[:, :width] = rows
