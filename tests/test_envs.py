@@ -212,6 +212,56 @@ def test_same_step_autoreset_returns_the_new_episode_and_keeps_the_last_observat
     steady.close()
 
 
+def test_same_step_autoreset_keeps_the_ended_episodes_info_in_final_info():
+    """As Gymnasium's own vector environments do: the info of the episode that ended (here its
+    randomisation draw) in info["final_info"], the new episode's in info."""
+    task = HoverTask(target_radius=0.0, max_distance=0.3, episode_s=0.6)
+    randomization = Randomization.from_tables({"airframe": {"mass": {"uniform": [0.9, 1.1]}}})
+    env = DroneVectorEnv(
+        3, task=task, randomization=randomization, autoreset=gymnasium.vector.AutoresetMode.SAME_STEP, device="cpu"
+    )
+    _, info = env.reset(seed=4)
+    drawn = info["randomization"]["airframe.mass"].copy()
+    fall = torch.zeros(3, 4)
+    fall[0, 0] = -1.0
+    for _ in range(100):
+        _, _, terminated, _, info = env.step(fall)
+        if terminated[0]:
+            break
+    assert terminated[0] and info["_final_info"].tolist() == [True, False, False]
+    assert np.array_equal(info["final_info"]["randomization"]["airframe.mass"], drawn)
+    now = info["randomization"]["airframe.mass"]
+    assert now[0] != drawn[0] and np.array_equal(now[1:], drawn[1:])  # a new draw for the new episode only
+    assert env.sim.airframes[0].mass == pytest.approx(now[0] * env.nominal.mass)
+    env.close()
+
+
+def test_gymnasiums_numpy_wrappers_take_the_torch_environment_through_array_conversion():
+    """RecordEpisodeStatistics and the other NumPy-only vector wrappers work behind Gymnasium's
+    ArrayConversion (torch -> NumPy), as the README says: the episode's return is the sum of the
+    rewards the environment gave, and its length the number of its steps."""
+    pytest.importorskip("array_api_compat")
+    from gymnasium.wrappers.vector import ArrayConversion, RecordEpisodeStatistics
+
+    task = HoverTask(target_radius=0.0, max_distance=0.3, episode_s=0.6)
+    env = RecordEpisodeStatistics(ArrayConversion(DroneVectorEnv(2, task=task, device="cpu"), torch, np))
+    observations, _ = env.reset(seed=4)
+    assert isinstance(observations["state"], np.ndarray)
+    fall = np.zeros((2, 4), np.float32)
+    fall[0, 0] = -1.0
+    returns, steps = 0.0, 0
+    for _ in range(100):
+        _, reward, terminated, _, info = env.step(fall)
+        assert isinstance(reward, np.ndarray)
+        returns += float(reward[0])
+        steps += 1
+        if terminated[0]:
+            break
+    assert info["_episode"].tolist() == [True, False]
+    assert info["episode"]["l"][0] == steps and info["episode"]["r"][0] == pytest.approx(returns, rel=1e-6)
+    env.close()
+
+
 @pytest.mark.parametrize("mask_kind", ["numpy", "torch"])
 def test_autoreset_disabled_leaves_an_ended_episode_to_the_callers_reset_mask(device, arena, mask_kind):
     """Disabled autoreset (Gymnasium's reset_mask): environment 0 ends and keeps falling, step after

@@ -112,8 +112,10 @@ class DroneVectorEnv(VectorEnv):
         autoreset: ``AutoresetMode.NEXT_STEP`` (default), ``AutoresetMode.SAME_STEP`` (the reset
             observation returned with the done flags; the ended episodes' last observations in
             ``info["final_obs"]``, a dict like the observation, and which in ``info["_final_obs"]``;
-            with a camera, that step renders twice) or ``AutoresetMode.DISABLED`` (an ended episode
-            goes on until ``reset(options={"reset_mask": mask})`` starts it anew).
+            their info (the ended episodes' randomisation) in ``info["final_info"]``, as Gymnasium's
+            own vector environments give it; with a camera, that step renders twice) or
+            ``AutoresetMode.DISABLED`` (an ended episode goes on until ``reset(options={"reset_mask": mask})``
+            starts it anew).
         seed: default seed (``reset(seed=)`` replaces it).
         first_env: index of the first environment in the random streams: a slice of a larger batch
             (another process, another machine) replays exactly that slice.
@@ -283,14 +285,21 @@ class DroneVectorEnv(VectorEnv):
         info = self._info()
         reward, terminated, truncated = self._outputs
         if self._final is not None:  # same-step: keep the last observations, then start anew now
+            final_info = info
             self._streams.caller_waits_for_warp()
+            ended = terminated | truncated
             for name, value in self._observations.items():
                 self._final[name].copy_(value)
             self._streams.warp_waits_for_caller()
             self._start_episodes(self._resetting())
             self.episodes.mask.zero_()
             self._observe_recorded(key=self._scene_key)
-            info = self._info() | {"final_obs": self._final, "_final_obs": terminated | truncated}
+            info = self._info() | {
+                "final_obs": self._final,
+                "_final_obs": ended,
+                "final_info": final_info,
+                "_final_info": ended,
+            }
         self._streams.caller_waits_for_warp()
         return self._observations, reward, terminated, truncated, info
 
