@@ -429,19 +429,26 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
     T_BC[:3, :3] = quat_to_matrix(quat_from_euler(roll, pitch, yaw)) @ R_BODY_OPTICAL
     T_BC[:3, 3] = r.vector("position", 3, [0.0, 0.0, 0.0])
     baseline = r.get("baseline")
+    rate = _divides(r, "rate", r.number("rate", 30.0, positive=True), physics_rate)
+    # A sensor exposes a row at most once per frame and reads one frame at a time: neither time can
+    # exceed the frame period (and the poses between are extrapolated along the motion, sound over a frame).
+    timing = {}
+    for key in ("exposure_s", "readout_s"):
+        timing[key] = r.number(key, 0.0, minimum=0.0, unit="s")
+        if timing[key] > 1.0 / rate:
+            raise r.error(key, f"at most the frame period, 1 / rate = {1.0 / rate:.6g} s")
     return CameraConfig(
         vehicle=vehicle,
         name=_name(r),
         model=model,
         T_BC=T_BC,
         baseline=None if baseline is None else r.number("baseline", positive=True),
-        rate=_divides(r, "rate", r.number("rate", 30.0, positive=True), physics_rate),
+        rate=rate,
         outputs=tuple(outputs),
         depth_model=_depth_model(r),
         noise_model=_noise_model(r),
-        exposure_s=r.number("exposure_s", 0.0, minimum=0.0, unit="s"),
         blur_subframes=r.integer("blur_subframes", 8, low=1, high=256),
-        readout_s=r.number("readout_s", 0.0, minimum=0.0, unit="s"),
+        **timing,
     )
 
 

@@ -54,6 +54,14 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
             "[run]: 'extrapolate' must be a finite number >= 0 (s)",
         ),
         (["run", variant("depth.toml", "max_depth = 50.0", "max_depth = 0.1")], "'max_depth' must be greater than"),
+        (
+            ["run", variant("shutter.toml", "# exposure_s = 0.004", "exposure_s = 0.05"), "--duration", "0.1"],
+            "'exposure_s' must be at most the frame period, 1 / rate = 0.0333333 s, got 0.05",
+        ),
+        (
+            ["run", variant("readout.toml", "# readout_s = 0.02", "readout_s = 1e30"), "--duration", "0.1", "--no-lcm"],
+            "'readout_s' must be at most",
+        ),
         (["render", "--pose=1e39,0,1.5,1,0,0,0", "--out", out], "pose '1e39,0,1.5,1,0,0,0' must be seven finite"),
         (["render", "--baseline=1e39", "--out", out], "--baseline: must be a positive number no larger than 3.4e38"),
         (["fly", "--duration", "1", "--imu-rate", "1e30", "--out", str(tmp / "i.csv")], "IMU rate 1e+30 Hz must"),
