@@ -364,6 +364,18 @@ def _vehicle(path, base: Path, index: int, table, physics_rate: float) -> Vehicl
     )
 
 
+def check_simulated_starts(config: RunConfig) -> None:
+    """A simulated vehicle starts on or above its floor (live and replayed ones have no floor, and the
+    command line may change the mode after the file is read)."""
+    where = f"{config.source}: " if config.source is not None else ""
+    for v in config.vehicles:
+        if v.start[2] < v.floor_z:
+            raise ConfigError(
+                f"{where}[[vehicle]] {v.name!r}: 'start' z {v.start[2]:g} m is below its "
+                f"'floor_z' {v.floor_z:g} m, the floor it is simulated over"
+            )
+
+
 def _airframe_preset(r: Table, base: Path) -> str:
     """A preset's name, or its TOML file's path made absolute from the run file's folder (the file
     need not exist here: a recording's or a live run's airframe is only drawn)."""

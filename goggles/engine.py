@@ -31,7 +31,7 @@ import numpy as np
 import goggles_lcm
 from goggles.cameras import Camera, CameraGroup, camera_groups
 from goggles.clock import ClockMode, PacedClock, ScaleMeter
-from goggles.config import RangeSensorConfig, RunConfig
+from goggles.config import RangeSensorConfig, RunConfig, check_simulated_starts
 from goggles.dynamics import ControlMode
 from goggles.host_copies import COPIES
 from goggles.inputs import InputHandler
@@ -100,6 +100,9 @@ class Engine:
         self.rates = RateLog()
         self._status = status
         self._barrier_missed = False
+        simulate = self.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
+        if simulate:
+            check_simulated_starts(config)
         if world is None:
             built = build_run_world(config, device)
         else:  # another run's world, in the same scene and course (a dataset worker keeps it)
@@ -116,7 +119,6 @@ class Engine:
             build_interval=BUILD_INTERVAL_S * real_time,
         )
         self.props = Props(self.crowd, self.built)
-        simulate = self.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
         self.physics_world = self.world
         if physics_device is not None and not simulate:
             log.warning("the physics device is not used: %s mode simulates no vehicle", self.mode.name.lower())

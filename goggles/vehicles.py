@@ -155,7 +155,7 @@ def make_vehicles(
         sim.reset(
             position=[v.start[:3] for v in members],
             attitude=[_heading(v.start[3]) for v in members],
-            rotor_speed=[[airframe.hover_speed if v.start[2] > 0.0 else 0.0] * N for v in members],
+            rotor_speed=[[airframe.hover_speed if v.start[2] > floor_z else 0.0] * N for v in members],
         )
         sim.set_command(ControlMode.POSITION, [v.route[0] if v.route else v.start for v in members])
         fleet = Fleet(sim, [])

@@ -55,6 +55,10 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         ),
         (["run", variant("depth.toml", "max_depth = 50.0", "max_depth = 0.1")], "'max_depth' must be greater than"),
         (
+            ["run", variant("floor.toml", "floor_z = 0.1", "floor_z = 5.0"), "--duration", "0.1", "--no-lcm"],
+            "floor.toml: [[vehicle]] 'quad0': 'start' z 0.1 m is below its 'floor_z' 5 m",
+        ),
+        (
             ["run", variant("shutter.toml", "# exposure_s = 0.004", "exposure_s = 0.05"), "--duration", "0.1"],
             "'exposure_s' must be at most the frame period, 1 / rate = 0.0333333 s, got 0.05",
         ),

@@ -695,6 +695,21 @@ def test_a_swarm_of_one_airframe_flies_in_one_simulator(device):
     assert runs["swarm"]["quad2"][-1][1][2] > runs["swarm"]["quad1"][-1][1][2] + 0.3
 
 
+def test_a_vehicle_on_a_raised_pad_starts_at_rest_and_one_above_it_hovering():
+    """The demo's quad starts on its 0.1 m landing pad (floor_z 0.1): at rest there, its rotors still,
+    as on the ground; one 2 m above the same floor starts hovering. Before, any start above z = 0
+    started the rotors at hover speed, the one on the pad too."""
+    config = run_config(mode="lockstep", route=False, start=[0, 0, 0.1, 0], floor_z=0.1)
+    above = dataclasses.replace(config.vehicles[0], name="quad1", start=(3.0, 0.0, 2.0, 0.0))
+    engine = Engine(dataclasses.replace(config, vehicles=(config.vehicles[0], above), zmq=None), device="cpu")
+    try:
+        states = engine.fleets[0].sim.states()
+        assert np.all(states.rotor_speed[0] == 0.0)
+        assert np.allclose(states.rotor_speed[1], engine.fleets[0].sim.airframe.hover_speed)
+    finally:
+        engine.close()
+
+
 def test_a_command_reaches_only_its_vehicle(device):
     from goggles.dynamics import MultirotorSim, load_airframe
 
