@@ -112,7 +112,11 @@ def test_single_mesh_path_is_a_scene(tmp_path):
         ('[scene]\nfoo = 1\n[[asset]]\nfile = "box.stl"\nunits = "m"\nup = "+z"\n', r"\[scene\]: unknown key 'foo'"),
         ("[scene]\nname = 'x'\n", r"at least one \[\[asset\]\]"),
         ("[[asset]\n", "not valid TOML"),
-        ('[[asset]]\nfile = "nothere.obj"\nunits = "m"\nup = "+z"\n', "nothere.obj: mesh file not found"),
+        (
+            '[[asset]]\nfile = "nothere.obj"\nunits = "m"\nup = "+z"\n',
+            r"bad.toml: \[\[asset\]\] #1: 'file' 'nothere.obj': mesh file not found \(.*nothere.obj\)",
+        ),
+        ('[[asset]]\nfile = 5\nunits = "m"\nup = "+z"\n', r"bad.toml: \[\[asset\]\] #1: 'file' must be a non-empty"),
         ('[[asset]]\nfile = "empty.glb"\nunits = "m"\nup = "+z"\n', r"empty.glb: is empty \(0 bytes\)"),
     ],
 )
@@ -122,7 +126,7 @@ def test_bad_scene_files_name_file_and_key(tmp_path, toml, message):
     path = write(tmp_path / "bad.toml", toml)
     with pytest.raises(SceneError, match=message) as error:
         load_static_scene(path)
-    assert any(name in str(error.value) for name in ("bad.toml", "nothere.obj", "empty.glb"))
+    assert any(name in str(error.value) for name in ("bad.toml", "empty.glb"))
 
 
 def test_missing_texture_is_named(tmp_path, shared):

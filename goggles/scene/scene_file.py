@@ -105,7 +105,9 @@ def _asset(path: Path, index: int, entry: dict) -> AssetSpec:
     for key in ("file", "units", "up"):
         if key not in entry:
             raise SceneError(f"{path}: {where}: missing key {key!r} (units and up axis are never guessed)")
-    file = path.parent / str(entry["file"])
+    file = path.parent / table.text("file")
+    if not file.is_file():
+        raise SceneError(f"{path}: {where}: 'file' {entry['file']!r}: mesh file not found ({file.resolve()})")
     table.where = where = f"{where} ({entry['file']})"
     units, up = table.choice("units", UNITS_M), table.choice("up", UP_AXES)
     position = table.vector("position", 3, [0.0, 0.0, 0.0], unit="m")
@@ -121,7 +123,7 @@ def _asset(path: Path, index: int, entry: dict) -> AssetSpec:
     scale = table.number("scale", 1.0, positive=True)
     segmentation = table.integer("segmentation", 1, low=1, high=2**31 - 1, meaning="a class id")
     return AssetSpec(
-        table.text("name", Path(str(entry["file"])).stem),
+        table.text("name", file.stem),
         file,
         units,
         up,
