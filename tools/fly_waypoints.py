@@ -93,7 +93,7 @@ def fly(args) -> int:
         depth_channel = f"{args.vehicle}/{args.camera}/depth"
         if args.lockstep:  # one stream, in the engine's order (see stepped)
             client.subscribe(state_channel, depth_channel)
-            time.sleep(0.3)  # the subscription's join: a state published before it would be lost
+            time.sleep(1.0)  # the subscription's join (slow on a loaded machine): a state before it is lost
         else:
             for channel in (state_channel, depth_channel):
                 client.latest(channel, timeout=0.0)  # open the subscriptions

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import cv2
 import numpy as np
@@ -101,6 +102,24 @@ def main() -> int:
         parser.error(str(exc))
 
 
+def readings(client, reply, state_channel: str, depth_channel: str):
+    """Lockstep: the messages up to the state at the instant ``reply`` reached, in the engine's order
+    from one stream (IMU samples and beacon detections as they were measured: each fix lands between
+    the right samples), then that state, and the newest depth image among them. A run reads the same
+    messages at the same steps every time, where ``latest`` reads take whichever has arrived. No state
+    within 5 s (a subscription still joining): None for it."""
+    events, depth = [], None
+    while (item := client.receive(timeout=5.0)) is not None:
+        channel, message = item
+        if channel == depth_channel:
+            depth = message
+        elif channel != state_channel:
+            events.append(item)
+        elif message.header.utime >= reply.header.utime:
+            return events, message, depth
+    return events, None, depth
+
+
 def race(args) -> int:
     if args.log:
         writable_file(args.log, "--log")
@@ -110,17 +129,26 @@ def race(args) -> int:
     T_BC[:3, :3] = R_BODY_OPTICAL
     T_BC[:3, 3] = args.camera_position
     v, cam = args.vehicle, args.camera
+    imu_channel, state_channel = f"{v}/imu", f"{v}/state"
+    beacons_channel, depth_channel = f"{v}/{cam}/beacons", f"{v}/{cam}/depth"
     with Client(ZmqEndpoints(args.publish, args.inputs, args.control)) as client:
-        client.subscribe(f"{v}/imu")
-        for channel in (f"{v}/{cam}/beacons", f"{v}/{cam}/depth", f"{v}/state"):
-            client.latest(channel, timeout=0.0)
-        depth = None
-        for _ in range(100):  # until the subscriptions joined; the first depth image gives the intrinsics
-            if args.lockstep:
-                client.step(32)
-            depth = client.latest(f"{v}/{cam}/depth", timeout=0.5)
-            if depth is not None:
-                break
+        depth, events = None, []
+        if args.lockstep:  # one stream, in the engine's order (see readings)
+            client.subscribe(imu_channel, beacons_channel, depth_channel, state_channel)
+            time.sleep(1.0)  # the subscription's join (slow on a loaded machine): what comes before it is lost
+            for _ in range(100):  # until the first depth image (it gives the intrinsics) has come through
+                more, _, depth = readings(client, client.step(32), state_channel, depth_channel)
+                events += more
+                if depth is not None:
+                    break
+        else:
+            client.subscribe(imu_channel)
+            for channel in (beacons_channel, state_channel):
+                client.latest(channel, timeout=0.0)  # open the subscriptions
+            for _ in range(100):
+                depth = client.latest(depth_channel, timeout=0.5)
+                if depth is not None:
+                    break
         if depth is None:
             print("no camera image from the engine", file=sys.stderr)
             return 1
@@ -130,23 +158,32 @@ def race(args) -> int:
         log, index, last_imu, last_beacons, crashed = [], 0, None, -1, False
         t = 0.0
         while index < len(waypoints) and t < args.timeout and not crashed:
-            # IMU samples in order (strapdown), then the newest beacon detections (PnP fix).
-            while (item := client.receive(timeout=0.0 if args.lockstep else 0.005)) is not None:
-                sample = item[1]
-                if last_imu is not None:
-                    estimate.imu(
-                        np.array(sample.linear_acceleration),
-                        np.array(sample.angular_velocity),
-                        (sample.header.utime - last_imu) * 1e-6,
-                    )
-                last_imu = sample.header.utime
-            beacons = client.latest(f"{v}/{cam}/beacons", timeout=0.0)
+            # IMU samples in order (strapdown) and beacon detections (PnP fixes): in lockstep each as it
+            # came; running free, the samples that have arrived, then the newest detections.
+            if not args.lockstep:
+                while (item := client.receive(timeout=0.005)) is not None:
+                    events.append(item)
+                beacons = client.latest(beacons_channel, timeout=0.0)
+                if beacons is not None:
+                    events.append((beacons_channel, beacons))
             gate = course.gates[min(index // 3, len(course.gates) - 1)]
-            if beacons is not None and beacons.header.utime != last_beacons:
-                last_beacons = beacons.header.utime
-                fix = gate_fix(zip(beacons.ids, beacons.u, beacons.v), gate, K, distortion, T_BC)
-                if fix is not None:
-                    estimate.fix(beacons.header.utime * 1e-6, *fix)
+            # In the order they were measured: an IMU FIFO delivers its samples after the frame of their time.
+            events.sort(key=lambda item: (item[1].header.utime, item[0] != imu_channel))
+            for channel, message in events:
+                if channel == imu_channel:
+                    if last_imu is not None:
+                        estimate.imu(
+                            np.array(message.linear_acceleration),
+                            np.array(message.angular_velocity),
+                            (message.header.utime - last_imu) * 1e-6,
+                        )
+                    last_imu = message.header.utime
+                elif message.header.utime != last_beacons:
+                    last_beacons = message.header.utime
+                    fix = gate_fix(zip(message.ids, message.u, message.v), gate, K, distortion, T_BC)
+                    if fix is not None:
+                        estimate.fix(message.header.utime * 1e-6, *fix)
+            events = []
             target = waypoints[index][:3]
             error = target - estimate.p
             if np.linalg.norm(error) < 0.35:
@@ -159,9 +196,12 @@ def race(args) -> int:
             look = gate.T_WG[:3, 3] - estimate.p
             yaw = float(np.arctan2(look[1], look[0])) if index % 3 == 0 else gate.yaw
             client.send_command(v, ControlMode.VELOCITY, [*velocity, yaw])
-            if args.lockstep:
-                client.step(16)  # 60 Hz control: one state message per step request
-            state = client.latest(f"{v}/state", timeout=1.0 if args.lockstep else 0.0)
+            if args.lockstep:  # 60 Hz control
+                events, state, _ = readings(client, client.step(16), state_channel, depth_channel)
+                if state is None:
+                    raise TimeoutError(f"no {state_channel} from the engine within 5 s of a lockstep step")
+            else:
+                state = client.latest(state_channel, timeout=0.0)
             if state is not None:
                 t = state.header.utime * 1e-6
                 crashed = bool(state.crashed)
