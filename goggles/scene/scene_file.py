@@ -106,8 +106,7 @@ def _asset(path: Path, index: int, entry: dict) -> AssetSpec:
         if key not in entry:
             raise SceneError(f"{path}: {where}: missing key {key!r} (units and up axis are never guessed)")
     file = path.parent / table.text("file")
-    if not file.is_file():
-        raise SceneError(f"{path}: {where}: 'file' {entry['file']!r}: mesh file not found ({file.resolve()})")
+    numbered = where
     table.where = where = f"{where} ({entry['file']})"
     units, up = table.choice("units", UNITS_M), table.choice("up", UP_AXES)
     position = table.vector("position", 3, [0.0, 0.0, 0.0], unit="m")
@@ -122,8 +121,11 @@ def _asset(path: Path, index: int, entry: dict) -> AssetSpec:
             raise SceneError(f"{path}: {where}: 'orientation' must be a non-zero quaternion [w, x, y, z]")
     scale = table.number("scale", 1.0, positive=True)
     segmentation = table.integer("segmentation", 1, low=1, high=2**31 - 1, meaning="a class id")
+    name = table.text("name", file.stem)
+    if not file.is_file():  # after the keys: a typo is named before the file it may have caused
+        raise SceneError(f"{path}: {numbered}: 'file' {entry['file']!r}: mesh file not found ({file.resolve()})")
     return AssetSpec(
-        table.text("name", file.stem),
+        name,
         file,
         units,
         up,
