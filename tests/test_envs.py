@@ -27,6 +27,15 @@ def arena():
     return load_static_scene(default_scene())
 
 
+def _step_until_environment_0_ends(env, actions, limit: int):
+    """Step ``actions`` until environment 0's episode ends or ``limit`` steps have gone: the last step's outputs."""
+    for _ in range(limit):
+        outputs = env.step(actions)
+        if outputs[2][0]:
+            break
+    return outputs
+
+
 def test_single_view_passes_gymnasiums_env_checker(arena):
     from gymnasium.utils.env_checker import check_env
 
@@ -224,10 +233,7 @@ def test_same_step_autoreset_keeps_the_ended_episodes_info_in_final_info():
     drawn = info["randomization"]["airframe.mass"].copy()
     fall = torch.zeros(3, 4)
     fall[0, 0] = -1.0
-    for _ in range(100):
-        _, _, terminated, _, info = env.step(fall)
-        if terminated[0]:
-            break
+    _, _, terminated, _, info = _step_until_environment_0_ends(env, fall, 100)
     assert terminated[0] and info["_final_info"].tolist() == [True, False, False]
     assert np.array_equal(info["final_info"]["randomization"]["airframe.mass"], drawn)
     now = info["randomization"]["airframe.mass"]
@@ -314,10 +320,7 @@ def test_a_reset_mask_leaves_the_others_pending_next_step_autoreset():
     env.reset(seed=4)
     fall = torch.zeros(3, 4)
     fall[0, 0] = -1.0
-    for _ in range(200):
-        observations, reward, terminated, truncated, _ = env.step(fall)
-        if terminated[0]:
-            break
+    observations, reward, terminated, truncated, _ = _step_until_environment_0_ends(env, fall, 200)
     assert terminated[0]
     env.reset(options={"reset_mask": np.array([False, True, False])})
     observations, reward, terminated, truncated, _ = env.step(fall)
