@@ -2,6 +2,7 @@
 
     with Client() as client:
         client.subscribe("quad0/imu")                  # an in-order stream: client.receive()
+        client.wait_for_subscriptions()                # from here on, nothing published is lost
         depth = client.latest("quad0/stereo_left/depth")  # the newest frame of one channel
         client.send_command("quad0", ControlMode.POSITION, [1, 0, 2, 0])
         client.step(32)                                # lockstep mode: advance 32 physics steps
@@ -11,7 +12,8 @@ what it sends before then), and closing leaves queued ones a second to go out.
 
 ``latest(channel)`` reads a socket of its own with ZMQ_CONFLATE, which keeps only the newest frame:
 a slow client gets the latest frame, never an ever-growing queue or a stale one. ``receive()`` gives
-every message of the subscribed channels in order (bounded by RECEIVE_HWM).
+every message of the subscribed channels in order (bounded by RECEIVE_HWM), from the moment the
+subscription has joined: ``wait_for_subscriptions`` says when.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import logging
 import numbers
 import secrets
 import time
+from collections import deque
 
 import numpy as np
 
@@ -29,7 +32,15 @@ import goggles_lcm
 from goggles.checks import is_whole
 from goggles.control_modes import ControlMode, control_mode
 from goggles.errors import ConfigError
-from goggles.transport.buses import BARRIER_FOLLOWS, LOCKSTEP_BARRIER, ZmqEndpoints, connect, frame, split_frame
+from goggles.transport.buses import (
+    BARRIER_FOLLOWS,
+    LOCKSTEP_BARRIER,
+    SUBSCRIBED,
+    ZmqEndpoints,
+    connect,
+    frame,
+    split_frame,
+)
 from goggles.transport.messages import scene_edit_message
 from goggles.transport.schema import MAX_STEPS, Encoding, decode_any, header
 
@@ -85,6 +96,7 @@ class Client:
         self._sub = self._socket(zmq.SUB)
         self._sub.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
         self._sub.setsockopt(zmq.LINGER, 0)
+        self._early: deque = deque()  # messages that came while ``wait_for_subscriptions`` waited
         self._req = None
         self._latest: dict[str, object] = {}
         # XPUB: a PUB that also hears the engine's subscription, so ``wait_for_engine`` knows when a
@@ -115,16 +127,50 @@ class Client:
         self.close()
 
     def subscribe(self, *channels: str) -> None:
-        """Receive these channels (prefix match, as ZeroMQ topics); none given: everything."""
+        """Receive these channels (prefix match, as ZeroMQ topics); none given: everything. The engine
+        drops, unseen, what it publishes before a subscription has joined: see ``wait_for_subscriptions``."""
         for channel in channels or ("",):
             self._sub.setsockopt(self._zmq.SUBSCRIBE, channel.encode())
 
+    def wait_for_subscriptions(self, timeout: float = 5.0) -> None:
+        """Return once the engine has every subscription made so far, so that all it publishes from then
+        on arrives (a lockstep client's first frame, say); TimeoutError if no engine answers at the
+        publish endpoint within ``timeout`` s. Messages that come meanwhile wait for ``receive``.
+
+        It subscribes to a topic of this call's own (``SUBSCRIBED``), which the engine answers: ZeroMQ
+        applies one socket's subscriptions in order, so the channels subscribed before are in place.
+        """
+        answer = f"{SUBSCRIBED}{secrets.token_hex(8)}".encode()
+        deadline = time.monotonic() + _milliseconds(timeout) / 1000.0
+        self._sub.setsockopt(self._zmq.SUBSCRIBE, answer)
+        try:
+            while True:
+                remaining = max(0, int((deadline - time.monotonic()) * 1000))
+                if not self._sub.poll(remaining):
+                    raise TimeoutError(
+                        f"no engine answered at {self.endpoints.publish} within {timeout:g} s: is goggles run "
+                        "running there?"
+                    )
+                frames = self._sub.recv_multipart()
+                if frames == [answer + b"\0"]:
+                    return
+                self._early.append(frames)
+        finally:
+            self._sub.setsockopt(self._zmq.UNSUBSCRIBE, answer)
+
     def receive(self, timeout: float = 1.0):
         """The next message in arrival order as (channel, decoded message), or None after ``timeout`` s."""
-        if not self._sub.poll(_milliseconds(timeout)):
-            return None
-        channel, data = split_frame(self._sub.recv_multipart(copy=False))
-        return channel, decode_any(data)
+        deadline = time.monotonic() + _milliseconds(timeout) / 1000.0
+        while True:
+            if self._early:
+                frames = self._early.popleft()
+            elif self._sub.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+                frames = self._sub.recv_multipart(copy=False)
+            else:
+                return None
+            channel, data = split_frame(frames)
+            if not channel.startswith(SUBSCRIBED):  # an answer to a subscription (another client's)
+                return channel, decode_any(data)
 
     def latest(self, channel: str, timeout: float = 1.0):
         """The newest message of exactly ``channel`` (decoded), or None if none came within ``timeout`` s.

@@ -118,7 +118,6 @@ Frame Time: 0.25
 def test_run_file_avatar_plays_a_bvh_clip_in_sim_time(tmp_path):
     """A person from a BVH clip, 4 m in front of the camera, waving: lockstep renders are
     deterministic and the arm's pixels change with sim time."""
-    import time
 
     from goggles.client import Client, image_array
     from goggles.scene.avatar import HUMAN_CLASS
@@ -164,7 +163,7 @@ def test_run_file_avatar_plays_a_bvh_clip_in_sim_time(tmp_path):
     running = Running(config)
     client = Client(endpoints(config))
     client.subscribe("quad0/front/segmentation")
-    time.sleep(0.3)
+    client.wait_for_subscriptions(30.0)
     frames = []
     for _ in range(30):  # one second of sim time, a frame every 32 steps
         client.step(32)

@@ -148,7 +148,7 @@ def _lockstep_flight(device):
     running = Running(config, device=device)
     client = Client(endpoints(config))
     client.subscribe("quad0/stereo_left/depth", "quad0/state")
-    time.sleep(0.3)  # PUB/SUB join
+    client.wait_for_subscriptions(30.0)  # the engine has them: the frame of step 0 comes
     depths, states = [], []
     for k in range(12):
         client.send_command("quad0", ControlMode.POSITION, [0.5 * k, 0.2, 1.0 + 0.1 * k, 0.0])
@@ -177,6 +177,33 @@ def test_lockstep_is_deterministic(device):
     assert [d.data for d in first_depths] == [d.data for d in second_depths]
     assert [s.position for s in first_states] == [s.position for s in second_states]
     assert first_states[-1].position[2] > 0.3  # it took off on the commands
+
+
+def test_a_subscription_that_waits_is_in_place_when_it_returns_and_others_never_see_its_answer():
+    with Client(ZmqEndpoints(*(f"tcp://127.0.0.1:{free_port()}" for _ in range(3)))) as lonely:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match="no engine answered at tcp://127.0.0.1:"):
+            lonely.wait_for_subscriptions(0.2)
+        assert time.monotonic() - start < 10.0
+    config = run_config(mode="lockstep", route=False)
+    running = Running(config)
+    everything, client = Client(endpoints(config)), Client(endpoints(config))
+    everything.subscribe()  # every channel: the other client's answers pass this topic filter
+    everything.wait_for_subscriptions(30.0)
+    client.subscribe("quad0/state")
+    for _ in range(3):  # answered each time, on a topic of its own
+        client.wait_for_subscriptions(30.0)
+    client.step(16)  # the lockstep engine publishes nothing before: the state of step 0 comes first
+    assert [client.receive(timeout=10.0)[1].header.utime for _ in range(2)] == [0, round(16 / 960 * 1e6)]
+    heard = []
+    while (item := everything.receive(timeout=0.5)) is not None:
+        heard.append(item[0])
+    running.stop.set()
+    running.finish()
+    client.close()
+    everything.close()
+    assert heard and not [channel for channel in heard if channel.startswith("subscribed/")]
+    assert "quad0/state" in heard and "clock" in heard
 
 
 @pytest.mark.parametrize("engine_first", [True, False])
@@ -363,7 +390,7 @@ def test_live_mode_renders_from_poses_on_the_bus(device):
     running = Running(config, duration=4.0, device=device)
     client = Client(endpoints(config))
     client.subscribe("quad0/front/depth")
-    time.sleep(0.5)
+    client.wait_for_subscriptions(30.0)
     sent = {}
     matched = []
     for k in range(40):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import numpy as np
 
@@ -24,6 +23,10 @@ from goggles.client import Client, image_array
 from goggles.dynamics import ControlMode
 from goggles.errors import GogglesError
 from goggles.transport.buses import ZmqEndpoints
+
+#: How long to wait for an engine to answer at the publish endpoint (one still starting up answers once
+#: it runs).
+ENGINE_WAIT_S = 30.0
 
 
 def parse_waypoints(text: str) -> list[np.ndarray]:
@@ -93,12 +96,13 @@ def fly(args) -> int:
         depth_channel = f"{args.vehicle}/{args.camera}/depth"
         if args.lockstep:  # one stream, in the engine's order (see stepped)
             client.subscribe(state_channel, depth_channel)
-            time.sleep(1.0)  # the subscription's join (slow on a loaded machine): a state before it is lost
+            client.wait_for_subscriptions(ENGINE_WAIT_S)  # from here on nothing published is lost
         else:
+            client.wait_for_subscriptions(ENGINE_WAIT_S)  # an engine answers there
             for channel in (state_channel, depth_channel):
                 client.latest(channel, timeout=0.0)  # open the subscriptions
         state, clearance = None, float("inf")
-        for _ in range(40):  # until the subscriptions have joined and a state has come through
+        for _ in range(40):  # until a state has come through (``latest``'s own sockets are still joining)
             if args.lockstep:  # in lockstep nothing is published unless the clock moves
                 state, clearance = stepped(client, client.step(16), state_channel, state, clearance)
             else:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import cv2
 import numpy as np
@@ -32,6 +31,10 @@ from goggles.paths import default_course, writable_file
 from goggles.race import course_waypoints
 from goggles.scene.gates import load_course
 from goggles.transport.buses import ZmqEndpoints
+
+#: How long to wait for an engine to answer at the publish endpoint (one still starting up answers once
+#: it runs).
+ENGINE_WAIT_S = 30.0
 
 
 class Estimator:
@@ -107,7 +110,7 @@ def readings(client, reply, state_channel: str, depth_channel: str):
     from one stream (IMU samples and beacon detections as they were measured: each fix lands between
     the right samples), then that state, and the newest depth image among them. A run reads the same
     messages at the same steps every time, where ``latest`` reads take whichever has arrived. No state
-    within 5 s (a subscription still joining): None for it."""
+    within 5 s: None for it."""
     events, depth = [], None
     while (item := client.receive(timeout=5.0)) is not None:
         channel, message = item
@@ -135,7 +138,7 @@ def race(args) -> int:
         depth, events = None, []
         if args.lockstep:  # one stream, in the engine's order (see readings)
             client.subscribe(imu_channel, beacons_channel, depth_channel, state_channel)
-            time.sleep(1.0)  # the subscription's join (slow on a loaded machine): what comes before it is lost
+            client.wait_for_subscriptions(ENGINE_WAIT_S)  # from here on nothing published is lost
             for _ in range(100):  # until the first depth image (it gives the intrinsics) has come through
                 more, _, depth = readings(client, client.step(32), state_channel, depth_channel)
                 events += more
@@ -143,6 +146,7 @@ def race(args) -> int:
                     break
         else:
             client.subscribe(imu_channel)
+            client.wait_for_subscriptions(ENGINE_WAIT_S)
             for channel in (beacons_channel, state_channel):
                 client.latest(channel, timeout=0.0)  # open the subscriptions
             for _ in range(100):

@@ -1,9 +1,11 @@
 """The engine's side of the two buses, LCM and ZeroMQ, carrying the same encoded bytes.
 
-ZeroMQ: the engine binds a PUB socket (outputs), a SUB socket (inputs that clients publish to it) and
+ZeroMQ: the engine binds an XPUB socket (outputs), a SUB socket (inputs that clients publish to it) and
 a ROUTER socket (lockstep requests and replies). Every stream message is one frame,
 ``channel + b"\0" + LCM bytes``: single-part, so a subscriber can keep only the newest frame of a
-channel with ZMQ_CONFLATE, and the topic prefix filters by channel. LCM: one ``lcm.LCM``
+channel with ZMQ_CONFLATE, and the topic prefix filters by channel. The XPUB hears subscriptions: one
+to ``SUBSCRIBED + token`` is answered with an empty message on that topic, so a client knows when its
+subscriptions are in place (a PUB drops, silently, what it sends before). LCM: one ``lcm.LCM``
 for both directions; inputs are the channels matching ``INPUT_CHANNELS``.
 
 Everything binds to 127.0.0.1 unless an endpoint names another address: exposing a port is explicit.
@@ -30,6 +32,11 @@ INPUT_CHANNELS = r"(pose/.*|skeleton/.*|.*/command|scene/edit)"
 #: the control socket. ZeroMQ keeps order on one socket only, so once the barrier has come, every input
 #: the client sent before the request has too: the engine applies them all before it steps.
 LOCKSTEP_BARRIER = "lockstep/barrier"
+#: ZeroMQ topic prefix of a subscription check: a client subscribes to ``SUBSCRIBED + token`` after its
+#: channels, and the engine publishes an empty message on that topic when it hears the subscription.
+#: ZeroMQ applies one socket's subscriptions in order, so every channel subscribed before is in place
+#: by then: what the engine publishes after the answer reaches the client.
+SUBSCRIBED = "subscribed/"
 #: ``step_t.header.seq`` of a step request whose client sent a barrier before it.
 BARRIER_FOLLOWS = 1
 #: LCM's longest channel name: over UDP multicast a longer one is refused ("channel name too long").
@@ -156,7 +163,7 @@ class ZmqBus:
         keys = None
         if curve is not None:
             keys = self._curve(context, curve)
-        self._publisher = context.socket(zmq.PUB)
+        self._publisher = context.socket(zmq.XPUB)  # a PUB that hears subscriptions (see SUBSCRIBED)
         self._publisher.setsockopt(zmq.SNDHWM, PUBLISH_HWM)
         self._publisher.setsockopt(zmq.LINGER, 0)
         # Inputs over the size limit are refused by ZeroMQ itself (the sender is disconnected) before
@@ -186,6 +193,7 @@ class ZmqBus:
         self.poller = zmq.Poller()
         self.poller.register(self._inputs, zmq.POLLIN)
         self.poller.register(self._control, zmq.POLLIN)
+        self.poller.register(self._publisher, zmq.POLLIN)  # a subscription to answer
 
     def _curve(self, context, curve: CurveServer):
         """Start the ZAP authenticator that admits only the listed client keys; returns the server keys."""
@@ -210,7 +218,9 @@ class ZmqBus:
 
     def receive_inputs(self, limit: int = 64) -> list[tuple[str | None, bytes | str]]:
         """Up to ``limit`` input messages waiting, as (channel, bytes); a message that is not one
-        ``channel\0bytes`` frame comes as (None, why) for the engine to count."""
+        ``channel\0bytes`` frame comes as (None, why) for the engine to count. Subscription checks
+        that have come are answered first."""
+        self._answer_subscriptions()
         messages: list[tuple[str | None, bytes | str]] = []
         while len(messages) < limit and self._inputs.poll(0):
             try:
@@ -218,6 +228,15 @@ class ZmqBus:
             except ValueError as exc:  # includes UnicodeDecodeError
                 messages.append((None, str(exc)))
         return messages
+
+    def _answer_subscriptions(self) -> None:
+        """Answer each subscription to ``SUBSCRIBED + token`` heard (ZeroMQ passes a topic up once,
+        while some subscriber holds it; the rest, channels and unsubscriptions, are only drained)."""
+        prefix = b"\x01" + SUBSCRIBED.encode()
+        while self._publisher.poll(0):
+            message = self._publisher.recv()
+            if message.startswith(prefix):
+                self._publisher.send(message[1:] + b"\0")
 
     def receive_control(self) -> list[list[bytes]]:
         """Every control message waiting: [identity, empty delimiter (REQ), payload] frames."""
