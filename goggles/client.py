@@ -48,6 +48,8 @@ from goggles.transport.schema import MAX_STEPS, Encoding, decode_any, header
 RECEIVE_HWM = 16
 #: How long a client's first input waits for the engine to subscribe to it (it takes milliseconds).
 FIRST_SEND_WAIT_S = 2.0
+#: How long ``wait_for_subscriptions`` waits for the engine's answer before it asks again.
+ANSWER_RETRY_S = 0.5
 #: How long closing a client leaves its queued inputs to reach the engine.
 CLOSE_LINGER_S = 1.0
 
@@ -96,7 +98,7 @@ class Client:
         self._sub = self._socket(zmq.SUB)
         self._sub.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
         self._sub.setsockopt(zmq.LINGER, 0)
-        self._early: deque = deque()  # messages that came while ``wait_for_subscriptions`` waited
+        self._early: deque = deque(maxlen=RECEIVE_HWM)  # what came while ``wait_for_subscriptions`` waited
         self._req = None
         self._latest: dict[str, object] = {}
         # XPUB: a PUB that also hears the engine's subscription, so ``wait_for_engine`` knows when a
@@ -135,28 +137,36 @@ class Client:
     def wait_for_subscriptions(self, timeout: float = 5.0) -> None:
         """Return once the engine has every subscription made so far, so that all it publishes from then
         on arrives (a lockstep client's first frame, say); TimeoutError if no engine answers at the
-        publish endpoint within ``timeout`` s. Messages that come meanwhile wait for ``receive``.
+        publish endpoint within ``timeout`` s. Messages that come meanwhile wait for ``receive`` (the
+        newest ``RECEIVE_HWM`` of them, as many as the socket itself keeps).
 
         It subscribes to a topic of this call's own (``SUBSCRIBED``), which the engine answers: ZeroMQ
         applies one socket's subscriptions in order, so the channels subscribed before are in place.
         """
-        answer = f"{SUBSCRIBED}{secrets.token_hex(8)}".encode()
         deadline = time.monotonic() + _milliseconds(timeout) / 1000.0
-        self._sub.setsockopt(self._zmq.SUBSCRIBE, answer)
+        answers: list[bytes] = []
         try:
             while True:
-                remaining = max(0, int((deadline - time.monotonic()) * 1000))
-                if not self._sub.poll(remaining):
+                # A fresh topic at first and then every ANSWER_RETRY_S: an answer is dropped, as any
+                # message, when this socket's queue at the engine is full (frames this client has not read).
+                answers.append(f"{SUBSCRIBED}{secrets.token_hex(8)}".encode())
+                self._sub.setsockopt(self._zmq.SUBSCRIBE, answers[-1])
+                retry = min(deadline, time.monotonic() + ANSWER_RETRY_S)
+                while self._sub.poll(max(0, int((retry - time.monotonic()) * 1000))):
+                    frames = self._sub.recv_multipart()
+                    if len(frames) == 1 and frames[0][:-1] in answers and frames[0][-1:] == b"\0":
+                        return
+                    self._early.append(frames)
+                    if time.monotonic() >= retry:
+                        break
+                if time.monotonic() >= deadline:
                     raise TimeoutError(
                         f"no engine answered at {self.endpoints.publish} within {timeout:g} s: is goggles run "
                         "running there?"
                     )
-                frames = self._sub.recv_multipart()
-                if frames == [answer + b"\0"]:
-                    return
-                self._early.append(frames)
         finally:
-            self._sub.setsockopt(self._zmq.UNSUBSCRIBE, answer)
+            for answer in answers:
+                self._sub.setsockopt(self._zmq.UNSUBSCRIBE, answer)
 
     def receive(self, timeout: float = 1.0):
         """The next message in arrival order as (channel, decoded message), or None after ``timeout`` s."""

@@ -206,6 +206,34 @@ def test_a_subscription_that_waits_is_in_place_when_it_returns_and_others_never_
     assert "quad0/state" in heard and "clock" in heard
 
 
+def test_a_subscription_whose_answer_was_dropped_is_asked_again():
+    """A publisher drops an answer as any message when the subscriber's queue is full: the client asks
+    on a fresh topic (a publisher that answers only the second question stands for that engine)."""
+    import zmq
+
+    publish = f"tcp://127.0.0.1:{free_port()}"
+    publisher = zmq.Context.instance().socket(zmq.XPUB)
+    publisher.setsockopt(zmq.LINGER, 0)
+    publisher.bind(publish)
+    questions = []
+
+    def answer_the_second():
+        while len(questions) < 2 and publisher.poll(20_000):
+            message = publisher.recv()
+            if message.startswith(b"\x01subscribed/"):
+                questions.append(message[1:])
+        publisher.send(questions[-1] + b"\0")
+
+    thread = threading.Thread(target=answer_the_second, daemon=True)
+    thread.start()
+    with Client(ZmqEndpoints(publish, f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}")) as client:
+        client.subscribe("quad0/state")
+        client.wait_for_subscriptions(30.0)
+    thread.join(5)
+    publisher.close(0)
+    assert len(questions) == 2 and questions[0] != questions[1]
+
+
 @pytest.mark.parametrize("engine_first", [True, False])
 def test_a_command_sent_before_a_lockstep_request_is_applied_before_its_steps(monkeypatch, engine_first):
     """The command goes on the inputs socket, the request on the control socket, and ZeroMQ orders

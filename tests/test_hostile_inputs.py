@@ -4,6 +4,8 @@ while the attack runs, with the bounds written here."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -265,3 +267,37 @@ def test_a_one_shot_clients_command_arrives_every_time(engine):
             client.send_command("quad0", ControlMode.POSITION, [0.1 * k, 0.0, 1.0, 0.0])
         _settle(running, before, 1, timeout=10.0)
         assert running.engine.counters.received - before == 1, f"command {k} was lost"
+
+
+def test_a_flood_of_subscriptions_neither_stalls_the_outputs_nor_grows_memory(engine):
+    """The engine's publisher hears subscriptions and answers those to ``subscribed/<token>``
+    (``Client.wait_for_subscriptions``): a flood of them is answered a batch per poll, and one of 10 MB
+    disconnects only its own subscriber before a byte of it is kept. The attacker is a process of its
+    own, so that the memory measured here is the engine's."""
+    running, client, watch = engine
+    before, start = rss_mb(), time.monotonic()
+    attack = f"""
+import time, zmq
+context = zmq.Context.instance()
+flood, huge = context.socket(zmq.SUB), context.socket(zmq.SUB)
+for socket in (flood, huge):
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.connect({running.engine.config.zmq.publish!r})
+huge.setsockopt(zmq.SUBSCRIBE, b"subscribed/" + bytes(10 << 20))
+for i in range(20_000):
+    flood.setsockopt(zmq.SUBSCRIBE, b"subscribed/%x" % i + b"x" * 200)
+answers = 0
+while flood.poll(3000):
+    flood.recv()
+    answers += 1
+print(answers)
+"""
+    answered = subprocess.run([sys.executable, "-c", attack], capture_output=True, text=True, timeout=120)
+    client.subscribe("quad0/state")
+    client.wait_for_subscriptions(30.0)  # a client that asks now is answered as ever
+    assert client.receive(timeout=10.0)[0] == "quad0/state"
+    print(f"20,000 subscriptions: RSS +{rss_mb() - before:.0f} MB, longest gap {watch.longest_gap(start):.3f} s")
+    assert int(answered.stdout) > 0, answered.stderr  # answered (the flooding subscriber's queue drops most)
+    assert rss_mb() - before < 100, f"RSS grew {rss_mb() - before:.0f} MB"
+    assert watch.longest_gap(start) < watch.allowed_gap()
+    assert running.thread.is_alive()

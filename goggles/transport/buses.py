@@ -166,6 +166,8 @@ class ZmqBus:
         self._publisher = context.socket(zmq.XPUB)  # a PUB that hears subscriptions (see SUBSCRIBED)
         self._publisher.setsockopt(zmq.SNDHWM, PUBLISH_HWM)
         self._publisher.setsockopt(zmq.LINGER, 0)
+        self._publisher.setsockopt(zmq.MAXMSGSIZE, 4096)  # a subscription: a channel prefix (a longer one
+        # disconnects its subscriber, before it is kept, and that subscriber only)
         # Inputs over the size limit are refused by ZeroMQ itself (the sender is disconnected) before
         # a byte of them is kept: a 100 MB frame never reaches this process's memory.
         self._inputs = context.socket(zmq.SUB)
@@ -229,11 +231,14 @@ class ZmqBus:
                 messages.append((None, str(exc)))
         return messages
 
-    def _answer_subscriptions(self) -> None:
-        """Answer each subscription to ``SUBSCRIBED + token`` heard (ZeroMQ passes a topic up once,
-        while some subscriber holds it; the rest, channels and unsubscriptions, are only drained)."""
+    def _answer_subscriptions(self, limit: int = 64) -> None:
+        """Answer each subscription to ``SUBSCRIBED + token`` heard, up to ``limit`` of them a call (a
+        flood waits for the next poll; ZeroMQ passes a topic up once, while some subscriber holds it).
+        The rest, channels and unsubscriptions, are only drained."""
         prefix = b"\x01" + SUBSCRIBED.encode()
-        while self._publisher.poll(0):
+        for _ in range(limit):
+            if not self._publisher.poll(0):
+                return
             message = self._publisher.recv()
             if message.startswith(prefix):
                 self._publisher.send(message[1:] + b"\0")
