@@ -491,3 +491,39 @@ def test_a_preview_with_no_engine_says_so_once(monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert out.strip() == "sent 0 frames"
     assert err.count("no quad0/stereo images yet from tcp://127.0.0.1:1 after 0.1 s") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "told"),
+    [
+        (["--mode", "lockstep", "--scale", "2"], ["--scale is not used: lockstep mode advances on step requests"]),
+        (["--mode", "live", "--scale", "auto"], ["--scale is not used: live mode runs on the wall clock"]),
+        (["--scale", "2"], []),  # sim: the scale is the clock's
+        (
+            ["--overwrite", "--record-profile", "ros2", "--on-record-error", "stop"],
+            [
+                f"{option} is not used without --record"
+                for option in ("--overwrite", "--record-profile", "--on-record-error")
+            ],
+        ),
+        (["--record", "x.lcmlog", "--record-compression", "zstd"], ["--record-compression is not used: an LCM"]),
+        (["--record", "x.mcap", "--record-compression", "zstd", "--on-record-error", "stop", "--overwrite"], []),
+    ],
+)
+def test_goggles_run_says_which_options_it_does_not_use(argv, told):
+    """An option the run ignores was ignored without a word: a user who asked for a clock scale in
+    lockstep, or for recording options without --record, believed they were in force."""
+    from goggles.cli import build_parser
+    from goggles.cli.run import run_config, unused_options
+
+    args = build_parser().parse_args(["run", *argv])
+    lines = unused_options(args, run_config(args))
+    assert len(lines) == len(told) and all(line.startswith(start) for line, start in zip(lines, told)), lines
+
+
+def test_a_foxglove_host_without_foxglove_is_told_and_serves_nothing(capsys):
+    from goggles.cli import build_parser
+    from goggles.cli.common import foxglove_sinks
+
+    assert foxglove_sinks(build_parser().parse_args(["run", "--foxglove-host", "0.0.0.0"])) == []
+    assert capsys.readouterr().err == "goggles: --foxglove-host is not used without --foxglove\n"

@@ -181,18 +181,23 @@ def add_foxglove_args(parser: argparse.ArgumentParser) -> None:
         help="serve the outputs and the world to Foxglove on ws://127.0.0.1:PORT (default 8765)",
     )
     parser.add_argument(
-        "--foxglove-host", default="127.0.0.1", help="address of the Foxglove server (0.0.0.0 exposes it)"
+        "--foxglove-host",
+        default=None,
+        help="address of the Foxglove server (default 127.0.0.1; 0.0.0.0 exposes it)",
     )
 
 
 def foxglove_sinks(args) -> list:
     """The Foxglove server that ``--foxglove`` asks for (printing where to connect), or none."""
     if args.foxglove is None:
+        if args.foxglove_host is not None:
+            print("goggles: --foxglove-host is not used without --foxglove", file=sys.stderr)
         return []
     from goggles.preview.foxglove_sink import FoxgloveSink
 
-    sink = FoxgloveSink(host=args.foxglove_host, port=args.foxglove)
-    print(f"Foxglove: ws://{args.foxglove_host}:{sink.port}", file=sys.stderr, flush=True)
+    host = args.foxglove_host or "127.0.0.1"
+    sink = FoxgloveSink(host=host, port=args.foxglove)
+    print(f"Foxglove: ws://{host}:{sink.port}", file=sys.stderr, flush=True)
     return [sink]
 
 

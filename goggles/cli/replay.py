@@ -60,6 +60,7 @@ def cmd_replay(args) -> int:
     if args.log.is_dir():
         if args.foxglove is not None:
             raise ConfigError(f"{args.log} is a folder: --foxglove shows one log at a time, give a file")
+        foxglove_sinks(args)  # none: it says so if --foxglove-host was given alone
         results = replay_folder(
             args.log,
             record_folder=args.record,
@@ -73,6 +74,8 @@ def cmd_replay(args) -> int:
         )
     else:
         check_record_path(args.log, args.record)  # the more telling refusal first
+        if args.jobs is not None:
+            print("goggles: --jobs is not used: one log is replayed in this process", file=sys.stderr)
         refuse_existing(args.record, args.overwrite)
         sinks = foxglove_sinks(args)
         try:
