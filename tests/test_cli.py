@@ -527,3 +527,17 @@ def test_a_foxglove_host_without_foxglove_is_told_and_serves_nothing(capsys):
 
     assert foxglove_sinks(build_parser().parse_args(["run", "--foxglove-host", "0.0.0.0"])) == []
     assert capsys.readouterr().err == "goggles: --foxglove-host is not used without --foxglove\n"
+
+
+def test_preview_says_what_no_third_person_leaves_unused():
+    from tests.test_engine import free_port
+
+    result = goggles(
+        "preview", "--no-third-person", "--viewpoint", "1,2,3", "--preset", "fg-quad", "--duration", "0.1",
+        "--port", str(free_port()), "--endpoint", f"tcp://127.0.0.1:{free_port()}",
+    )  # fmt: skip
+    told = [line for line in result.stderr.splitlines() if "is not used" in line]
+    assert told == [
+        f"goggles: {option} is not used: --no-third-person draws no third-person view"
+        for option in ("--viewpoint", "--preset")
+    ]

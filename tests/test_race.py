@@ -130,6 +130,12 @@ def test_race_cli_flies_the_default_course_and_scores_its_log(tmp_path):
     assert flown.startswith("gates=6 ") and flown.endswith(" end=done")
     scored = goggles("race", "--log", str(log)).stdout.strip().splitlines()[-1]
     assert scored == flown
+    # What flies is not used where a log is scored: said, and --out writes nothing over anything.
+    told = goggles("race", "--log", str(log), "--seed", "2", "--out", str(tmp_path / "other.csv"))
+    assert told.stdout.strip().splitlines()[-1] == flown and not (tmp_path / "other.csv").exists()
+    assert told.stderr.splitlines() == [
+        f"goggles: {o} is not used: --log scores a flown log" for o in ("--seed", "--out")
+    ]
     bad = goggles("race", "--log", str(tmp_path / "missing.csv"), check=False)
     assert bad.returncode == 2 and "flight log" in bad.stderr
 

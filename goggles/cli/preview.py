@@ -71,6 +71,15 @@ def cmd_preview(args) -> int:
     from goggles.scene import load_static_scene
     from goggles.transport.buses import ZmqEndpoints
 
+    if args.no_third_person:
+        for option, value in (
+            ("--scene", args.scene),
+            ("--viewpoint", args.viewpoint),
+            ("--preset", args.preset),
+            ("--device", args.device),
+        ):
+            if value is not None:
+                print(f"goggles: {option} is not used: --no-third-person draws no third-person view", file=sys.stderr)
     endpoint, scene_path, preset, mount = args.endpoint, args.scene, args.preset, None
     if args.run_file is not None:
         config = load_run_config(args.run_file)

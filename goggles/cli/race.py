@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from goggles.cli.common import seed
@@ -27,7 +28,7 @@ def add_parser(commands) -> None:
         help="shift every gate randomly within its perturbation bounds (seeded)",
     )
     race.add_argument("--scene", type=Path, default=None, help="scene to fly in (default: the built-in arena)")
-    race.add_argument("--seed", type=seed, default=0, help="seed of the simulator's noise")
+    race.add_argument("--seed", type=seed, default=None, help="seed of the simulator's noise (default 0)")
     race.add_argument("--out", type=Path, default=None, help="write the flown log as CSV")
     race.add_argument("--device", default=None, help="Warp device")
     race.set_defaults(run=cmd_race)
@@ -46,12 +47,22 @@ def cmd_race(args) -> int:
     if args.log is not None:
         from goggles.race import read_flight_log
 
+        for option, value in (
+            ("--scene", args.scene),
+            ("--seed", args.seed),
+            ("--out", args.out),
+            ("--device", args.device),
+        ):
+            if value is not None:  # what flies, where nothing flies: said, not silently dropped
+                print(f"goggles: {option} is not used: --log scores a flown log", file=sys.stderr)
         table, header = read_flight_log(args.log)
         crashed = table[:, header.index("crashed")] if "crashed" in header else None
         positions = table[:, [header.index(k) for k in ("px", "py", "pz")]]
         result = score_flight(course, table[:, header.index("t")], positions, crashed)
     else:
-        result, log_rows = fly_course(course, scene_path=args.scene, device=args.device, seed=args.seed)
+        result, log_rows = fly_course(
+            course, scene_path=args.scene, device=args.device, seed=0 if args.seed is None else args.seed
+        )
         if args.out is not None:
             np.savetxt(args.out, log_rows, delimiter=",", header="t,px,py,pz,crashed", comments="", fmt="%.6f")
     print(
