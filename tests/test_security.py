@@ -62,6 +62,9 @@ def test_only_clients_with_an_accepted_key_get_in(tmp_path):
         assert running.engine.counters.received == 0  # and nothing it sent got in
         state = member.latest("quad0/state", timeout=3.0)
         assert state is not None and state.position[2] < 0.5
+        member.wait_for_subscriptions(30.0)  # answered over CURVE too; a stranger is never answered
+        with pytest.raises(TimeoutError, match="no engine answered"):
+            outsiders[1].wait_for_subscriptions(1.0)
         deadline = time.monotonic() + 30.0
         while running.engine.counters.received == 0 and time.monotonic() < deadline:
             member.send_command("quad0", ControlMode.POSITION, [0.0, 0.0, 2.0, 0.0])
