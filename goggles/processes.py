@@ -64,10 +64,25 @@ def die_with_parent() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _start_worker() -> None:
+def _start_worker(warp_log_level: int | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_terminate)
     die_with_parent()  # the pool's processes start from the caller's thread, which outlives them
+    if warp_log_level is not None:  # as quiet (or not) as the parent: a spawned Warp starts at its default
+        import warp as wp
+
+        from goggles.c_stderr import captured_c_stderr
+
+        wp.config.log_level = warp_log_level
+        if warp_log_level > wp.LOG_INFO:
+            with captured_c_stderr():  # Warp's CUDA-driver warning on a machine without a GPU
+                wp.init()
+
+
+def _warp_log_level() -> int | None:
+    """The parent's Warp log level, if it has Warp (a worker then starts Warp at it)."""
+    warp = sys.modules.get("warp")
+    return None if warp is None else warp.config.log_level
 
 
 def _call(fn: Callable[[Any], Any], task: Any) -> Any:
@@ -98,7 +113,12 @@ def run_in_processes(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: in
         return
     before = set(multiprocessing.active_children())
     spawn = multiprocessing.get_context("spawn")  # see the module's docstring
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=spawn, initializer=_start_worker)
+    pool = ProcessPoolExecutor(
+        max_workers=min(workers, len(tasks)),
+        mp_context=spawn,
+        initializer=_start_worker,
+        initargs=(_warp_log_level(),),
+    )
     futures: dict[Future, int] = {}
     try:
         futures = {pool.submit(_call, fn, task): i for i, task in enumerate(tasks)}

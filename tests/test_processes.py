@@ -55,6 +55,31 @@ def _swallow_the_stop(task):
     (task[0] / f"returned-{task[1]}").touch()
 
 
+def _start_warp(_):
+    import warp as wp
+
+    wp.init()
+    return wp.config.log_level
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_workers_start_warp_as_quiet_as_their_parent(capfd, verbose):
+    """A folder replay's workers printed Warp's banner and every module load (a spawned interpreter
+    starts Warp at its default level), although the command was quiet; with -v they still show them."""
+    import warp as wp
+
+    before = wp.config.log_level
+    wp.config.log_level = wp.LOG_INFO if verbose else wp.LOG_ERROR
+    capfd.readouterr()
+    try:
+        results = [r for r in run_in_processes(_start_warp, [0], 1) if r is not None]
+    finally:
+        wp.config.log_level = before
+    said = capfd.readouterr()
+    assert results == [(0, wp.LOG_INFO if verbose else wp.LOG_ERROR)]
+    assert ("Warp " in said.out + said.err) == verbose
+
+
 def test_results_come_back_with_their_index_and_a_tick_while_none_ends():
     items = list(run_in_processes(_square, [(3, 0.0), (4, 2.5), (5, 0.0)], workers=2))
     results = dict(item for item in items if item is not None)
