@@ -35,6 +35,7 @@ from goggles.errors import ConfigError
 from goggles.transport.buses import (
     BARRIER_FOLLOWS,
     LOCKSTEP_BARRIER,
+    NOT_LOCKSTEP,
     SUBSCRIBED,
     ZmqEndpoints,
     connect,
@@ -285,7 +286,8 @@ class Client:
         Raises:
             ValueError: ``steps`` outside 1 to ``MAX_STEPS``.
             TimeoutError: no reply within ``timeout`` s (the request socket is reset).
-            ConnectionError: the engine refused the request (its log says why).
+            ConnectionError: the engine refused the request (its log says why), or does not run in
+                lockstep mode.
         """
         if not is_whole(steps, 1, MAX_STEPS):  # 2.5 would have been sent as 2
             raise ValueError(f"a lockstep request advances a whole 1 to {MAX_STEPS:,} steps, not {steps!r}")
@@ -314,7 +316,12 @@ class Client:
                 "lockstep running there?"
             )
         reply = goggles_lcm.step_t.decode(self._req.recv())
-        if reply.request_id != request.request_id:  # -1: the engine could not read the request
+        if reply.request_id == NOT_LOCKSTEP:
+            raise ConnectionError(
+                f"the engine at {self.endpoints.control} does not run in lockstep mode (its clock runs on its own); "
+                "start it with goggles run --mode lockstep"
+            )
+        if reply.request_id != request.request_id:  # UNREADABLE_REQUEST: the engine could not read it
             raise ConnectionError(f"{self.endpoints.control} refused lockstep request {request.request_id}")
         return reply
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -42,7 +43,7 @@ from goggles.sensors.lidar import Lidar
 from goggles.sensors.ranges import RangeSensor
 from goggles.status import RateLog, StageTimes, describe_time, status_line
 from goggles.transport import messages
-from goggles.transport.buses import BARRIER_FOLLOWS, ZmqBus, open_buses
+from goggles.transport.buses import BARRIER_FOLLOWS, NOT_LOCKSTEP, UNREADABLE_REQUEST, ZmqBus, open_buses
 from goggles.transport.schema import MalformedMessage, decode_input
 from goggles.vehicles import Fleet, Vehicle, make_vehicles, pose_after, viewed_vehicles
 from goggles.world.build import build_run_world
@@ -100,6 +101,7 @@ class Engine:
         self.rates = RateLog()
         self._status = status
         self._barrier_missed = False
+        self._step_requests: deque[list[bytes]] = deque()  # lockstep requests taken, not yet run
         simulate = self.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
         if simulate:
             check_simulated_starts(config)
@@ -244,6 +246,9 @@ class Engine:
     def _poll_inputs(self) -> None:
         t = time.perf_counter()
         self.inputs.poll()
+        if self.mode != ClockMode.LOCKSTEP and self.zmq is not None:
+            for frames in self.zmq.receive_control():  # a lockstep client of a free-running engine
+                self.zmq.reply(frames[:-1], messages.step_reply(NOT_LOCKSTEP, 0, self.step, self.dt))
         self.times.add("inputs", time.perf_counter() - t)
 
     def _measure_cost(self) -> float | None:
@@ -260,13 +265,16 @@ class Engine:
             raise MalformedMessage("lockstep mode needs the ZeroMQ control socket ([zmq] enabled)")
         while not stop.is_set():
             self._poll_inputs()
-            for frames in self.zmq.receive_control():
+            if not self._step_requests:  # taken only when all are run: the socket's queue bounds them
+                self._step_requests.extend(self.zmq.receive_control())
+            while self._step_requests:  # one at a time; the others wait their turn (several clients)
+                frames = self._step_requests.popleft()
                 envelope, payload = frames[:-1], frames[-1]
                 try:
                     message = decode_input(payload, goggles_lcm.step_t)
                 except MalformedMessage as exc:
                     self.inputs.count_malformed("control", exc)
-                    self.zmq.reply(envelope, messages.step_reply(-1, 0, self.step, self.dt))
+                    self.zmq.reply(envelope, messages.step_reply(UNREADABLE_REQUEST, 0, self.step, self.dt))
                     continue
                 if message.header.seq == BARRIER_FOLLOWS:
                     self._await_barrier(message.request_id)

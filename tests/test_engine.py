@@ -320,6 +320,45 @@ def test_a_lockstep_request_the_engine_cannot_use_is_refused_and_the_client_says
     refusing.close(0)
 
 
+def test_lockstep_clients_that_step_at_once_are_each_answered():
+    """Requests that came together were drained from the socket and all but the first dropped: the
+    other clients waited for a reply that never came."""
+    config = run_config(mode="lockstep", route=False)
+    running = Running(config)
+    replies, errors = [], []
+
+    def step_50_times():
+        with Client(endpoints(config)) as client:
+            try:
+                replies.extend(client.step(4, timeout=30.0).steps for _ in range(50))
+            except (TimeoutError, ConnectionError) as exc:
+                errors.append(exc)
+
+    clients = [threading.Thread(target=step_50_times) for _ in range(3)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join(120)
+    running.stop.set()
+    running.finish()
+    assert not errors and replies == [4] * 150 and running.engine.step == 600
+
+
+@pytest.mark.parametrize("mode", ["sim", "live"])
+def test_a_step_request_to_an_engine_not_in_lockstep_is_refused_at_once(mode):
+    """It went unanswered: the client waited its whole timeout, then asked whether a lockstep engine
+    was running there."""
+    config = run_config(mode=mode, route=False)
+    running = Running(config)
+    with Client(endpoints(config)) as client:
+        start = time.monotonic()
+        with pytest.raises(ConnectionError, match="does not run in lockstep mode.*goggles run --mode lockstep"):
+            client.step(8, timeout=60.0)
+        assert time.monotonic() - start < 30.0
+    running.stop.set()
+    running.finish()
+
+
 def test_auto_scale_holds_the_camera_interval_under_a_slow_renderer(monkeypatch):
     original = Renderer.trace
 
