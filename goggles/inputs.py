@@ -182,7 +182,7 @@ class InputHandler:
                 log.warning("%s is stale: keeping its last pose", vehicle.name)
             vehicle.stale = True
             return
-        vehicle.set_pose(transform(message.position, message.orientation), message.header.utime, keep_previous=True)
+        vehicle.take_live_pose(transform(message.position, message.orientation), message.header.utime)
 
 
 def _clip(text: str, limit: int) -> str:

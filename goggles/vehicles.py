@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 #: Live mode: a body whose poses stop for longer than this is called silent (mocap streams at 100 Hz
 #: and more, and a lost body is flagged within three frame periods).
 SILENT_AFTER_S = 0.5
+#: Live mode: a pose this much older than the one held (µs) is a late copy, and is dropped; an older
+#: one is a restarted source (a bridge's clock runs on, and a bus reorders by milliseconds).
+REORDERED_US = 1_000_000
 
 
 @dataclass
@@ -48,12 +51,29 @@ class Vehicle:
     heard_at: float | None = None
     """Live mode: ``time.monotonic()`` when the last pose came from the bus (None: none yet)."""
 
-    def set_pose(self, T_WB: np.ndarray, utime: int, *, keep_previous: bool = False) -> None:
-        """A pose from outside (a bus input keeps the previous one for extrapolation)."""
-        if keep_previous:
-            self.previous = (self.T_WB, self.pose_utime) if self.pose_utime else None
-            self.heard_at = time.monotonic()
+    def set_pose(self, T_WB: np.ndarray, utime: int) -> None:
+        """A pose from outside: a recording's."""
         self.T_WB, self.pose_utime, self.new_pose, self.stale = T_WB, utime, True, False
+
+    def take_live_pose(self, T_WB: np.ndarray, utime: int) -> bool:
+        """A pose from a bus (live mode), keeping the one before for extrapolation; False if not taken.
+
+        A pose may come twice: a mocap bridge sends on ZeroMQ and LCM, and the engine reads both. A
+        copy of the pose held (same time, same pose) is only heard: taken, it left no motion between
+        the two last poses, and extrapolation stopped. A pose older than the one held by less than
+        ``REORDERED_US`` (another bus's copy, late) is dropped; an older one than that is a source
+        that restarted (or whose clock stepped back), and starts afresh.
+        """
+        self.heard_at = time.monotonic()
+        if self.pose_utime:
+            if utime == self.pose_utime and np.array_equal(T_WB, self.T_WB):
+                return False
+            if self.pose_utime - REORDERED_US < utime < self.pose_utime:
+                return False
+        moved_on = self.pose_utime and utime >= self.pose_utime
+        self.previous = (self.T_WB, self.pose_utime) if moved_on else None
+        self.set_pose(T_WB, utime)
+        return True
 
     def pose_source_problem(self, now: float | None = None) -> str | None:
         """Live mode: why this body's pose is not fresh (``now``: ``time.monotonic()``), for the status

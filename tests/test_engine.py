@@ -702,7 +702,7 @@ def test_the_status_line_says_when_a_live_body_has_no_pose_or_has_gone_silent():
     try:
         vehicle = engine.vehicles["quad0"]
         assert engine.status_line().endswith("quad0 NO POSE YET")
-        vehicle.set_pose(pose([1.0, 0.0, 1.0], [1, 0, 0, 0]), 1_000_000, keep_previous=True)  # as the bus does
+        vehicle.take_live_pose(pose([1.0, 0.0, 1.0], [1, 0, 0, 0]), 1_000_000)  # as the bus does
         assert "quad0" not in engine.status_line().split("host copies")[-1]
         heard = vehicle.heard_at
         assert vehicle.pose_source_problem(now=heard + 0.4) is None  # an injected clock

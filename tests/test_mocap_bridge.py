@@ -611,3 +611,57 @@ def test_a_body_whose_channel_lcm_cannot_carry_still_goes_out_on_zeromq(caplog):
     assert heard == ["pose/quad0"] * frames
     assert publisher.lcm_dropped == frames and caplog.text.count("not published on LCM") == 1
     assert f"not on LCM {frames}" in status_line(type("Source", (), {"malformed": 0})(), bridge)
+
+
+def test_a_bridge_on_both_buses_leaves_live_extrapolation_working():
+    """The bridge sends each pose on ZeroMQ and LCM, and a live engine reads both: the second copy was
+    taken as a new pose at the same instant, so no motion was left between the last two poses and
+    extrapolation stopped. The body moves at 1 m/s, its poses stamped a second back, so a render
+    carries each pose the whole 0.05 s horizon ahead: 5 cm."""
+    import dataclasses
+
+    from goggles.client import Client
+    from tests.test_engine import Running, endpoints, run_config
+
+    front = {"vehicle": "quad0", "name": "front", "width": 32, "height": 24, "rate": 30.0, "outputs": ["depth"]}
+    config = dataclasses.replace(run_config(mode="live", lcm_port=free_port(), cameras=[front]), extrapolate=0.05)
+    running = Running(config, duration=None)
+    client = Client(endpoints(config))
+    client.subscribe("quad0/front/depth")
+    client.wait_for_subscriptions(30.0)
+    publisher = Publisher(config.zmq.inputs, config.lcm_url)
+    sent, ahead = {}, []
+    start = time.time_ns() // 1000 - 1_000_000
+    for k in range(200):
+        utime = start + 10_000 * k
+        sent[utime] = -4.0 + 0.01 * k
+        publisher.pose("quad0", utime, [sent[utime], 0.0, 1.5], [1.0, 0.0, 0.0, 0.0], True)
+        time.sleep(0.01)
+        for _, image in iter(lambda: client.receive(timeout=0.0), None):
+            if image.pose_utime in sent and image.pose_utime > start:  # a pose before it: a motion
+                ahead.append(image.position[0] - sent[image.pose_utime])
+    received = running.engine.counters.received
+    running.stop.set()
+    running.finish()
+    publisher.close()
+    client.close()
+    assert received > 300  # both buses delivered (UDP may lose a few)
+    assert len(ahead) > 20 and np.mean(np.isclose(ahead, 0.05, atol=1e-4)) > 0.9, np.round(ahead, 4)
+
+
+def test_a_late_copy_of_a_pose_is_dropped_and_a_restarted_source_starts_afresh():
+    from goggles.frames import transform
+    from goggles.vehicles import Vehicle
+
+    def at(x):
+        return transform([x, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0])
+
+    body = Vehicle("quad0", None)
+    assert body.take_live_pose(at(0.0), 10_000_000) and body.previous is None  # the first: nothing before it
+    assert body.take_live_pose(at(0.01), 10_010_000) and body.previous[1] == 10_000_000
+    assert not body.take_live_pose(at(0.01), 10_010_000)  # the other bus's copy
+    assert not body.take_live_pose(at(0.0), 10_000_000)  # a copy that came late: the body never goes back
+    assert body.pose_utime == 10_010_000 and body.previous[1] == 10_000_000
+    assert body.take_live_pose(at(5.0), 10_010_000)  # another pose at the same instant (a source without times)
+    assert body.take_live_pose(at(0.0), 2_000_000)  # 8 s back: a source that restarted
+    assert body.pose_utime == 2_000_000 and body.previous is None  # no motion across the restart
