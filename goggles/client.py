@@ -34,6 +34,7 @@ from goggles.control_modes import ControlMode, control_mode
 from goggles.errors import ConfigError
 from goggles.transport.buses import (
     BARRIER_FOLLOWS,
+    ENGINE_STOPPED,
     LOCKSTEP_BARRIER,
     NOT_LOCKSTEP,
     SUBSCRIBED,
@@ -278,7 +279,8 @@ class Client:
         self._sent = True
 
     def step(self, steps: int, timeout: float = 30.0) -> goggles_lcm.step_t:
-        """Lockstep: advance ``steps`` physics steps; returns once their outputs are published.
+        """Lockstep: advance ``steps`` physics steps; returns once their outputs are published (the
+        reply's ``steps``: those run, fewer where the engine's run ended first).
 
         The inputs this client sent before (commands, poses, edits) are applied before the steps,
         every time: the request waits in the engine for a barrier sent behind them.
@@ -286,8 +288,8 @@ class Client:
         Raises:
             ValueError: ``steps`` outside 1 to ``MAX_STEPS``.
             TimeoutError: no reply within ``timeout`` s (the request socket is reset).
-            ConnectionError: the engine refused the request (its log says why), or does not run in
-                lockstep mode.
+            ConnectionError: the engine refused the request (its log says why), does not run in
+                lockstep mode, or stopped before the request's turn.
         """
         if not is_whole(steps, 1, MAX_STEPS):  # 2.5 would have been sent as 2
             raise ValueError(f"a lockstep request advances a whole 1 to {MAX_STEPS:,} steps, not {steps!r}")
@@ -321,6 +323,8 @@ class Client:
                 f"the engine at {self.endpoints.control} does not run in lockstep mode (its clock runs on its own); "
                 "start it with goggles run --mode lockstep"
             )
+        if reply.request_id == ENGINE_STOPPED:
+            raise ConnectionError(f"the engine at {self.endpoints.control} stopped: its run ended before this request")
         if reply.request_id != request.request_id:  # UNREADABLE_REQUEST: the engine could not read it
             raise ConnectionError(f"{self.endpoints.control} refused lockstep request {request.request_id}")
         return reply

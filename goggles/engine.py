@@ -43,7 +43,14 @@ from goggles.sensors.lidar import Lidar
 from goggles.sensors.ranges import RangeSensor
 from goggles.status import RateLog, StageTimes, describe_time, status_line
 from goggles.transport import messages
-from goggles.transport.buses import BARRIER_FOLLOWS, NOT_LOCKSTEP, UNREADABLE_REQUEST, ZmqBus, open_buses
+from goggles.transport.buses import (
+    BARRIER_FOLLOWS,
+    ENGINE_STOPPED,
+    NOT_LOCKSTEP,
+    UNREADABLE_REQUEST,
+    ZmqBus,
+    open_buses,
+)
 from goggles.transport.schema import MalformedMessage, decode_input
 from goggles.vehicles import Fleet, Vehicle, make_vehicles, pose_after, viewed_vehicles
 from goggles.world.build import build_run_world
@@ -220,6 +227,8 @@ class Engine:
                     self._status(self.status_line())
         if request is not None:
             self._reply_step(request)
+        if self.mode == ClockMode.LOCKSTEP and self.zmq is not None:
+            self._refuse_waiting_requests()
         self._publish_pending(force=True)  # a run that stops publishes what it measured
 
     def _advance(self, limit_step: int | None) -> None:
@@ -279,7 +288,7 @@ class Engine:
                 if message.header.seq == BARRIER_FOLLOWS:
                     self._await_barrier(message.request_id)
                 target = self.step + message.steps if end_step is None else min(self.step + message.steps, end_step)
-                return (envelope, message.request_id, message.steps), target
+                return (envelope, message.request_id, self.step), target
             self.zmq.wait(0.05)
         return None, self.step
 
@@ -305,10 +314,19 @@ class Engine:
 
     def _reply_step(self, request) -> None:
         """Answer a lockstep request once every output of its steps is out (what waited on the
-        device too)."""
+        device too), with the steps it ran: fewer than asked where the run ended (``--duration``)."""
         self._publish_pending(force=True)
-        envelope, request_id, steps = request
-        self.zmq.reply(envelope, messages.step_reply(request_id, steps, self.step, self.dt))
+        envelope, request_id, started = request
+        self.zmq.reply(envelope, messages.step_reply(request_id, self.step - started, self.step, self.dt))
+
+    def _refuse_waiting_requests(self) -> None:
+        """A lockstep run that ends answers the requests still waiting (``ENGINE_STOPPED``): their
+        clients would otherwise wait out their timeouts."""
+        self._step_requests.extend(self.zmq.receive_control())
+        while self._step_requests:
+            self.zmq.reply(
+                self._step_requests.popleft()[:-1], messages.step_reply(ENGINE_STOPPED, 0, self.step, self.dt)
+            )
 
     def _publish_pending(self, force: bool) -> None:
         """Queued IMU samples and contacts wait on the device until an event has copied the state

@@ -359,6 +359,38 @@ def test_a_step_request_to_an_engine_not_in_lockstep_is_refused_at_once(mode):
     running.finish()
 
 
+def test_a_lockstep_run_that_ends_says_how_many_steps_ran_and_refuses_what_waits():
+    """The reply claimed every step asked for where the run's end (--duration) clipped the request, and
+    a request still waiting when the run ended was never answered: its client waited out its timeout."""
+    config = run_config(mode="lockstep", route=False)
+    running = Running(config, duration=0.1)  # 96 steps at 960 Hz
+    with Client(endpoints(config)) as client:
+        assert client.step(64).steps == 64
+        last = client.step(64)
+        assert last.steps == 32 and last.header.utime == 100_000
+    running.finish()
+
+    engine = Engine(config, device="cpu")
+    refused = []
+
+    def step():
+        with Client(endpoints(config)) as client:
+            try:
+                client.step(8, timeout=60.0)
+            except ConnectionError as exc:
+                refused.append(str(exc))
+
+    waiting = threading.Thread(target=step)
+    waiting.start()
+    try:
+        assert engine.zmq.wait(30.0)  # the request has come, and waits
+        engine.run(duration=0.0)  # a run that ends at once
+    finally:
+        waiting.join(30)
+        engine.close()
+    assert len(refused) == 1 and "stopped: its run ended before this request" in refused[0]
+
+
 def test_auto_scale_holds_the_camera_interval_under_a_slow_renderer(monkeypatch):
     original = Renderer.trace
 

@@ -44,6 +44,8 @@ UNREADABLE_REQUEST = -1
 #: ``request_id`` of a lockstep reply that refuses the request: the engine runs in sim or live mode,
 #: where the clock does not wait for requests (answered at once, so the client need not time out).
 NOT_LOCKSTEP = -2
+#: ``request_id`` of a lockstep reply that refuses the request: the run ended before its turn came.
+ENGINE_STOPPED = -3
 #: LCM's longest channel name: over UDP multicast a longer one is refused ("channel name too long").
 LCM_MAX_CHANNEL = 63
 #: Default LCM URL: multicast that never leaves the machine, with room for images in the receive buffer.
