@@ -322,7 +322,7 @@ class Engine:
     def _refuse_waiting_requests(self) -> None:
         """A lockstep run that ends answers the requests still waiting (``ENGINE_STOPPED``): their
         clients would otherwise wait out their timeouts."""
-        self._step_requests.extend(self.zmq.receive_control())
+        self._step_requests.extend(self.zmq.receive_control(limit=1024))
         while self._step_requests:
             self.zmq.reply(
                 self._step_requests.popleft()[:-1], messages.step_reply(ENGINE_STOPPED, 0, self.step, self.dt)

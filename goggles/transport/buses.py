@@ -250,10 +250,11 @@ class ZmqBus:
             if message.startswith(prefix):
                 self._publisher.send(message[1:] + b"\0")
 
-    def receive_control(self) -> list[list[bytes]]:
-        """Every control message waiting: [identity, empty delimiter (REQ), payload] frames."""
+    def receive_control(self, limit: int = 64) -> list[list[bytes]]:
+        """Up to ``limit`` control messages waiting (a flood waits for the next call): [identity, empty
+        delimiter (REQ), payload] frames."""
         messages = []
-        while self._control.poll(0):
+        while len(messages) < limit and self._control.poll(0):
             messages.append(self._control.recv_multipart())
         return messages
 
