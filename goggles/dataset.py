@@ -328,25 +328,39 @@ def run_dataset(
         return []
     workers = workers or spec.workers or os.cpu_count() or 1
     backend = _run_on_ray if ray_address is not None else _run_locally
-    rows = []
+    rows: list[dict] = []
     finished = closing(backend(pending, spec, workers, ray_address))
-    with open(spec.output / MANIFEST, "a") as manifest, finished as rows_in:
-        for row in rows_in:  # None: a second without a finished job
-            if row is not None:
-                manifest.write(json.dumps(row) + "\n")
-                manifest.flush()
-                rows.append(row)
-                if row["status"] == "done":
-                    progress.done += 1
-                    progress.frames += row.get("frames", 0)
-                else:
-                    progress.failed += 1
-                    log.warning("job %s failed: %s", row["job"], row.get("error"))
-            due = row is None or time.perf_counter() - progress.last > 1.0 or len(rows) == len(pending)
-            if report is not None and due:
-                progress.last = time.perf_counter()
-                report(progress.line())
+    try:
+        with open(spec.output / MANIFEST, "a") as manifest, finished as rows_in:
+            for row in rows_in:  # None: a second without a finished job
+                if row is not None:
+                    manifest.write(json.dumps(row) + "\n")
+                    manifest.flush()
+                    rows.append(row)
+                    if row["status"] == "done":
+                        progress.done += 1
+                        progress.frames += row.get("frames", 0)
+                    else:
+                        progress.failed += 1
+                        log.warning("job %s failed: %s", row["job"], row.get("error"))
+                due = row is None or time.perf_counter() - progress.last > 1.0 or len(rows) == len(pending)
+                if report is not None and due:
+                    progress.last = time.perf_counter()
+                    report(progress.line())
+    except BaseException:  # stopped (a Ctrl-C, SIGTERM), once every worker is: see _remove_unlisted
+        _remove_unlisted(spec.output, pending)
+        raise
     return rows
+
+
+def _remove_unlisted(output: Path, jobs: list[Job]) -> None:
+    """Remove the outputs of the jobs the manifest does not list as done. A job stopped just as it
+    finished has its complete output but no row (its worker, or this process, was stopped between the
+    two): the next run does it again, and an output the manifest does not list would say otherwise."""
+    done = {job_id for job_id, row in read_manifest(output).items() if row.get("status") == "done"}
+    for job in jobs:
+        if job.id not in done:
+            (output / f"{job.id}.mcap").unlink(missing_ok=True)
 
 
 _WORLDS = WorldCache()
