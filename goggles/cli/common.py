@@ -187,11 +187,23 @@ def add_foxglove_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def unused(options: dict[str, object], why: str) -> list[str]:
+    """A line for each of ``options`` (flag: its parsed value) that was given, saying that this run does
+    not use it, and ``why`` (": the reason", or " without --other"): an option ignored in silence
+    leaves whoever gave it believing it in force."""
+    return [f"{flag} is not used{why}" for flag, value in options.items() if value is not None and value is not False]
+
+
+def say_unused(options: dict[str, object], why: str) -> None:
+    """``unused``'s lines, on stderr."""
+    for line in unused(options, why):
+        print(f"goggles: {line}", file=sys.stderr)
+
+
 def foxglove_sinks(args) -> list:
     """The Foxglove server that ``--foxglove`` asks for (printing where to connect), or none."""
     if args.foxglove is None:
-        if args.foxglove_host is not None:
-            print("goggles: --foxglove-host is not used without --foxglove", file=sys.stderr)
+        say_unused({"--foxglove-host": args.foxglove_host}, " without --foxglove")
         return []
     from goggles.preview.foxglove_sink import FoxgloveSink
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from goggles.cli.common import SilenceHint, floats, port, stop_on_signals
+from goggles.cli.common import SilenceHint, floats, port, say_unused, stop_on_signals
 
 
 def add_parser(commands) -> None:
@@ -72,14 +72,8 @@ def cmd_preview(args) -> int:
     from goggles.transport.buses import ZmqEndpoints
 
     if args.no_third_person:
-        for option, value in (
-            ("--scene", args.scene),
-            ("--viewpoint", args.viewpoint),
-            ("--preset", args.preset),
-            ("--device", args.device),
-        ):
-            if value is not None:
-                print(f"goggles: {option} is not used: --no-third-person draws no third-person view", file=sys.stderr)
+        third_person = {"--scene": args.scene, "--viewpoint": args.viewpoint, "--preset": args.preset}
+        say_unused({**third_person, "--device": args.device}, ": --no-third-person draws no third-person view")
     endpoint, scene_path, preset, mount = args.endpoint, args.scene, args.preset, None
     if args.run_file is not None:
         config = load_run_config(args.run_file)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from goggles.cli.common import seed
+from goggles.cli.common import say_unused, seed
 
 
 def add_parser(commands) -> None:
@@ -47,14 +46,8 @@ def cmd_race(args) -> int:
     if args.log is not None:
         from goggles.race import read_flight_log
 
-        for option, value in (
-            ("--scene", args.scene),
-            ("--seed", args.seed),
-            ("--out", args.out),
-            ("--device", args.device),
-        ):
-            if value is not None:  # what flies, where nothing flies: said, not silently dropped
-                print(f"goggles: {option} is not used: --log scores a flown log", file=sys.stderr)
+        flying = {"--scene": args.scene, "--seed": args.seed, "--out": args.out, "--device": args.device}
+        say_unused(flying, ": --log scores a flown log")
         table, header = read_flight_log(args.log)
         crashed = table[:, header.index("crashed")] if "crashed" in header else None
         positions = table[:, [header.index(k) for k in ("px", "py", "pz")]]

@@ -13,6 +13,7 @@ from goggles.cli.common import (
     positive,
     refuse_existing,
     report,
+    say_unused,
     scale,
 )
 from goggles.errors import ConfigError
@@ -74,8 +75,7 @@ def cmd_replay(args) -> int:
         )
     else:
         check_record_path(args.log, args.record)  # the more telling refusal first
-        if args.jobs is not None:
-            print("goggles: --jobs is not used: one log is replayed in this process", file=sys.stderr)
+        say_unused({"--jobs": args.jobs}, ": one log is replayed in this process")
         refuse_existing(args.record, args.overwrite)
         sinks = foxglove_sinks(args)
         try:

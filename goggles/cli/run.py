@@ -15,6 +15,7 @@ from goggles.cli.common import (
     freeze_start_up_heap,
     refuse_existing,
     stop_on_signals,
+    unused,
 )
 from goggles.errors import ConfigError
 
@@ -177,21 +178,17 @@ def unused_options(args, config) -> list[str]:
     """A line for each option given that this run ignores, with why (whoever asked for it should know)."""
     from goggles.clock import ClockMode
 
-    unused = []
-    if args.scale is not None and config.mode != ClockMode.SIM:
+    lines = []
+    if config.mode != ClockMode.SIM:
         how = "advances on step requests" if config.mode == ClockMode.LOCKSTEP else "runs on the wall clock"
-        unused.append(f"--scale is not used: {config.mode.name.lower()} mode {how}")
+        lines += unused({"--scale": args.scale}, f": {config.mode.name.lower()} mode {how}")
     if args.record is None:
-        given = {
-            "--overwrite": args.overwrite,
-            "--record-compression": args.record_compression,
-            "--record-profile": args.record_profile,
-            "--on-record-error": args.on_record_error,
-        }
-        unused += [f"{option} is not used without --record" for option, value in given.items() if value]
-    elif args.record_compression is not None and args.record.suffix == ".lcmlog":
-        unused.append("--record-compression is not used: an LCM event log is not compressed")
-    return unused
+        recording = {"--overwrite": args.overwrite, "--record-compression": args.record_compression}
+        recording |= {"--record-profile": args.record_profile, "--on-record-error": args.on_record_error}
+        lines += unused(recording, " without --record")
+    elif args.record.suffix == ".lcmlog":
+        lines += unused({"--record-compression": args.record_compression}, ": an LCM event log is not compressed")
+    return lines
 
 
 def cmd_run(args) -> int:
@@ -201,8 +198,8 @@ def cmd_run(args) -> int:
     from goggles.paths import default_run
 
     config = run_config(args)
-    for option in unused_options(args, config):
-        print(f"goggles: {option}", file=sys.stderr)
+    for line in unused_options(args, config):
+        print(f"goggles: {line}", file=sys.stderr)
     recorder = None
     stop = threading.Event()
     if args.record is not None:
