@@ -184,6 +184,18 @@ class Client:
             if not channel.startswith(SUBSCRIBED):  # an answer to a subscription (another client's)
                 return channel, decode_any(data)
 
+    def receive_until(self, channel: str, utime: int, timeout: float = 5.0):
+        """Lockstep: the messages in arrival order up to the first of ``channel`` stamped at ``utime`` or
+        later (a step reply's instant), as (the ones before it, it); it is None if no message came for
+        ``timeout`` s. The engine's order is kept, so a run reads the same messages at the same steps
+        every time, where ``latest`` reads take whichever frame has arrived."""
+        before = []
+        while (item := self.receive(timeout=timeout)) is not None:
+            if item[0] == channel and item[1].header.utime >= utime:
+                return before, item[1]
+            before.append(item)
+        return before, None
+
     def latest(self, channel: str, timeout: float = 1.0):
         """The newest message of exactly ``channel`` (decoded), or None if none came within ``timeout`` s.
 

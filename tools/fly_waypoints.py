@@ -62,13 +62,11 @@ def stepped(client, reply, state_channel: str, state, clearance: float):
     published before it, read in the engine's order from one stream. Each depth image comes before the
     state of the next instant, so a run reads the same images at the same steps every time (a
     ``latest`` read takes whichever image has arrived, and the flight differs from run to run)."""
-    while (item := client.receive(timeout=5.0)) is not None:
-        channel, message = item
+    before, now = client.receive_until(state_channel, reply.header.utime)
+    for channel, message in before:
         if channel != state_channel:
             clearance = clearance_ahead(message)
-        elif message.header.utime >= reply.header.utime:
-            return message, clearance
-    return state, clearance
+    return (state if now is None else now), clearance
 
 
 def main() -> int:

@@ -109,18 +109,15 @@ def readings(client, reply, state_channel: str, depth_channel: str):
     """Lockstep: the messages up to the state at the instant ``reply`` reached, in the engine's order
     from one stream (IMU samples and beacon detections as they were measured: each fix lands between
     the right samples), then that state, and the newest depth image among them. A run reads the same
-    messages at the same steps every time, where ``latest`` reads take whichever has arrived. No state
-    within 5 s: None for it."""
+    messages at the same steps every time (``Client.receive_until``). No state within 5 s: None for it."""
+    before, state = client.receive_until(state_channel, reply.header.utime)
     events, depth = [], None
-    while (item := client.receive(timeout=5.0)) is not None:
-        channel, message = item
+    for channel, message in before:
         if channel == depth_channel:
             depth = message
         elif channel != state_channel:
-            events.append(item)
-        elif message.header.utime >= reply.header.utime:
-            return events, message, depth
-    return events, None, depth
+            events.append((channel, message))
+    return events, state, depth
 
 
 def race(args) -> int:
