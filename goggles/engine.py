@@ -256,8 +256,7 @@ class Engine:
         t = time.perf_counter()
         self.inputs.poll()
         if self.mode != ClockMode.LOCKSTEP and self.zmq is not None:
-            for frames in self.zmq.receive_control():  # a lockstep client of a free-running engine
-                self.zmq.reply(frames[:-1], messages.step_reply(NOT_LOCKSTEP, 0, self.step, self.dt))
+            self._refuse(self.zmq.receive_control(), NOT_LOCKSTEP)  # a lockstep client of a free-running engine
         self.times.add("inputs", time.perf_counter() - t)
 
     def _measure_cost(self) -> float | None:
@@ -283,7 +282,7 @@ class Engine:
                     message = decode_input(payload, goggles_lcm.step_t)
                 except MalformedMessage as exc:
                     self.inputs.count_malformed("control", exc)
-                    self.zmq.reply(envelope, messages.step_reply(UNREADABLE_REQUEST, 0, self.step, self.dt))
+                    self._refuse([frames], UNREADABLE_REQUEST)
                     continue
                 if message.header.seq == BARRIER_FOLLOWS:
                     self._await_barrier(message.request_id)
@@ -322,11 +321,14 @@ class Engine:
     def _refuse_waiting_requests(self) -> None:
         """A lockstep run that ends answers the requests still waiting (``ENGINE_STOPPED``): their
         clients would otherwise wait out their timeouts."""
-        self._step_requests.extend(self.zmq.receive_control(limit=1024))
-        while self._step_requests:
-            self.zmq.reply(
-                self._step_requests.popleft()[:-1], messages.step_reply(ENGINE_STOPPED, 0, self.step, self.dt)
-            )
+        self._refuse([*self._step_requests, *self.zmq.receive_control(limit=1024)], ENGINE_STOPPED)
+        self._step_requests.clear()
+
+    def _refuse(self, requests: list[list[bytes]], code: int) -> None:
+        """Answer lockstep requests (as received: envelope, then payload) with a refusal ``code``
+        (``transport.buses``) in place of the request id, having run no step."""
+        for frames in requests:
+            self.zmq.reply(frames[:-1], messages.step_reply(code, 0, self.step, self.dt))
 
     def _publish_pending(self, force: bool) -> None:
         """Queued IMU samples and contacts wait on the device until an event has copied the state
