@@ -45,6 +45,18 @@ class ClockMode(IntEnum):
     """Log time: poses come from a recording; sensors are rendered again, as fast as wanted."""
 
 
+#: A timed message (a pose, a skeleton) older than the newest taken from its source by less than this
+#: (µs) came late, and is dropped; an older one is a source that restarted (or whose clock stepped back).
+#: A bridge sends on ZeroMQ and LCM, the engine reads both, and a bus reorders by milliseconds.
+REORDERED_US = 1_000_000
+
+
+def came_late(utime: int, newest: int) -> bool:
+    """Whether a message stamped ``utime`` is a late copy next to the ``newest`` taken (µs; 0 is no
+    time): taken, it would move a body or a person back one frame."""
+    return bool(newest) and newest - REORDERED_US < utime < newest
+
+
 TIMER_SLACK = 0.02
 """Wall seconds a sleep may wake late on a loaded machine (the pacing guarantees hold beyond it)."""
 #: Slowest scale accepted, sim seconds per wall second: a millionth (a physics step of 1/960 s takes

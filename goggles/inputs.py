@@ -128,7 +128,7 @@ class InputHandler:
                 )
             except Exception as exc:  # inconsistent bone lists, cyclic parents
                 raise MalformedMessage(str(exc)) from exc
-            if not self.crowd.offer(channel[len("skeleton/") :], pose):
+            if not self.crowd.offer(channel[len("skeleton/") :], pose, message.header.utime):
                 self.counters.ignored += 1
         elif channel == "scene/edit":
             self._edit(decode_input(data, goggles_lcm.scene_edit_t))

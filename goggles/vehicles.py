@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from goggles.clock import came_late
 from goggles.config import IMAGE_OUTPUTS
 from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
 from goggles.errors import GogglesError
@@ -24,9 +25,6 @@ log = logging.getLogger(__name__)
 #: Live mode: a body whose poses stop for longer than this is called silent (mocap streams at 100 Hz
 #: and more, and a lost body is flagged within three frame periods).
 SILENT_AFTER_S = 0.5
-#: Live mode: a pose this much older than the one held (µs) is a late copy, and is dropped; an older
-#: one is a restarted source (a bridge's clock runs on, and a bus reorders by milliseconds).
-REORDERED_US = 1_000_000
 
 
 @dataclass
@@ -60,15 +58,13 @@ class Vehicle:
 
         A pose may come twice: a mocap bridge sends on ZeroMQ and LCM, and the engine reads both. A
         copy of the pose held (same time, same pose) is only heard: taken, it left no motion between
-        the two last poses, and extrapolation stopped. A pose older than the one held by less than
-        ``REORDERED_US`` (another bus's copy, late) is dropped; an older one than that is a source
-        that restarted (or whose clock stepped back), and starts afresh.
+        the two last poses, and extrapolation stopped. A late copy (``clock.came_late``) is dropped,
+        so the body never steps back; a pose older still is a source that restarted (or whose clock
+        stepped back), and starts afresh.
         """
         self.heard_at = time.monotonic()
         if self.pose_utime:
-            if utime == self.pose_utime and np.array_equal(T_WB, self.T_WB):
-                return False
-            if self.pose_utime - REORDERED_US < utime < self.pose_utime:
+            if utime == self.pose_utime and np.array_equal(T_WB, self.T_WB) or came_late(utime, self.pose_utime):
                 return False
         moved_on = self.pose_utime and utime >= self.pose_utime
         self.previous = (self.T_WB, self.pose_utime) if moved_on else None

@@ -17,6 +17,11 @@ PARENTS = (-1, 0, 1, 1, 3, 4)
 
 def skeleton(arm_angle: float) -> SkeletonPose:
     """A person facing -x (towards a camera at the origin) at x = 4, raising the right arm (-y side)."""
+    return SkeletonPose.from_arrays(BONES, PARENTS, *joints(arm_angle))
+
+
+def joints(arm_angle: float) -> tuple[np.ndarray, np.ndarray]:
+    """``skeleton``'s bone positions and orientations (w, x, y, z), as a mocap message carries them."""
     positions = np.array(
         [[4.0, 0, 1.0], [4.0, 0, 1.4], [4.0, 0, 1.7], [4.0, -0.2, 1.5], [4.0, -0.3, 1.5], [4.0, -0.3, 1.2]]
     )
@@ -28,7 +33,7 @@ def skeleton(arm_angle: float) -> SkeletonPose:
     for j in (4, 5):
         positions[j] = shoulder + R @ (positions[j] - shoulder)
         orientations[j] = q
-    return SkeletonPose.from_arrays(BONES, PARENTS, positions, orientations)
+    return positions, orientations
 
 
 @pytest.fixture
@@ -97,4 +102,47 @@ def test_the_raised_arm_changes_the_depth_image(scene_with_avatar):
     changed = np.abs(np.nan_to_num(down.depth[0], posinf=99) - np.nan_to_num(up.depth[0], posinf=99)) > 1.0
     assert changed.sum() > 10  # where the arm was the wall shows now, and the other way round
     assert np.all(np.abs(down.depth[0][human_down] - 3.9) < 0.3)  # the body is about 4 m away
+    renderer.close()
+
+
+def test_a_late_copy_of_a_skeleton_never_puts_the_arm_back(device):
+    """A mocap bridge sends each skeleton on ZeroMQ and LCM, and a live engine reads both. The other
+    bus's copy of the frame before, arriving after the newest, was kept as the newest: for a frame the
+    person was drawn one mocap frame back. Through the input path, as bytes off the wire."""
+    import goggles_lcm
+    from goggles.inputs import InputHandler
+    from goggles.world.crowd import Crowd
+
+    wall = quad([[10, 10, -10], [10, -10, -10], [10, -10, 10], [10, 10, 10]])
+    scene = DeviceScene(scene_of((wall, 1)), device, max_actors=2)
+    crowd = Crowd(scene, np.zeros((0, 4, 4)), build_interval=0.0)
+    inputs = InputHandler([], {}, crowd)
+    renderer = Renderer(scene, [CameraModel.from_fov(64, 64, 50.0)])
+    T_WC = camera_pose_from_body(transform([0.0, 0.0, 1.3], [1, 0, 0, 0]))[None]
+
+    def receive(arm_angle: float, utime: int) -> None:
+        positions, orientations = joints(arm_angle)
+        message = goggles_lcm.skeleton_t()
+        message.header.utime = utime
+        message.name, message.num_bones = "alice", len(BONES)
+        message.bone_names, message.parents = list(BONES), list(PARENTS)
+        message.positions, message.orientations = positions.tolist(), orientations.tolist()
+        inputs.apply("skeleton/alice", message.encode())
+
+    def person(now: float) -> np.ndarray:
+        crowd.update(now)
+        renderer.render(T_WC)
+        return renderer.images().segmentation[0] == HUMAN_CLASS
+
+    receive(0.0, 10_000_000)
+    down = person(0.0)
+    receive(np.pi * 0.8, 10_010_000)
+    up = person(0.01)
+    assert (down != up).sum() > 10  # the arm went up
+    receive(np.pi * 0.8, 10_020_000)
+    receive(np.pi * 0.8, 10_010_000)  # the other bus's copy of the frame before, late
+    receive(0.0, 10_000_000)  # and an older one still
+    assert np.array_equal(person(0.02), up)
+    receive(0.0, 2_000_000)  # 8 s back: the bridge restarted, and is taken
+    assert np.array_equal(person(0.03), down)
     renderer.close()

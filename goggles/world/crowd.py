@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from goggles.busy import load_kernels
+from goggles.clock import came_late
 from goggles.scene import avatar as skinning
 from goggles.scene.avatar import SkeletonPose, SkinnedAvatar, avatar_shape, build_avatar_mesh
 from goggles.world.device_scene import DeviceScene
@@ -66,16 +67,22 @@ class Crowd:
         self.keep = set(keep)
         self.avatars: dict[str, Avatar] = {}
         self._pending: dict[str, SkeletonPose] = {}
+        self._newest_utime: dict[str, int] = {}
         self._free_shapes: list[int] = []
         self.build_interval = build_interval
         self._last_build = -float("inf")
         load_kernels(skinning, scene.device)  # compiled now, not when the first person walks in
 
-    def offer(self, name: str, pose: SkeletonPose) -> bool:
-        """Keep ``pose`` as the newest of ``name``; False (ignored) if the crowd is full of others."""
+    def offer(self, name: str, pose: SkeletonPose, utime: int = 0) -> bool:
+        """Keep ``pose`` (stamped ``utime`` µs, 0: no time) as the newest of ``name``; False (ignored)
+        if the crowd is full of others. A late copy (``clock.came_late``: a bridge sends on both buses)
+        is only heard: kept, it would move the person back a frame."""
         known = name in self.avatars or name in self._pending
         if not known and len(self.avatars.keys() | self._pending.keys()) >= MAX_AVATARS:
             return False
+        if came_late(utime, self._newest_utime.get(name, 0)):
+            return True
+        self._newest_utime[name] = utime
         self._pending[name] = pose
         return True
 
@@ -108,6 +115,7 @@ class Crowd:
         for name in [n for n, a in self.avatars.items() if n not in self.keep and now - a.heard > AVATAR_TIMEOUT_S]:
             log.info("avatar %s removed: no skeleton for %.0f s", name, AVATAR_TIMEOUT_S)
             self._free_shapes.append(self.avatars.pop(name).shape)
+            self._newest_utime.pop(name, None)
             changed = True
         if changed:
             self._place()
