@@ -319,8 +319,8 @@ class Engine:
         self.zmq.reply(envelope, messages.step_reply(request_id, self.step - started, self.step, self.dt))
 
     def _refuse_waiting_requests(self) -> None:
-        """A lockstep run that ends answers the requests still waiting (``ENGINE_STOPPED``): their
-        clients would otherwise wait out their timeouts."""
+        """A run that ends (and an engine that closes) answers the lockstep requests still waiting
+        (``ENGINE_STOPPED``): their clients would otherwise wait out their timeouts."""
         self._refuse([*self._step_requests, *self.zmq.receive_control(limit=1024)], ENGINE_STOPPED)
         self._step_requests.clear()
 
@@ -582,6 +582,8 @@ class Engine:
         return (count - at_start) / elapsed if elapsed > 0 else None
 
     def close(self) -> None:
+        if self.zmq is not None:  # what came after the run ended (a lockstep client, any mode's)
+            self._refuse_waiting_requests()
         for group in self.groups:
             group.renderer.close()
         for _, lidar in self.lidars:

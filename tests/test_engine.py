@@ -381,14 +381,20 @@ def test_a_lockstep_run_that_ends_says_how_many_steps_ran_and_refuses_what_waits
                 refused.append(str(exc))
 
     waiting = threading.Thread(target=step)
+    late = threading.Thread(target=step)  # one that comes after the run, before the engine closes
     waiting.start()
     try:
         assert engine.zmq.wait(30.0)  # the request has come, and waits
         engine.run(duration=0.0)  # a run that ends at once
-    finally:
         waiting.join(30)
+        late.start()
+        assert engine.zmq.wait(30.0)
+    finally:
         engine.close()
-    assert len(refused) == 1 and "stopped: its run ended before this request" in refused[0]
+        for thread in (waiting, late):
+            if thread.ident is not None:  # started
+                thread.join(30)
+    assert len(refused) == 2 and all("stopped: its run ended before this request" in r for r in refused)
 
 
 def test_auto_scale_holds_the_camera_interval_under_a_slow_renderer(monkeypatch):
