@@ -326,6 +326,7 @@ def run_dataset(
     progress = Progress(len(pending))
     if not pending:
         return []
+    _remove_unlisted(spec.output, pending)  # what a run killed outright (SIGKILL, a power cut) left
     workers = workers or spec.workers or os.cpu_count() or 1
     backend = _run_on_ray if ray_address is not None else _run_locally
     rows: list[dict] = []
@@ -354,13 +355,15 @@ def run_dataset(
 
 
 def _remove_unlisted(output: Path, jobs: list[Job]) -> None:
-    """Remove the outputs of the jobs the manifest does not list as done. A job stopped just as it
-    finished has its complete output but no row (its worker, or this process, was stopped between the
-    two): the next run does it again, and an output the manifest does not list would say otherwise."""
+    """Remove the outputs, whole or partial, of the jobs the manifest does not list as done. A job
+    stopped just as it finished has its complete output but no row (its worker, or this process, was
+    stopped between the two): the next run does it again, and an output the manifest does not list
+    would say otherwise, as would the old output of a job that fails when done again."""
     done = {job_id for job_id, row in read_manifest(output).items() if row.get("status") == "done"}
     for job in jobs:
         if job.id not in done:
             (output / f"{job.id}.mcap").unlink(missing_ok=True)
+            partial_output(output, job).unlink(missing_ok=True)
 
 
 _WORLDS = WorldCache()
@@ -415,11 +418,9 @@ def _run_on_ray(jobs: list[Job], spec: DatasetSpec, workers: int, address: str) 
     # Jobs go out in scene order, so a worker's next job tends to be in the world it holds.
     try:
         yield from ActorPool(pool).map_unordered(lambda worker, job: worker.render.remote(job), jobs)
-    except BaseException:  # stopped (Ctrl-C, SIGTERM): so are the jobs, and their partial outputs go
+    except BaseException:  # stopped (Ctrl-C, SIGTERM): so are the jobs (run_dataset removes their outputs)
         for worker in pool:
             ray.kill(worker)
-        for job in jobs:
-            partial_output(spec.output, job).unlink(missing_ok=True)
         raise
 
 

@@ -188,6 +188,29 @@ def test_a_job_stopped_as_it_finished_leaves_no_output_the_manifest_does_not_lis
     assert len(list((tmp_path / "out").glob("*.mcap"))) == 2
 
 
+def test_what_a_killed_run_left_is_removed_before_its_jobs_run_again(flights, tmp_path, monkeypatch):
+    """A run killed outright (SIGKILL: nothing of it runs after) may leave a job's complete output with
+    no row, or its partial one. The next run does those jobs again; one that fails then kept the old
+    output, which said the job was done."""
+    import goggles.dataset as dataset
+
+    spec = load_dataset_spec(
+        write_spec(flights, f'[dataset]\noutput = "{tmp_path / "out"}"\n[jobs]\nlogs = ["a.mcap"]\nseeds = [1, 2]')
+    )
+    spec.output.mkdir()
+    complete, partial = spec.jobs
+    (spec.output / f"{complete.id}.mcap").write_bytes(b"finished, and killed before its row")
+    dataset.partial_output(spec.output, partial).write_bytes(b"half")
+
+    def failing(jobs, spec, workers, address):
+        for job in jobs:
+            yield {"job": job.id, "status": "failed", "error": "the log moved", "output": f"{job.id}.mcap"}
+
+    monkeypatch.setattr(dataset, "_run_locally", failing)
+    assert [row["status"] for row in run_dataset(spec, workers=1)] == ["failed", "failed"]
+    assert sorted(p.name for p in spec.output.iterdir()) == [MANIFEST]
+
+
 def test_a_device_the_machine_lacks_is_one_line_before_any_job(flights, tmp_path):
     """Checked where the jobs run: here for local processes, on the cluster for Ray (whose head may
     lack the GPUs its workers have). A cluster with no room for a worker would wait for ever."""
