@@ -171,6 +171,18 @@ def test_every_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys):
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.parametrize("value", ["abc", "-3", "1e3", "²"])
+def test_a_bad_render_threads_variable_is_one_line(value, monkeypatch, capsys):
+    """``$GOGGLES_RENDER_THREADS`` ended in a traceback (``int()``), or was taken as 1 thread when
+    negative."""
+    monkeypatch.setenv("GOGGLES_RENDER_THREADS", value)
+    assert main(["run", "--duration", "0.05", "--no-lcm"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if ": error:" in line]
+    assert errors == [
+        f"goggles: error: GOGGLES_RENDER_THREADS={value!r}: give a whole number of render threads (0: one per core)"
+    ]
+
+
 def test_a_terminal_sees_one_line_and_no_cuda_warning(tmp_path):
     """In a real process: no traceback, no Warp CUDA-driver warning on a machine without a GPU."""
     for argv in (["render", "--device", "gpu", "--out", str(tmp_path)], ["render", "--out", str(tmp_path / "o")]):

@@ -52,6 +52,18 @@ BACKENDS = ("auto", "warp", "bvh", "embree")
 _ALIGN = 256  # bytes between outputs in the device block (CUDA's allocation alignment)
 
 
+def default_render_threads() -> int:
+    """CPU render threads where none are asked for: ``$GOGGLES_RENDER_THREADS`` (batch replays run one
+    process per core, each with one thread), else one per core."""
+    text = os.environ.get("GOGGLES_RENDER_THREADS", "").strip()
+    threads = int(text) if text.isascii() and text.isdigit() else -1 if text else 0
+    if threads < 0:
+        raise ConfigError(
+            f"GOGGLES_RENDER_THREADS={text[:32]!r}: give a whole number of render threads (0: one per core)"
+        )
+    return threads or os.cpu_count() or 1
+
+
 class BlockSpan(NamedTuple):
     """Where an output lies in the renderer's device block, and its host view's type and shape."""
 
@@ -215,9 +227,7 @@ class Renderer:
         self._has_partners = bool(np.any(partner >= 0))
         self.width, self.height = width, height
         self.device = d = scene.device
-        # $GOGGLES_RENDER_THREADS caps the default (batch replays run one process per core).
-        default_threads = int(os.environ.get("GOGGLES_RENDER_THREADS", 0)) or os.cpu_count() or 1
-        self.threads = 1 if d.is_cuda else max(1, min(threads or default_threads, height))
+        self.threads = 1 if d.is_cuda else max(1, min(threads or default_render_threads(), height))
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="goggles-render") if self.threads > 1 else None
 
         # One ray table per distinct camera model (a learning batch's thousands of cameras share one).
