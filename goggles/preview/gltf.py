@@ -14,12 +14,14 @@ import io
 
 import numpy as np
 
+from goggles.held_signals import signals_held
 from goggles.scene.batch import StaticScene
 
 #: From goggles' Z-up frames to glTF's Y-up: (x, y, z) -> (x, z, -y).
 Z_UP_TO_GLTF = np.array([[1, 0, 0], [0, 0, 1], [0, -1, 0]], dtype=np.float32)
 
 
+@signals_held()
 def mesh_glb(scene: StaticScene, vertices: np.ndarray | None = None) -> bytes:
     """``scene`` as a GLB file's bytes; ``vertices`` (V, 3) replace its own (a skinned person's)."""
     import trimesh

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from goggles.errors import SceneError
+from goggles.held_signals import signals_held
 from goggles.scene.assets import MeshPart, part_from_trimesh
 
 
@@ -36,6 +37,7 @@ class ActorShape:
         return np.stack([vertices.min(axis=0), vertices.max(axis=0)])
 
 
+@signals_held()
 def box_shape(name: str, extents, rgb=(0.8, 0.8, 0.8), segmentation: int = 1) -> ActorShape:
     """A box centred on its origin, of ``extents`` (x, y, z) metres and one colour."""
     import trimesh

@@ -15,6 +15,7 @@ import numpy as np
 
 from goggles.checks import FLOAT32_MAX
 from goggles.errors import SceneError
+from goggles.held_signals import signals_held
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ def default_frame(path: Path) -> tuple[str, str]:
     return "m", "+z"
 
 
+@signals_held()
 def load_asset(path: str | Path, *, units: str, up: str) -> list[MeshPart]:
     """Load a mesh file into parts in metres with +Z up.
 

@@ -19,6 +19,7 @@ import warp as wp
 
 from goggles.errors import ConfigError
 from goggles.frames import quat_to_matrix
+from goggles.held_signals import signals_held
 from goggles.host_copies import HostMirror, fetch
 from goggles.scene.actors import ActorShape
 from goggles.scene.assets import Material, MeshPart
@@ -103,6 +104,7 @@ def _capsule(a: np.ndarray, b: np.ndarray, r_a: float, r_b: float, rings: int = 
 
 
 @functools.cache
+@signals_held()
 def _unit_sphere() -> tuple[np.ndarray, np.ndarray]:
     import trimesh
 

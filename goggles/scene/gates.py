@@ -31,6 +31,7 @@ import numpy as np
 from goggles.checks import Table, read_toml
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, transform
+from goggles.held_signals import signals_held
 from goggles.scene.actors import ActorShape
 from goggles.scene.assets import part_from_trimesh
 
@@ -106,6 +107,7 @@ def gate_bars(opening: tuple[float, float]) -> list[tuple[tuple[float, float, fl
     ]
 
 
+@signals_held()
 def gate_shape(opening: tuple[float, float], name: str = "gate") -> ActorShape:
     """A square gate frame around an opening (four bars), in the gate frame, orange."""
     import trimesh

@@ -4,9 +4,9 @@ scene that is not the default one (rough like a scan, seeded, nothing to downloa
 from __future__ import annotations
 
 import numpy as np
-import trimesh
 
 from goggles.frames import quat_from_axis_angle, transform
+from goggles.held_signals import signals_held
 from goggles.scene.assets import part_from_trimesh
 from goggles.scene.batch import StaticScene, merge_parts
 
@@ -30,9 +30,12 @@ def fractal_heights(cells: int, *, relief_m: float, seed: int) -> np.ndarray:
     return heights * (relief_m / max(np.ptp(heights), 1e-9))
 
 
+@signals_held()
 def terrain_scene(triangles: int = 230_000, *, size_m: float = 200.0, relief_m: float = 20.0, seed: int = 0):
     """A square terrain of about ``triangles`` triangles, centred on the origin, with a view 2 m above
     its centre looking along +x, 10 degrees down (the benchmarks' viewpoint)."""
+    import trimesh
+
     cells = max(1, int(round(np.sqrt(triangles / 2))))
     heights = fractal_heights(cells, relief_m=relief_m, seed=seed)
     xy = np.linspace(-size_m / 2, size_m / 2, cells + 1)

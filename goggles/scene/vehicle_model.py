@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from goggles.held_signals import signals_held
 from goggles.scene.actors import ActorShape, paint
 from goggles.scene.assets import MeshPart, part_from_trimesh
 from goggles.scene.batch import StaticScene, merge_parts
@@ -27,6 +28,7 @@ def vehicle_shape(airframe, segmentation: int) -> ActorShape:
     return ActorShape(airframe.name, parts, segmentation)
 
 
+@signals_held()
 def vehicle_parts(name: str, rotor_positions, rotor_axes, rotor_radius: float) -> list[MeshPart]:
     """The model's coloured parts in the body frame (``vehicle_model``'s arguments)."""
     import trimesh
