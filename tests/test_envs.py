@@ -333,7 +333,7 @@ def test_a_reset_mask_leaves_the_others_pending_next_step_autoreset():
     [
         (None, {"reset_mask": np.array([True, False])}, r"\(3,\) bool array or tensor"),
         (None, {"reset_mask": np.array([1, 0, 0])}, "bool array"),
-        (None, {"reset_mask": [True, False, False]}, "bool array"),
+        (None, {"reset_mask": [True, False, False]}, r"bool array or tensor, got list$"),
         (None, {"reset_mask": np.zeros(3, bool)}, "resets nothing"),
         (1, {"reset_mask": np.ones(3, bool)}, "without a reset_mask"),
         (None, {"mask": np.ones(3, bool)}, "reset options \\['mask'\\] unknown"),

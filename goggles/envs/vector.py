@@ -463,10 +463,8 @@ class DroneVectorEnv(VectorEnv):
         if isinstance(mask, torch.Tensor):
             mask = mask.detach().cpu().numpy()
         if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (self.num_envs,):
-            raise ConfigError(
-                f"options['reset_mask'] must be a ({self.num_envs},) bool array or tensor, got "
-                f"{getattr(mask, 'dtype', type(mask).__name__)} of shape {getattr(mask, 'shape', None)}"
-            )
+            got = f"{mask.dtype} of shape {mask.shape}" if isinstance(mask, np.ndarray) else type(mask).__name__
+            raise ConfigError(f"options['reset_mask'] must be a ({self.num_envs},) bool array or tensor, got {got}")
         if not mask.any():
             raise ConfigError("options['reset_mask'] resets nothing: give at least one True")
         if seed is not None:
