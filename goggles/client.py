@@ -220,20 +220,20 @@ class Client:
         message = goggles_lcm.command_t()
         message.header = header(0, next(self._seq))
         message.vehicle = vehicle
-        message.mode = int(control_mode(mode)) if isinstance(mode, str) else int(mode)
-        message.values = [float(v) for v in values]
+        message.mode = int(control_mode(mode)) if isinstance(mode, str) else _mode_number(mode)
+        message.values = _numbers(values, None, "command values")
         message.num_values = len(message.values)
         self._send([frame(f"{vehicle}/command", message.encode())])
 
     def send_pose(self, name: str, position, orientation, utime: int | None = None, valid: bool = True) -> int:
         """Publish a body pose (live mode); returns the utime it carries (wall µs by default)."""
         message = goggles_lcm.pose_t()
-        utime = time.time_ns() // 1000 if utime is None else int(utime)
+        utime = time.time_ns() // 1000 if utime is None else _utime(utime)
         message.header = header(utime, next(self._seq))
         message.name = name
         message.position = _numbers(position, 3, "position")
         message.orientation = _numbers(orientation, 4, "orientation")
-        message.valid = valid
+        message.valid = bool(valid)
         self._send([frame(f"pose/{name}", message.encode())])
         return utime
 
@@ -349,16 +349,37 @@ class Client:
                 socket.close(int(linger * 1000) if socket is self._pub else 0)
 
 
-def _numbers(values, count: int, what: str) -> list[float]:
-    """``values`` as ``count`` floats for a message; the values themselves are sent as given (the
-    engine counts and drops a NaN pose), but a list the message cannot hold is refused here."""
+def _numbers(values, count: int | None, what: str) -> list[float]:
+    """``values`` as ``count`` floats (None: any number of them) for a message; the values themselves
+    are sent as given (the engine counts and drops a NaN pose), but a list the message cannot hold is
+    refused here."""
     try:
         floats = [float(v) for v in values]
     except (TypeError, ValueError):
-        floats = []
-    if len(floats) != count:
-        raise ConfigError(f"{what} must be {count} numbers, got {values!r}")
+        floats = None
+    if floats is None or count is not None and len(floats) != count:
+        raise ConfigError(f"{what} must be {'' if count is None else f'{count} '}numbers, got {values!r}")
     return floats
+
+
+def _mode_number(mode) -> int:
+    """A control mode's number as ``command_t`` holds it (int8), even one the engine will refuse (a
+    client may test that); 1.5 was sent as mode 1, 2**40 was struct.error from the encoder."""
+    if not is_whole(mode, -128, 127):
+        raise ConfigError(f"control mode {mode!r}: give a ControlMode, its name or its number")
+    return int(mode)
+
+
+def _utime(value) -> int:
+    """A time stamp in µs as a message holds it (int64); one it cannot hold is refused here (the LCM
+    encoder's own error was "int too large to convert")."""
+    try:
+        utime = int(value)
+    except (TypeError, ValueError, OverflowError):
+        utime = None
+    if utime is None or not -(2**63) <= utime < 2**63:
+        raise ConfigError(f"utime must be a whole number of microseconds (int64), got {value!r}")
+    return utime
 
 
 def _milliseconds(timeout: float) -> int:

@@ -143,6 +143,16 @@ def test_a_client_refuses_an_endless_wait_and_a_pose_its_message_cannot_hold():
             client.spawn("crate1", "crate", [0, 0])
         with pytest.raises(ConfigError, match="orientation must be 4 numbers"):
             client.send_pose("quad0", [0, 0, 0], "w x y z")
+        for utime in (2**70, float("nan"), "soon"):  # 2**70 was "int too large to convert" from the encoder
+            with pytest.raises(ConfigError, match=r"utime must be a whole number of microseconds \(int64\)"):
+                client.send_pose("quad0", [0, 0, 0], [1, 0, 0, 0], utime=utime)
+        assert client.send_pose("quad0", [0, 0, 0], [1, 0, 0, 0], utime=np.int64(5)) == 5
+        for mode in (1.5, 2**40, None):  # 1.5 went out as mode 1, 2**40 was struct.error
+            with pytest.raises(ConfigError, match="control mode"):
+                client.send_command("quad0", mode, [0, 0, 0, 0])
+        with pytest.raises(ConfigError, match="command values must be numbers, got None"):
+            client.send_command("quad0", "velocity", None)
+        client.send_command("quad0", 99, [float("nan")])  # what the engine refuses is still sent, to test it
         # What a tool prints in one line when no lockstep engine answers (it was a traceback).
         with pytest.raises(TimeoutError, match="within 0.2 s: is goggles run --mode lockstep running there"):
             client.step(1, timeout=0.2)
