@@ -83,7 +83,7 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
         ConfigError: naming the file and the key.
     """
     from goggles.config import load_run_config
-    from goggles.record import log_format
+    from goggles.record import is_log_file, log_format
 
     path = Path(path).resolve()
     data = read_toml(path, "dataset spec")
@@ -144,9 +144,10 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
             checked.add(value)
             try:
                 if kind == "log":
-                    log_format(Path(value))
                     if not Path(value).is_file():
                         raise ConfigError(f"{value}: not a file")
+                    if not is_log_file(Path(value)):
+                        log_format(Path(value))  # says what a log's name is (a damaged log fails as its job)
                 elif kind == "rig":
                     rig = load_run_config(value)
                     if rig.scene is not None:

@@ -43,6 +43,38 @@ def log_format(path: Path) -> str:
     raise ConfigError(f"{path}:{folder} a log is a .mcap file (MCAP) or a .lcmlog file (LCM event log){bag}")
 
 
+def recorded_format(path: Path) -> str:
+    """Which kind of log ``path`` holds, "mcap" or "lcm", by its first bytes whatever its name
+    (lcm-logger names its logs ``lcmlog-<date>.<n>`` by default).
+
+    Raises:
+        ConfigError: not found, or neither (what its name says it should be, and is not).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: log not found" + (" (it is a folder)" if path.is_dir() else ""))
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head == MCAP_MAGIC:
+        return "mcap"
+    if head[:4] == LCM_LOG_SYNC:
+        return "lcm"
+    if log_format(path) == "lcm":  # (raises for a name that is neither)
+        raise ConfigError(f"{path}: not an LCM event log (no lcm-logger sync word at the start)")
+    raise ConfigError(f"{path}: not an MCAP recording (no MCAP magic at the start)")
+
+
+def is_log_file(path: Path) -> bool:
+    """A file a folder replay takes: named as a log (a damaged one is then told), or holding one."""
+    if not path.is_file():
+        return False
+    if path.suffix.lower() in (".mcap", ".lcmlog"):
+        return True
+    with open(path, "rb") as f:
+        head = f.read(8)
+    return head == MCAP_MAGIC or head[:4] == LCM_LOG_SYNC
+
+
 class Recorder:
     """Writes (channel, bytes, time) to a log from a thread of its own.
 
@@ -229,23 +261,15 @@ def read_log(path: str | Path) -> Iterator[tuple[int, str, bytes]]:
     MCAP chunks are checked against their CRCs: a damaged chunk is named in a warning and skipped,
     and reading goes on with the next; a truncated file (a killed recording) yields what its complete
     chunks hold. An LCM event log's damaged events are skipped to the next sync word, likewise. A file
-    that is not a recording of the format its name says is refused.
+    is read as what its first bytes say it holds, whatever its name; one that holds neither is refused.
 
     Raises:
         ConfigError: not found, or not an MCAP file / LCM event log.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: log not found" + (" (it is a folder)" if path.is_dir() else ""))
-    with open(path, "rb") as f:
-        head = f.read(8)
-    if log_format(path) == "lcm":
-        if head[:4] != LCM_LOG_SYNC:
-            raise ConfigError(f"{path}: not an LCM event log (no lcm-logger sync word at the start)")
+    if recorded_format(path) == "lcm":
         yield from _read_lcm_log(path)
         return
-    if head != MCAP_MAGIC:
-        raise ConfigError(f"{path}: not an MCAP recording (no MCAP magic at the start)")
     require("mcap", "recording", "reading MCAP recordings")
     yield from _read_mcap(path)
 
@@ -415,17 +439,12 @@ def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
 def read_metadata(path: str | Path) -> dict[str, str]:
     """The 'goggles' metadata of an MCAP recording (the run file), or {} (LCM logs have none)."""
     path = Path(path)
-    if log_format(path) != "mcap":
+    if recorded_format(path) != "mcap":
         return {}
     from mcap.records import Metadata
     from mcap.stream_reader import StreamReader
 
-    if not path.is_file():
-        raise ConfigError(f"{path}: log not found" + (" (it is a folder)" if path.is_dir() else ""))
     with open(path, "rb") as f:
-        if f.read(8) != MCAP_MAGIC:
-            raise ConfigError(f"{path}: not an MCAP recording (no MCAP magic at the start)")
-        f.seek(0)
         try:
             for record in StreamReader(f, skip_magic=False, emit_chunks=True).records:
                 if isinstance(record, Metadata) and record.name == "goggles":

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from goggles.clock import MIN_SCALE, ClockMode
 from goggles.config import load_run_config, parse_run_config
 from goggles.errors import ConfigError, GogglesError
 from goggles.processes import run_in_processes
-from goggles.record import Recorder, read_log, read_metadata
+from goggles.record import Recorder, is_log_file, read_log, read_metadata
 from goggles.transport.schema import MalformedMessage, decode_any
 
 log = logging.getLogger(__name__)
@@ -364,19 +365,35 @@ def replay_folder(
     record_folder: Path | None,
     jobs: int | None = None,
     report: Callable[[str], None] | None = None,
+    overwrite: bool = False,
     **kwargs,
 ) -> list[ReplayResult]:
     """Replay every log in a folder in parallel, one process per job (default: one per core); a log
     that cannot be replayed comes back with its ``error`` and does not stop the others. ``report``
-    is called about once a second, and when a log ends, with a progress line."""
-    logs = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in (".mcap", ".lcmlog"))
+    is called about once a second, and when a log ends, with a progress line. Replays already in
+    ``record_folder`` are refused unless ``overwrite``, before any job runs."""
+    logs = sorted(p for p in Path(folder).iterdir() if is_log_file(p))
     if not logs:
-        raise ConfigError(f"{folder}: no .mcap or .lcmlog files to replay")
+        raise ConfigError(f"{folder}: no .mcap or .lcmlog files (nor lcm-logger logs) to replay")
+    outputs = replay_names(logs) if record_folder is not None else {}
+    if record_folder is not None and Path(record_folder).resolve() == Path(folder).resolve():
+        written = {name: source for source, name in outputs.items()}
+        for path in [p for p in logs if p.name in written]:  # an earlier replay's output: not read while rewritten
+            log.warning("%s: not replayed, this replay writes it (from %s)", path, written[path.name].name)
+            logs.remove(path)
+            del outputs[path]
+    if record_folder is not None and not overwrite:
+        existing = [name for name in outputs.values() if (Path(record_folder) / name).is_file()]
+        if existing:
+            raise ConfigError(
+                f"--record {record_folder}: {len(existing)} replay(s) there already ({', '.join(existing[:3])}"
+                f"{', ...' if len(existing) > 3 else ''}); give another folder, or --overwrite to replace them"
+            )
     tasks = []
     for path in logs:
         task_kwargs = dict(kwargs)
         if record_folder is not None:
-            task_kwargs["record"] = Path(record_folder) / f"{path.stem}.replay.mcap"
+            task_kwargs["record"] = Path(record_folder) / outputs[path]
         tasks.append((path, task_kwargs))
     results: list[ReplayResult | None] = [None] * len(tasks)
     start = time.perf_counter()
@@ -387,6 +404,15 @@ def replay_folder(
             if report is not None:
                 report(_folder_progress([r for r in results if r is not None], len(tasks), start))
     return results
+
+
+def replay_names(logs: list[Path]) -> dict[Path, str]:
+    """Each log's replay file name in the record folder: ``<stem>.replay.mcap``, or the whole name before
+    ``.replay.mcap`` where stems would collide (``a.mcap`` and ``a.lcmlog``) or say nothing (lcm-logger's
+    ``lcmlog-<date>.00`` and ``.01``)."""
+    names = {p: f"{p.stem if p.suffix.lower() in ('.mcap', '.lcmlog') else p.name}.replay.mcap" for p in logs}
+    taken = Counter(names.values())
+    return {p: name if taken[name] == 1 else f"{p.name}.replay.mcap" for p, name in names.items()}
 
 
 def _folder_progress(finished: list[ReplayResult], total: int, start: float) -> str:

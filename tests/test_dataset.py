@@ -211,6 +211,19 @@ def test_what_a_killed_run_left_is_removed_before_its_jobs_run_again(flights, tm
     assert sorted(p.name for p in spec.output.iterdir()) == [MANIFEST]
 
 
+def test_a_log_is_known_by_what_it_holds_whatever_its_name(flights, tmp_path):
+    """lcm-logger names its logs lcmlog-<date>.00: such a log was refused by its name."""
+    import shutil
+
+    shutil.copy(flights / "a.mcap", tmp_path / "lcmlog-2026-11-24.00")
+    (tmp_path / "notes.txt").write_text("flown at noon")
+    head = f'[dataset]\noutput = "{tmp_path / "out"}"\n[jobs]\n'
+    spec = load_dataset_spec(write_spec(tmp_path, head + 'logs = ["lcmlog-2026-11-24.00"]'))
+    assert [Path(job.log).name for job in spec.jobs] == ["lcmlog-2026-11-24.00"]
+    with pytest.raises(ConfigError, match=r"log .*notes.txt does not load: .*a log is a .mcap file"):
+        load_dataset_spec(write_spec(tmp_path, head + 'logs = ["notes.txt"]'))
+
+
 def test_a_device_the_machine_lacks_is_one_line_before_any_job(flights, tmp_path):
     """Checked where the jobs run: here for local processes, on the cluster for Ray (whose head may
     lack the GPUs its workers have). A cluster with no room for a worker would wait for ever."""

@@ -223,6 +223,35 @@ def test_batch_replay_of_a_folder(tmp_path):
         assert images(logs / r.log.name) == images(tmp_path / "out" / f"{r.log.stem}.replay.mcap")
 
 
+def test_a_folder_replay_takes_lcm_loggers_own_names_and_never_reads_what_it_writes(tmp_path, caplog):
+    """lcm-logger names its logs lcmlog-<date>.00, .01, ...: a folder replay passed them over (one given
+    alone was refused by its name), and both would have gone to one lcmlog-<date>.replay.mcap. A folder
+    replayed into itself read an earlier replay as a log while rewriting it ("not an MCAP recording")."""
+    from goggles.errors import ConfigError
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("lcmlog-2026-11-24.00", "lcmlog-2026-11-24.01"):
+        record_run(tmp_path, f"{name}.lcmlog", duration=0.3).rename(logs / name)
+    record_run(tmp_path, "a.mcap", duration=0.3).rename(logs / "a.mcap")
+    (logs / "notes.txt").write_text("flown at noon")  # not a log: left alone
+    sensors = tmp_path / "run.toml"  # the recordings' run file (an LCM log carries none)
+    first = replay_folder(logs, record_folder=logs, jobs=2, sensors=sensors)
+    assert [(r.log.name, r.error) for r in first] == [
+        ("a.mcap", None),
+        ("lcmlog-2026-11-24.00", None),
+        ("lcmlog-2026-11-24.01", None),
+    ]
+    for log, replay in (("a.mcap", "a.replay.mcap"), ("lcmlog-2026-11-24.01", "lcmlog-2026-11-24.01.replay.mcap")):
+        assert images(logs / log) == images(logs / replay) and images(logs / log)
+    with pytest.raises(ConfigError, match=r"--record .*: 3 replay\(s\) there already \(a.replay.mcap, "):
+        replay_folder(logs, record_folder=logs, sensors=sensors)  # a second run, without --overwrite
+    again = replay_folder(logs, record_folder=logs, jobs=2, sensors=sensors, overwrite=True)
+    assert [(r.log.name, r.error) for r in again] == [(r.log.name, None) for r in first]
+    assert "a.replay.mcap: not replayed, this replay writes it (from a.mcap)" in caplog.text
+    assert len(list(logs.iterdir())) == 7  # three logs, their three replays, the notes
+
+
 def test_bad_logs(tmp_path):
     from goggles.errors import ConfigError
 

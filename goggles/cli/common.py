@@ -257,12 +257,12 @@ def quiet_warp_init() -> None:
         wp.init()
 
 
-def add_overwrite_arg(parser: argparse.ArgumentParser, what: str) -> None:
+def add_overwrite_arg(parser: argparse.ArgumentParser, what: str, also: str = "") -> None:
     """``--overwrite``: without it, an existing file at ``what`` is refused (``refuse_existing``)."""
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help=f"replace an existing {what} file (without it, a file there is refused: a flight is not lost)",
+        help=f"replace an existing {what} file{also} (without it, a file there is refused: a flight is not lost)",
     )
 
 

@@ -46,7 +46,7 @@ def add_parser(commands) -> None:
         "when their clock goes back this far; a single pose stamped this far from its neighbours is a corrupt "
         "stamp, dropped and counted (default: 60)",
     )
-    add_overwrite_arg(replay, "--record")
+    add_overwrite_arg(replay, "--record", " or the replays in a --record folder")
     add_foxglove_args(replay)
     replay.add_argument("--jobs", type=at_least(1), default=None, help="processes for a folder (default: all cores)")
     replay.add_argument("--device", default=None, help="Warp device")
@@ -66,6 +66,7 @@ def cmd_replay(args) -> int:
             args.log,
             record_folder=args.record,
             jobs=args.jobs,
+            overwrite=args.overwrite,
             sensors=args.sensors,
             scene=args.scene,
             speed=speed,
