@@ -563,7 +563,7 @@ def bench_dataset(
 
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
-        text = Path(default_run()).read_text()
+        text = Path(default_run()).read_text(encoding="utf-8")
         rig = folder / "rig.toml"
         rig.write_text(
             text.replace('scene = "arena.toml"', f'scene = "{Path(default_run()).parent / "arena.toml"}"')
@@ -571,7 +571,7 @@ def bench_dataset(
             .replace("height = 240", f"height = {height}")
         )
         flight = folder / "flight.mcap"
-        recorder = Recorder(flight, metadata={"run_file": rig.read_text(), "run_file_path": str(rig)})
+        recorder = Recorder(flight, metadata={"run_file": rig.read_text(encoding="utf-8"), "run_file_path": str(rig)})
         config = dataclasses.replace(load_run_config(rig), zmq=None, lcm_url=None, scale=None, max_scale=1e9)
         engine = Engine(config, recorder=recorder)
         engine.run(duration=flight_s)

@@ -31,7 +31,7 @@ def read_toml(path: Path, what: str, error: type[Exception] = ConfigError) -> di
     if not path.is_file():
         raise error(f"{path}: {what} not found")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # TOML is UTF-8; a Windows editor may put a BOM first
     except UnicodeDecodeError as exc:
         raise error(f"{path}: not valid TOML: {exc}") from exc
     return parse_toml(text, str(path), error)
@@ -40,7 +40,7 @@ def read_toml(path: Path, what: str, error: type[Exception] = ConfigError) -> di
 def parse_toml(text: str, where: str, error: type[Exception] = ConfigError) -> dict:
     """The tables of TOML `text`; `error` starts with `where` if it is not TOML."""
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text.removeprefix("\ufeff"))  # a BOM kept in a recording's copy of a run file
     except tomllib.TOMLDecodeError as exc:
         raise error(f"{where}: not valid TOML: {exc}") from exc
 

@@ -180,7 +180,7 @@ def fly_course(
 def read_flight_log(path: Path):
     """A flight log as (table, header): CSV with a header row naming at least t, px, py, pz."""
     try:
-        header = path.read_text().splitlines()[0].split(",")
+        header = [name.strip() for name in path.read_text(encoding="utf-8-sig").splitlines()[0].split(",")]
         with warnings.catch_warnings():  # no rows: said below, in one line
             warnings.simplefilter("ignore", UserWarning)
             table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)

@@ -347,7 +347,7 @@ def _drop_spike(inputs, item, near_us: int) -> None:
 
 def _config_text(sensors: Path | None, path: Path) -> str:
     if sensors is not None:
-        return Path(sensors).read_text()
+        return Path(sensors).read_text(encoding="utf-8-sig")
     return read_metadata(path).get("run_file", "")
 
 

@@ -183,6 +183,23 @@ def test_a_bad_render_threads_variable_is_one_line(value, monkeypatch, capsys):
     ]
 
 
+def test_files_saved_by_windows_editors_load(tmp_path, capsys):
+    """A UTF-8 byte-order mark (Notepad, Excel), CRLF line ends, and ", " between CSV columns: a run
+    file was "not valid TOML: Invalid statement (at line 1, column 1)", and a flight log's header had
+    no "t" (it was "\\ufefft")."""
+    from goggles.config import load_run_config
+
+    demo = (REPO / "assets" / "run-demo.toml").read_text(encoding="utf-8")
+    text = demo.replace('scene = "arena.toml"', f'scene = "{REPO / "assets" / "arena.toml"}"')
+    run_file = tmp_path / "run.toml"
+    run_file.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    assert load_run_config(run_file).cameras[0].model.width == 320
+    log = tmp_path / "flight.csv"
+    log.write_bytes(b"\xef\xbb\xbft, px, py, pz\r\n0.0, 0.0, 0.0, 1.0\r\n1.0, 0.5, 0.0, 1.0\r\n")
+    assert main(["race", "--log", str(log)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "gates=0 time_s=0.000 score=0.000 end=incomplete"
+
+
 def test_a_terminal_sees_one_line_and_no_cuda_warning(tmp_path):
     """In a real process: no traceback, no Warp CUDA-driver warning on a machine without a GPU."""
     for argv in (["render", "--device", "gpu", "--out", str(tmp_path)], ["render", "--out", str(tmp_path / "o")]):

@@ -223,7 +223,10 @@ def cmd_run(args) -> int:
         run_path = args.config or default_run()
         recorder = Recorder(
             args.record,
-            metadata={"run_file": Path(run_path).read_text(), "run_file_path": str(Path(run_path).resolve())},
+            metadata={
+                "run_file": Path(run_path).read_text(encoding="utf-8-sig"),
+                "run_file_path": str(Path(run_path).resolve()),
+            },
             compression=args.record_compression or "lz4",
             on_error=record_failed,
             ros2=ros2_topics,

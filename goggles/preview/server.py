@@ -190,7 +190,7 @@ class PreviewServer:
         path = PAGES.get(url.path)
         if path is None:
             return connection.respond(HTTPStatus.NOT_FOUND, "not found\n")
-        response = connection.respond(HTTPStatus.OK, path.read_text())
+        response = connection.respond(HTTPStatus.OK, path.read_text(encoding="utf-8"))
         response.headers["Content-Type"] = CONTENT_TYPES.get(path.suffix, "application/octet-stream")
         return response
 

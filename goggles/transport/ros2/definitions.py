@@ -20,7 +20,7 @@ def typestore(distro: str):
 
     store = get_typestore(Stores.ROS2_JAZZY if distro == "jazzy" else Stores.ROS2_HUMBLE)
     for path in sorted(MSG.glob("*.msg")):
-        store.register(get_types_from_msg(path.read_text(), f"goggles_msgs/msg/{path.stem}"))
+        store.register(get_types_from_msg(path.read_text(encoding="utf-8"), f"goggles_msgs/msg/{path.stem}"))
     return store
 
 
