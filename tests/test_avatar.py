@@ -146,3 +146,35 @@ def test_a_late_copy_of_a_skeleton_never_puts_the_arm_back(device):
     receive(0.0, 2_000_000)  # 8 s back: the bridge restarted, and is taken
     assert np.array_equal(person(0.03), down)
     renderer.close()
+
+
+def test_a_skeleton_no_avatar_can_be_built_for_is_told_once_and_tried_again_when_its_bones_change(
+    device, monkeypatch, caplog
+):
+    """The crowd's build failing raised out of the engine's loop and ended the run."""
+    import goggles.world.crowd as crowd_module
+    from goggles.errors import ConfigError
+    from goggles.world.crowd import Crowd
+
+    wall = quad([[10, 10, -10], [10, -10, -10], [10, -10, 10], [10, 10, 10]])
+    crowd = Crowd(DeviceScene(scene_of((wall, 1)), device, max_actors=2), np.zeros((0, 4, 4)), build_interval=0.0)
+    builds = []
+
+    def failing(pose):
+        builds.append(pose.bones)
+        raise ConfigError("no room on the device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(crowd_module, "build_avatar_mesh", failing)
+        for k in range(5):  # a mocap stream of it
+            crowd.offer("alice", skeleton(0.0), 1_000 + k)
+            crowd.update(0.01 * k)
+    assert builds == [BONES] and crowd.avatars == {}
+    assert caplog.text.count("skeleton alice is not shown: no room on the device") == 1
+    crowd.offer("alice", skeleton(0.0), 2_000)
+    crowd.update(0.1)
+    assert crowd.avatars == {}  # the same bones: not tried again
+    renamed = SkeletonPose(tuple(f"{b}_2" for b in BONES), PARENTS, skeleton(0.0).T_WJ)
+    crowd.offer("alice", renamed, 3_000)
+    crowd.update(0.2)
+    assert "alice" in crowd.avatars  # a new skeleton under that name: built

@@ -192,6 +192,29 @@ def test_skeletons_are_bounded_and_cannot_stall_the_outputs(engine):
     assert "newcomer" in engine_.avatars and len(engine_.world.shapes) == shapes
 
 
+def test_skeletons_no_avatar_can_be_built_for_are_dropped_and_the_run_goes_on(engine):
+    """A lone root has nothing to draw an avatar along: building one raised out of the engine's loop,
+    and the run ended (exit code 2) at the first such message. A skeleton spanning ±3e38 m gave limbs
+    whose vertices overflowed float32."""
+    running, client, watch = engine
+    received, start = running.engine.counters.received, time.monotonic()
+    span = goggles_lcm.skeleton_t.decode(_skeleton(2))
+    span.positions = [[-3e38, -3e38, -3e38], [3e38, 3e38, 3e38]]
+    for _ in range(10):
+        client.send("skeleton/lone", _skeleton(1))
+        client.send("skeleton/span", span.encode())
+    client.send("skeleton/person", _skeleton(20))
+    _settle(running, received, 21)
+    deadline = time.monotonic() + 5
+    while "person" not in running.engine.avatars and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert running.thread.is_alive() and "person" in running.engine.avatars
+    malformed = running.engine.counters.malformed_by_channel
+    assert malformed.get("skeleton/lone", 0) == 10 and malformed.get("skeleton/span", 0) == 10
+    assert "span" not in running.engine.avatars
+    assert watch.longest_gap(start) < watch.allowed_gap()
+
+
 def test_commands_that_overflow_float32_are_refused(engine):
     running, client, watch = engine
     received = running.engine.counters.received

@@ -27,6 +27,9 @@ from goggles.scene.assets import Material, MeshPart
 #: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
 wp.set_module_options({"enable_backward": False})
 
+#: Widest a skeleton may be, m: a person is a few metres across, and an avatar's limbs are sized
+#: from its width (one spanning ±3e38 m had limbs whose vertices overflowed float32).
+MAX_SKELETON_SPAN_M = 100.0
 #: Segmentation class of humans.
 HUMAN_CLASS = 20
 #: Skin colour of the avatar, linear RGB.
@@ -51,6 +54,11 @@ class SkeletonPose:
             raise ConfigError("a skeleton needs as many names, parents, positions and orientations as bones")
         if any(not -1 <= p < len(bones) or p == i for i, p in enumerate(parents)):
             raise ConfigError(f"skeleton parents {list(parents)[:16]}... must index other bones or be -1")
+        if all(p == -1 for p in parents):  # an avatar is drawn along bones from parent to child
+            raise ConfigError(f"skeleton {list(bones)[:16]}: no bone has a parent, so there is no body to draw")
+        span = float(np.ptp(positions, axis=0).max())
+        if not span <= MAX_SKELETON_SPAN_M:
+            raise ConfigError(f"skeleton spans {span:.3g} m: a person is at most {MAX_SKELETON_SPAN_M:g} m across")
         _check_acyclic(parents)
         T = np.repeat(np.eye(4)[None], len(bones), axis=0)
         T[:, :3, :3] = quat_to_matrix(orientations / np.linalg.norm(orientations, axis=1, keepdims=True))

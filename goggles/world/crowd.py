@@ -17,6 +17,7 @@ import numpy as np
 
 from goggles.busy import load_kernels
 from goggles.clock import came_late
+from goggles.errors import GogglesError
 from goggles.scene import avatar as skinning
 from goggles.scene.avatar import SkeletonPose, SkinnedAvatar, avatar_shape, build_avatar_mesh
 from goggles.world.device_scene import DeviceScene
@@ -28,6 +29,8 @@ log = logging.getLogger(__name__)
 MAX_AVATARS = 8
 #: An avatar whose skeleton has not come for this long (s of the caller's clock) is removed.
 AVATAR_TIMEOUT_S = 5.0
+#: Skeletons remembered as refused (no avatar could be built for them), and warnings said once.
+MAX_REFUSED = 64
 #: Wall time between two new avatars: building one takes tens of milliseconds, and a crowd walking
 #: in at once must not pile those into one stall of the outputs.
 BUILD_INTERVAL_S = 0.1
@@ -68,6 +71,8 @@ class Crowd:
         self.avatars: dict[str, Avatar] = {}
         self._pending: dict[str, SkeletonPose] = {}
         self._newest_utime: dict[str, int] = {}
+        self._refused: dict[str, tuple[str, ...]] = {}  # skeletons no avatar could be built for, by name
+        self._told: set[tuple[str, str]] = set()
         self._free_shapes: list[int] = []
         self.build_interval = build_interval
         self._last_build = -float("inf")
@@ -99,15 +104,22 @@ class Crowd:
         for name, pose in self._pending.items():
             avatar = self.avatars.get(name)
             if avatar is not None and pose.bones != avatar.skinned.bones:
-                log.warning("skeleton %.64s changed its bones; its avatar keeps the first ones", name)
+                self._tell_once(name, "changed its bones; its avatar keeps the first ones")
                 continue
             if avatar is None and created:
                 waiting[name] = pose
                 continue
             if avatar is None:
+                if self._refused.get(name) == pose.bones:
+                    continue
                 created = True
-                avatar = self.avatars[name] = self._build(name, pose)
-                self._last_build = time.monotonic()
+                try:
+                    avatar = self.avatars[name] = self._build(name, pose)
+                except GogglesError as exc:  # this person is not shown; the run goes on
+                    self._refuse(name, pose.bones, str(exc))
+                    continue
+                finally:
+                    self._last_build = time.monotonic()
             self.scene.set_shape_bounds(avatar.shape, avatar.skinned.pose(pose))
             avatar.last = pose
             avatar.heard = now
@@ -132,6 +144,19 @@ class Crowd:
         poses = self.fixed_poses if poses is None else poses
         people = np.repeat(np.eye(4)[None], len(self.avatars), axis=0)
         self.scene.set_actors([*shapes, *(a.shape for a in self.avatars.values())], np.concatenate([poses, people]))
+
+    def _refuse(self, name: str, bones: tuple[str, ...], why: str) -> None:
+        """Say once that ``name``'s skeleton cannot be an avatar, and try again only when its bones
+        change (a stream of it comes at the mocap rate); at most ``MAX_REFUSED`` names are kept."""
+        if len(self._refused) >= MAX_REFUSED:
+            self._refused.pop(next(iter(self._refused)))
+        self._refused[name] = bones
+        self._tell_once(name, f"is not shown: {why}")
+
+    def _tell_once(self, name: str, what: str) -> None:
+        if (name, what) not in self._told and len(self._told) < MAX_REFUSED:
+            self._told.add((name, what))
+            log.warning("skeleton %.64s %s", name, what)
 
     def _build(self, name: str, pose: SkeletonPose) -> Avatar:
         mesh = build_avatar_mesh(pose)
