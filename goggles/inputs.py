@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 #: Wall time the loop spends on inputs before it goes on with physics and outputs, s.
 INPUT_BUDGET_S = 0.02
+#: Scene edits that cannot apply are said one by one up to this many (each actor and reason once).
+TOLD_EDITS = 16
 
 
 class InputHandler:
@@ -52,6 +54,8 @@ class InputHandler:
         self._last_drop_log = 0.0
         self._turn = 0
         self._edits_refused: set[tuple[str, str]] = set()
+        self._edits_ignored = 0
+        self._last_edit_log = -float("inf")
         self._backlog: deque = deque()
         """Inputs taken from a bus but not applied yet: the budget ran out (the next poll starts here)."""
 
@@ -146,7 +150,8 @@ class InputHandler:
 
     def _edit(self, message) -> None:
         """A well-formed edit that cannot apply (an unknown prop or actor, no room) is ignored, and
-        said once per actor and reason."""
+        said once per actor and reason for the first ``TOLD_EDITS``, then in one line per 10 s with
+        the count (300 spawns under new names said 300 lines)."""
         T_WA = transform(message.position, message.orientation)
         why = "this run declares no props" if self.props is None else None
         if why is None:
@@ -157,9 +162,21 @@ class InputHandler:
         if why is None:
             return
         self.counters.ignored += 1
-        if (message.actor, why) not in self._edits_refused and len(self._edits_refused) < 1024:
+        self._edits_ignored += 1
+        if (message.actor, why) in self._edits_refused:
+            return
+        now = time.monotonic()
+        if len(self._edits_refused) < TOLD_EDITS:
             self._edits_refused.add((message.actor, why))
-            log.warning("scene edit of %s ignored: %s", message.actor, why)
+            log.warning("scene edit of %s ignored: %s", _clip(message.actor, 64), _clip(why, 200))
+        elif now - self._last_edit_log > 10.0:
+            self._last_edit_log = now
+            log.warning(
+                "scene edits ignored: %d so far; the latest, of %s: %s",
+                self._edits_ignored,
+                _clip(message.actor, 64),
+                _clip(why, 200),
+            )
 
     def _command(self, name: str, message) -> None:
         vehicle = self.vehicles.get(name)

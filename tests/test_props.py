@@ -306,6 +306,34 @@ def test_bad_edits_are_counted_and_dropped(tmp_path, device):
         assert engine.world.actors.count == MAX_PROPS
 
 
+def test_a_flood_of_edits_that_cannot_apply_is_said_in_a_few_lines(monkeypatch, caplog):
+    """300 spawns under new names with no room left said 300 warning lines (once per actor)."""
+    import goggles.inputs as inputs_module
+    from goggles.inputs import TOLD_EDITS, InputHandler
+    from goggles.transport.messages import scene_edit_message
+
+    class Full:  # a run's props with no room left
+        def edit(self, action, actor, prop, T_WA):
+            return f"no room for {actor!r}: {MAX_PROPS} props are placed already"
+
+    clock = [100.0]
+    monkeypatch.setattr(inputs_module.time, "monotonic", lambda: clock[0])
+    inputs = InputHandler([], {}, None, Full())
+
+    def spawn(actor):
+        inputs.apply("scene/edit", scene_edit_message(0, 0, "spawn", actor, "crate", [0, 0, 1], [1, 0, 0, 0]).encode())
+
+    for k in range(300):
+        spawn(f"m{k}")
+    lines = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
+    assert len(lines) == TOLD_EDITS + 1 and inputs.counters.ignored == 300
+    why = Full().edit("spawn", "m16", "crate", None)
+    assert lines[-1] == f"scene edits ignored: {TOLD_EDITS + 1} so far; the latest, of m16: {why}"
+    clock[0] += 11.0
+    spawn("m300")
+    assert caplog.records[-1].getMessage().startswith("scene edits ignored: 301 so far; the latest, of m300")
+
+
 @pytest.mark.parametrize(
     "table, says",
     [
