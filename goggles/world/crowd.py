@@ -151,6 +151,7 @@ class Crowd:
         if len(self._refused) >= MAX_REFUSED:
             self._refused.pop(next(iter(self._refused)))
         self._refused[name] = bones
+        self._newest_utime.pop(name, None)  # (kept for people shown, and those waiting to be)
         self._tell_once(name, f"is not shown: {why}")
 
     def _tell_once(self, name: str, what: str) -> None:
