@@ -118,6 +118,15 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
             ["bridge", "mocap", "--system", "mock", "--mock-bodies", "quad0(1,2,3,1,0,0,0);RaceQuad"],
             "argument --mock-bodies: each body is name(x,y,z,qw,qx,qy,qz)",
         ),
+        (  # the second one won, silently
+            ["bridge", "mocap", "--system", "mock", "--mock-bodies", "a(0,0,1,1,0,0,0);a(1,0,1,1,0,0,0)"],
+            "argument --mock-bodies: mock body 'a' is given twice",
+        ),
+        (["bridge", "mocap", "--system", "mock", "--mock-bodies", ";"], "give at least one body"),
+        (  # libmotioncapture's mock raised on it, or crashed its process ("no mock frames ... within 5 s")
+            ["bridge", "mocap", "--system", "mock", "--mock-bodies", "q" * 300 + "(0,0,1,1,0,0,0)"],
+            "argument --mock-bodies: mock body names are at most 120 characters",
+        ),
         (["render", "--outt", "x", "--out", out], "unrecognized arguments: --outt"),
         (["run", str(tmp / "a_file")], "a_file"),
         (["run", "--record", str(tmp / "a_file" / "x.mcap"), "--duration", "0.1"], "a_file"),

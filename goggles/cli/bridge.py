@@ -7,22 +7,35 @@ import re
 import sys
 from pathlib import Path
 
-from goggles.cli.common import floats, freeze_start_up_heap, port, seconds_to_wait, stop_on_signals
+from goggles.cli.common import floats, freeze_start_up_heap, port, say_unused, seconds_to_wait, stop_on_signals
 
 _POSE = floats(7, "a mock body's pose")
+
+
+#: Longest mock body name: libmotioncapture's mock fails on longer ones (an error, or a crash).
+MOCK_NAME_MAX = 120
 
 
 def mock_bodies(text: str) -> str:
     """argparse type: 'name(x,y,z,qw,qx,qy,qz);...', checked here: the mock system ignores what it
     cannot parse (a body that never appears)."""
     bodies = [b.strip() for b in text.split(";") if b.strip()]
+    if not bodies:
+        raise argparse.ArgumentTypeError(f"give at least one body name(x,y,z,qw,qx,qy,qz); got {text!r}")
+    names = set()
     for body in bodies:
         match = re.fullmatch(r"([^\s(),;]+)\((.*)\)", body)
         pose = _POSE(match.group(2)) if match else ()
         if not match or not any(pose[3:]):
             raise argparse.ArgumentTypeError(
-                f"each body is name(x,y,z,qw,qx,qy,qz): finite numbers, a non-zero quaternion; got {body!r}"
+                f"each body is name(x,y,z,qw,qx,qy,qz): finite numbers, a non-zero quaternion; got {body[:200]!r}"
             )
+        name = match.group(1)
+        if len(name) > MOCK_NAME_MAX:
+            raise argparse.ArgumentTypeError(f"mock body names are at most {MOCK_NAME_MAX} characters: {name[:40]}...")
+        if name in names:
+            raise argparse.ArgumentTypeError(f"mock body {name!r} is given twice")
+        names.add(name)
     return ";".join(bodies)  # the mock keeps spaces in names
 
 
@@ -52,7 +65,7 @@ def add_parser(commands) -> None:
     mocap.add_argument(
         "--mock-bodies",
         type=mock_bodies,
-        default="",
+        default=None,
         help="mock system: static bodies 'name(x,y,z,qw,qx,qy,qz);...' (metres, z up) at 100 Hz",
     )
     mocap.add_argument("--command-port", type=port, default=1510)
@@ -73,6 +86,8 @@ def cmd_bridge_mocap(args) -> int:
     from bridges.mocap import MocapBridge, Publisher, RoomCalibration, load_room_calibration, run_bridge, status_line
     from bridges.sources import open_source
 
+    if args.system != "mock":
+        say_unused({"--mock-bodies": args.mock_bodies}, f": --system {args.system} streams its own bodies")
     calibration = (
         load_room_calibration(args.calibration, args.system)
         if args.calibration
@@ -87,7 +102,7 @@ def cmd_bridge_mocap(args) -> int:
         data_port=args.data_port,
         qtm_port=args.qtm_port,
         multicast=args.multicast,
-        mock_bodies=args.mock_bodies,
+        mock_bodies=args.mock_bodies or "",
         timeout=args.timeout,
     )
     publisher = Publisher(None if args.no_zmq else args.zmq, None if args.no_lcm else args.lcm_url)
