@@ -55,6 +55,7 @@ class InputHandler:
         self._turn = 0
         self._edits_refused: set[tuple[str, str]] = set()
         self._edits_ignored = 0
+        self._faulted = False
         self._last_edit_log = -float("inf")
         self._backlog: deque = deque()
         """Inputs taken from a bus but not applied yet: the budget ran out (the next poll starts here)."""
@@ -95,6 +96,15 @@ class InputHandler:
             self.apply(channel, data)
         except MalformedMessage as exc:
             self.count_malformed(channel, exc)
+            return
+        except Exception as exc:  # a fault of goggles' own that a message found: told, and the run goes on
+            if not self._faulted:
+                self._faulted = True
+                log.exception(
+                    "input on %s could not be applied (a fault in goggles; further ones are counted)",
+                    _clip(channel, 80),
+                )
+            self.count_malformed(channel, MalformedMessage(f"{type(exc).__name__}: {exc}"))
             return
         for sink in self.sinks:
             sink.write(channel, data, self.log_time_ns())

@@ -279,6 +279,22 @@ def test_a_flood_on_one_bus_neither_starves_the_other_nor_overruns_the_budget(mo
     assert "skeleton/late" in applied and applied.index("skeleton/late") == 64
 
 
+def test_a_message_that_finds_a_fault_in_goggles_is_counted_and_the_run_goes_on(caplog):
+    """Only MalformedMessage was caught: any other exception an input raised ended the run (as a
+    skeleton of one bone did, through the crowd). Such a fault is now told once, with its traceback."""
+    from goggles.inputs import InputHandler
+
+    class FaultyCrowd:
+        def offer(self, name, pose, utime):
+            raise RuntimeError("a bug")
+
+    inputs = InputHandler([], {}, FaultyCrowd())
+    for _ in range(3):
+        inputs.receive("skeleton/alice", _skeleton(3))
+    assert inputs.counters.malformed == 3 and inputs.counters.malformed_by_channel["skeleton/alice"] == 3
+    assert caplog.text.count("Traceback") == 1 and "RuntimeError: a bug" in caplog.text
+
+
 def test_a_one_shot_clients_command_arrives_every_time(engine):
     """A script that connects, sends one command and exits (the README's first example) lost it about
     one time in two: a publisher drops what it sends before the engine has subscribed to it, and a
