@@ -44,11 +44,13 @@ def default_randomization() -> Path:
 
 def cache_dir() -> Path | None:
     """Where goggles keeps what it can rebuild (BVHs): $GOGGLES_CACHE_DIR (empty: no cache), else
-    $XDG_CACHE_HOME/goggles, else ~/.cache/goggles."""
+    $XDG_CACHE_HOME/goggles (if absolute), else ~/.cache/goggles."""
     folder = os.environ.get("GOGGLES_CACHE_DIR")
     if folder is not None:
         return Path(folder) if folder else None
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "goggles"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    # The XDG spec: a relative path there is invalid and ignored (it was a folder made in the working one).
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "goggles"
 
 
 def writable_file(path: str | Path, option: str) -> Path:

@@ -4,6 +4,7 @@ folder or a full folder never costs more than a rebuild."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,3 +111,5 @@ def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_dir() == tmp_path / "xdg" / "goggles"
     assert bvh_cache._default_folder() == tmp_path / "xdg" / "goggles" / "bvh"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # invalid by the XDG spec: ignored
+    assert cache_dir() == Path.home() / ".cache" / "goggles"
