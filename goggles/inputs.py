@@ -128,12 +128,13 @@ class InputHandler:
             return channel[len("pose/") :] in self.vehicles
         return channel.startswith("skeleton/") and len(channel) <= 64
 
-    def apply(self, channel: str, data: bytes) -> None:
-        """Apply one input. Raises MalformedMessage with the reason it cannot be used."""
+    def apply(self, channel: str, data: bytes) -> bool:
+        """Apply one input; False for a pose no body of this run took (another body's, a stale flag, a
+        late copy). Raises MalformedMessage with the reason it cannot be used."""
         if channel.endswith("/command"):
             self._command(channel[: -len("/command")], decode_input(data, goggles_lcm.command_t))
         elif channel.startswith("pose/"):
-            self._pose(channel[len("pose/") :], decode_input(data, goggles_lcm.pose_t))
+            return self._pose(channel[len("pose/") :], decode_input(data, goggles_lcm.pose_t))
         elif channel.startswith("skeleton/"):
             message = decode_input(data, goggles_lcm.skeleton_t)
             try:
@@ -148,15 +149,17 @@ class InputHandler:
             self._edit(decode_input(data, goggles_lcm.scene_edit_t))
         else:
             raise MalformedMessage(f"no input channel {channel!r}")
+        return True
 
-    def apply_recorded_state(self, name: str, data: bytes) -> None:
-        """A recorded ``<vehicle>/state`` places that vehicle (replay)."""
+    def apply_recorded_state(self, name: str, data: bytes) -> bool:
+        """A recorded ``<vehicle>/state`` places that vehicle (replay); False if this run has none."""
         message = decode_input(data, goggles_lcm.vehicle_state_t)
         vehicle = self.vehicles.get(name)
         if vehicle is None:
             self.counters.ignored += 1
-            return
+            return False
         vehicle.set_pose(transform(message.position, message.orientation), message.header.utime)
+        return True
 
     def _edit(self, message) -> None:
         """A well-formed edit that cannot apply (an unknown prop or actor, no room) is ignored, and
@@ -199,17 +202,17 @@ class InputHandler:
             raise MalformedMessage(str(exc)) from exc
         vehicle.external_control = True
 
-    def _pose(self, name: str, message) -> None:
+    def _pose(self, name: str, message) -> bool:
         vehicle = self.vehicles.get(name)
         if vehicle is None or vehicle.sim is not None:
             self.counters.ignored += 1
-            return
+            return False
         if not message.valid:  # the source lost it: keep its last pose, and say so
             if not vehicle.stale:
                 log.warning("%s is stale: keeping its last pose", vehicle.name)
             vehicle.stale = True
-            return
-        vehicle.take_live_pose(transform(message.position, message.orientation), message.header.utime)
+            return False
+        return vehicle.take_live_pose(transform(message.position, message.orientation), message.header.utime)
 
 
 def _clip(text: str, limit: int) -> str:

@@ -36,7 +36,7 @@ MAX_GAP_S = 60.0
 class ReplayResult:
     log: Path
     poses: int
-    """Recorded poses used."""
+    """Recorded poses that a body of the run took (not another body's, nor a bus's second copy)."""
     frames: int
     """Messages written to the new recording (0 without one)."""
     seconds: float
@@ -206,14 +206,14 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
         engine.run_events_before(step)
         try:
             if channel.endswith("/state"):
-                inputs.apply_recorded_state(channel[: -len("/state")], data)
+                taken = inputs.apply_recorded_state(channel[: -len("/state")], data)
             else:
-                inputs.apply(channel, data)
+                taken = inputs.apply(channel, data)
             engine.update_people()
         except MalformedMessage as exc:
             inputs.count_malformed(channel, exc)
             continue
-        used += 1
+        used += taken  # not another body's pose, nor the other bus's copy of one
         t_first = t_ns if t_first is None else t_first
         if speed is not None:
             delay = (t_ns - t_first - skipped_ns) * 1e-9 / speed - (time.perf_counter() - start_wall)

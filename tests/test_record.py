@@ -252,6 +252,36 @@ def test_a_folder_replay_takes_lcm_loggers_own_names_and_never_reads_what_it_wri
     assert len(list(logs.iterdir())) == 7  # three logs, their three replays, the notes
 
 
+def test_a_replay_counts_the_poses_its_bodies_took(tmp_path):
+    """A live flight recorded with the bridge on both buses holds every pose twice, and a replay said
+    "756 poses" for 378. With a run file whose vehicle is not in the log, every pose was ignored yet
+    counted: no error, and frames rendered from the vehicle's start pose."""
+    from goggles.errors import ConfigError
+    from goggles.frames import quat_from_axis_angle
+
+    log = tmp_path / "live.mcap"
+    run_file = RUN_FILE.replace('mode = "sim"', 'mode = "live"').replace(
+        "[run]", f'[run]\nscene = "{REPO / "assets/arena.toml"}"'
+    )
+    recorder = Recorder(log, metadata={"run_file": run_file})
+    for k in range(30):  # 1 s at 30 Hz: quad0 on ZeroMQ, then LCM's copy; another body the rig lacks
+        message = goggles_lcm.pose_t()
+        message.header.utime = 5_000_000 + k * 33_333
+        message.name, message.valid = "quad0", True
+        message.position, message.orientation = [0.1 * k, 0.0, 1.5], list(quat_from_axis_angle([0, 0, 1], 0.0))
+        t_ns = message.header.utime * 1000
+        recorder.write("pose/quad0", message.encode(), t_ns)
+        recorder.write("pose/quad0", message.encode(), t_ns + 200_000)
+        message.name = "RaceQuad"
+        recorder.write("pose/RaceQuad", message.encode(), t_ns + 300_000)
+    recorder.close()
+    assert replay_file(log).poses == 30
+    other = tmp_path / "other.toml"
+    other.write_text(run_file.replace('"quad0"', '"drone"'))
+    with pytest.raises(ConfigError, match=r"no poses of this run's vehicles \['drone'\]"):
+        replay_file(log, sensors=other)
+
+
 def test_bad_logs(tmp_path):
     from goggles.errors import ConfigError
 
