@@ -113,6 +113,8 @@ def test_race_beacons_pilot_flies_the_default_course_and_goggles_race_scores_it(
         ("train_hover.py", ["--save", "/proc/nowhere/policy.pt"], "--save /proc/nowhere/policy.pt: cannot make"),
         ("race_beacons.py", ["--log", "/proc/nowhere/flight.csv", "--publish", "bogus"], "cannot make its folder"),
         ("bench_actors.py", ["--bogus"], "unrecognized arguments: --bogus"),  # it ran the benchmark
+        ("bench_frames.py", ["--pairs", "0"], "argument --pairs: must be at least 1"),  # IndexError at the end
+        ("bench_frames.py", ["--height", "20000"], "camera size 640x20000 must be whole numbers of pixels"),
     ],
 )
 def test_the_tools_refuse_a_bad_argument_in_one_line(tool, args, says):

@@ -20,7 +20,9 @@ import time
 import numpy as np
 import zmq
 
+from goggles.cli.common import at_least
 from goggles.client import Client, image_array
+from goggles.errors import GogglesError
 from goggles.host_memory import keep_large_allocations
 from goggles.outputs import Outputs
 from goggles.render import CameraModel
@@ -90,10 +92,14 @@ def bare_zeromq(size: int, pairs: int) -> np.ndarray:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--width", type=int, default=640)
-    parser.add_argument("--height", type=int, default=480)
-    parser.add_argument("--pairs", type=int, default=400)
+    parser.add_argument("--width", type=at_least(1), default=640)
+    parser.add_argument("--height", type=at_least(1), default=480)
+    parser.add_argument("--pairs", type=at_least(1), default=400)
     args = parser.parse_args()
+    try:
+        CameraModel.from_fov(args.width, args.height, 60.0)  # a size goggles renders, or its one-line reason
+    except GogglesError as exc:
+        parser.error(str(exc))
     skip = args.pairs // 10  # the first pairs warm the allocators up
     untuned = goggles_path(args.width, args.height, args.pairs)[skip:] * 1e3
     tuned = keep_large_allocations()
