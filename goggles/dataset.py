@@ -327,7 +327,9 @@ def run_dataset(
     progress = Progress(len(pending))
     if not pending:
         return []
-    _remove_unlisted(spec.output, pending)  # what a run killed outright (SIGKILL, a power cut) left
+    # What a run killed outright (SIGKILL, a power cut) left, and the old output of a job that fails
+    # when done again (beside its "failed" row, it would say the job was done).
+    _remove_outputs(spec.output, pending)
     workers = workers or spec.workers or os.cpu_count() or 1
     backend = _run_on_ray if ray_address is not None else _run_locally
     rows: list[dict] = []
@@ -359,12 +361,16 @@ def _remove_unlisted(output: Path, jobs: list[Job]) -> None:
     """Remove the outputs, whole or partial, of the jobs the manifest does not list as done. A job
     stopped just as it finished has its complete output but no row (its worker, or this process, was
     stopped between the two): the next run does it again, and an output the manifest does not list
-    would say otherwise, as would the old output of a job that fails when done again."""
+    would say otherwise."""
     done = {job_id for job_id, row in read_manifest(output).items() if row.get("status") == "done"}
+    _remove_outputs(output, [job for job in jobs if job.id not in done])
+
+
+def _remove_outputs(output: Path, jobs: list[Job]) -> None:
+    """Remove the outputs of ``jobs``, whole or partial."""
     for job in jobs:
-        if job.id not in done:
-            (output / f"{job.id}.mcap").unlink(missing_ok=True)
-            partial_output(output, job).unlink(missing_ok=True)
+        (output / f"{job.id}.mcap").unlink(missing_ok=True)
+        partial_output(output, job).unlink(missing_ok=True)
 
 
 _WORLDS = WorldCache()

@@ -53,12 +53,9 @@ def recorded_format(path: Path) -> str:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: log not found" + (" (it is a folder)" if path.is_dir() else ""))
-    with open(path, "rb") as f:
-        head = f.read(8)
-    if head == MCAP_MAGIC:
-        return "mcap"
-    if head[:4] == LCM_LOG_SYNC:
-        return "lcm"
+    held = _held_format(path)
+    if held is not None:
+        return held
     if log_format(path) == "lcm":  # (raises for a name that is neither)
         raise ConfigError(f"{path}: not an LCM event log (no lcm-logger sync word at the start)")
     raise ConfigError(f"{path}: not an MCAP recording (no MCAP magic at the start)")
@@ -68,11 +65,15 @@ def is_log_file(path: Path) -> bool:
     """A file a folder replay takes: named as a log (a damaged one is then told), or holding one."""
     if not path.is_file():
         return False
-    if path.suffix.lower() in (".mcap", ".lcmlog"):
-        return True
+    return path.suffix.lower() in (".mcap", ".lcmlog") or _held_format(path) is not None
+
+
+def _held_format(path: Path) -> str | None:
+    """The kind of log the file's first bytes say it holds (MCAP's magic: "mcap"; lcm-logger's sync
+    word: "lcm"), or None."""
     with open(path, "rb") as f:
         head = f.read(8)
-    return head == MCAP_MAGIC or head[:4] == LCM_LOG_SYNC
+    return "mcap" if head == MCAP_MAGIC else "lcm" if head[:4] == LCM_LOG_SYNC else None
 
 
 class Recorder:
