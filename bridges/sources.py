@@ -13,6 +13,7 @@ import logging
 import math
 import multiprocessing as mp
 import queue
+import signal
 import threading
 import time
 
@@ -417,14 +418,16 @@ class MotionCaptureSource:
         self.system = system
         self._options = {"hostname": host, **(options or {})}  # e.g. port_command (optitrack); rigid_bodies (mock)
         self._start_worker()
-        try:
-            self._first = self._queue.get(timeout=timeout)
-        except queue.Empty as exc:
+        self._first = self._first_item(timeout)
+        if self._first is None:
             self.close()
+            ended = self._ended()
+            if ended:
+                raise ConfigError(f"libmotioncapture's {system} client {ended} before any frame from {host!r}")
             raise ConfigError(
                 f"no {system} frames from {host!r} within {timeout} s: is the mocap system streaming, "
                 "and is the address right?"
-            ) from exc
+            )
         if self._first[0] == _FAILED:
             self.close()
             raise ConfigError(
@@ -446,6 +449,30 @@ class MotionCaptureSource:
             target=_motioncapture_worker, args=(self.system, self._options, self._queue), daemon=True
         )
         self._process.start()
+
+    def _first_item(self, timeout: float):
+        """The worker's first message within ``timeout`` s; None sooner where the worker ended without one
+        (libmotioncapture crashed: waiting on would only end in "no frames")."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ended = self._process.exitcode is not None
+            try:  # once it ended, what it put before is still there to read
+                return self._queue.get(timeout=0.5 if ended else min(0.2, max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                if ended or time.monotonic() >= deadline:
+                    return None
+
+    def _ended(self) -> str:
+        """How the worker process ended ("crashed with SIGSEGV", "exited with code 1"), or "" if it runs."""
+        code = self._process.exitcode
+        if code is None or code == 0:
+            return "exited" if code == 0 else ""
+        if code < 0:
+            try:
+                return f"crashed with {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
+        return f"exited with code {code}"
 
     def frames(self, timeout: float = 0.01) -> list[MocapFrame]:
         items = [self._first] if self._first is not None else []
@@ -472,6 +499,9 @@ class MotionCaptureSource:
         """A worker silent for ``RESTART_AFTER_S``: its connection failed, or hangs (libmotioncapture
         waits for ever on a server that does not answer its connect), or the stream stopped. A new
         one connects afresh; a stopped stream costs only a reconnect every few seconds."""
+        ended = self._ended()
+        if ended:  # a crash is told as what it is, not only as a silence
+            log.warning("%s: libmotioncapture's client %s: starting it again", self.system, ended)
         self.close()
         self._queue.close()
         self._queue.cancel_join_thread()  # a terminated writer may have left it mid-message

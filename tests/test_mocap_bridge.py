@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
+import os
 import socket
 import struct
 import threading
@@ -253,6 +255,31 @@ def test_motioncapture_mock_and_optitrack_backends(shared):
     np.testing.assert_allclose(pose.position, [0.1744466, 0.7343040, 1.4471314], atol=1e-5)
     with pytest.raises(ConfigError, match="no vicon frames"):
         MotionCaptureSource("vicon", "127.0.0.1", timeout=0.5)
+
+
+def test_a_crash_of_libmotioncapture_is_said_as_one_and_its_client_started_again(caplog):
+    """libmotioncapture's mock crashes (SIGSEGV) on a body name over 120 characters: at the start the
+    bridge said "no mock frames ... is the mocap system streaming" after the whole timeout. A client
+    that dies mid-stream is told as such, and started again."""
+    import signal
+
+    from bridges.sources import MotionCaptureSource
+
+    with pytest.raises(ConfigError, match="mock client crashed with SIGSEGV before any frame"):
+        MotionCaptureSource("mock", "", options={"rigid_bodies": "x" * 200 + "(0,0,1,1,0,0,0)"}, timeout=30.0)
+
+    receiver = Receiver()
+    source = MotionCaptureSource("mock", "", options={"rigid_bodies": "quad0(1,2,0.5,1,0,0,0)", "frequency": "100"})
+    running = Running(source, bridge_to(receiver, RoomCalibration.for_system("mock")))
+    receiver.until({"pose/quad0": 5})
+    caplog.set_level(logging.WARNING, logger="bridges.sources")
+    os.kill(source._process.pid, signal.SIGKILL)
+    before = sum(1 for _, channel, _ in receiver.drain() if channel == "pose/quad0")
+    receiver.until({"pose/quad0": before + 5}, timeout=30.0)
+    running.finish()
+    source.close()
+    assert "mock: libmotioncapture's client crashed with SIGKILL: starting it again" in caplog.text
+    assert source.restarts >= 1
 
 
 def test_the_optitrack_backend_recovers_from_lost_model_definitions(shared):
