@@ -673,6 +673,30 @@ def test_each_environment_sees_its_own_race_gates(arena):
     env.close()
 
 
+def test_only_an_environments_own_gates_shade_its_rgb(device, arena):
+    """Each environment's camera sees its own gates only, and only they may cast shadows in its image:
+    environment 1 of a batch of 3 and one environment seeded as environment 1 render the same rgb
+    bytes. The shadows were tested against every placed gate, so the other environments' perturbed
+    gates shaded the ground in its view (328 of 96x72 pixels)."""
+    camera = CameraModel.from_fov(96, 72, 90.0)
+    images = []
+    for n, first in ((3, 0), (1, 1)):
+        env = DroneVectorEnv(
+            n,
+            task=RaceTask(spawn_radius=0.0),
+            camera=camera,
+            camera_outputs=("depth", "rgb"),
+            scene=DeviceScene(arena, device, max_actors=64),
+            device=device,
+            first_env=first,
+        )
+        observations, _ = env.reset(seed=3)
+        images.append(observations["rgb"][1 - first].cpu().numpy().copy())
+        env.close()
+    together, alone = images
+    assert together.tobytes() == alone.tobytes(), f"{np.count_nonzero((together != alone).any(-1))} pixels differ"
+
+
 def test_segmentation_observations_show_what_each_camera_sees(arena):
     """``camera_outputs=("depth", "segmentation")``: class ids where depth measured something, 0 where
     nothing was hit; a race gate's pixels carry the gate class."""

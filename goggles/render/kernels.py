@@ -19,6 +19,7 @@ from goggles.world.queries import (
     ActorData,
     Hit,
     any_actor_hit,
+    any_listed_actor_hit,
     closer_actor_hit,
     closer_instance_hit,
     inverse_direction,
@@ -124,6 +125,10 @@ class ActorCulling:
     shutter's, one posed on the device)."""
     tile_index: wp.array4d(dtype=wp.int32)
     """(n, H / ACTOR_TILE, W / ACTOR_TILE, TILE_ACTORS) which: indices into ``ActorData``."""
+    shadow_casters: wp.array(dtype=wp.int32)
+    """(n,) the actors that may shade what camera c sees: -1, every placed instance (the list is a
+    view's); k >= 0, the first k of its list, which is its whole world (a learning environment's own
+    actors: the others' are in other worlds)."""
 
 
 #: Side of the square pixel tiles that keep their own short lists of actors, and the most a list holds.
@@ -372,7 +377,13 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
                                         blocked = wp.mesh_query_ray_anyhit(scene.mesh, start, light.sun_W, SUN_DISTANCE)
                                 if wp.static(use_actors):
                                     if not blocked:
-                                        blocked = any_actor_hit(actors, start, light.sun_W, SUN_DISTANCE)
+                                        casters = culling.shadow_casters[c]
+                                        if casters < 0:
+                                            blocked = any_actor_hit(actors, start, light.sun_W, SUN_DISTANCE)
+                                        else:
+                                            blocked = any_listed_actor_hit(
+                                                actors, culling.index[c], casters, start, light.sun_W, SUN_DISTANCE
+                                            )
                                 if blocked:
                                     sunlit = 0.0
                         colour = shade(light, colour, normal, sunlit)

@@ -258,6 +258,7 @@ class Renderer:
         tiles = (-(-height // kernels.ACTOR_TILE), -(-width // kernels.ACTOR_TILE)) if scene.max_actors else (1, 1)
         culling.tile_count = wp.full((n, *tiles), -1, dtype=wp.int32, device=d)
         culling.tile_index = wp.zeros((n, *tiles, kernels.TILE_ACTORS), dtype=wp.int32, device=d)
+        culling.shadow_casters = wp.full(n, -1, dtype=wp.int32, device=d)
         self._tile_slopes = _tile_slopes(tables, kernels.ACTOR_TILE) if scene.max_actors else None  # per ray table
         self._ray_table = ray_table
         self._culling, self._culled_any = culling, False
@@ -444,8 +445,8 @@ class Renderer:
         """Render from the poses already written into ``camera_poses`` on the device (a learning
         environment's kernel): nothing crosses to the host. Every placed actor is tested (no culling,
         which needs the poses on the host), or with ``actors_per_camera`` ((n, k) instance indices)
-        each camera tests only its own (an environment's gates). The embree backend (CPU only) reads
-        the positions where the kernel wrote them: host memory."""
+        each camera tests only its own (an environment's gates), and only they shade it. The embree
+        backend (CPU only) reads the positions where the kernel wrote them: host memory."""
         if self.backend == "embree":
             self._positions = self._cameras.p_WC.numpy()[:, 0]  # where the kernel wrote them (host memory)
         count = self.scene.actors.count
@@ -455,11 +456,13 @@ class Renderer:
             if actors_per_camera is None:
                 index[:, :count] = np.arange(count)
                 self._culling.count.fill_(count)
+                self._culling.shadow_casters.fill_(-1)
             else:
                 if lists.ndim != 2 or len(lists) != self.num_cameras or lists.size and lists.max() >= count:
                     raise ConfigError(f"actors_per_camera must be ({self.num_cameras}, k) indices of placed actors")
                 index[:, : lists.shape[1]] = lists
                 self._culling.count.fill_(lists.shape[1])
+                self._culling.shadow_casters.fill_(lists.shape[1])  # a camera's own world shades it, no other
             self._culling.index.assign(index)
             self._culling.tile_count.fill_(-1)  # the poses are on the device: no view to cut into tiles here
             self._posed_count, self._posed_lists, self._culled_any = count, lists, True
@@ -555,6 +558,9 @@ class Renderer:
         ``T_WC`` may hold a second pose per camera (a rolling shutter's last row): a box is culled
         only when it is outside both views."""
         boxes = self.scene.actor_boxes
+        if self._posed_count != -1:  # render_posed's lists were in place: a view's list from now on
+            self._culling.shadow_casters.fill_(-1)  # (whatever is placed may shade a view)
+            self._posed_count, self._culled_any = -1, True
         if len(boxes) == 0:
             if self._culled_any:
                 self._culling.count.zero_()

@@ -148,17 +148,39 @@ def closer_actor_hit(
 
 
 @wp.func
+def actor_blocks(
+    actors: ActorData, a: int, origin: wp.vec3, inverse: wp.vec3, direction: wp.vec3, max_t: float
+) -> bool:
+    """Does instance ``a``'s surface lie along a unit ray within ``max_t`` metres?"""
+    if ray_hits_box(origin, inverse, actors.lower[a], actors.upper[a], max_t):
+        R = actors.R_WA[a]
+        local_origin = wp.transpose(R) * (origin - actors.p_WA[a])
+        return wp.mesh_query_ray_anyhit(
+            actors.shape_mesh[actors.shape[a]], local_origin, wp.transpose(R) * direction, max_t
+        )
+    return False
+
+
+@wp.func
 def any_actor_hit(actors: ActorData, origin: wp.vec3, direction: wp.vec3, max_t: float) -> bool:
     """Is there any actor surface along a unit ray within ``max_t`` metres?"""
     inverse = inverse_direction(direction)
     for a in range(actors.count):
-        if ray_hits_box(origin, inverse, actors.lower[a], actors.upper[a], max_t):
-            R = actors.R_WA[a]
-            local_origin = wp.transpose(R) * (origin - actors.p_WA[a])
-            if wp.mesh_query_ray_anyhit(
-                actors.shape_mesh[actors.shape[a]], local_origin, wp.transpose(R) * direction, max_t
-            ):
-                return True
+        if actor_blocks(actors, a, origin, inverse, direction, max_t):
+            return True
+    return False
+
+
+@wp.func
+def any_listed_actor_hit(
+    actors: ActorData, listed: wp.array(dtype=wp.int32), count: int, origin: wp.vec3, direction: wp.vec3, max_t: float
+) -> bool:
+    """Like ``any_actor_hit``, over the first ``count`` instances ``listed`` only (one world's actors,
+    where several worlds share the placed instances: a learning batch's environments)."""
+    inverse = inverse_direction(direction)
+    for j in range(count):
+        if actor_blocks(actors, listed[j], origin, inverse, direction, max_t):
+            return True
     return False
 
 
