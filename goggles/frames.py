@@ -149,6 +149,20 @@ def camera_pose_from_body(T_WB: np.ndarray, p_BC: np.ndarray | None = None) -> n
     return np.asarray(T_WB, dtype=np.float64) @ T_BC
 
 
+def look_at(eye: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """(4, 4) camera optical-frame pose at ``eye`` looking at ``target``, its image level (x right along
+    the horizon; looking straight down, image right is east and image up north)."""
+    eye, target = np.asarray(eye, np.float64), np.asarray(target, np.float64)
+    forward = target - eye
+    forward = forward / max(np.linalg.norm(forward), 1e-9)
+    right = np.cross(forward, [0.0, 0.0, 1.0])
+    right = right / np.linalg.norm(right) if np.linalg.norm(right) > 1e-9 else np.array([1.0, 0.0, 0.0])
+    T = np.eye(4)
+    T[:3, :3] = np.column_stack([right, np.cross(forward, right), forward])
+    T[:3, 3] = eye
+    return T
+
+
 def overview_pose(lower: np.ndarray, upper: np.ndarray, vfov_deg: float = 60.0) -> np.ndarray:
     """Body pose (FLU) outside the box [lower, upper] looking at its centre from the -x side and
     above, far enough that a camera of ``vfov_deg`` sees the whole box: a first look at a bare mesh."""

@@ -1108,3 +1108,96 @@ def test_the_tasks_are_gymnasium_ids_single_and_batched():
     race = gymnasium.make_vec("goggles/Race-v0", num_envs=2, device="cpu")
     assert isinstance(race.task, RaceTask)
     race.close()
+
+
+def test_render_mode_rgb_array_shows_each_vehicle_from_behind_over_a_tiled_floor(device):
+    """``render_mode="rgb_array"``: one (H, W, 3) uint8 frame per environment from a chase camera
+    (``chase.BEHIND_M`` behind the vehicle along its heading, ``chase.ABOVE_M`` above, looking at
+    it). Where there is no scene, the floor is chequered in 2 m tiles: where a pixel's ray meets
+    z = 0 (a ray-plane intersection from that camera), the tile's parity says light or dark, and the
+    frame says the same. Environment 1 of the batch renders as a single environment seeded as it."""
+    from goggles.envs.chase import ABOVE_M, BEHIND_M
+    from goggles.frames import quat_to_matrix
+
+    width, height = 64, 48
+    env = DroneVectorEnv(3, render_mode="rgb_array", render_size=(width, height), device=device)
+    assert env.metadata["render_modes"] == ["rgb_array"] and env.metadata["render_fps"] == 120.0
+    env.reset(seed=5)
+    for _ in range(5):
+        env.step(torch.zeros((3, 4), device=env.torch_device))
+    frames = env.render()
+    assert len(frames) == 3 and all(f.shape == (height, width, 3) and f.dtype == np.uint8 for f in frames)
+    states, targets = env.sim.states(), env.episodes.target.numpy()
+    f = (height / 2) / np.tan(np.radians(30.0))
+    u, v = np.meshgrid(np.arange(width) - (width - 1) / 2, np.arange(height) - (height - 1) / 2)
+    for i, frame in enumerate(frames):
+        p = states.position[i].astype(np.float64)
+        heading = quat_to_matrix(states.attitude[i])[:, 0] * [1, 1, 0]
+        eye = p - BEHIND_M * heading / np.linalg.norm(heading) + [0, 0, ABOVE_M]
+        forward = (p - eye) / np.linalg.norm(p - eye)
+        right = np.cross(forward, [0, 0, 1.0])
+        right /= np.linalg.norm(right)
+        rays = forward + (u[..., None] * right + v[..., None] * np.cross(forward, right)) / f
+        down = rays[..., 2] < -0.05
+        t = np.where(down, -eye[2] / np.where(down, rays[..., 2], -1.0), 0.0)
+        hit = eye + t[..., None] * rays
+        tile = hit[..., :2] / 2.0
+        edge = np.abs(tile - np.round(tile)).min(-1) * 2.0 < 0.2  # near a tile's edge: either colour
+        unit = rays / np.linalg.norm(rays, axis=-1, keepdims=True)
+        seen_near = [  # how close each pixel's ray passes to the vehicle, to the target
+            np.linalg.norm(np.cross(unit, point - eye), axis=-1) for point in (p, targets[i].astype(np.float64))
+        ]
+        sun = np.array([0.35, 0.25, 0.9]) / np.linalg.norm([0.35, 0.25, 0.9])  # the Renderer's default sun
+        shaded_near = [  # how far each pixel's floor point lies from the vehicle's shadow, the target's
+            np.linalg.norm(hit[..., :2] - (point[:2] - point[2] / sun[2] * sun[:2]), axis=-1)
+            for point in (p, targets[i])
+        ]
+        # Left out: the vehicle's and the target's pixels and shadows, and the far tiles a pixel blurs.
+        judged = down & ~edge & (np.minimum(*seen_near) > 0.6) & (np.minimum(*shaded_near) > 0.6) & (t < 12.0)
+        light = (np.floor(tile).sum(-1) % 2 == 0)[judged]
+        brightness = frame.astype(float).mean(-1)[judged]
+        assert judged.sum() > 200 and light.any() and (~light).any()
+        threshold = 0.5 * (brightness[light].mean() + brightness[~light].mean())
+        assert brightness[light].mean() > brightness[~light].mean() + 30
+        assert np.mean((brightness > threshold) == light) > 0.995
+        assert tuple(frame[2, width // 2]) == tuple(frames[0][2, width // 2])  # the sky, alike in every view
+    alone = DroneVectorEnv(1, render_mode="rgb_array", render_size=(width, height), device=device, first_env=1)
+    alone.reset(seed=5)
+    for _ in range(5):
+        alone.step(torch.zeros((1, 4), device=alone.torch_device))
+    assert alone.render()[0].tobytes() == frames[1].tobytes()
+    env.step(torch.ones((3, 4), device=env.torch_device))
+    assert env.render()[0].tobytes() != frames[0].tobytes()  # a new frame for a new state
+    env.close()
+    alone.close()
+
+
+def test_render_modes_gymnasium_knows(arena):
+    """No render mode: ``render()`` warns and gives None, as Gymnasium's environments do; a mode that
+    is not ``rgb_array``, or a size that is not two pixel counts, is one clear error. ``gymnasium.make``
+    passes the mode (its checker renders); with a scene and a camera the frames show that scene."""
+    from gymnasium.utils.env_checker import check_env
+
+    env = DroneVectorEnv(2, device="cpu")
+    with pytest.warns(UserWarning, match="render_mode='rgb_array'"):
+        assert env.render() is None
+    env.close()
+    with pytest.raises(ConfigError, match="render_mode 'human': use 'rgb_array'"):
+        DroneVectorEnv(1, render_mode="human", device="cpu")
+    for size in ((64,), (64, 0), (64.5, 48), "64x48", (64, 10**6)):
+        with pytest.raises(ConfigError, match="render_size must be"):
+            DroneVectorEnv(1, render_mode="rgb_array", render_size=size, device="cpu")
+    single = gymnasium.make("goggles/Hover-v0", render_mode="rgb_array", render_size=(40, 30), device="cpu")
+    assert single.render_mode == "rgb_array"
+    check_env(single.unwrapped, skip_render_check=False)
+    single.reset(seed=1)
+    assert single.render().shape == (30, 40, 3)
+    single.close()
+    scene = DeviceScene(arena, "cpu")
+    seen = DroneVectorEnv(1, camera=CAMERA, scene=scene, render_mode="rgb_array", render_size=(40, 30), device="cpu")
+    seen.reset(seed=1)
+    bare = DroneVectorEnv(1, render_mode="rgb_array", render_size=(40, 30), device="cpu")
+    bare.reset(seed=1)
+    assert seen.render()[0].tobytes() != bare.render()[0].tobytes()  # the arena, not the tiled floor
+    seen.close()
+    bare.close()

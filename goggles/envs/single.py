@@ -20,6 +20,8 @@ class DroneEnv(gymnasium.Env):
         self.vector = DroneVectorEnv(1, **kwargs)
         self.observation_space = self.vector.single_observation_space
         self.action_space = self.vector.single_action_space
+        self.render_mode = self.vector.render_mode
+        self.metadata = {name: self.vector.metadata[name] for name in ("render_modes", "render_fps")}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -37,6 +39,11 @@ class DroneEnv(gymnasium.Env):
         action = torch.as_tensor(array.reshape(1, -1), device=self.vector.torch_device)
         observations, reward, terminated, truncated, info = self.vector.step(action)
         return self._numpy(observations), float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
+
+    def render(self) -> np.ndarray | None:
+        """With ``render_mode="rgb_array"``, an (H, W, 3) uint8 chase view of the vehicle; else None."""
+        frames = self.vector.render()
+        return None if frames is None else frames[0]
 
     def close(self) -> None:
         self.vector.close()

@@ -35,6 +35,7 @@ from goggles.dynamics.control import ControlMode
 from goggles.dynamics.model import vec8
 from goggles.dynamics.simulator import GRAVITY, MultirotorSim
 from goggles.envs import kernels
+from goggles.envs.chase import ChaseView, body_poses
 from goggles.envs.randomization import DEFAULTS, Randomization, randomized_airframe
 from goggles.envs.streams import StreamOrder
 from goggles.envs.tasks import Episodes, HoverTask
@@ -125,6 +126,10 @@ class DroneVectorEnv(VectorEnv):
         recorded: replay recordings of each step's device work (``goggles.captured``); None: on
             CUDA. The same observations either way; on the CPU the rendering is recorded only with
             the ``warp`` backend (Embree is called from Python) and a recording runs on one thread.
+        render_mode: ``"rgb_array"``: ``render()`` returns one (H, W, 3) uint8 NumPy frame per
+            environment, each vehicle seen from behind and above with its target and its own actors
+            (``goggles.envs.chase``; for Gymnasium's ``RecordVideo``); None: no frames.
+        render_size: (width, height) of those frames, pixels.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -150,7 +155,22 @@ class DroneVectorEnv(VectorEnv):
         device: str | None = None,
         backend: str = "auto",
         recorded: bool | None = None,
+        render_mode: str | None = None,
+        render_size: tuple[int, int] = (320, 240),
     ):
+        if render_mode not in RENDER_MODES:
+            raise ConfigError(
+                f"render_mode {render_mode!r}: use 'rgb_array' (Gymnasium's HumanRendering wrapper shows its "
+                "frames in a window) or None"
+            )
+        if (
+            not isinstance(render_size, (tuple, list))
+            or len(render_size) != 2
+            or not all(is_whole(v, 8, MAX_RENDER_SIZE) for v in render_size)
+        ):
+            raise ConfigError(
+                f"render_size must be (width, height), 8 to {MAX_RENDER_SIZE} pixels each, got {render_size!r}"
+            )
         if not is_whole(num_envs, 1, INT32_MAX):
             raise ConfigError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         if control not in CONTROLS:
@@ -166,7 +186,6 @@ class DroneVectorEnv(VectorEnv):
         last_first = INT32_MAX - int(num_envs) + 1  # the streams' index is int32
         if not is_whole(first_env, 0, last_first):
             raise ConfigError(f"first_env must be an integer from 0 to {last_first}, got {first_env!r}")
-        self.metadata = {"autoreset_mode": autoreset}
         self.num_envs = n = int(num_envs)
         self.task = HoverTask() if task is None else _checked_task(task)
         self.control = CONTROLS[control]
@@ -224,6 +243,12 @@ class DroneVectorEnv(VectorEnv):
             self._final = {k: torch.empty_like(v) for k, v in self._observations.items()}
         self._actions = wp.zeros((n, self.action_size), dtype=wp.float32, device=d)
         self._set_up_recordings(recorded)
+        self.render_mode, self.render_size, self._chase = render_mode, tuple(render_size), None
+        self.metadata = {
+            "autoreset_mode": autoreset,
+            "render_modes": [mode for mode in RENDER_MODES if mode],
+            "render_fps": 1.0 / (self.sim.dt * self.physics_per_action),
+        }
 
     # ------------------------------------------------------------------ Gymnasium API
 
@@ -303,10 +328,29 @@ class DroneVectorEnv(VectorEnv):
         self._streams.caller_waits_for_warp()
         return self._observations, reward, terminated, truncated, info
 
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        """With ``render_mode="rgb_array"``, one (H, W, 3) uint8 frame per environment (a chase view of
+        its vehicle, ``goggles.envs.chase``); None otherwise, as Gymnasium's environments do. Its first
+        call builds the view's world (seconds, for a large scene)."""
+        if self.render_mode is None:
+            gymnasium.logger.warn(
+                "render() without a render_mode gives nothing: make the environment with render_mode='rgb_array'"
+            )
+            return None
+        if self._chase is None:
+            width, height = self.render_size
+            self._chase = ChaseView(self.scene, self.nominal, self.num_envs, width, height, self.device)
+        states = self.sim.states()
+        targets = self.episodes.target.numpy()
+        T_WB = body_poses(states.position, states.attitude)
+        return self._chase.frames(T_WB, targets, self.scene, self.actors_per_camera)
+
     def close(self, **kwargs) -> None:
         self.sim.close()
         if self.renderer is not None:
             self.renderer.close()
+        if self._chase is not None:
+            self._chase.close()
 
     # ------------------------------------------------------------------ set-up
 
@@ -626,6 +670,11 @@ class DroneVectorEnv(VectorEnv):
         """The drawn randomisation values per environment (host arrays), when there is randomisation."""
         return {"randomization": {k: v.copy() for k, v in self._drawn.items()}} if self._drawn else {}
 
+
+#: What ``render_mode`` may be: frames as arrays (``render()``), or none.
+RENDER_MODES = (None, "rgb_array")
+#: Largest chase frame side, pixels.
+MAX_RENDER_SIZE = 4096
 
 #: A range sensor's mounting: its +z (the beam) along body -z.
 _DOWN = wp.mat33(1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, -1.0)

@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from goggles.errors import ConfigError, require
-from goggles.frames import R_BODY_OPTICAL, transform
+from goggles.frames import R_BODY_OPTICAL, look_at, transform
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
@@ -35,19 +35,6 @@ PAGES["/"] = STATIC / "index.html"
 """What the server serves, by request path: the page's own files and nothing else (no path is ever
 built from a request, so none can reach outside them or fail on a name the system refuses)."""
 KIND_STEREO, KIND_THIRD = 0, 1
-
-
-def look_at(eye: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """(4, 4) camera optical-frame pose at ``eye`` looking at ``target`` (z forward, world z up)."""
-    forward = target - eye
-    forward = forward / max(np.linalg.norm(forward), 1e-9)
-    right = np.cross(forward, [0.0, 0.0, 1.0])
-    right = right / max(np.linalg.norm(right), 1e-9) if np.linalg.norm(right) > 1e-9 else np.array([1.0, 0, 0])
-    down = np.cross(forward, right)
-    T = np.eye(4)
-    T[:3, :3] = np.column_stack([right, down, forward])
-    T[:3, 3] = eye
-    return T
 
 
 #: Segmentation class of the vehicle in the third-person view.
