@@ -111,6 +111,7 @@ def test_race_beacons_pilot_flies_the_default_course_and_goggles_race_scores_it(
         ("train_hover.py", ["--plot", "curve.toml"], "--plot curve.toml: an image file, one of .avif"),
         ("train_hover.py", ["--save", "/"], "--save /: is a folder; give a file"),
         ("train_hover.py", ["--save", "/proc/nowhere/policy.pt"], "--save /proc/nowhere/policy.pt: cannot make"),
+        ("train_hover.py", ["--video", "hover.gif"], "--video hover.gif: a video file, one of .mp4, .avi"),
         ("race_beacons.py", ["--log", "/proc/nowhere/flight.csv", "--publish", "bogus"], "cannot make its folder"),
         ("bench_actors.py", ["--bogus"], "unrecognized arguments: --bogus"),  # it ran the benchmark
         ("bench_frames.py", ["--pairs", "0"], "argument --pairs: must be at least 1"),  # IndexError at the end

@@ -13,9 +13,12 @@ it needs.
     pip install -e ".[train]"
     python tools/train_hover.py --envs 256 --timesteps 4000 --plot docs/img/train_hover.png
     python tools/train_hover.py --control rates --envs 512 --timesteps 40000 --plot docs/img/train_rates.png
+    python tools/train_hover.py --video hover.mp4    # then watch four evaluation episodes
 
 Shows a progress bar, then the learned policy's return and final distance to the target against a
 do-nothing policy (hover, zero command) on the same seeds; exits 1 if the policy did not beat it.
+``--video`` films the learned policy's first evaluation episodes in four environments, each from
+behind its vehicle (``render_mode="rgb_array"``), side by side.
 """
 
 from __future__ import annotations
@@ -218,7 +221,58 @@ def train(args) -> int:
         print(f"learning curve: {args.plot}")
     if args.save:
         torch.save({"policy": policy.state_dict(), "scaler": scaler.state_dict()}, args.save)
+    if args.video:
+        frames = film(args, learned, args.seed + 1)
+        print(f"video: {args.video} ({frames} frames of 4 environments)")
     return 0 if learned_return > hover_return else 1
+
+
+#: The film: environments side by side (2 x 2), each frame's size, and steps per frame (60 frames/s).
+FILMED_ENVS, FILM_SIZE, STEPS_PER_FRAME = 4, (240, 180), 2
+
+
+def film(args, act, seed: int) -> int:
+    """Fly ``act`` for one episode in ``FILMED_ENVS`` environments seeded as the evaluation's first
+    ones, and write their chase views side by side to ``args.video``; the number of frames."""
+    import cv2
+
+    env = DroneVectorEnv(
+        FILMED_ENVS,
+        task=HoverTask(episode_s=args.episode_s),
+        control=args.control,
+        autoreset=AutoresetMode.DISABLED,  # each ends where its episode ends
+        seed=seed,
+        device=args.device,
+        render_mode="rgb_array",
+        render_size=FILM_SIZE,
+    )
+    fps = env.metadata["render_fps"] / STEPS_PER_FRAME
+    width, height = FILM_SIZE
+    writer = cv2.VideoWriter(
+        str(args.video), cv2.VideoWriter_fourcc(*_FOURCC[args.video.suffix.lower()]), fps, (2 * width, 2 * height)
+    )
+    observations, _ = env.reset(seed=seed)
+    alive = torch.ones(FILMED_ENVS, dtype=torch.bool, device=observations["state"].device)
+    frames = 0
+    for step in range(env.max_steps):
+        if step % STEPS_PER_FRAME == 0:
+            views = env.render()
+            grid = np.vstack([np.hstack(views[:2]), np.hstack(views[2:])])
+            writer.write(np.ascontiguousarray(grid[:, :, ::-1]))  # OpenCV writes BGR
+            frames += 1
+        with torch.no_grad():
+            actions = act(observations["state"])
+        observations, _, terminated, truncated, _ = env.step(torch.where(alive[:, None], actions, 0.0))
+        alive &= ~(terminated | truncated)
+        if not bool(alive.any()):
+            break
+    writer.release()
+    env.close()
+    return frames
+
+
+#: Video containers ``--video`` writes, and the codec of each (OpenCV's own FFmpeg).
+_FOURCC = {".mp4": "mp4v", ".avi": "MJPG"}
 
 
 def _plot(path: Path, steps, returns, learned: float, hover: float, args, seconds: float) -> None:
@@ -272,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="Warp/torch device: cpu (default) or cuda")
     parser.add_argument("--plot", type=Path, help="write the learning curve to this PNG")
     parser.add_argument("--save", type=Path, help="write the policy's weights to this file")
+    parser.add_argument("--video", type=Path, help="film the learned policy in four environments: an .mp4 or .avi file")
     args = parser.parse_args(argv)
     if args.envs < 1 or args.timesteps < 1 or args.rollouts < 1:
         parser.error("--envs, --timesteps and --rollouts must be positive")
@@ -281,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
             _check_plot_path(args.plot)
         if args.save:
             writable_file(args.save, "--save")
+        if args.video:
+            if args.video.suffix.lower() not in _FOURCC:
+                raise ConfigError(f"--video {args.video}: a video file, one of {', '.join(_FOURCC)}")
+            writable_file(args.video, "--video")
         with telling_slow_steps():  # a first run compiles Warp's kernels: say so
             return train(args)
     except ConfigError as exc:
