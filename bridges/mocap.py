@@ -207,7 +207,7 @@ class Publisher:
         if self._lcm is None:
             return
         if len(channel.encode()) > LCM_MAX_CHANNEL:  # LCM refuses it: the body still goes out on ZeroMQ
-            why = f"over LCM's {LCM_MAX_CHANNEL} characters: a [[body]] rename in --calibration shortens it"
+            why = f"over LCM's {LCM_MAX_CHANNEL} bytes: a [[body]] rename in --calibration shortens it"
             self._not_on_lcm(channel, why)
             return
         try:

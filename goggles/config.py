@@ -295,11 +295,11 @@ def check_channels(path, config: RunConfig) -> None:
             )
         sensors[prefix] = f"{kind} {name!r}"
         channels += [f"{prefix}/{output}" for output in outputs]
-    longest = max(channels, key=len)
-    if config.lcm_url is not None and len(longest) > LCM_MAX_CHANNEL:
+    longest = max(channels, key=lambda channel: len(channel.encode()))  # LCM counts UTF-8 bytes
+    if config.lcm_url is not None and len(longest.encode()) > LCM_MAX_CHANNEL:
         raise ConfigError(
-            f"{path}: channel {longest} is {len(longest)} characters, and LCM carries at most {LCM_MAX_CHANNEL}: "
-            "give the vehicle or the sensor a shorter name"
+            f"{path}: channel {longest} is {len(longest.encode())} bytes in UTF-8, and LCM carries at most "
+            f"{LCM_MAX_CHANNEL}: give the vehicle or the sensor a shorter name"
         )
     if config.ros2 is not None:
         tokens = [v.name for v in config.vehicles] + [c.name for c in config.cameras]

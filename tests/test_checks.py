@@ -133,7 +133,9 @@ name = "{ranges}"
         ({"vehicle": "quad 0"}, "'name' must be a name without '/', spaces"),
         ({"camera": "front\\u0000"}, "[[camera]] #1: 'name' must be a name without '/', spaces"),
         ({"ranges": "front"}, "[[camera]] 'front' and [[range_sensor]] 'front' both publish as quad0/front"),
-        ({"vehicle": "q" * 40, "camera": "c" * 10}, "is 64 characters, and LCM carries at most 63"),
+        ({"vehicle": "q" * 40, "camera": "c" * 10}, "is 64 bytes in UTF-8, and LCM carries at most 63"),
+        # LCM counts bytes: 48 characters, 77 bytes; it printed "channel name too long" and sent nothing.
+        ({"vehicle": "к" * 29}, "is 77 bytes in UTF-8, and LCM carries at most 63"),
         ({"vehicle": "quad-0", "ros2": "true"}, "'quad-0' cannot be part of a ROS 2 topic name"),
         ({"camera": "2nd", "ros2": "true"}, "'2nd' cannot be part of a ROS 2 topic name"),
         ({"namespace": "/my-lab/goggles", "ros2": "true"}, "'my-lab' cannot be part of a ROS 2 topic name"),
