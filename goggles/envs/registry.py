@@ -42,11 +42,15 @@ def _make(env_id: str, vector: bool, **kwargs):
     return DroneVectorEnv(**arguments) if vector else DroneEnv(**arguments)
 
 
+#: What ``gymnasium.make`` reads off an entry point: the render modes (so it wraps the environment for
+#: ``render_mode="human"`` (HumanRendering) and ``"rgb_array_list"`` (RenderCollection)), and the
+#: frame rate at the default 8 physics steps per action.
+METADATA = {"render_modes": ["rgb_array"], "render_fps": 120.0}
+
+
 def register() -> None:
     for env_id in TASKS:
         if env_id not in gymnasium.registry:
-            gymnasium.register(
-                env_id,
-                entry_point=partial(_make, env_id, False),
-                vector_entry_point=partial(_make, env_id, True),
-            )
+            single = partial(_make, env_id, False)
+            single.metadata = METADATA
+            gymnasium.register(env_id, entry_point=single, vector_entry_point=partial(_make, env_id, True))
