@@ -1207,3 +1207,22 @@ def test_render_modes_gymnasium_knows(arena):
     assert seen.render()[0].tobytes() != bare.render()[0].tobytes()  # the arena, not the tiled floor
     seen.close()
     bare.close()
+
+
+def test_a_race_shows_each_environments_own_gates_without_a_scene():
+    """Race-v0 has no scene (no camera): the view places each environment's gates of this episode
+    itself (``RaceTask.shown``), each view its own (perturbed per environment): orange frames in the
+    picture, environment 1 of a batch as a single environment seeded as it."""
+    size = (64, 48)
+    batch = DroneVectorEnv(3, task=RaceTask(), render_mode="rgb_array", render_size=size, device="cpu")
+    batch.reset(seed=2)
+    frames = batch.render()
+    alone = DroneVectorEnv(1, task=RaceTask(), render_mode="rgb_array", render_size=size, device="cpu", first_env=1)
+    alone.reset(seed=2)
+    assert alone.render()[0].tobytes() == frames[1].tobytes()
+    for frame in frames:  # the gates' colour, lit: red over green over blue
+        rgb = frame.astype(int)
+        assert np.count_nonzero((rgb[..., 0] > rgb[..., 1] + 40) & (rgb[..., 1] > rgb[..., 2] + 20)) > 30
+    assert frames[0].tobytes() != frames[1].tobytes()
+    batch.close()
+    alone.close()

@@ -6,7 +6,8 @@ static scene, or a tiled floor where the environments have none), with that envi
 
 The view has a world of its own (the static triangles again, the vehicle's model and the target's
 cube as actor shapes), built on the first ``render()``: the observations' world never holds the
-vehicles, so no camera of a policy ever sees one.
+vehicles, so no camera of a policy ever sees one. A task's things that are not the scene's actors (a
+race's gates where there is no camera) come from the task (``shown``, a ``tasks.Shown``).
 """
 
 from __future__ import annotations
@@ -72,30 +73,45 @@ def chase_poses(T_WB: np.ndarray) -> np.ndarray:
 
 class ChaseView:
     """Chase-camera frames of ``num_envs`` vehicles of ``airframe``, in ``scene``'s static world (or a
-    tiled floor for None) with its shapes, ``width`` x ``height`` pixels each."""
+    tiled floor for None) with its shapes and those of the task's things ``shown`` (a ``tasks.Shown``),
+    ``width`` x ``height`` pixels each."""
 
-    def __init__(self, scene: DeviceScene | None, airframe, num_envs: int, width: int, height: int, device):
-        shapes = [
+    def __init__(self, scene: DeviceScene | None, airframe, num_envs: int, width: int, height: int, device, shown=None):
+        own = [
             vehicle_shape(airframe, VEHICLE_SEGMENT),
             box_shape("target", (0.12,) * 3, TARGET_RGB, TARGET_SEGMENT),
         ]
-        self._scene_actors = 0 if scene is None else scene.max_actors
+        scene_shapes = list(scene.shapes) if scene is not None else []
+        self._shown_first = len(own) + len(scene_shapes)  # the task's shapes come after the scene's
+        things = 0 if shown is None else num_envs * len(shown.shape_of)
         self.world = DeviceScene(
             tiled_floor() if scene is None else scene.static,
             device,
-            shapes=[*shapes, *(scene.shapes if scene is not None else [])],
-            max_actors=self._scene_actors + 2 * num_envs,
+            shapes=[*own, *scene_shapes, *(shown.shapes if shown is not None else [])],
+            max_actors=(0 if scene is None else scene.max_actors) + things + 2 * num_envs,
         )
         camera = CameraModel.from_fov(width, height, VFOV_DEG)
         self.renderer = Renderer(self.world, [camera] * num_envs, outputs={"rgb"}, shading=Shading.SUN)
         self.num_envs = num_envs
 
-    def frames(self, T_WB: np.ndarray, targets: np.ndarray, scene: DeviceScene | None, actors_per_camera) -> tuple:
+    def frames(
+        self, T_WB: np.ndarray, targets: np.ndarray, scene: DeviceScene | None, actors_per_camera, shown=None
+    ) -> tuple:
         """One (H, W, 3) uint8 frame per environment: its vehicle at ``T_WB[i]``, its target at
-        ``targets[i]``, and the actors ``scene`` has placed that its camera sees (``actors_per_camera``
-        (n, k) of them, or all)."""
+        ``targets[i]``, the actors ``scene`` has placed that its camera sees (``actors_per_camera``
+        (n, k) of them, or all), and its own of the task's things ``shown``."""
         n = self.num_envs
         shapes, poses = self._scene_placements(scene)
+        if actors_per_camera is not None:
+            seen = np.asarray(actors_per_camera, np.int32)
+        else:
+            seen = np.tile(np.arange(len(shapes), dtype=np.int32), (n, 1))
+        if shown is not None:  # environment i's k things: instances len(shapes) + i k + (0 .. k - 1)
+            k = len(shown.shape_of)
+            things = len(shapes) + k * np.arange(n)[:, None] + np.arange(k)
+            seen = np.concatenate([seen, things.astype(np.int32)], axis=1)
+            shapes = np.concatenate([shapes, np.tile(self._shown_first + np.asarray(shown.shape_of), n)])
+            poses = np.concatenate([poses, np.asarray(shown.T_WA, np.float64).reshape(-1, 4, 4)])
         placed = len(shapes)
         T_target = np.tile(np.eye(4), (n, 1, 1))
         T_target[:, :3, 3] = targets
@@ -104,10 +120,6 @@ class ChaseView:
             np.concatenate([poses, T_WB, T_target]),
         )
         own = np.stack([placed + np.arange(n), placed + n + np.arange(n)], axis=1)
-        if actors_per_camera is not None:
-            seen = np.asarray(actors_per_camera, np.int32)
-        else:
-            seen = np.tile(np.arange(placed, dtype=np.int32), (n, 1))
         T_WC = chase_poses(T_WB)
         R_WC, p_WC = self.renderer.camera_poses
         rows = self.renderer.height

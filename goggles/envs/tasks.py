@@ -229,6 +229,20 @@ class RaceArrays:
     """(G, 4) the IR beacons on each gate's front face, gate frame."""
     beacons_W: wp.array | None = None
     """(N, 4 G) each environment's beacons this episode (gate k's are 4k .. 4k + 3)."""
+    shown_shapes: tuple | None = None
+    """The gates' shapes for a view of the environments, made on its first frame (``RaceTask.shown``)."""
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a view of the environments (``goggles.envs.chase``) shows of a task beyond the scene's
+    actors: each environment's k things, thing j of shape ``shapes[shape_of[j]]``, at ``T_WA[i, j]``."""
+
+    shapes: tuple
+    shape_of: np.ndarray
+    """(k,) int."""
+    T_WA: np.ndarray
+    """(N, k, 4, 4) world poses."""
 
 
 @dataclass(frozen=True)
@@ -299,6 +313,20 @@ class RaceTask:
 
     def time_limit(self, race: RaceArrays) -> float:
         return self.episode_s if self.episode_s is not None else race.timeout
+
+    def shown(self, env, race: RaceArrays) -> Shown | None:
+        """Each environment's gates this episode, for a view of it; None where they are the scene's
+        actors already (with cameras), which a view shows as such."""
+        if race.shapes is not None:
+            return None
+        openings = [tuple(float(v) for v in opening) for opening in race.opening.numpy()]
+        distinct = list(dict.fromkeys(openings))
+        if race.shown_shapes is None:
+            race.shown_shapes = tuple(gate_shape(o, f"gate-{j}") for j, o in enumerate(distinct))
+        yaw, T = race.gate_yaw.numpy().astype(np.float64), np.tile(np.eye(4), (*race.gate_yaw.shape, 1, 1))
+        T[..., 0, 0], T[..., 0, 1], T[..., 1, 0], T[..., 1, 1] = np.cos(yaw), -np.sin(yaw), np.sin(yaw), np.cos(yaw)
+        T[..., :3, 3] = race.gate_position.numpy()
+        return Shown(race.shown_shapes, np.array([distinct.index(o) for o in openings]), T)
 
     def begin(self, env, race: RaceArrays) -> None:
         e = env.episodes

@@ -337,13 +337,14 @@ class DroneVectorEnv(VectorEnv):
                 "render() without a render_mode gives nothing: make the environment with render_mode='rgb_array'"
             )
             return None
+        shown = self.task.shown(self, self._prepared) if hasattr(self.task, "shown") else None
         if self._chase is None:
             width, height = self.render_size
-            self._chase = ChaseView(self.scene, self.nominal, self.num_envs, width, height, self.device)
+            self._chase = ChaseView(self.scene, self.nominal, self.num_envs, width, height, self.device, shown)
         states = self.sim.states()
         targets = self.episodes.target.numpy()
         T_WB = body_poses(states.position, states.attitude)
-        return self._chase.frames(T_WB, targets, self.scene, self.actors_per_camera)
+        return self._chase.frames(T_WB, targets, self.scene, self.actors_per_camera, shown)
 
     def close(self, **kwargs) -> None:
         self.sim.close()
