@@ -60,8 +60,14 @@ class CameraGroup:
 
     @property
     def name(self) -> str:
-        """``<vehicle>/<camera>`` of its first camera's configuration (for rates and status)."""
-        return f"{self.cameras[0].vehicle}/{self.cameras[0].config.name}"
+        """``<vehicle>/<camera>`` of its first camera's configuration (the schedule's name for it)."""
+        return self.names[0]
+
+    @property
+    def names(self) -> list[str]:
+        """``<vehicle>/<camera>`` of each camera configuration it renders (a stereo pair's eyes are one):
+        the names its achieved rate is reported under."""
+        return list(dict.fromkeys(f"{c.vehicle}/{c.config.name}" for c in self.cameras))
 
     def due_live(self, now: float, period: float, fresh: bool) -> bool:
         """Live mode: render on a fresh pose (at most twice the rate), else every two periods."""

@@ -442,7 +442,8 @@ class Engine:
             for c in group.cameras
         ]
         self.outputs.camera_frame(group.cameras, poses, images, detections, utime, pose_utimes)
-        self.rates.note(group.name, self.step * self.dt)
+        for name in group.names:  # every camera of the group, each under its own name
+            self.rates.note(name, self.step * self.dt)
         self.times.add("frame", time.perf_counter() - t)
 
     def _publish_ranges(self, config: RangeSensorConfig, sensor: RangeSensor) -> None:

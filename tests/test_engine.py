@@ -783,6 +783,32 @@ def test_the_achieved_imu_rate_of_two_fleets_is_their_rate_not_its_double(hexa_i
         assert rates["hexa/imu"] == pytest.approx(480.0, rel=1e-6) and "imu" not in rates
 
 
+def test_every_camera_of_a_render_group_reports_its_rate():
+    """Cameras of one size and rate on two vehicles render in one group; the status line and the clock
+    message gave the group's rate under its first camera's name only, and the second camera had none."""
+    from tests.test_host_copies import _Kept
+
+    alone = dataclasses.replace(run_config(scale=1000.0, route=False), zmq=None)
+    second = dataclasses.replace(alone.vehicles[0], name="quad1", start=(0.0, 2.0, 0.0, 0.0))
+    down = dataclasses.replace(alone.cameras[0], vehicle="quad1")
+    sink = _Kept()
+    engine = Engine(
+        dataclasses.replace(alone, vehicles=(alone.vehicles[0], second), cameras=(*alone.cameras, down)),
+        device="cpu",
+        sinks=[sink],
+    )
+    try:
+        engine.run(duration=1.0)
+        assert len(engine.groups) == 1 and len(engine.groups[0].cameras) == 4  # two stereo pairs, one render
+        rates, line = engine.achieved_rates(), engine.status_line()
+    finally:
+        engine.close()
+    for name in ("quad0/stereo", "quad1/stereo"):
+        assert rates[name] == pytest.approx(30.0, rel=1e-6) and f"{name} 30.0 Hz" in line
+    clock = goggles_lcm.clock_t.decode([d for c, d in sink.messages if c == "clock"][-1])
+    assert {"quad0/stereo", "quad1/stereo"} <= set(clock.rate_names)
+
+
 def test_a_swarm_of_one_airframe_flies_in_one_simulator(device):
     """Three quads of one airframe share one simulator (one physics launch per advance) and a hexa gets
     its own; each flies its own route, a command reaches only its vehicle, and the first quad's
