@@ -197,6 +197,22 @@ def test_foxglove_server_streams_images_transforms_and_scene(device):
         sink.close()
 
 
+def test_the_server_speaks_the_sdk_subprotocol_and_refuses_the_old_name_alone():
+    """What the README tells Lichtblick users: the foxglove-sdk server answers ``foxglove.sdk.v1`` (the
+    Foxglove app offers it first) and refuses a client that offers only ``foxglove.websocket.v1``."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    sink = FoxgloveSink(port=free_port())
+    try:
+        with connect(f"ws://127.0.0.1:{sink.port}", subprotocols=SUBPROTOCOLS) as socket:
+            assert socket.subprotocol == "foxglove.sdk.v1" and '"op":"serverInfo"' in socket.recv(timeout=10)
+        with pytest.raises(InvalidStatus, match="HTTP 400"):
+            connect(f"ws://127.0.0.1:{sink.port}", subprotocols=["foxglove.websocket.v1"])
+    finally:
+        sink.close()
+
+
 def _entities(update) -> dict:
     return {entity.id: entity for entity in update.entities}
 
