@@ -213,6 +213,37 @@ def test_the_server_speaks_the_sdk_subprotocol_and_refuses_the_old_name_alone():
         sink.close()
 
 
+def test_a_camera_with_two_images_is_described_once_per_frame():
+    """A camera publishing depth and rgb logged its calibration and its /tf frame once per image: twice
+    per frame, at one instant. Once now: no two calibrations, nor two of its transforms, share a time."""
+    from websockets.sync.client import connect
+
+    config = dataclasses.replace(run_config(scale=3.0, route=False), zmq=None)
+    sink = FoxgloveSink(port=free_port())
+    engine = Engine(config, device="cpu", sinks=[sink])
+    topics = ["/quad0/stereo_left/depth", "/quad0/stereo_left/rgb", "/quad0/stereo_left/calibration", "/tf"]
+    try:
+        with connect(f"ws://127.0.0.1:{sink.port}", subprotocols=SUBPROTOCOLS, max_size=2**26) as socket:
+            viewer = Viewer(socket)
+            engine.run(duration=0.2)
+            viewer.wait_for(set(topics), time.monotonic() + 10)
+            viewer.subscribe(topics)
+            engine.run(duration=0.5)
+            seen: dict[str, list] = {topic: [] for topic in topics}
+            deadline = time.monotonic() + 10
+            while len(seen["/quad0/stereo_left/calibration"]) < 8 or len(seen["/quad0/stereo_left/depth"]) < 8:
+                topic, message = viewer.next(deadline)
+                if topic != "/tf" or message.child_frame_id == "quad0/stereo_left":
+                    seen[topic].append((message.timestamp.seconds, message.timestamp.nanos))
+    finally:
+        engine.close()
+        sink.close()
+    for topic in ("/quad0/stereo_left/calibration", "/tf"):
+        assert len(set(seen[topic])) == len(seen[topic]), (
+            f"{topic}: {len(seen[topic])} at {len(set(seen[topic]))} times"
+        )
+
+
 def _entities(update) -> dict:
     return {entity.id: entity for entity in update.entities}
 

@@ -71,6 +71,9 @@ class FoxgloveSink:
             raise ConfigError(f"cannot serve Foxglove on {host}:{port}: {exc}") from None
         self.port = self.server.port
         self._tf = FrameTransformChannel("/tf")
+        self._described: dict[str, int] = {}
+        """Per camera, the instant its calibration and frame were last logged: once per frame, however
+        many images (depth, rgb, ...) it has then."""
         self._scene = SceneUpdateChannel("/scene")
         self._static_channel = SceneUpdateChannel("/scene/static")
         self._topics: dict[str, object] = {}
@@ -265,6 +268,9 @@ class FoxgloveSink:
             ),
             log_time=log_time_ns,
         )
+        if self._described.get(frame) == log_time_ns:
+            return
+        self._described[frame] = log_time_ns
         K = [image.fx, 0.0, image.cx, 0.0, image.fy, image.cy, 0.0, 0.0, 1.0]
         P = [image.fx, 0.0, image.cx, 0.0, 0.0, image.fy, image.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
         self._topic("calibration", f"/{image.camera}/calibration").log(
