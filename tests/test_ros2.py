@@ -548,3 +548,57 @@ def test_a_twist_with_an_absurd_yaw_rate_leaves_the_next_ones_in_control_of_the_
     finally:
         running.stop.set()
         running.finish()
+
+
+def test_a_range_sensors_ros_frame_has_the_beam_along_x_and_a_multizone_one_is_a_cloud(typestore):
+    """sensor_msgs/Range: "0 angle corresponds to the x-axis of the sensor". goggles' sensor frame has the
+    beam along z, and went to /tf_static as it was: a downward altimeter was drawn looking forward (RViz,
+    Foxglove, a costmap's range layer). Now its frame's x is body -z, and a forward sensor's body +x. A
+    multizone ToF published nothing; it is an organised PointCloud2 in its frame: looking down from 1.3 m
+    at a floor, every zone's point, taken to base_link through /tf_static as a ROS node would, lies on
+    that floor, and a zone that measured nothing is NaN."""
+    import goggles_lcm
+    from goggles.config import parse_run_config
+    from goggles.frames import transform
+    from goggles.transport.ros2.topics import Ros2Topics
+
+    ts = typestore["humble"]
+    config = parse_run_config(
+        {
+            "lcm": {"enabled": False},
+            "vehicle": [{"name": "quad0", "route": []}],
+            "range_sensor": [
+                {"vehicle": "quad0", "name": "altimeter", "preset": "flightgoggles-altimeter"},  # default: down
+                {"vehicle": "quad0", "name": "front", "preset": "flightgoggles-altimeter", "rpy_deg": [0, 90, 0]},
+                {"vehicle": "quad0", "name": "tof", "preset": "vl53l5cx", "position": [0.05, 0.0, -0.02]},
+            ],
+        }
+    )
+    topics = Ros2Topics(Ros2Settings(), range_sensors=config.range_sensors)
+    (static,) = topics.static_transforms()
+    mounts = {}
+    for t in ts.deserialize_cdr(static.cdr, "tf2_msgs/msg/TFMessage").transforms:
+        r, p = t.transform.rotation, t.transform.translation
+        mounts[t.child_frame_id] = transform([p.x, p.y, p.z], [r.w, r.x, r.y, r.z])
+    np.testing.assert_allclose(mounts["quad0/altimeter"][:3, 0], [0, 0, -1], atol=1e-9)  # the beam: down
+    np.testing.assert_allclose(mounts["quad0/front"][:3, 0], [1, 0, 0], atol=1e-9)  # the beam: forward
+
+    model = config.range_sensors[2].model
+    height = 1.3  # the floor below the sensor, m
+    ranges = (height / model.directions()[..., 2]).ravel()
+    ranges[5] = float("inf")  # REP 117: nothing within reach
+    readings = goggles_lcm.ranges_t()
+    readings.header = goggles_lcm.header_t()
+    readings.header.utime = 2_000_000
+    readings.sensor, readings.min_range, readings.max_range = "quad0/tof", 0.02, 4.0
+    readings.num_ranges, readings.ranges = len(ranges), ranges.tolist()
+    (cloud,) = topics.convert(readings)
+    assert (cloud.topic, cloud.type_name) == ("/goggles/quad0/tof/points", "sensor_msgs/msg/PointCloud2")
+    message = ts.deserialize_cdr(cloud.cdr, "sensor_msgs/msg/PointCloud2")
+    assert (message.header.frame_id, message.height, message.width, message.is_dense) == ("quad0/tof", 8, 8, False)
+    assert [(f.name, f.offset, f.datatype) for f in message.fields] == [("x", 0, 7), ("y", 4, 7), ("z", 8, 7)]
+    xyz = np.frombuffer(bytes(message.data), "<f4").reshape(64, 3).astype(np.float64)
+    assert np.all(np.isnan(xyz[5])) and np.all(np.isfinite(np.delete(xyz, 5, axis=0)))
+    in_body = np.delete(xyz, 5, axis=0) @ mounts["quad0/tof"][:3, :3].T + mounts["quad0/tof"][:3, 3]
+    np.testing.assert_allclose(in_body[:, 2], -0.02 - height, atol=1e-5)  # all on the floor
+    np.testing.assert_allclose(np.linalg.norm(xyz[np.arange(64) != 5], axis=1), np.delete(ranges, 5), rtol=1e-6)

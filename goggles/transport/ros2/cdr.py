@@ -203,6 +203,32 @@ def point_cloud(utime: int, frame_id: str, x, y, z, intensity, time, ring) -> by
     return bytes(w)
 
 
+#: The point layout of a multizone range sensor's cloud: x, y, z (float32).
+XYZ_FIELDS = (("x", 0, FLOAT32), ("y", 4, FLOAT32), ("z", 8, FLOAT32))
+
+
+def zone_cloud(utime: int, frame_id: str, xyz: np.ndarray) -> bytes:
+    """sensor_msgs/PointCloud2 of a multizone range sensor: organised (rows x cols, one point per zone, as
+    the zones lie), NaN where a zone measured nothing (so not dense). ``xyz``: (rows, cols, 3) metres."""
+    rows, cols, _ = xyz.shape
+    w = CdrWriter()
+    header(w, utime, frame_id)
+    w.scalar("I", rows)
+    w.scalar("I", cols)
+    w.scalar("I", len(XYZ_FIELDS))
+    for name, offset, datatype in XYZ_FIELDS:
+        w.string(name)
+        w.scalar("I", offset)
+        w.scalar("B", datatype)
+        w.scalar("I", 1)
+    w.scalar("?", False)
+    w.scalar("I", 12)
+    w.scalar("I", 12 * cols)
+    w.octets(np.ascontiguousarray(xyz, "<f4").tobytes())
+    w.scalar("?", False)
+    return bytes(w)
+
+
 def clock(utime: int) -> bytes:
     """rosgraph_msgs/Clock."""
     w = CdrWriter()

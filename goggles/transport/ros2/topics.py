@@ -10,12 +10,14 @@ Topics (ROS names; on DDS ``rt/<name>``), under a namespace (default ``/goggles`
     <ns>/<vehicle>/imu                                 sensor_msgs/Imu (body FLU axes, no orientation)
     <ns>/<vehicle>/odom                                nav_msgs/Odometry (ground truth, map -> base_link)
     <ns>/<vehicle>/<range sensor>                      sensor_msgs/Range (single-zone sensors)
+    <ns>/<vehicle>/<range sensor>/points               sensor_msgs/PointCloud2 (multizone: rows x cols, NaN: none)
     <ns>/<vehicle>/<lidar>/points                      sensor_msgs/PointCloud2 (x y z intensity time ring)
     /tf, /tf_static, /clock                            map -> <vehicle>/base_link -> sensor frames; sim time
 
 Frames (REP 103/105): ``map`` (world ENU), ``<vehicle>/base_link`` (FLU), ``<vehicle>/<camera>_optical_frame``
-(z forward, x right, y down), ``<vehicle>/<range sensor>``. Images are stamped with the instant they show
-(live: the pose's time).
+(z forward, x right, y down), ``<vehicle>/<range sensor>`` (x along the beam, as sensor_msgs/Range has it;
+goggles' own sensor frame has the beam along z). Images are stamped with the instant they show (live: the
+pose's time).
 """
 
 from __future__ import annotations
@@ -25,13 +27,19 @@ from dataclasses import dataclass
 import numpy as np
 
 import goggles_lcm
-from goggles.frames import matrix_to_quat, quat_to_matrix
+from goggles.frames import R_BODY_OPTICAL, matrix_to_quat, quat_to_matrix
 from goggles.render.camera import stereo_right_offset
 from goggles.transport.ros2 import Ros2Settings, cdr
 from goggles.transport.schema import Encoding
 
 #: The fixed world frame (ENU), as REP 105 names it.
 WORLD_FRAME = "map"
+
+#: A range sensor's ROS frame in goggles' sensor frame: sensor_msgs/Range has the beam along x ("0 angle
+#: corresponds to the x-axis of the sensor"), goggles along z. ROS x = sensor z, y = -sensor x, z = -sensor
+#: y: the optical-to-FLU turn a camera has.
+RANGE_FRAME_IN_SENSOR = np.eye(4)
+RANGE_FRAME_IN_SENSOR[:3, :3] = R_BODY_OPTICAL.T
 
 #: What each kind of topic is, for DDS QoS and for recordings.
 SENSOR, TF, TF_STATIC, CLOCK = "sensor", "tf", "tf_static", "clock"
@@ -100,7 +108,7 @@ class Ros2Topics:
         for r in range_sensors:
             frame = f"{r.vehicle}/{r.name}"
             self._ranges[f"{r.vehicle}/{r.name}"] = (frame, float(np.radians(max(r.model.fov_deg))), r.model)
-            mounts.append((base_link(r.vehicle), frame, r.T_BS))
+            mounts.append((base_link(r.vehicle), frame, r.T_BS @ RANGE_FRAME_IN_SENSOR))
         for lidar in lidars:
             mounts.append((base_link(lidar.vehicle), f"{lidar.vehicle}/{lidar.name}", lidar.T_BS))
         self._mounts = [(0, parent, child, T[:3, 3], matrix_to_quat(T[:3, :3])) for parent, child, T in mounts]
@@ -151,11 +159,21 @@ class Ros2Topics:
             return [RosMessage("/tf", "tf2_msgs/msg/TFMessage", TF, tf)]
         if isinstance(m, goggles_lcm.clock_t):
             return [RosMessage("/clock", "rosgraph_msgs/msg/Clock", CLOCK, cdr.clock(m.header.utime))]
-        if isinstance(m, goggles_lcm.ranges_t) and m.sensor in self._ranges and m.num_ranges == 1:
+        if isinstance(m, goggles_lcm.ranges_t) and m.sensor in self._ranges:
             frame, fov, model = self._ranges[m.sensor]
-            variance = model.sigma**2 if self.settings.distro == "jazzy" else None
-            payload = cdr.range_(m.header.utime, frame, fov, m.min_range, m.max_range, m.ranges[0], variance=variance)
-            return [RosMessage(f"{ns}/{m.sensor}", "sensor_msgs/msg/Range", SENSOR, payload)]
+            if m.num_ranges == 1:
+                variance = model.sigma**2 if self.settings.distro == "jazzy" else None
+                payload = cdr.range_(
+                    m.header.utime, frame, fov, m.min_range, m.max_range, m.ranges[0], variance=variance
+                )
+                return [RosMessage(f"{ns}/{m.sensor}", "sensor_msgs/msg/Range", SENSOR, payload)]
+            beams = model.directions() @ RANGE_FRAME_IN_SENSOR[:3, :3]  # (rows, cols, 3) in the ROS frame
+            if beams.shape[0] * beams.shape[1] != m.num_ranges:
+                return []
+            ranges = np.asarray(m.ranges, np.float64).reshape(beams.shape[:2])
+            xyz = np.where(np.isfinite(ranges)[..., None], beams * ranges[..., None], np.nan)
+            cloud = cdr.zone_cloud(m.header.utime, frame, xyz)
+            return [RosMessage(f"{ns}/{m.sensor}/points", "sensor_msgs/msg/PointCloud2", SENSOR, cloud)]
         if isinstance(m, goggles_lcm.lidar_t):
             cloud = cdr.point_cloud(m.header.utime, m.sensor, m.x, m.y, m.z, m.intensity, m.time, m.ring)
             return [RosMessage(f"{ns}/{m.sensor}/points", "sensor_msgs/msg/PointCloud2", SENSOR, cloud)]
