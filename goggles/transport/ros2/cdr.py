@@ -185,22 +185,7 @@ def point_cloud(utime: int, frame_id: str, x, y, z, intensity, time, ring) -> by
     points = np.zeros(len(x), POINT_DTYPE)
     for name, values in zip(("x", "y", "z", "intensity", "time", "ring"), (x, y, z, intensity, time, ring)):
         points[name] = values
-    w = CdrWriter()
-    header(w, utime, frame_id)
-    w.scalar("I", 1)
-    w.scalar("I", len(points))
-    w.scalar("I", len(POINT_FIELDS))
-    for name, offset, datatype in POINT_FIELDS:
-        w.string(name)
-        w.scalar("I", offset)
-        w.scalar("B", datatype)
-        w.scalar("I", 1)
-    w.scalar("?", False)
-    w.scalar("I", POINT_STEP)
-    w.scalar("I", POINT_STEP * len(points))
-    w.octets(points.tobytes())
-    w.scalar("?", True)
-    return bytes(w)
+    return _cloud(utime, frame_id, (1, len(points)), POINT_FIELDS, POINT_STEP, points.tobytes(), dense=True)
 
 
 #: The point layout of a multizone range sensor's cloud: x, y, z (float32).
@@ -210,22 +195,27 @@ XYZ_FIELDS = (("x", 0, FLOAT32), ("y", 4, FLOAT32), ("z", 8, FLOAT32))
 def zone_cloud(utime: int, frame_id: str, xyz: np.ndarray) -> bytes:
     """sensor_msgs/PointCloud2 of a multizone range sensor: organised (rows x cols, one point per zone, as
     the zones lie), NaN where a zone measured nothing (so not dense). ``xyz``: (rows, cols, 3) metres."""
-    rows, cols, _ = xyz.shape
+    data = np.ascontiguousarray(xyz, "<f4").tobytes()
+    return _cloud(utime, frame_id, xyz.shape[:2], XYZ_FIELDS, 12, data, dense=False)
+
+
+def _cloud(utime: int, frame_id: str, size: tuple[int, int], fields, step: int, data: bytes, *, dense: bool) -> bytes:
+    """sensor_msgs/PointCloud2 of ``size`` (height, width) points of ``fields``, ``step`` bytes each."""
     w = CdrWriter()
     header(w, utime, frame_id)
-    w.scalar("I", rows)
-    w.scalar("I", cols)
-    w.scalar("I", len(XYZ_FIELDS))
-    for name, offset, datatype in XYZ_FIELDS:
+    w.scalar("I", size[0])
+    w.scalar("I", size[1])
+    w.scalar("I", len(fields))
+    for name, offset, datatype in fields:
         w.string(name)
         w.scalar("I", offset)
         w.scalar("B", datatype)
         w.scalar("I", 1)
-    w.scalar("?", False)
-    w.scalar("I", 12)
-    w.scalar("I", 12 * cols)
-    w.octets(np.ascontiguousarray(xyz, "<f4").tobytes())
-    w.scalar("?", False)
+    w.scalar("?", False)  # little-endian
+    w.scalar("I", step)
+    w.scalar("I", step * size[1])
+    w.octets(data)
+    w.scalar("?", dense)
     return bytes(w)
 
 
