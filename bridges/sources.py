@@ -420,8 +420,8 @@ class MotionCaptureSource:
         self._start_worker()
         self._first = self._first_item(timeout)
         if self._first is None:
+            ended = self._ended()  # before close() ends it
             self.close()
-            ended = self._ended()
             if ended:
                 raise ConfigError(f"libmotioncapture's {system} client {ended} before any frame from {host!r}")
             raise ConfigError(

@@ -82,7 +82,8 @@ class ChaseView:
             box_shape("target", (0.12,) * 3, TARGET_RGB, TARGET_SEGMENT),
         ]
         scene_shapes = list(scene.shapes) if scene is not None else []
-        self._shown_first = len(own) + len(scene_shapes)  # the task's shapes come after the scene's
+        self._scene_first = len(own)  # the scene's shapes come after the view's own
+        self._shown_first = len(own) + len(scene_shapes)  # and the task's after the scene's
         things = 0 if shown is None else num_envs * len(shown.shape_of)
         self.world = DeviceScene(
             tiled_floor() if scene is None else scene.static,
@@ -138,7 +139,7 @@ class ChaseView:
         T = np.tile(np.eye(4), (count, 1, 1))
         T[:, :3, :3] = actors.R_WA.numpy()[:count]
         T[:, :3, 3] = actors.p_WA.numpy()[:count]
-        return actors.shape.numpy()[:count].astype(np.int64) + 2, T
+        return actors.shape.numpy()[:count].astype(np.int64) + self._scene_first, T
 
     def close(self) -> None:
         self.renderer.close()
