@@ -171,8 +171,9 @@ class Engine:
                 sink.set_scene(self.built.scene.static, self.viewed_actors, self.sensor_pose, self.range_beams)
         self.schedule = self._schedule()
 
-    def _schedule(self) -> Schedule:
-        """The periodic events, in the order they run when due together."""
+    def _schedule(self, cameras: bool = True) -> Schedule:
+        """The periodic events, in the order they run when due together (live mode's cameras render on
+        poses, not on a schedule: ``cameras=False``)."""
         schedule, rate = Schedule(), self.config.physics_rate
         # One achieved "imu" rate when every fleet samples at one rate (their samples of one instant are
         # one event); a rate per fleet otherwise.
@@ -186,7 +187,7 @@ class Engine:
             if vehicle.sim is not None:
                 period = period_steps(rate, v.state_rate, f"{v.name}/state")
                 schedule.every(period, lambda x=vehicle: self._publish_state(x), f"{v.name}/state")
-        for group in self.groups:
+        for group in self.groups if cameras else ():
             schedule.every(group.period_steps, lambda g=group: self._render(g), group.name)
         for c, sensor in self.range_sensors:
             schedule.every(period_steps(rate, c.rate, c.name), lambda c=c, s=sensor: self._publish_ranges(c, s), c.name)
@@ -349,27 +350,37 @@ class Engine:
                     vehicle.in_contact = contact is not None
 
     def _run_live(self, duration: float | None, stop: threading.Event) -> None:
+        """Cameras render as poses come; range sensors, LiDARs and the clock at their rates, by wall time."""
         start = time.perf_counter()
         self._live_start = time.time()
         last_status = start
+        timed = self._schedule(cameras=False)
+        timed.start_at(self._wall_step())
         while not stop.is_set() and (duration is None or time.perf_counter() - start < duration):
             now = time.perf_counter()
             periods = [g.period_steps * self.dt for g in self.groups] or [0.1]
             waits = [g.last_render_wall + 2.0 * p - now for g, p in zip(self.groups, periods)]
+            waits.append(timed.next_due() * self.dt - time.time())  # the next timed sensor, in wall seconds
             timeout = max(0.0, min(waits + [0.01]))
             self._wait_for_inputs(timeout)
             self._poll_inputs()
             now = time.perf_counter()
-            self.step = int((time.time_ns() // 1000) * 1e-6 / self.dt)  # wall time, in physics steps
+            self.step = self._wall_step()
             for group, period in zip(self.groups, periods):
                 if group.due_live(now, period, any(self.vehicles[c.vehicle].new_pose for c in group.cameras)):
                     group.last_render_wall = now
                     self._render(group)
             for vehicle in self.vehicles.values():
                 vehicle.new_pose = False
+            timed.skip_missed(self.step)
+            timed.run_before(self.step + 1, lambda s: None)  # stamped now, from the poses now
             if now - last_status > 1.0 and self._status:
                 last_status = now
                 self._status(self.status_line())
+
+    def _wall_step(self) -> int:
+        """Wall time in physics steps (live mode's clock)."""
+        return int((time.time_ns() // 1000) * 1e-6 / self.dt)
 
     def _wait_for_inputs(self, timeout: float) -> None:
         """Live mode: sleep until an input arrives on a bus that can say so, or ``timeout`` passes.

@@ -47,6 +47,13 @@ class Schedule:
             if event.due < step:
                 event.due += -(-(step - event.due) // event.period) * event.period
 
+    def skip_missed(self, step: int) -> None:
+        """Move every event more than one period behind ``step`` to its last due step at or before it:
+        live mode runs what is due by wall time, and a stall is not made up for with a burst."""
+        for event in self.events:
+            if event.due <= step - event.period:
+                event.due += (step - event.due) // event.period * event.period
+
     def run_before(self, step: int, at: Callable[[int], None]) -> None:
         """Run, in time order, every event due before ``step``; ``at(s)`` is told each step first."""
         while self.events and self.next_due() < step:

@@ -514,6 +514,46 @@ def test_live_mode_renders_from_poses_on_the_bus(device):
         np.testing.assert_allclose(image.position, expected, atol=1e-6)
 
 
+def test_live_mode_measures_ranges_and_scans_and_keeps_the_clock_by_wall_time():
+    """A live drone's range sensors and LiDARs, and the clock message, were never published: live mode
+    rendered its cameras as poses came and ran nothing else. They run at their rates by wall time now,
+    from the newest pose: an altimeter over the landing pad (its top 0.1 m up) reads the height above it."""
+    sensors = parse_run_config(
+        {
+            "lcm": {"enabled": False},
+            "vehicle": [{"name": "quad0", "route": []}],
+            "range_sensor": [{"vehicle": "quad0", "name": "alt", "preset": "flightgoggles-altimeter"}],
+            "lidar": [{"vehicle": "quad0", "name": "lidar", "preset": "vlp16"}],
+        }
+    )
+    config = dataclasses.replace(
+        run_config(mode="live", cameras=[]), range_sensors=sensors.range_sensors, lidars=sensors.lidars
+    )
+    running = Running(config, duration=6.0)
+    client = Client(endpoints(config))
+    client.subscribe("quad0/alt/ranges", "quad0/lidar/lidar", "clock")
+    client.wait_for_subscriptions(30.0)
+    got: dict[str, list] = {"quad0/alt/ranges": [], "quad0/lidar/lidar": [], "clock": []}
+    end = time.monotonic() + 2.5
+    while time.monotonic() < end:
+        client.send_pose("quad0", [0.0, 0.0, 1.6], [1.0, 0.0, 0.0, 0.0])
+        stop = time.monotonic() + 0.02
+        while time.monotonic() < stop:
+            item = client.receive(timeout=0.005)
+            if item is not None and item[0] in got:
+                got[item[0]].append(item[1])
+    running.stop.set()
+    running.finish()
+    client.close()
+    assert running.error is None
+    ranges, scans, clocks = got["quad0/alt/ranges"], got["quad0/lidar/lidar"], got["clock"]
+    assert len(ranges) >= 40 and len(scans) >= 5 and len(clocks) >= 5, (len(ranges), len(scans), len(clocks))
+    readings = np.array([r.ranges[0] for r in ranges[-30:]])  # from the pose over the pad (σ 0.0949 m)
+    assert abs(readings.mean() - 1.5) < 0.08, readings
+    assert all(b.header.utime > a.header.utime for a, b in zip(ranges, ranges[1:]))  # wall time, in order
+    assert "quad0/alt" in clocks[-1].rate_names and clocks[-1].scale == 1.0
+
+
 def test_run_file_errors_name_the_key(tmp_path):
     from goggles.config import load_run_config
     from goggles.errors import ConfigError
