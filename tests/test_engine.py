@@ -554,6 +554,43 @@ def test_live_mode_measures_ranges_and_scans_and_keeps_the_clock_by_wall_time():
     assert "quad0/alt" in clocks[-1].rate_names and clocks[-1].scale == 1.0
 
 
+def test_a_lockstep_client_that_reads_after_each_reply_gets_every_message():
+    """A lockstep client reads a request's outputs after its reply. The publisher queued 8 messages per
+    subscriber, and a frame's images filled that queue: the IMU samples and states behind them were
+    dropped (a tenth of a run's messages). In lockstep it queues 1024: every message arrives."""
+    from collections import Counter
+
+    from tests.test_host_copies import _Kept
+
+    cameras = [
+        {"vehicle": "quad0", "name": f"cam{k}", "width": 320, "height": 240, "rate": 30.0, "outputs": ["depth", "rgb"]}
+        for k in range(3)
+    ]
+    config = run_config(mode="lockstep", cameras=cameras, route=False)
+    sink = _Kept()
+    engine = Engine(config, device="cpu", sinks=[sink])
+    stop = threading.Event()
+    thread = threading.Thread(target=engine.run, kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    client = Client(endpoints(config))
+    got: Counter = Counter()
+    try:
+        client.subscribe("quad0/")
+        client.wait_for_subscriptions(30.0)
+        for _ in range(12):
+            client.step(32)
+            for channel, _message in iter(lambda: client.receive(timeout=0.3), None):
+                got[channel] += 1
+    finally:
+        stop.set()
+        thread.join(30)
+        engine.close()
+        client.close()
+    published = Counter(channel for channel, _ in sink.messages if channel.startswith("quad0/"))
+    assert published["quad0/imu"] >= 90 and published["quad0/cam2/rgb"] >= 12
+    assert {c: got[c] for c in published} == dict(published)
+
+
 def test_run_file_errors_name_the_key(tmp_path):
     from goggles.config import load_run_config
     from goggles.errors import ConfigError

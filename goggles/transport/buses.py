@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from goggles.clock import ClockMode
 from goggles.errors import ConfigError
 from goggles.transport.schema import MAX_CHANNEL_BYTES, MAX_INPUT_BYTES
 
@@ -52,6 +53,11 @@ LCM_MAX_CHANNEL = 63
 DEFAULT_LCM_URL = "udpm://239.255.76.67:7667?ttl=0&recv_buf_size=8388608"
 #: Frames a slow ZeroMQ subscriber may have queued before the PUB socket drops new ones for it.
 PUBLISH_HWM = 8
+#: The same in lockstep mode, where a client reads a request's outputs after its reply: one frame of a
+#: run with three cameras, IMUs at 240 Hz and range sensors is about 40 messages, and at 8 a client that
+#: read after the reply lost a tenth of them behind the images. The engine waits for its clients there,
+#: so a deeper queue costs no freshness.
+LOCKSTEP_PUBLISH_HWM = 1024
 #: LCM input messages queued between two engine polls (LCM's default of 30 drops bursts of commands).
 LCM_INPUT_QUEUE = 4096
 #: ZeroMQ input messages queued for the engine (with the size limit, at most 256 MiB waiting).
@@ -152,9 +158,17 @@ class ZmqBus:
     Args:
         endpoints: bind addresses.
         context: a ``zmq.Context`` (default: the process's shared instance).
+        curve: the CURVE server keys and allowed clients of an exposed engine.
+        publish_hwm: messages queued per subscriber before the publisher drops new ones for it.
     """
 
-    def __init__(self, endpoints: ZmqEndpoints = ZmqEndpoints(), context=None, curve: CurveServer | None = None):
+    def __init__(
+        self,
+        endpoints: ZmqEndpoints = ZmqEndpoints(),
+        context=None,
+        curve: CurveServer | None = None,
+        publish_hwm: int = PUBLISH_HWM,
+    ):
         import zmq
 
         self._zmq = zmq
@@ -171,7 +185,7 @@ class ZmqBus:
         if curve is not None:
             keys = self._curve(context, curve)
         self._publisher = context.socket(zmq.XPUB)  # a PUB that hears subscriptions (see SUBSCRIBED)
-        self._publisher.setsockopt(zmq.SNDHWM, PUBLISH_HWM)
+        self._publisher.setsockopt(zmq.SNDHWM, publish_hwm)
         self._publisher.setsockopt(zmq.LINGER, 0)
         self._publisher.setsockopt(zmq.MAXMSGSIZE, 4096)  # a subscription: a channel prefix (a longer one
         # disconnects its subscriber, before it is kept, and that subscriber only)
@@ -346,7 +360,8 @@ def open_buses(config) -> list:
     buses: list = []
     try:
         if config.zmq is not None:
-            buses.append(ZmqBus(config.zmq, curve=config.curve))
+            hwm = LOCKSTEP_PUBLISH_HWM if config.mode == ClockMode.LOCKSTEP else PUBLISH_HWM
+            buses.append(ZmqBus(config.zmq, curve=config.curve, publish_hwm=hwm))
         if config.lcm_url is not None:
             buses.append(LcmBus(config.lcm_url))
         if config.ros2 is not None:
