@@ -251,6 +251,9 @@ def film(args, act, seed: int) -> int:
     writer = cv2.VideoWriter(
         str(args.video), cv2.VideoWriter_fourcc(*_FOURCC[args.video.suffix.lower()]), fps, (2 * width, 2 * height)
     )
+    if not writer.isOpened():  # (an OpenCV built without that codec): said, not an empty file
+        env.close()
+        raise ConfigError(f"--video {args.video}: this OpenCV cannot write {args.video.suffix} video")
     observations, _ = env.reset(seed=seed)
     alive = torch.ones(FILMED_ENVS, dtype=torch.bool, device=observations["state"].device)
     frames = 0
