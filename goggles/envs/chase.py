@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from goggles.frames import look_at, quat_to_matrix
+from goggles.frames import look_at
 from goggles.render import CameraModel, Renderer, Shading
 from goggles.scene.actors import box_shape
 from goggles.scene.assets import Material, MeshPart
@@ -143,11 +143,3 @@ class ChaseView:
 
     def close(self) -> None:
         self.renderer.close()
-
-
-def body_poses(position: np.ndarray, attitude: np.ndarray) -> np.ndarray:
-    """(n, 4, 4) body poses from positions (n, 3) and attitudes (n, 4) (w, x, y, z)."""
-    T = np.tile(np.eye(4), (len(position), 1, 1))
-    T[:, :3, :3] = [quat_to_matrix(q) for q in attitude]
-    T[:, :3, 3] = position
-    return T

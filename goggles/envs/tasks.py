@@ -19,6 +19,7 @@ import warp as wp
 from goggles.checks import Table
 from goggles.envs import kernels
 from goggles.errors import ConfigError
+from goggles.frames import quat_from_euler, transform
 from goggles.paths import default_course
 from goggles.scene.gates import GATE_BAR, GATE_DEPTH, gate_shape, load_course
 
@@ -323,10 +324,11 @@ class RaceTask:
         distinct = list(dict.fromkeys(openings))
         if race.shown_shapes is None:
             race.shown_shapes = tuple(gate_shape(o, f"gate-{j}") for j, o in enumerate(distinct))
-        yaw, T = race.gate_yaw.numpy().astype(np.float64), np.tile(np.eye(4), (*race.gate_yaw.shape, 1, 1))
-        T[..., 0, 0], T[..., 0, 1], T[..., 1, 0], T[..., 1, 1] = np.cos(yaw), -np.sin(yaw), np.sin(yaw), np.cos(yaw)
-        T[..., :3, 3] = race.gate_position.numpy()
-        return Shown(race.shown_shapes, np.array([distinct.index(o) for o in openings]), T)
+        T_WA = [
+            [transform(p, quat_from_euler(0.0, 0.0, float(yaw))) for p, yaw in zip(positions, yaws)]  # as Gate.T_WG
+            for positions, yaws in zip(race.gate_position.numpy(), race.gate_yaw.numpy())
+        ]
+        return Shown(race.shown_shapes, np.array([distinct.index(o) for o in openings]), np.array(T_WA))
 
     def begin(self, env, race: RaceArrays) -> None:
         e = env.episodes

@@ -35,12 +35,12 @@ from goggles.dynamics.control import ControlMode
 from goggles.dynamics.model import vec8
 from goggles.dynamics.simulator import GRAVITY, MultirotorSim
 from goggles.envs import kernels
-from goggles.envs.chase import ChaseView, body_poses
+from goggles.envs.chase import ChaseView
 from goggles.envs.randomization import DEFAULTS, Randomization, randomized_airframe
 from goggles.envs.streams import StreamOrder
 from goggles.envs.tasks import Episodes, HoverTask
 from goggles.errors import ConfigError
-from goggles.frames import R_BODY_OPTICAL
+from goggles.frames import R_BODY_OPTICAL, transform
 from goggles.render import CameraModel, Renderer, Shading
 from goggles.render.projection import distortion5
 from goggles.sensors.draws import NoiseDraws
@@ -343,7 +343,7 @@ class DroneVectorEnv(VectorEnv):
             self._chase = ChaseView(self.scene, self.nominal, self.num_envs, width, height, self.device, shown)
         states = self.sim.states()
         targets = self.episodes.target.numpy()
-        T_WB = body_poses(states.position, states.attitude)
+        T_WB = np.stack([transform(p, q) for p, q in zip(states.position, states.attitude)])
         return self._chase.frames(T_WB, targets, self.scene, self.actors_per_camera, shown)
 
     def close(self, **kwargs) -> None:
