@@ -107,7 +107,8 @@ class Ros2Topics:
         self._ranges = {}
         for r in range_sensors:
             frame = f"{r.vehicle}/{r.name}"
-            self._ranges[f"{r.vehicle}/{r.name}"] = (frame, float(np.radians(max(r.model.fov_deg))), r.model)
+            beams = r.model.directions() @ RANGE_FRAME_IN_SENSOR[:3, :3]  # (rows, cols, 3) in the ROS frame
+            self._ranges[f"{r.vehicle}/{r.name}"] = (frame, float(np.radians(max(r.model.fov_deg))), r.model, beams)
             mounts.append((base_link(r.vehicle), frame, r.T_BS @ RANGE_FRAME_IN_SENSOR))
         for lidar in lidars:
             mounts.append((base_link(lidar.vehicle), f"{lidar.vehicle}/{lidar.name}", lidar.T_BS))
@@ -160,14 +161,13 @@ class Ros2Topics:
         if isinstance(m, goggles_lcm.clock_t):
             return [RosMessage("/clock", "rosgraph_msgs/msg/Clock", CLOCK, cdr.clock(m.header.utime))]
         if isinstance(m, goggles_lcm.ranges_t) and m.sensor in self._ranges:
-            frame, fov, model = self._ranges[m.sensor]
+            frame, fov, model, beams = self._ranges[m.sensor]
             if m.num_ranges == 1:
                 variance = model.sigma**2 if self.settings.distro == "jazzy" else None
                 payload = cdr.range_(
                     m.header.utime, frame, fov, m.min_range, m.max_range, m.ranges[0], variance=variance
                 )
                 return [RosMessage(f"{ns}/{m.sensor}", "sensor_msgs/msg/Range", SENSOR, payload)]
-            beams = model.directions() @ RANGE_FRAME_IN_SENSOR[:3, :3]  # (rows, cols, 3) in the ROS frame
             if beams.shape[0] * beams.shape[1] != m.num_ranges:
                 return []
             ranges = np.asarray(m.ranges, np.float64).reshape(beams.shape[:2])
