@@ -78,7 +78,7 @@ class CameraGroup:
         return {o for c in self.cameras for o in c.config.outputs if o in IMAGE_OUTPUTS}
 
     def render(
-        self, T_WC: np.ndarray, moving=None, T_WA: np.ndarray | None = None
+        self, T_WC: np.ndarray, moving=None, T_WA: np.ndarray | None = None, carriers: np.ndarray | None = None
     ) -> tuple[dict[str, np.ndarray], list[Detection]]:
         """Render every camera from its (n, 4, 4) pose. Returns the image outputs any of them publishes,
         (n, H, W[, 3]) each, on the host (copied into memory allocated once, pinned on CUDA, valid until
@@ -87,7 +87,8 @@ class CameraGroup:
 
         ``moving(dt)`` gives the (n, 4, 4) poses ``dt`` seconds from the frame's time (dt an (n,)
         array, <= 0), for cameras with an exposure time (motion blur) or a rolling shutter: the last
-        row ends its exposure at the frame's time, the first ``readout_s`` earlier.
+        row ends its exposure at the frame's time, the first ``readout_s`` earlier. ``carriers``: the
+        actor instance carrying each camera (its vehicle's body, which it does not see), -1 none.
         """
         exposure = np.array([c.config.exposure_s for c in self.cameras])
         readout = np.array([c.config.readout_s for c in self.cameras])
@@ -96,7 +97,7 @@ class CameraGroup:
             self._host = HostMirror(self.renderer.block(published))
         # Beacons first: their poses go up from pageable memory, which on CUDA waits for the stream,
         # idle now, and behind the frame's work otherwise.
-        beacons = self.beacons.launch(T_WC, T_WA) if self.beacons is not None else None
+        beacons = self.beacons.launch(T_WC, T_WA, carriers) if self.beacons is not None else None
         if exposure.any() and moving is not None:  # sub-frames summed on the device: run eagerly
             subframes = max(c.config.blur_subframes for c in self.cameras)
             self.renderer.render_exposure(
@@ -105,13 +106,14 @@ class CameraGroup:
                 subframes,
                 T_open_last_row=moving(-exposure),
                 T_close_last_row=moving(np.zeros_like(exposure)),
+                carriers=carriers,
             )
             self._measure()
         else:
             if moving is None or not readout.any():
-                self.renderer.set_poses(T_WC)
+                self.renderer.set_poses(T_WC, carriers=carriers)
             else:
-                self.renderer.set_poses(moving(-readout), moving(np.zeros_like(readout)))
+                self.renderer.set_poses(moving(-readout), moving(np.zeros_like(readout)), carriers)
             self._frame(key=self.renderer.trace_key)
         collect([m for m in (self._host, beacons) if m is not None])
         detections = self.beacons.read() if self.beacons is not None else []

@@ -83,6 +83,18 @@ def poses(value, what: str, count: int | None = None) -> np.ndarray:
     return array
 
 
+def carriers(value, count: int, what: str) -> np.ndarray:
+    """``value`` as (count,) int32 actor instances, each the one carrying a sensor (its vehicle's body,
+    which that sensor does not see), -1 for none; None: none carries any. A ConfigError naming ``what``
+    for anything else."""
+    if value is None:
+        return np.full(count, -1, np.int32)
+    array = np.asarray(value)
+    if array.shape != (count,) or array.dtype.kind not in "iu" or (count and array.min() < -1):
+        raise ConfigError(f"the carriers of {what} must be {count} actor indices (-1: none), got {value!r:.80}")
+    return array.astype(np.int32)
+
+
 def member(kind, value, what: str):
     """``value`` as a member of the enum ``kind``: a member, its value, or its name in any case; a
     ConfigError starting with ``what`` and naming the members otherwise."""

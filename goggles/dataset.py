@@ -195,18 +195,20 @@ def read_manifest(output: Path) -> dict[str, dict]:
 
 @dataclass
 class WorldCache:
-    """The worlds a worker built, kept for its next jobs in the same scene (a world that people
-    joined is not reused: they added shapes)."""
+    """The worlds a worker built, kept for its next jobs in the same scene, course and airframes (a
+    world that people joined is not reused: they added shapes)."""
 
     worlds: dict = field(default_factory=dict)
 
     def get(self, config, device):
+        from goggles.vehicles import body_shapes
         from goggles.world.build import build_run_world
 
-        key = (config.scene, config.course, config.perturb, str(device))
+        airframes = tuple(v.preset for v in config.vehicles)  # the vehicles' bodies are shapes of the world
+        key = (config.scene, config.course, config.perturb, airframes, str(device))
         entry = self.worlds.get(key)
         if entry is None:
-            world = build_run_world(config, device)
+            world = build_run_world(config, device, body_shapes(config.vehicles))
             entry = self.worlds[key] = (world, len(world.scene.shapes))
         return key, entry[0]
 

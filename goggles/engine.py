@@ -34,6 +34,7 @@ from goggles.cameras import Camera, CameraGroup, camera_groups
 from goggles.clock import ClockMode, PacedClock, ScaleMeter
 from goggles.config import RangeSensorConfig, RunConfig, check_simulated_starts
 from goggles.dynamics import ControlMode
+from goggles.errors import ConfigError
 from goggles.host_copies import COPIES
 from goggles.inputs import InputHandler
 from goggles.outputs import Outputs
@@ -52,7 +53,7 @@ from goggles.transport.buses import (
     open_buses,
 )
 from goggles.transport.schema import MalformedMessage, decode_input
-from goggles.vehicles import Fleet, Vehicle, make_vehicles, pose_after, viewed_vehicles
+from goggles.vehicles import Fleet, Vehicle, body_shapes, make_vehicles, pose_after, viewed_vehicles
 from goggles.world.build import build_run_world
 from goggles.world.crowd import BUILD_INTERVAL_S, Crowd
 from goggles.world.props import Props
@@ -112,10 +113,13 @@ class Engine:
         simulate = self.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
         if simulate:
             check_simulated_starts(config)
+        bodies = body_shapes(config.vehicles)
         if world is None:
-            built = build_run_world(config, device)
-        else:  # another run's world, in the same scene and course (a dataset worker keeps it)
+            built = build_run_world(config, device, bodies)
+        else:  # another run's world, in the same scene, course and airframes (a dataset worker keeps it)
             built = world
+            if [built.scene.shapes[i].name for i in built.bodies] != [b.name for b in bodies]:
+                raise ConfigError("the world given was built for other vehicles: build_run_world(config, ...)")
             built.reset()
         self.built = built
         self.world = built.scene
@@ -126,6 +130,7 @@ class Engine:
             self.built.gate_poses,
             keep={a.name for a, _ in self.clips},
             build_interval=BUILD_INTERVAL_S * real_time,
+            bodies=built.bodies,
         )
         self.props = Props(self.crowd, self.built)
         self.physics_world = self.world
@@ -166,6 +171,7 @@ class Engine:
         self._live_start = 0.0
         self._copies_from = (COPIES.count, COPIES.syncs, 0.0)  # device→host copies, syncs, time when the run began
         self._viewed_vehicles = None
+        self._bodies_step = -1  # the step the vehicles' bodies were last placed at (``_carriers``)
         for sink in self.sinks:  # a viewer that draws the world (Foxglove) is told where it comes from
             if hasattr(sink, "set_scene"):
                 sink.set_scene(self.built.scene.static, self.viewed_actors, self.sensor_pose, self.range_beams)
@@ -265,7 +271,8 @@ class Engine:
         cost = 0.0
         for group in self.groups:
             t = time.perf_counter()
-            group.render(np.stack([self._camera_pose(c) for c in group.cameras]), T_WA=self.built.gate_poses)
+            poses = np.stack([self._camera_pose(c) for c in group.cameras])
+            group.render(poses, T_WA=self.built.gate_poses, carriers=self._carriers(c.vehicle for c in group.cameras))
             cost += (time.perf_counter() - t) * self.config.physics_rate / group.period_steps
         return cost or None
 
@@ -439,12 +446,27 @@ class Engine:
             )
         self.update_people()
 
+    def _carriers(self, vehicles) -> np.ndarray | None:
+        """The body instance of each of ``vehicles`` (names), placed where they are now: a sensor
+        carried by one does not see it (None where no bodies are placed: a run of one vehicle). The
+        bodies are placed once per step (a replay's poses of a step come before its events); live,
+        where poses are carried forward to the wall time, every time."""
+        if not self.crowd.bodies:
+            return None
+        order = [v.name for v in self.config.vehicles]
+        if self.mode == ClockMode.LIVE or self._bodies_step != self.step:
+            self.crowd.place_vehicles([self.vehicles[name].pose(self.config.extrapolate) for name in order])
+            self._bodies_step = self.step
+        instances = self.crowd.vehicle_instances()
+        return np.array([instances[order.index(name)] for name in vehicles])
+
     def _render(self, group: CameraGroup) -> None:
         self._pose_people()
         t = time.perf_counter()
+        carriers = self._carriers(c.vehicle for c in group.cameras)
         poses = np.stack([self._camera_pose(c) for c in group.cameras])
         images, detections = group.render(
-            poses, lambda dt: self._camera_poses_after(group, poses, dt), self.built.gate_poses
+            poses, lambda dt: self._camera_poses_after(group, poses, dt), self.built.gate_poses, carriers
         )
         self.times.add("render", time.perf_counter() - t)
         utime = self._utime() if self.mode != ClockMode.LIVE else time.time_ns() // 1000
@@ -458,17 +480,20 @@ class Engine:
         self.times.add("frame", time.perf_counter() - t)
 
     def _publish_ranges(self, config: RangeSensorConfig, sensor: RangeSensor) -> None:
+        carriers = self._carriers([config.vehicle])
         T_WS = self.vehicles[config.vehicle].pose(self.config.extrapolate) @ config.T_BS
         name = f"{config.vehicle}/{config.name}"
-        self.outputs.ranges(name, config.model, sensor.measure(T_WS[None])[0].ravel(), self._utime())
+        self.outputs.ranges(name, config.model, sensor.measure(T_WS[None], carriers)[0].ravel(), self._utime())
         self.rates.note(name, self.step * self.dt)
 
     def _publish_lidar(self, config, lidar) -> None:
         """A scan over the coming revolution, each point from where the sensor will be when it fires."""
+        carriers = self._carriers([config.vehicle])
         vehicle = self.vehicles[config.vehicle]
         T_WB = vehicle.pose(self.config.extrapolate)
         last = (lidar.model.columns - 1) / (lidar.model.columns * lidar.model.rate_hz)  # the last firing
-        scan = lidar.scan(T_WB @ config.T_BS, pose_after(vehicle, T_WB, last) @ config.T_BS)
+        carrier = -1 if carriers is None else int(carriers[0])
+        scan = lidar.scan(T_WB @ config.T_BS, pose_after(vehicle, T_WB, last) @ config.T_BS, carrier)
         name = f"{config.vehicle}/{config.name}"
         self.outputs.lidar(name, config.model, scan, self._utime())
         self.rates.note(name, self.step * self.dt)

@@ -17,7 +17,7 @@ from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
 from goggles.errors import GogglesError
 from goggles.frames import transform
 from goggles.pilots import RoutePilot
-from goggles.scene.vehicle_model import vehicle_model
+from goggles.scene.vehicle_model import vehicle_model, vehicle_shape
 from goggles.world.viewed import ViewedActor
 
 log = logging.getLogger(__name__)
@@ -188,21 +188,39 @@ def _heading(yaw: float) -> np.ndarray:
     return np.array([np.cos(yaw / 2.0), 0.0, 0.0, np.sin(yaw / 2.0)])
 
 
+def _drawn_airframes(configs) -> dict:
+    """The airframe each vehicle is drawn as, by preset: its own, or fg-quad where it is not here (a
+    replay's or a live run's airframe file need not be; said once per preset)."""
+    airframes = {}
+    for v in configs:
+        if v.preset not in airframes:
+            try:
+                airframes[v.preset] = load_airframe(v.preset)
+            except GogglesError as exc:
+                log.warning("%s is drawn as fg-quad: %s", v.name, exc)
+                airframes[v.preset] = load_airframe("fg-quad")
+    return airframes
+
+
+def body_shapes(configs) -> tuple:
+    """Each vehicle's body as the sensors of the others see it (its airframe's model, an actor shape;
+    vehicles of one airframe share one), in ``configs`` order; none where a run has one vehicle."""
+    if len(configs) < 2:
+        return ()
+    shapes = {preset: vehicle_shape(airframe) for preset, airframe in _drawn_airframes(configs).items()}
+    return tuple(shapes[v.preset] for v in configs)
+
+
 def viewed_vehicles(configs, cameras) -> list[ViewedActor]:
     """Each vehicle as viewers draw it (its airframe's model), following the frame of its first camera
     that publishes images (that frame's transform comes with every image, in every mode), or, with no
     such camera, the vehicle's own frame (on the viewer's transforms from its states or poses)."""
-    models, viewed = {}, []
+    viewed = []
+    models = {
+        preset: vehicle_model(a.name, a.rotor_positions, a.rotor_axes, a.rotor_radius)
+        for preset, a in _drawn_airframes(configs).items()
+    }
     for v in configs:
-        if v.preset not in models:
-            try:
-                airframe = load_airframe(v.preset)
-            except GogglesError as exc:  # a replay's or live run's airframe need not exist here
-                log.warning("%s is drawn as fg-quad: %s", v.name, exc)
-                airframe = load_airframe("fg-quad")
-            models[v.preset] = vehicle_model(
-                airframe.name, airframe.rotor_positions, airframe.rotor_axes, airframe.rotor_radius
-            )
         imaging = [c for c in cameras if c.vehicle == v.name and set(c.config.outputs) & set(IMAGE_OUTPUTS)]
         if imaging:
             camera = imaging[0]

@@ -55,6 +55,30 @@ def test_actor_appears_where_it_is_placed_and_moves(world):
     assert look(renderer).depth[0][16, 16] == pytest.approx(10.0, rel=1e-5)
 
 
+def test_a_sensor_does_not_see_the_actor_that_carries_it(world):
+    """A camera, a range sensor and a beacon detector inside a crate (their vehicle's body) see out of
+    it, and a second crate ahead; the same crate not named as the carrier fills the view at 0.5 m."""
+    from goggles.sensors.beacons import Beacon, BeaconSensor
+    from goggles.sensors.ranges import RangeSensor
+
+    scene, renderer = world
+    crates = [transform([0.0, 0.0, 0.0], [1, 0, 0, 0]), transform([4.0, 0.0, 0.0], [1, 0, 0, 0])]
+    scene.set_actors([0, 0], crates)
+    T_WC = camera_pose_from_body(np.eye(4))[None]
+    for carriers, depth in (([0], 3.5), ([-1], 0.5), (None, 0.5), ([1], 0.5)):
+        renderer.render(T_WC, carriers=carriers)
+        assert renderer.images().depth[0][16, 16] == pytest.approx(depth, rel=1e-5)
+    sensor = RangeSensor(scene, "flightgoggles-altimeter", noise=False)
+    assert sensor.measure(T_WC, [0])[0, 0, 0] == pytest.approx(3.5, rel=1e-5)
+    assert sensor.measure(T_WC)[0, 0, 0] == pytest.approx(0.5, rel=1e-5)
+    beacons = BeaconSensor(scene, [Beacon("ahead", (2.0, 0.0, 0.0))], [renderer.cameras[0]])
+    assert [d.id for d in beacons.detect(T_WC, carriers=[0])] == ["ahead"]
+    assert beacons.detect(T_WC) == []  # hidden behind the crate's face
+    for bad in ([0, 1], [-2], [0.5], "crate"):
+        with pytest.raises(ConfigError, match="carriers of camera poses must be 1 actor indices"):
+            renderer.render(T_WC, carriers=bad)
+
+
 def test_rotated_actor_and_several_instances(world):
     scene, renderer = world
     turned = quat_from_axis_angle([0, 0, 1], np.pi / 4)  # the crate's edge faces the camera

@@ -10,6 +10,7 @@ import pytest
 
 from goggles.dynamics import CollisionResponse, ControlMode, MultirotorSim, load_airframe
 from goggles.dynamics.airframe import CollisionShape
+from goggles.errors import ConfigError
 from goggles.frames import transform
 from goggles.scene import box_shape
 from goggles.world import DeviceScene
@@ -87,6 +88,19 @@ def test_flying_into_an_actor(device):
     assert report.point[0] == pytest.approx(1.25, abs=1e-4)  # the crate's face, not the wall
     np.testing.assert_allclose(report.normal, [-1.0, 0.0, 0.0], atol=1e-3)
     assert sim.states().crashed[0]
+
+
+def test_a_vehicle_flies_through_the_actors_that_are_not_obstacles(device):
+    """Another vehicle's body is placed for the sensors but is not an obstacle (``set_actors``'
+    ``obstacles``): the crate placed after the obstacles is flown through, to the wall behind it."""
+    world = walled_world(device, shapes=[box_shape("crate", [0.5, 2.0, 3.0])])
+    world.set_actors([0], [transform([1.5, 0.0, 1.5], [1, 0, 0, 0])], obstacles=0)
+    assert world.obstacles.count == 0 and world.actors.count == 1
+    sim = MultirotorSim(FG, 1, device=device, world=world, disturbances=False)
+    _, report = fly_at_wall(sim)
+    assert report.point[0] == pytest.approx(WALL_X, abs=1e-4)  # the wall's face, not the crate's
+    with pytest.raises(ConfigError, match="obstacles 2: the first 0 to 1"):
+        world.set_actors([0], [np.eye(4)], obstacles=2)
 
 
 def test_resting_on_the_ground_is_reported_but_not_a_crash(device):

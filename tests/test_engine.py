@@ -938,6 +938,78 @@ def test_a_swarm_of_one_airframe_flies_in_one_simulator(device):
     assert runs["swarm"]["quad2"][-1][1][2] > runs["swarm"]["quad1"][-1][1][2] + 0.3
 
 
+def test_each_vehicles_sensors_see_the_others_bodies_and_never_their_own(device):
+    """A quad hovers 2 m above a hexa. The quad's downward camera and altimeter see the hexa's body (its
+    airframe's model: the top of its body box, 0.075 x the mean arm above its centre, at depth =
+    height difference minus that); the hexa's camera, LiDAR and every message are those of a run
+    where it flies alone, though its sensors sit inside its own body (camera and LiDAR at its centre),
+    which none of them sees."""
+    from goggles.config import parse_run_config
+    from goggles.dynamics import load_airframe
+    from goggles.scene.vehicle_model import VEHICLE_CLASS
+    from tests.test_host_copies import _Kept
+
+    def config(vehicles):
+        down = {"width": 25, "height": 25, "vfov_deg": 20.0, "rate": 30.0, "rpy_deg": [0.0, 90.0, 0.0]}
+        return parse_run_config(
+            {
+                "run": {"mode": "sim", "seed": 5},
+                "clock": {"scale": 1000.0},
+                "lcm": {"enabled": False},
+                "zmq": {"enabled": False},
+                "vehicle": [
+                    {"name": n, "preset": p, "start": [0.0, 0.0, z, 0.0], "state_rate": 30.0} for n, p, z in vehicles
+                ],
+                "camera": [
+                    {"vehicle": n, "name": "down", "outputs": ["depth", "segmentation"], **down} for n, _, _ in vehicles
+                ],
+                "range_sensor": [{"vehicle": "upper", "name": "alt", "preset": "flightgoggles-altimeter"}]
+                * (len(vehicles) > 1),
+                "lidar": [{"vehicle": "lower", "name": "scan", "preset": "vlp16", "position": [0.0, 0.0, 0.0]}],
+            }
+        )
+
+    runs = {}
+    lower, upper = ("lower", "hexa-550", 1.0), ("upper", "fg-quad", 3.0)
+    for name, vehicles in (("alone", [lower]), ("pair", [lower, upper])):
+        sink = _Kept()
+        engine = Engine(config(vehicles), device=device, sinks=[sink])
+        try:
+            engine.run(duration=0.6)
+        finally:
+            engine.close()
+        runs[name] = sink.messages
+
+    def lower_messages(messages):  # every message of the hexa, but the wall time it was made at
+        decoded = [(c, decode_any(d)) for c, d in messages if c.startswith("lower/")]
+        for _, message in decoded:
+            message.header.wall_utime = 0
+        return [(c, m.encode()) for c, m in decoded]
+
+    assert lower_messages(runs["pair"]) == lower_messages(runs["alone"])
+    channels = {c for c, _ in lower_messages(runs["pair"])}
+    assert channels >= {"lower/down/depth", "lower/down/segmentation", "lower/scan/lidar"}
+
+    states = {
+        (c.split("/")[0], m.header.utime): m
+        for c, d in runs["pair"]
+        if c.endswith("/state")
+        for m in [goggles_lcm.vehicle_state_t.decode(d)]
+    }
+    hubs = load_airframe("hexa-550").rotor_positions
+    top = 0.075 * np.linalg.norm(hubs[:, :2], axis=1).mean()
+    frames = [goggles_lcm.image_t.decode(d) for c, d in runs["pair"] if c == "upper/down/depth"]
+    labels = [image_array(goggles_lcm.image_t.decode(d)) for c, d in runs["pair"] if c == "upper/down/segmentation"]
+    assert len(frames) >= 15
+    for frame, label in zip(frames, labels):
+        utime = frame.header.utime
+        below = states[("upper", utime)].position[2] - states[("lower", utime)].position[2] - top
+        assert image_array(frame)[12, 12] == pytest.approx(below, abs=0.003)
+        assert label[12, 12] == VEHICLE_CLASS
+    readings = [goggles_lcm.ranges_t.decode(d).ranges[0] for c, d in runs["pair"] if c == "upper/alt/ranges"]
+    assert len(readings) >= 30 and np.mean(readings) == pytest.approx(2.0 - top, abs=0.06)  # sigma 0.0949 m
+
+
 def test_a_vehicle_on_a_raised_pad_starts_at_rest_and_one_above_it_hovering():
     """The demo's quad starts on its 0.1 m landing pad (floor_z 0.1): at rest there, its rotors still,
     as on the ground; one 2 m above the same floor starts hovering. Before, any start above z = 0

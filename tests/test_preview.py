@@ -298,8 +298,9 @@ def test_the_third_person_view_draws_the_vehicle_as_its_airframe(device):
     # OpenCV through the third-person camera, and a bigger airframe covers more of them.
     import cv2
 
-    from goggles.preview.server import VEHICLE_SEGMENT, look_at
+    from goggles.preview.server import look_at
     from goggles.render import CameraModel
+    from goggles.scene.vehicle_model import VEHICLE_CLASS
 
     scene = load_static_scene(default_scene())
     T_WB = np.asarray(scene.view)
@@ -307,7 +308,7 @@ def test_the_third_person_view_draws_the_vehicle_as_its_airframe(device):
     areas = {}
     for preset in ("fg-quad", "hexa-550"):
         source = FrameSource(None, "quad0", "stereo", scene=scene, viewpoint=eye, device=device, airframe=preset)
-        vehicle = source.third_person(T_WB).segmentation[0] == VEHICLE_SEGMENT
+        vehicle = source.third_person(T_WB).segmentation[0] == VEHICLE_CLASS
         areas[preset] = int(vehicle.sum())
         assert areas[preset] > 50, f"{preset}: the vehicle must be in view"
         T_CW = np.linalg.inv(look_at(eye, T_WB[:3, 3]))

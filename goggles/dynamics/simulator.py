@@ -100,7 +100,8 @@ class MultirotorSim:
         floor_z: height of the floor plane, m; the vehicles rest on it (None: no floor, free fall).
         world: the scene (a ``goggles.render.DeviceScene`` on the same device, with its placed actors):
             the ground-effect height is a downward ray into it, and the vehicles' collision shapes are
-            tested against it every physics step. None: the floor plane only, no collisions.
+            tested against it (its ``obstacles``: not other vehicles' bodies) every physics step. None:
+            the floor plane only, no collisions.
         collisions: what a crash does (a contact approached faster than the airframe's crash speed).
         imu_rate: IMU samples per second; must divide the physics rate. None: every physics step.
         imu_mount: (3, 3) rotation of the IMU frame in the body frame (R_BI); None: aligned.
@@ -423,7 +424,7 @@ class MultirotorSim:
         return struct_key(self._actors()), struct_key(self.settings)
 
     def _actors(self):
-        return self.world.actors if self.world is not None and self.collide_actors else self._no_actors
+        return self.world.obstacles if self.world is not None and self.collide_actors else self._no_actors
 
     def _launch(self, first: int, count: int, steps: int) -> None:
         wp.launch(

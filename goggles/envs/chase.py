@@ -28,8 +28,8 @@ BEHIND_M, ABOVE_M = 1.5, 0.6
 VFOV_DEG = 60.0
 #: The floor shown where the environments have no scene: tiles of ``TILE_M`` out to ``FLOOR_HALF_M``.
 TILE_M, FLOOR_HALF_M = 2.0, 60.0
-#: Segmentation classes of the view's own actors (its segmentation is never shown).
-VEHICLE_SEGMENT, TARGET_SEGMENT = 30, 31
+#: Segmentation class of the target cube (the view's segmentation is never shown).
+TARGET_SEGMENT = 31
 TARGET_RGB = (0.1, 0.85, 0.25)
 
 
@@ -78,7 +78,7 @@ class ChaseView:
 
     def __init__(self, scene: DeviceScene | None, airframe, num_envs: int, width: int, height: int, device, shown=None):
         own = [
-            vehicle_shape(airframe, VEHICLE_SEGMENT),
+            vehicle_shape(airframe),
             box_shape("target", (0.12,) * 3, TARGET_RGB, TARGET_SEGMENT),
         ]
         scene_shapes = list(scene.shapes) if scene is not None else []

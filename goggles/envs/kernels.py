@@ -488,6 +488,7 @@ def observe_beacons_kernel(
         actors,
         candidates[i],
         candidates.shape[1],
+        -1,
         R_WC[i, 0],
         p_WC[i, 0],
         intrinsics,

@@ -439,6 +439,7 @@ class DroneVectorEnv(VectorEnv):
         self._range_raw = wp.zeros((n, zones), dtype=float, device=d)
         self._ranges = wp.zeros((n, zones), dtype=wp.float32, device=d)
         self._range_actors, self._range_draws = no_actors(d), NoiseDraws(self.seed, d)
+        self._range_carriers = wp.full(n, -1, dtype=wp.int32, device=d)  # (no actors: nothing to skip)
         return {"ranges": gymnasium.spaces.Box(model.min_range, model.max_range, (zones,), np.float32)}
 
     def _set_up_beacons(self, beacons: bool) -> dict:
@@ -654,6 +655,7 @@ class DroneVectorEnv(VectorEnv):
                 m.sigma,
                 self._range_draws.array,
                 self.first_env,
+                self._range_carriers,
             ],
             outputs=[self._range_raw],
             device=d,

@@ -37,10 +37,6 @@ built from a request, so none can reach outside them or fail on a name the syste
 KIND_STEREO, KIND_THIRD = 0, 1
 
 
-#: Segmentation class of the vehicle in the third-person view.
-VEHICLE_SEGMENT = 30
-
-
 def previewed_camera(config, vehicle: str, camera: str):
     """The run file's ``CameraConfig`` of ``vehicle``'s stereo ``camera`` publishing rgb (what the
     preview shows), or a ConfigError naming the file and what it holds."""
@@ -98,7 +94,7 @@ class FrameSource:
             from goggles.scene.vehicle_model import vehicle_shape
             from goggles.world import DeviceScene
 
-            shape = vehicle_shape(load_airframe(airframe), VEHICLE_SEGMENT)
+            shape = vehicle_shape(load_airframe(airframe))
             world = DeviceScene(scene, device, shapes=[shape], max_actors=1)
             self._world = world
             self._third = Renderer(world, [CameraModel.from_fov(*third_size, 60.0)], outputs={"rgb", "segmentation"})

@@ -146,7 +146,7 @@ def closer_actor_hit_in_view(
     tx = x // ACTOR_TILE
     count = culling.tile_count[c, ty, tx]
     if count < 0:
-        return closer_actor_hit(actors, culling.index[c], culling.count[c], origin, direction, hit)
+        return closer_actor_hit(actors, culling.index[c], culling.count[c], -1, origin, direction, hit)
     inverse = inverse_direction(direction)
     for j in range(count):
         hit = closer_instance_hit(actors, culling.tile_index[c, ty, tx, j], origin, direction, inverse, hit)

@@ -393,13 +393,17 @@ class Renderer:
         """(n,) int32: camera c's rays are ``rays_C[ray_table[c]]``."""
         return self._cameras.ray_table
 
-    def render(self, T_WC: np.ndarray, T_WC_last_row: np.ndarray | None = None) -> None:
+    def render(
+        self, T_WC: np.ndarray, T_WC_last_row: np.ndarray | None = None, carriers: np.ndarray | None = None
+    ) -> None:
         """Trace every camera from its pose; results stay in ``self.buffers`` on the device
         (``set_poses`` then ``trace``)."""
-        self.set_poses(T_WC, T_WC_last_row)
+        self.set_poses(T_WC, T_WC_last_row, carriers)
         self.trace()
 
-    def set_poses(self, T_WC: np.ndarray, T_WC_last_row: np.ndarray | None = None) -> None:
+    def set_poses(
+        self, T_WC: np.ndarray, T_WC_last_row: np.ndarray | None = None, carriers: np.ndarray | None = None
+    ) -> None:
         """Give every camera its pose for the next ``trace`` (host work: the upload, and each camera's
         list of actors it may see).
 
@@ -409,11 +413,14 @@ class Renderer:
             T_WC_last_row: (n, 4, 4) poses when the last row was exposed (a rolling shutter): row y
                 sees the world from the pose a fraction y / (H - 1) of the way there (position
                 interpolated, rotation along the shortest arc); None: a global shutter.
+            carriers: (n,) the actor instance carrying each camera (its vehicle's body: the camera
+                does not see it, though its shadow falls in view), -1 none; None: none carries any.
 
         Raises:
             ConfigError: if the poses have the wrong shape or are not finite rigid transforms.
         """
         T_WC = self._checked(T_WC)
+        carried_by = checks.carriers(carriers, self.num_cameras, "camera poses")
         if T_WC_last_row is not None:
             T_WC_last_row = self._checked(T_WC_last_row)
             if np.array_equal(T_WC_last_row, T_WC):  # standing still: every row alike
@@ -433,7 +440,7 @@ class Renderer:
         self._rolling = T_WC_last_row is not None
         if self.backend == "embree":
             self._positions = T_WC[:, :3, 3].astype(np.float32)
-        self._cull_actors(T_WC if T_WC_last_row is None else np.concatenate([T_WC, T_WC_last_row]))
+        self._cull_actors(T_WC if T_WC_last_row is None else np.concatenate([T_WC, T_WC_last_row]), carried_by)
 
     @property
     def camera_poses(self) -> tuple[wp.array, wp.array]:
@@ -515,11 +522,13 @@ class Renderer:
         *,
         T_open_last_row: np.ndarray | None = None,
         T_close_last_row: np.ndarray | None = None,
+        carriers: np.ndarray | None = None,
     ) -> None:
         """Render an exposure with motion blur: the colour is the mean of ``subframes`` renders at poses
         evenly spread between the shutter opening (``T_open``) and closing (``T_close``), (n, 4, 4)
         each; the other outputs are those of the sub-frame nearest mid-exposure. With a rolling
-        shutter, the last row's opening and closing poses are given too (see ``render``).
+        shutter, the last row's opening and closing poses are given too (see ``set_poses``, and for
+        ``carriers``).
 
         Raises:
             ConfigError: fewer than one sub-frame.
@@ -533,7 +542,7 @@ class Renderer:
 
         def render_at(fraction: float) -> None:
             last = _pose_at(T_open_last_row, T_close_last_row, fraction) if rolling else None
-            self.render(_pose_at(T_open, T_close, fraction), last)
+            self.render(_pose_at(T_open, T_close, fraction), last, carriers)
 
         if subframes == 1 or "rgb" not in self.outputs:
             render_at(0.5)
@@ -552,11 +561,11 @@ class Renderer:
     def _checked(self, T_WC) -> np.ndarray:
         return checks.poses(T_WC, "camera poses", self.num_cameras)
 
-    def _cull_actors(self, T_WC: np.ndarray) -> None:
+    def _cull_actors(self, T_WC: np.ndarray, carriers: np.ndarray) -> None:
         """List, per camera, the actor instances whose boxes are not wholly outside its view: behind
-        it, beyond its max depth, or past one side of its frustum (conservative: a box corner test).
-        ``T_WC`` may hold a second pose per camera (a rolling shutter's last row): a box is culled
-        only when it is outside both views."""
+        it, beyond its max depth, or past one side of its frustum (conservative: a box corner test),
+        and that do not carry it (``carriers``). ``T_WC`` may hold a second pose per camera (a
+        rolling shutter's last row): a box is culled only when it is outside both views."""
         boxes = self.scene.actor_boxes
         if self._posed_count != -1:  # render_posed's lists were in place: a view's list from now on
             self._culling.shadow_casters.fill_(-1)  # (whatever is placed may shade a view)
@@ -585,6 +594,8 @@ class Renderer:
         )
         outside = outside.reshape(-1, n, outside.shape[-1]).all(axis=0)  # outside every pose given
         outside[self._radial] = False  # a LiDAR sees all around
+        carried = np.flatnonzero((carriers >= 0) & (carriers < outside.shape[1]))
+        outside[carried, carriers[carried]] = True  # nor its own vehicle
         index = np.zeros(self._culling.index.shape, np.int32)
         count = np.zeros(self.num_cameras, np.int32)
         for c, hidden in enumerate(outside):

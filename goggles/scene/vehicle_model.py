@@ -1,7 +1,7 @@
 """How viewers draw a multirotor, built from its rotor layout so that every airframe looks like
 itself: a body box at the centre, an arm to each rotor hub and a disc of the rotor's radius there,
 turned to its thrust axis. The rotors ahead of the centre (+x, body FLU) are red and the others grey,
-so the heading reads at a glance. Only viewers draw it: cameras do not see vehicles."""
+so the heading reads at a glance. Viewers draw it, and the sensors of a run's other vehicles see it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from goggles.scene.assets import MeshPart, part_from_trimesh
 from goggles.scene.batch import StaticScene, merge_parts
 
 BODY_RGB, ARM_RGB, FRONT_RGB, BACK_RGB = (0.15, 0.15, 0.15), (0.3, 0.3, 0.3), (0.9, 0.1, 0.1), (0.6, 0.6, 0.6)
+#: A vehicle's class id in segmentation images (gates are 10, people 20).
+VEHICLE_CLASS = 30
 
 
 def vehicle_model(name: str, rotor_positions, rotor_axes, rotor_radius: float) -> StaticScene:
@@ -22,7 +24,7 @@ def vehicle_model(name: str, rotor_positions, rotor_axes, rotor_radius: float) -
     return merge_parts(name, [(part, np.eye(4), 1) for part in parts])
 
 
-def vehicle_shape(airframe, segmentation: int) -> ActorShape:
+def vehicle_shape(airframe, segmentation: int = VEHICLE_CLASS) -> ActorShape:
     """An airframe's model (``goggles.dynamics.Airframe``) as an actor shape a renderer can place."""
     parts = vehicle_parts(airframe.name, airframe.rotor_positions, airframe.rotor_axes, airframe.rotor_radius)
     return ActorShape(airframe.name, parts, segmentation)

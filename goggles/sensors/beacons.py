@@ -61,6 +61,7 @@ def detect_beacon(
     actors: ActorData,
     candidates: wp.array(dtype=wp.int32),
     count: int,
+    carrier: int,
     R_WC: wp.mat33,
     p_WC: wp.vec3,
     intrinsics: wp.vec4,
@@ -70,7 +71,8 @@ def detect_beacon(
 ) -> wp.vec3:
     """A beacon as one camera detects it: (u, v) pixels and range (m) when it is in front, inside the
     image, and nothing of the static scene or of the first ``count`` actor instances in
-    ``candidates`` lies between; (0, 0, 0) otherwise."""
+    ``candidates`` (but ``carrier``, the camera's own vehicle; -1: none) lies between; (0, 0, 0)
+    otherwise."""
     p_C = wp.transpose(R_WC) * (beacon_W - p_WC)
     if p_C[2] <= 0.0:
         return wp.vec3(0.0)
@@ -89,7 +91,7 @@ def detect_beacon(
         hit = Hit()
         hit.result = False
         hit.t = reach
-        hit = closer_actor_hit(actors, candidates, count, origin, direction, hit)
+        hit = closer_actor_hit(actors, candidates, count, carrier, origin, direction, hit)
         if hit.result:
             return wp.vec3(0.0)
     return wp.vec3(uv[0], uv[1], distance)
@@ -104,17 +106,19 @@ def detect_beacons_kernel(
     intrinsics: wp.array(dtype=wp.vec4),
     distortion: wp.array(dtype=distortion5),
     sizes: wp.array(dtype=wp.vec2i),
+    carriers: wp.array(dtype=wp.int32),
     beacons_W: wp.array(dtype=wp.vec3),
     out: wp.array3d(dtype=float),
 ):
-    """One (camera, beacon) pair, occluded by every placed actor. ``out[c, b]`` is (u, v, range): one
-    array, so one copy brings every detection; range 0 where not detected."""
+    """One (camera, beacon) pair, occluded by every placed actor but the camera's carrier. ``out[c, b]``
+    is (u, v, range): one array, so one copy brings every detection; range 0 where not detected."""
     c, b = wp.tid()
     seen = detect_beacon(
         static_mesh,
         actors,
         actors.every,
         actors.count,
+        carriers[c],
         R_WC[c],
         p_WC[c],
         intrinsics[c],
@@ -172,6 +176,8 @@ class BeaconSensor:
         self._R = wp.zeros(n, dtype=wp.mat33, device=d)
         self._p = wp.zeros(n, dtype=wp.vec3, device=d)
         self._beacons_W = wp.zeros(m, dtype=wp.vec3, device=d)
+        self._carriers = wp.full(n, -1, dtype=wp.int32, device=d)
+        self._carried_by = np.full(n, -1, np.int32)
         self._out = wp.zeros((n, m, 3), dtype=float, device=d)
         self._results = HostMirror(self._out)
         self._launched = False
@@ -190,19 +196,25 @@ class BeaconSensor:
             positions[attached] = np.einsum("kij,kj->ki", T[:, :3, :3], self._local[attached]) + T[:, :3, 3]
         return positions
 
-    def detect(self, T_WC: np.ndarray, T_WA: np.ndarray | None = None) -> list[Detection]:
+    def detect(
+        self, T_WC: np.ndarray, T_WA: np.ndarray | None = None, carriers: np.ndarray | None = None
+    ) -> list[Detection]:
         """Detections of every camera, ordered by camera then beacon id.
 
         Args:
             T_WC: (n, 4, 4) camera optical-frame poses in the world.
             T_WA: (k, 4, 4) actor instance poses (as placed in the scene), for attached beacons.
+            carriers: (n,) the actor instance carrying each camera (its vehicle's body, which does
+                not hide beacons from it), -1 none; None: none carries any.
         """
-        mirror = self.launch(T_WC, T_WA)
+        mirror = self.launch(T_WC, T_WA, carriers)
         if mirror is not None:
             collect([mirror])
         return self.read()
 
-    def launch(self, T_WC: np.ndarray, T_WA: np.ndarray | None = None) -> HostMirror | None:
+    def launch(
+        self, T_WC: np.ndarray, T_WA: np.ndarray | None = None, carriers: np.ndarray | None = None
+    ) -> HostMirror | None:
         """Begin ``detect`` on the device: the mirror whose copy is enqueued (None: no beacons), for the
         caller to ``collect`` with its other copies in one synchronisation before ``read``."""
         T_WC = checks.poses(T_WC, "beacon detection's camera poses", len(self.cameras))
@@ -212,6 +224,10 @@ class BeaconSensor:
         self._R.assign(T_WC[:, :3, :3].astype(np.float32))
         self._p.assign(T_WC[:, :3, 3].astype(np.float32))
         self._beacons_W.assign(self.world_positions(T_WA).astype(np.float32))
+        carried_by = checks.carriers(carriers, len(self.cameras), "beacon detection's cameras")
+        if not np.array_equal(carried_by, self._carried_by):  # uploaded when it changes, not every frame
+            self._carriers.assign(carried_by)
+            self._carried_by = carried_by
         wp.launch(
             detect_beacons_kernel,
             dim=(len(self.cameras), len(self.beacons)),
@@ -223,6 +239,7 @@ class BeaconSensor:
                 self._intrinsics,
                 self._distortion,
                 self._sizes,
+                self._carriers,
                 self._beacons_W,
             ],
             outputs=[self._out],

@@ -201,9 +201,10 @@ class Lidar:
         if model.pattern != "spin":  # its rays are drawn on the device each scan
             load_kernels(rosette_rays_kernel.module, self.renderer.device)
 
-    def scan(self, T_WS_start: np.ndarray, T_WS_end: np.ndarray | None = None) -> LidarScan:
+    def scan(self, T_WS_start: np.ndarray, T_WS_end: np.ndarray | None = None, carrier: int = -1) -> LidarScan:
         """One scan, each point from the sensor's pose at its firing time (poses interpolated from the
-        scan's start to its end; None: the sensor stands still)."""
+        scan's start to its end; None: the sensor stands still). The actor instance ``carrier`` (the
+        sensor's own vehicle; -1: none) is not seen."""
         T_start = checks.poses(T_WS_start, "LiDAR pose at the scan's start", 1)
         T_end = T_start if T_WS_end is None else checks.poses(T_WS_end, "LiDAR pose at the scan's end", 1)
         directions = self._table.ray_directions()
@@ -214,7 +215,7 @@ class Lidar:
             wp.launch(rosette_rays_kernel, dim=self.model.columns, inputs=[first, low, high], outputs=[rays])
             directions = rays.numpy()[0].copy()
         self._scan += 1
-        self.renderer.render(T_start, T_end)
+        self.renderer.render(T_start, T_end, [carrier])
         images = self.renderer.images()
         intensity = images.rgb[0, ..., 0] * np.float32(1.0 / 255.0)  # grey: every channel alike
         return LidarScan(images.depth[0], intensity, self._times, directions)

@@ -19,7 +19,7 @@ from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, fetch
 from goggles.sensors.draws import NoiseDraws, draw_seed
 from goggles.world import DeviceScene
-from goggles.world.queries import ActorData, closest_hit
+from goggles.world.queries import ActorData, closer_actor_hit, static_hit
 
 #: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
 wp.set_module_options({"enable_backward": False})
@@ -87,11 +87,16 @@ def measure_ranges_kernel(
     sigma: float,
     draws: wp.array(dtype=wp.int64),
     first_sensor: int,
+    carriers: wp.array(dtype=wp.int32),
     out_range: wp.array2d(dtype=float),
 ):
-    """One (sensor pose, zone) reading; the noise of sensor s from stream (first_sensor + s, zone)."""
+    """One (sensor pose, zone) reading; the noise of sensor s from stream (first_sensor + s, zone).
+    The actor instance ``carriers[s]`` (the sensor's own vehicle; -1: none) is not seen."""
     s, z = wp.tid()
-    hit = closest_hit(static_mesh, actors, p_WS[s], R_WS[s] * directions_S[z], max_range)
+    direction = R_WS[s] * directions_S[z]
+    hit = static_hit(static_mesh, p_WS[s], direction, max_range)
+    if actors.count > 0:
+        hit = closer_actor_hit(actors, actors.every, actors.count, carriers[s], p_WS[s], direction, hit)
     if not hit.result:
         out_range[s, z] = wp.inf
     elif hit.t < min_range:
@@ -125,21 +130,31 @@ class RangeSensor:
         load_kernels(measure_ranges_kernel.module, d)  # compiled now, not inside the first reading
         """Per batch size: the pose and reading arrays, allocated once (a sensor fires many times)."""
 
-    def measure(self, T_WS: np.ndarray) -> np.ndarray:
+    def measure(self, T_WS: np.ndarray, carriers: np.ndarray | None = None) -> np.ndarray:
         """Readings from ``T_WS`` (n, 4, 4) sensor poses (beam along each pose's +z).
+
+        Args:
+            carriers: (n,) the actor instance carrying each pose's sensor (its vehicle's body, which
+                it does not see), -1 none; None: none carries any.
 
         Returns:
             (n, rows, cols) float32 metres, REP 117 values.
         """
         T_WS = checks.poses(T_WS, "range sensor poses")
         n, d = len(T_WS), self.scene.device
+        carried_by = checks.carriers(carriers, n, "range sensor poses")
         if n not in self._buffers:
             out = wp.zeros((n, self.model.rows * self.model.cols), dtype=float, device=d)
-            self._buffers[n] = (wp.zeros(n, dtype=wp.mat33, device=d), wp.zeros(n, dtype=wp.vec3, device=d), out)
-            self._buffers[n] += (HostMirror(out),)
-        R_WS, p_WS, out, host = self._buffers[n]
+            R_WS, p_WS = wp.zeros(n, dtype=wp.mat33, device=d), wp.zeros(n, dtype=wp.vec3, device=d)
+            self._buffers[n] = [R_WS, p_WS, wp.full(n, -1, dtype=wp.int32, device=d), np.full(n, -1), out]
+            self._buffers[n].append(HostMirror(out))
+        buffers = self._buffers[n]
+        R_WS, p_WS, on_device, uploaded, out, host = buffers
         R_WS.assign(T_WS[:, :3, :3].astype(np.float32))
         p_WS.assign(T_WS[:, :3, 3].astype(np.float32))
+        if not np.array_equal(carried_by, uploaded):  # uploaded when it changes, not every reading
+            on_device.assign(carried_by)
+            buffers[3] = carried_by
         wp.launch(
             measure_ranges_kernel,
             dim=(n, self.model.rows * self.model.cols),
@@ -154,6 +169,7 @@ class RangeSensor:
                 self.model.sigma if self.noise else 0.0,
                 self._draws.array,
                 0,
+                on_device,
             ],
             outputs=[out],
             device=d,

@@ -36,6 +36,8 @@ class World:
     """The four corner beacons of every gate, ``<gate>/<corner>``, attached to the gate's actor."""
     props: tuple = ()
     """The props a run may spawn (``PropSpec``); prop i is shape ``len(gate_poses) + i``."""
+    bodies: tuple[int, ...] = ()
+    """The shape of each vehicle's body, after the props' (``build_world``'s ``bodies``)."""
 
     @property
     def device(self):
@@ -64,20 +66,23 @@ def build_world(
     device=None,
     spare_actors: int = 0,
     props: tuple = (),
+    bodies: tuple = (),
 ) -> World:
     """Upload ``scene`` (a StaticScene, a scene file or mesh path; None: the built-in arena) to
     ``device`` and place ``course``'s gates in it, leaving room for ``spare_actors`` more instances
-    (avatars, props); the shapes of ``props`` (``PropSpec``) follow the gates'."""
+    (avatars, props, vehicles); the shapes of ``props`` (``PropSpec``) follow the gates', then those
+    of the vehicles' ``bodies`` (``ActorShape``, one per vehicle; vehicles of one airframe share one)."""
     if not isinstance(scene, StaticScene):
         from goggles.paths import default_scene
         from goggles.scene import load_static_scene
 
         scene = load_static_scene(scene or default_scene())
     gates = course.gates if course is not None else ()
+    unique = list({id(b): b for b in bodies}.values())  # one shape per airframe (the same object)
     device_scene = DeviceScene(
         scene,
         device,
-        shapes=[*(gate_shape(g.opening, g.name) for g in gates), *(p.shape() for p in props)],
+        shapes=[*(gate_shape(g.opening, g.name) for g in gates), *(p.shape() for p in props), *unique],
         max_actors=max(1, len(gates) + spare_actors),
     )
     poses = np.array([g.T_WG for g in gates]).reshape(-1, 4, 4)
@@ -87,12 +92,15 @@ def build_world(
         for i, gate in enumerate(gates)
         for k, p in enumerate(gate.beacon_positions_G())
     ]
-    return World(device_scene, course, poses, beacons, tuple(props))
+    first = len(gates) + len(props)
+    place = {id(b): first + i for i, b in enumerate(unique)}
+    return World(device_scene, course, poses, beacons, tuple(props), tuple(place[id(b)] for b in bodies))
 
 
-def build_run_world(config, device=None) -> World:
+def build_run_world(config, device=None, bodies: tuple = ()) -> World:
     """The world a run (``RunConfig``) flies in: its scene, and its course's gates (shifted by the
-    run's ``perturb`` seed), with room for the avatars a run may bring and the props it may spawn."""
+    run's ``perturb`` seed), with room for the avatars a run may bring, the props it may spawn and its
+    vehicles' ``bodies`` (``goggles.vehicles.body_shapes``)."""
     from goggles.scene.gates import load_course
     from goggles.world.crowd import MAX_AVATARS
     from goggles.world.props import MAX_PROPS
@@ -100,5 +108,7 @@ def build_run_world(config, device=None) -> World:
     course = load_course(config.course) if config.course is not None else None
     if course is not None and config.perturb is not None:
         course = course.perturbed(config.perturb)
-    spare = MAX_AVATARS + (MAX_PROPS if config.props else 0)
-    return build_world(config.scene, course=course, device=device, spare_actors=spare, props=config.props)
+    spare = MAX_AVATARS + (MAX_PROPS if config.props else 0) + len(bodies)
+    return build_world(
+        config.scene, course=course, device=device, spare_actors=spare, props=config.props, bodies=tuple(bodies)
+    )

@@ -1,4 +1,5 @@
-"""The people in the world: tracked skeletons as skinned avatars placed beside the gates.
+"""The people in the world: tracked skeletons as skinned avatars placed beside the gates and props,
+and then the vehicles' bodies, which every sensor but their own sees.
 
 Skeletons arrive as inputs (mocap, recordings) or from BVH clips; the newest pose per person waits
 until a camera needs the world, so a 240 Hz mocap stream costs one skinning per rendered frame.
@@ -17,7 +18,7 @@ import numpy as np
 
 from goggles.busy import load_kernels
 from goggles.clock import came_late
-from goggles.errors import GogglesError
+from goggles.errors import ConfigError, GogglesError
 from goggles.scene import avatar as skinning
 from goggles.scene.avatar import SkeletonPose, SkinnedAvatar, avatar_shape, build_avatar_mesh
 from goggles.world.device_scene import DeviceScene
@@ -47,7 +48,9 @@ class Avatar:
 
 class Crowd:
     """Avatars in ``scene``, placed after the actor instances that are not people (the gates, then
-    the props: ``set_fixed``); the crowd places every instance.
+    the props: ``set_fixed``), and the vehicles' bodies after them (``place_vehicles``); the crowd
+    places every instance. Vehicles collide with the gates, props and people (the scene's
+    ``obstacles``), not with each other.
 
     Args:
         scene: the world on the device.
@@ -55,6 +58,7 @@ class Crowd:
         keep: names never removed for silence (BVH clips, posed on every update).
         build_interval: wall seconds between two new avatars (0 where the result must not depend on
             the machine's speed: lockstep, replay).
+        bodies: the shape of each vehicle's body (``place_vehicles`` gives their poses).
     """
 
     def __init__(
@@ -63,8 +67,11 @@ class Crowd:
         fixed_poses: np.ndarray,
         keep: set[str] = frozenset(),
         build_interval: float = BUILD_INTERVAL_S,
+        bodies: tuple[int, ...] = (),
     ):
         self.scene = scene
+        self.bodies = tuple(bodies)
+        self._body_poses: np.ndarray | None = None
         self.fixed_poses = np.asarray(fixed_poses).reshape(-1, 4, 4)
         self.fixed_shapes = list(range(len(self.fixed_poses)))
         self.keep = set(keep)
@@ -139,11 +146,29 @@ class Crowd:
         self._place(shapes, poses)
         self.fixed_shapes, self.fixed_poses = shapes, poses
 
+    def place_vehicles(self, poses: np.ndarray) -> None:
+        """Place the vehicles' bodies at ``poses`` (one (4, 4) pose each, in ``bodies`` order)."""
+        poses = np.asarray(poses, dtype=np.float64).reshape(-1, 4, 4)
+        if len(poses) != len(self.bodies):
+            raise ConfigError(f"{len(poses)} poses for {len(self.bodies)} vehicle bodies")
+        if self._body_poses is None or not np.array_equal(poses, self._body_poses):
+            self._body_poses = poses
+            self._place()
+
+    def vehicle_instances(self) -> np.ndarray:
+        """(vehicles,) the instance index of each vehicle's body, -1 before ``place_vehicles``."""
+        if self._body_poses is None:
+            return np.full(len(self.bodies), -1)
+        return len(self.fixed_shapes) + len(self.avatars) + np.arange(len(self.bodies))
+
     def _place(self, shapes=None, poses=None) -> None:
         shapes = self.fixed_shapes if shapes is None else shapes
         poses = self.fixed_poses if poses is None else poses
-        people = np.repeat(np.eye(4)[None], len(self.avatars), axis=0)
-        self.scene.set_actors([*shapes, *(a.shape for a in self.avatars.values())], np.concatenate([poses, people]))
+        people = [a.shape for a in self.avatars.values()]
+        obstacles = len(shapes) + len(people)
+        bodies = self._body_poses if self._body_poses is not None else np.zeros((0, 4, 4))
+        placed = np.concatenate([poses, np.repeat(np.eye(4)[None], len(people), axis=0), bodies])
+        self.scene.set_actors([*shapes, *people, *self.bodies[: len(bodies)]], placed, obstacles=obstacles)
 
     def _refuse(self, name: str, bones: tuple[str, ...], why: str) -> None:
         """Say once that ``name``'s skeleton cannot be an avatar, and try again only when its bones

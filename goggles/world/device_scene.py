@@ -91,6 +91,9 @@ class DeviceScene:
         self.actors = actors
         self.actor_boxes = np.zeros((0, 2, 3))
         """(k, 2, 3) world-frame lower and upper corners of each placed instance (host copy, for culling)."""
+        self.obstacle_count = 0
+        """The first this many placed instances are obstacles (``set_actors``)."""
+        self._obstacles: tuple[tuple, ActorData] | None = None
         self._upload_appearance()
 
     def _append_shape(self, shape: ActorShape) -> None:
@@ -184,6 +187,22 @@ class DeviceScene:
             log.info("goggles' BVH %s in %.2f s (depth %d, %.1f MB)", how, seconds, tree.depth, megabytes)
         return self._ray_bvh
 
+    @property
+    def obstacles(self) -> ActorData:
+        """The placed instances vehicles collide with (``set_actors``' ``obstacles``): ``actors`` itself
+        where every instance is one, else the same arrays with the obstacles' count."""
+        actors = self.actors
+        if self.obstacle_count == actors.count:
+            return actors
+        key = (self.obstacle_count, actors.count, id(actors.shape_mesh), id(actors.shape_first_face))
+        if self._obstacles is None or self._obstacles[0] != key:  # (the appearance upload swaps two arrays)
+            view = ActorData()
+            for name in ActorData.vars:
+                setattr(view, name, getattr(actors, name))
+            view.count = self.obstacle_count
+            self._obstacles = key, view
+        return self._obstacles[1]
+
     def shape_mesh(self, index: int) -> wp.Mesh:
         """The BVH mesh of a shape (a deforming shape rewrites its points and refits it)."""
         return self._shape_meshes[index]
@@ -200,12 +219,14 @@ class DeviceScene:
         """New (2, 3) bounds of a deforming shape, in its frame; used by the next ``set_actors``."""
         self._shape_bounds[index] = np.asarray(bounds, dtype=np.float64)
 
-    def set_actors(self, shapes: Sequence[int], T_WA: np.ndarray) -> None:
+    def set_actors(self, shapes: Sequence[int], T_WA: np.ndarray, obstacles: int | None = None) -> None:
         """Place actor instances for the next queries (replacing the previous placement).
 
         Args:
             shapes: (k,) index into ``self.shapes`` of each instance.
             T_WA: (k, 4, 4) rigid pose of each instance in the world, metres.
+            obstacles: the first this many instances are obstacles that vehicles collide with
+                (``self.obstacles``); the others, the vehicles' own bodies, are only seen. None: all.
 
         Raises:
             ConfigError: too many instances, unknown shape, non-finite or non-rigid pose.
@@ -215,6 +236,8 @@ class DeviceScene:
         k = len(shapes)
         if k > self.max_actors or len(T_WA) != k:
             raise ConfigError(f"{k} actors with {len(T_WA)} poses; give one pose each, at most {self.max_actors}")
+        if obstacles is not None and not checks.is_whole(obstacles, 0, k):
+            raise ConfigError(f"obstacles {obstacles!r}: the first 0 to {k} of the {k} actors placed")
         if k and (shapes.min() < 0 or shapes.max() >= len(self.shapes)):
             raise ConfigError(f"actor shape indices {shapes.tolist()} must be in [0, {len(self.shapes)})")
         R = T_WA[:, :3, :3]
@@ -230,4 +253,5 @@ class DeviceScene:
             self.actors.lower.assign(np.concatenate([world.min(axis=1), np.zeros((pad, 3))]).astype(np.float32))
             self.actors.upper.assign(np.concatenate([world.max(axis=1), np.zeros((pad, 3))]).astype(np.float32))
         self.actors.count = k
+        self.obstacle_count = k if obstacles is None else int(obstacles)
         self.actor_boxes = np.stack([world.min(axis=1), world.max(axis=1)], axis=1) if k else np.zeros((0, 2, 3))

@@ -108,7 +108,7 @@ def closest_hit(static_mesh: wp.uint64, actors: ActorData, origin: wp.vec3, dire
     hit = static_hit(static_mesh, origin, direction, max_t)
     if actors.count == 0:  # skips copying the actor tables into the call (costly per CPU pixel)
         return hit
-    return closer_actor_hit(actors, actors.every, actors.count, origin, direction, hit)
+    return closer_actor_hit(actors, actors.every, actors.count, -1, origin, direction, hit)
 
 
 @wp.func
@@ -136,14 +136,23 @@ def closer_instance_hit(
 
 @wp.func
 def closer_actor_hit(
-    actors: ActorData, candidates: wp.array(dtype=wp.int32), count: int, origin: wp.vec3, direction: wp.vec3, hit: Hit
+    actors: ActorData,
+    candidates: wp.array(dtype=wp.int32),
+    count: int,
+    skip: int,
+    origin: wp.vec3,
+    direction: wp.vec3,
+    hit: Hit,
 ) -> Hit:
     """``hit`` (the static scene's answer, or a miss with ``t`` = the ray's reach), replaced by the
     nearest surface in front of it of the first ``count`` instances listed in ``candidates`` (every
-    instance: ``actors.every``; a camera passes the ones in its view)."""
+    instance: ``actors.every``; a camera passes the ones in its view) but instance ``skip`` (the body
+    of the vehicle that carries the sensor; -1: none)."""
     inverse = inverse_direction(direction)
     for j in range(count):
-        hit = closer_instance_hit(actors, candidates[j], origin, direction, inverse, hit)
+        a = candidates[j]
+        if a != skip:
+            hit = closer_instance_hit(actors, a, origin, direction, inverse, hit)
     return hit
 
 
