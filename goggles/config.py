@@ -252,6 +252,9 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         if "curve_secret_key" in zmq.table
         else None,
     )
+    both = sorted({b for p in config.props for b in p.tracked} & {v.name for v in config.vehicles})
+    if both:
+        raise ConfigError(f"{path}: [[prop]] tracked: {both} are vehicles of this run; pose/<name> places a vehicle")
     check_channels(path, config)
     return config
 
@@ -538,15 +541,25 @@ def _props(path, base: Path, tables) -> tuple[PropSpec, ...]:
     names = [p.name for p in props]
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: [[prop]] names must be unique, got {names}")
+    bodies = [body for p in props for body in p.tracked]
+    twice = sorted({body for body in bodies if bodies.count(body) > 1})
+    if twice:
+        raise ConfigError(f"{path}: [[prop]] tracked: bodies {twice} are tracked as two props; give each one prop")
     return props
 
 
 def _prop(path, base: Path, index: int, table) -> PropSpec:
-    r = Table(path, f"[[prop]] #{index + 1}", table, {"name", "box", "rgb", "mesh", "units", "up", "segmentation"})
+    keys = {"name", "box", "rgb", "mesh", "units", "up", "segmentation", "tracked"}
+    r = Table(path, f"[[prop]] #{index + 1}", table, keys)
     name = r.text("name", required=True)
     if len(name) > MAX_EDIT_NAME:
         raise r.error("name", f"at most {MAX_EDIT_NAME} characters (a scene edit names it)")
     segmentation = r.integer("segmentation", 1, low=1, high=2**31 - 1, meaning="a class id")
+    tracked = r.get("tracked", [])
+    if not isinstance(tracked, list) or not all(
+        isinstance(b, str) and _NAME.fullmatch(b) and len(b) <= MAX_EDIT_NAME for b in tracked
+    ):
+        raise r.error("tracked", f"a list of mocap body names (pose/<body>), {MAX_EDIT_NAME} characters at most")
     if ("box" in r.table) == ("mesh" in r.table):
         raise ConfigError(f"{path}: {r.where}: give 'box' (extents, m) or 'mesh' (a file), one of them")
     if "box" in r.table:
@@ -559,12 +572,13 @@ def _prop(path, base: Path, index: int, table) -> PropSpec:
         if np.any((rgb < 0.0) | (rgb > 1.0)):
             raise r.error("rgb", "three numbers in [0, 1]")
         box = (float(extents[0]), float(extents[1]), float(extents[2]))
-        return PropSpec(name, segmentation, box=box, rgb=(float(rgb[0]), float(rgb[1]), float(rgb[2])))
+        rgb = (float(rgb[0]), float(rgb[1]), float(rgb[2]))
+        return PropSpec(name, segmentation, box=box, rgb=rgb, tracked=tuple(tracked))
     if "rgb" in r.table:
         raise ConfigError(f"{path}: {r.where}: 'rgb' is for a box; a mesh brings its own colours")
     mesh = (base / r.text("mesh")).resolve()
     units, up = r.choice("units", UNITS_M), r.choice("up", UP_AXES)  # required: never guessed, as in a scene file
-    return PropSpec(name, segmentation, mesh=mesh, units=units, up=up)
+    return PropSpec(name, segmentation, mesh=mesh, units=units, up=up, tracked=tuple(tracked))
 
 
 def load_camera_yaml(path: Path, **limits) -> CameraModel:

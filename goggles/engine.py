@@ -447,10 +447,12 @@ class Engine:
         self.update_people()
 
     def _carriers(self, vehicles) -> np.ndarray | None:
-        """The body instance of each of ``vehicles`` (names), placed where they are now: a sensor
-        carried by one does not see it (None where no bodies are placed: a run of one vehicle). The
-        bodies are placed once per step (a replay's poses of a step come before its events); live,
-        where poses are carried forward to the wall time, every time."""
+        """Place what moves for a sensor instant, and the body instance of each of ``vehicles`` (names):
+        a sensor carried by one does not see it (None where no bodies are placed: a run of one
+        vehicle). Tracked props take their newest poses. The bodies are placed once per step (a
+        replay's poses of a step come before its events); live, where poses are carried forward to the
+        wall time, every time."""
+        self.props.place_tracked()
         if not self.crowd.bodies:
             return None
         order = [v.name for v in self.config.vehicles]

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 
 import goggles_lcm
+from goggles.clock import came_late
 from goggles.dynamics import ControlMode
 from goggles.errors import ConfigError
 from goggles.frames import transform
@@ -58,6 +59,7 @@ class InputHandler:
         self._faulted = False
         self._last_edit_log = -float("inf")
         self._backlog: deque = deque()
+        self._tracked_utime: dict[str, int] = {}
         """Inputs taken from a bus but not applied yet: the budget ran out (the next poll starts here)."""
 
     def poll(self) -> None:
@@ -125,8 +127,12 @@ class InputHandler:
         if channel.endswith("/command"):
             return channel[: -len("/command")] in self.vehicles
         if channel.startswith("pose/"):
-            return channel[len("pose/") :] in self.vehicles
+            return channel[len("pose/") :] in self.vehicles or self.tracks(channel[len("pose/") :])
         return channel.startswith("skeleton/") and len(channel) <= 64
+
+    def tracks(self, body: str) -> bool:
+        """Is ``body`` a tracked prop of this run (``[[prop]] tracked``)?"""
+        return self.props is not None and body in self.props.tracked
 
     def apply(self, channel: str, data: bytes) -> bool:
         """Apply one input; False for a pose no body of this run took (another body's, a stale flag, a
@@ -203,6 +209,8 @@ class InputHandler:
         vehicle.external_control = True
 
     def _pose(self, name: str, message) -> bool:
+        if self.tracks(name):
+            return self._tracked_pose(name, message)
         vehicle = self.vehicles.get(name)
         if vehicle is None or vehicle.sim is not None:
             self.counters.ignored += 1
@@ -213,6 +221,15 @@ class InputHandler:
             vehicle.stale = True
             return False
         return vehicle.take_live_pose(transform(message.position, message.orientation), message.header.utime)
+
+    def _tracked_pose(self, body: str, message) -> bool:
+        """A tracked prop's pose: kept as its newest (``Props.track``); a pose flagged lost leaves it
+        where it was, and a late copy (the other bus's) is only heard."""
+        if not message.valid or came_late(message.header.utime, self._tracked_utime.get(body, 0)):
+            return False
+        self._tracked_utime[body] = message.header.utime
+        self.props.track(body, transform(message.position, message.orientation))
+        return True
 
 
 def _clip(text: str, limit: int) -> str:

@@ -180,7 +180,7 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
     pauses, restarts = Tally("pauses skipped"), Tally("clock restarts replayed on")
     stamped = _agreeing_start(_stamped(recorded, inputs), inputs, max_gap_s * 1e6)
     for t_ns, channel, data, stamp in _without_stamp_spikes(stamped, inputs, max_gap_s * 1e6, restarts):
-        if stamp is None:  # scene/edit, as the run applied it: after the events of the step it came at
+        if stamp is None:  # an edit or a tracked prop, as the run applied it: after the events of the step it came at
             if t_first is not None:  # its log time on the stamps' clock (exact for goggles' own logs,
                 # where both are sim time; lcm-logger's receipt times land within a pose period)
                 edit_step = max(int(round((t_ns - anchor_ns) * 1e-9 / engine.dt)), last_step)
@@ -256,10 +256,11 @@ class Tally:
 
 def _stamped(recorded, inputs):
     """(log time ns, channel, bytes, stamp µs) of the poses, with their own time stamp (sim time, not
-    the log's: lcm-logger stamps on receipt), and of scene edits with stamp None; the rest skipped,
-    undecodable poses counted and dropped."""
+    the log's: lcm-logger stamps on receipt), and of scene edits and tracked props' poses with stamp
+    None (a tracked prop's stamp is its mocap system's clock, which a simulated run's is not: it is
+    placed when the run took it); the rest skipped, undecodable poses counted and dropped."""
     for t_ns, channel, data in recorded:
-        if channel == "scene/edit":
+        if channel == "scene/edit" or (channel.startswith("pose/") and inputs.tracks(channel[len("pose/") :])):
             yield t_ns, channel, data, None
         elif channel.endswith("/state") or channel.startswith(("pose/", "skeleton/")):
             try:

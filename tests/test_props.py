@@ -271,6 +271,42 @@ def test_replay_applies_the_edits_where_the_run_did(tmp_path, device):
         assert set(first) <= set(second) and all(first[t] == second[t] for t in first), log.name
 
 
+def test_a_tracked_prop_stands_where_its_mocap_body_is_and_replays_there(tmp_path, device):
+    """A real box with markers carried into the room: ``[[prop]] tracked`` makes each pose/box1 place
+    the crate there (its near face at the closed-form depth of the centre pixels, in its class), a pose
+    flagged lost leaves it where it was, and the recorded run replays to the same image bytes."""
+    props = '\n[[prop]]\nname = "crate"\nbox = [1.0, 1.0, 1.0]\nsegmentation = 20\ntracked = ["box1"]\n'
+    run_file = write_run_file(tmp_path, props=props)
+    config = load_run_config(run_file)
+    flight = tmp_path / "flight.mcap"
+    recorder = Recorder(flight, metadata={"run_file": open(run_file).read(), "run_file_path": run_file})
+    with running(config, device, recorder=recorder) as (engine, sink, client):
+        while engine.counters.received == 0:  # the client's PUB socket reaches the engine
+            client.send_pose("box1", [3.0, 0.0, 0.6], [1.0, 0.0, 0.0, 0.0], utime=1)
+            time.sleep(0.05)
+        for k, (x, valid) in enumerate([(3.0, True), (5.0, True), (9.0, False)]):
+            base = engine.counters.received
+            client.send_pose("box1", [x, 0.0, 0.6], [1.0, 0.0, 0.0, 0.0], utime=1000 * (k + 2), valid=valid)
+            taken(engine, base + 1)
+            client.step(32)
+            depth = image_array(last(sink, "quad0/front/depth"))[CENTRE]
+            near = 5.0 - 0.5 if k else 3.0 - 0.5  # the lost pose left it at 5 m
+            np.testing.assert_allclose(depth, plane_depth(last(sink, "quad0/state"), near), rtol=1e-5)
+            assert np.all(image_array(last(sink, "quad0/front/segmentation"))[CENTRE] == 20)
+        assert [a.name for a in engine.viewed_actors()] == ["box1", "quad0"]
+    recorder.close()
+
+    def depths(path):
+        return {
+            decode_any(d).header.utime: decode_any(d).data for _, c, d in read_log(path) if c == "quad0/front/depth"
+        }
+
+    replayed = tmp_path / "replayed.mcap"
+    replay_file(flight, record=replayed, device=device)
+    first, second = depths(flight), depths(replayed)
+    assert len(set(first.values())) >= 2 and all(first[t] == second[t] for t in first)
+
+
 def test_bad_edits_are_counted_and_dropped(tmp_path, device):
     """Edits that cannot apply (an unknown prop or actor, no room) are ignored; malformed ones (an
     unknown action, no name, a NaN or zero-quaternion pose) are counted as such; the run goes on."""
@@ -351,6 +387,13 @@ def test_a_flood_of_edits_that_cannot_apply_is_said_in_a_few_lines(monkeypatch, 
         ("box = [1.0, 1.0, 1.0]", "missing key 'name'"),
         ('name = "a"\nbox = [1.0, 1.0, 1.0]\ncolour = 1', "unknown key 'colour'"),
         ('name = "a"\nbox = [1.0, 1.0, 1.0]\n[[prop]]\nname = "a"\nbox = [1.0, 1.0, 1.0]', "names must be unique"),
+        ('name = "a"\nbox = [1.0, 1.0, 1.0]\ntracked = "box1"', "'tracked' must be a list of mocap body names"),
+        ('name = "a"\nbox = [1.0, 1.0, 1.0]\ntracked = ["a b"]', "'tracked' must be a list of mocap body names"),
+        ('name = "a"\nbox = [1.0, 1.0, 1.0]\ntracked = ["quad0"]', r"\['quad0'\] are vehicles of this run"),
+        (
+            'name = "a"\nbox = [1, 1, 1]\ntracked = ["b"]\n[[prop]]\nname = "c"\nbox = [1, 1, 1]\ntracked = ["b"]',
+            "tracked as two props",
+        ),
     ],
 )
 def test_bad_prop_tables_name_the_file_and_key(tmp_path, table, says):

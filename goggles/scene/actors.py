@@ -68,6 +68,8 @@ class PropSpec:
     """A mesh file (OBJ, glTF/GLB, PLY, STL)."""
     units: str = "m"
     up: str = "+z"
+    tracked: tuple[str, ...] = ()
+    """Motion-capture bodies that are instances of it: ``pose/<body>`` places an actor of that name."""
 
     def shape(self) -> ActorShape:
         """Its actor shape (a mesh file is read here: ``SceneError`` names it)."""

@@ -6,15 +6,25 @@ edit names the actor it places (unique names, at most ``MAX_PROPS``) and, to spa
 an instance of. Props are actors like the gates: cameras, range sensors, LiDARs and the simulated
 vehicles' collisions see them from the edit on. They are placed after the gates and before the
 people (the crowd places every instance).
+
+A prop may also be tracked (``[[prop]] tracked``: motion-capture bodies that are instances of it, a
+real box carried into the room): each ``pose/<body>`` places an actor named ``<body>`` there. The
+newest pose of each waits until a sensor needs the world (``place_tracked``), so a 240 Hz stream costs
+one placement per sensor instant.
 """
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
+from goggles.errors import ConfigError
 from goggles.world.build import World
 from goggles.world.crowd import Crowd
 from goggles.world.viewed import ViewedActor
+
+log = logging.getLogger(__name__)
 
 #: Most props placed at once.
 MAX_PROPS = 32
@@ -39,6 +49,30 @@ class Props:
         """Shape index of each prop the run declares."""
         self.placed: dict[str, tuple[str, np.ndarray]] = {}
         """Actor name -> (prop, (4, 4) pose in the world)."""
+        self.tracked = {body: p.name for p in world.props for body in p.tracked}
+        """Motion-capture body -> the prop it is an instance of."""
+        if len(self.tracked) > MAX_PROPS:
+            raise ConfigError(f"{len(self.tracked)} tracked props; at most {MAX_PROPS} props are placed at once")
+        self._pending: dict[str, np.ndarray] = {}
+        self._no_room: set[str] = set()
+
+    def track(self, body: str, T_WA: np.ndarray) -> None:
+        """The newest pose of a tracked ``body`` (one of ``self.tracked``), placed by ``place_tracked``."""
+        self._pending[body] = T_WA
+
+    def place_tracked(self) -> None:
+        """Place the tracked bodies whose poses came since the last call, in one placement."""
+        if not self._pending:
+            return
+        placed = dict(self.placed)
+        for body, T_WA in self._pending.items():
+            if body in placed or len(placed) < MAX_PROPS:
+                placed[body] = (self.tracked[body], T_WA)
+            elif body not in self._no_room:  # spawned props took every place: said once
+                self._no_room.add(body)
+                log.warning("tracked body %s is not shown: %d props are placed already", body, MAX_PROPS)
+        self._pending.clear()
+        self._place(placed)
 
     def edit(self, action: int, actor: str, prop: str, T_WA: np.ndarray) -> str | None:
         """Apply one edit (``SPAWN``: place a new actor of ``prop``, or re-place one of that name;
@@ -58,11 +92,15 @@ class Props:
             placed[actor] = (placed[actor][0], T_WA)
         else:
             del placed[actor]
+        self._place(placed)
+        return None
+
+    def _place(self, placed: dict[str, tuple[str, np.ndarray]]) -> None:
+        """Place the gates and ``placed``, kept once the world has taken them."""
         shapes = [*range(len(self._gate_poses)), *(self.shapes[prop] for prop, _ in placed.values())]
         poses = [*self._gate_poses, *(T for _, T in placed.values())]
         self.crowd.set_fixed(shapes, np.reshape(poses, (-1, 4, 4)))
         self.placed = placed
-        return None
 
     def viewed(self) -> list[ViewedActor]:
         """Every placed prop as viewers draw it: its shape's mesh where it is placed."""
