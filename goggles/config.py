@@ -21,6 +21,7 @@ from goggles.frames import quat_from_euler, quat_to_matrix
 from goggles.render.camera import MAX_IMAGE_SIDE, CameraModel
 from goggles.scene.actors import PropSpec
 from goggles.scene.assets import UNITS_M, UP_AXES
+from goggles.scene.vehicle_model import VEHICLE_CLASS
 from goggles.sensors.camera_noise import PRESETS as CAMERA_NOISE_MODELS
 from goggles.sensors.camera_noise import CameraNoiseModel
 from goggles.sensors.lidar import PRESETS as LIDAR_PRESETS
@@ -57,6 +58,8 @@ class VehicleConfig:
     """Hz of ground-truth state messages."""
     floor_z: float
     """m: height of the floor plane the vehicle rests on."""
+    segmentation: int = VEHICLE_CLASS
+    """Class id of its body in the segmentation images of the other vehicles' cameras."""
 
 
 @dataclass(frozen=True)
@@ -336,7 +339,18 @@ def _vehicle(path, base: Path, index: int, table, physics_rate: float) -> Vehicl
         path,
         f"[[vehicle]] #{index + 1}",
         table,
-        {"name", "preset", "start", "route", "route_tolerance", "imu_rate", "imu_batch", "state_rate", "floor_z"},
+        {
+            "name",
+            "preset",
+            "start",
+            "route",
+            "route_tolerance",
+            "imu_rate",
+            "imu_batch",
+            "state_rate",
+            "floor_z",
+            "segmentation",
+        },
     )
     imu_batch = r.integer("imu_batch", 1, low=1, high=64, meaning="IMU samples delivered together")
     start = r.get("start", [0.0, 0.0, 0.0, 0.0])
@@ -364,6 +378,7 @@ def _vehicle(path, base: Path, index: int, table, physics_rate: float) -> Vehicl
         imu_batch=imu_batch,
         state_rate=_divides(r, "state_rate", r.number("state_rate", 60.0, positive=True), physics_rate),
         floor_z=r.number("floor_z", 0.0),
+        segmentation=r.integer("segmentation", VEHICLE_CLASS, low=1, high=2**31 - 1, meaning="a class id"),
     )
 
 

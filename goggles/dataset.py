@@ -204,7 +204,7 @@ class WorldCache:
         from goggles.vehicles import body_shapes
         from goggles.world.build import build_run_world
 
-        airframes = tuple(v.preset for v in config.vehicles)  # the vehicles' bodies are shapes of the world
+        airframes = tuple((v.preset, v.segmentation) for v in config.vehicles)  # their bodies are shapes of the world
         key = (config.scene, config.course, config.perturb, airframes, str(device))
         entry = self.worlds.get(key)
         if entry is None:

@@ -118,7 +118,8 @@ class Engine:
             built = build_run_world(config, device, bodies)
         else:  # another run's world, in the same scene, course and airframes (a dataset worker keeps it)
             built = world
-            if [built.scene.shapes[i].name for i in built.bodies] != [b.name for b in bodies]:
+            shapes = [built.scene.shapes[i] for i in built.bodies]
+            if [(s.name, s.segmentation) for s in shapes] != [(b.name, b.segmentation) for b in bodies]:
                 raise ConfigError("the world given was built for other vehicles: build_run_world(config, ...)")
             built.reset()
         self.built = built

@@ -203,12 +203,16 @@ def _drawn_airframes(configs) -> dict:
 
 
 def body_shapes(configs) -> tuple:
-    """Each vehicle's body as the sensors of the others see it (its airframe's model, an actor shape;
-    vehicles of one airframe share one), in ``configs`` order; none where a run has one vehicle."""
+    """Each vehicle's body as the sensors of the others see it (its airframe's model in its class, an
+    actor shape; vehicles of one airframe and class share one), in ``configs`` order; none where a
+    run has one vehicle."""
     if len(configs) < 2:
         return ()
-    shapes = {preset: vehicle_shape(airframe) for preset, airframe in _drawn_airframes(configs).items()}
-    return tuple(shapes[v.preset] for v in configs)
+    airframes, shapes = _drawn_airframes(configs), {}
+    for v in configs:
+        if (v.preset, v.segmentation) not in shapes:
+            shapes[v.preset, v.segmentation] = vehicle_shape(airframes[v.preset], v.segmentation)
+    return tuple(shapes[v.preset, v.segmentation] for v in configs)
 
 
 def viewed_vehicles(configs, cameras) -> list[ViewedActor]:

@@ -615,6 +615,10 @@ def test_run_file_errors_name_the_key(tmp_path):
             ConfigError, match=r"bad.toml: \[\[vehicle\]\] #1: 'imu_batch' must be an integer from 1 to 64"
         ):
             load_run_config(bad)
+    for value in ("0", "2.5", '"car"'):
+        bad.write_text(f'[[vehicle]]\nname = "q"\nsegmentation = {value}\n')
+        with pytest.raises(ConfigError, match=r"bad.toml: \[\[vehicle\]\] #1: 'segmentation' must be an integer"):
+            load_run_config(bad)
     bad.write_text('[[vehicle]]\nname = "q"\n[[camera]]\nvehicle = "x"\nname = "c"\n')
     with pytest.raises(ConfigError, match="'vehicle' must be one of the vehicles"):
         load_run_config(bad)
@@ -940,10 +944,10 @@ def test_a_swarm_of_one_airframe_flies_in_one_simulator(device):
 
 def test_each_vehicles_sensors_see_the_others_bodies_and_never_their_own(device):
     """A quad hovers 2 m above a hexa. The quad's downward camera and altimeter see the hexa's body (its
-    airframe's model: the top of its body box, 0.075 x the mean arm above its centre, at depth =
-    height difference minus that); the hexa's camera, LiDAR and every message are those of a run
-    where it flies alone, though its sensors sit inside its own body (camera and LiDAR at its centre),
-    which none of them sees."""
+    airframe's model, in the class its run file gives: the top of its body box, 0.075 x the mean arm
+    above its centre, at depth = height difference minus that); the hexa's camera, LiDAR and every
+    message are those of a run where it flies alone, though its sensors sit inside its own body (camera
+    and LiDAR at its centre), which none of them sees."""
     from goggles.config import parse_run_config
     from goggles.dynamics import load_airframe
     from goggles.scene.vehicle_model import VEHICLE_CLASS
@@ -958,10 +962,12 @@ def test_each_vehicles_sensors_see_the_others_bodies_and_never_their_own(device)
                 "lcm": {"enabled": False},
                 "zmq": {"enabled": False},
                 "vehicle": [
-                    {"name": n, "preset": p, "start": [0.0, 0.0, z, 0.0], "state_rate": 30.0} for n, p, z in vehicles
+                    {"name": n, "preset": p, "start": [0.0, 0.0, z, 0.0], "state_rate": 30.0, **more}
+                    for n, p, z, more in vehicles
                 ],
                 "camera": [
-                    {"vehicle": n, "name": "down", "outputs": ["depth", "segmentation"], **down} for n, _, _ in vehicles
+                    {"vehicle": n, "name": "down", "outputs": ["depth", "segmentation"], **down}
+                    for n, _, _, _ in vehicles
                 ],
                 "range_sensor": [{"vehicle": "upper", "name": "alt", "preset": "flightgoggles-altimeter"}]
                 * (len(vehicles) > 1),
@@ -970,15 +976,17 @@ def test_each_vehicles_sensors_see_the_others_bodies_and_never_their_own(device)
         )
 
     runs = {}
-    lower, upper = ("lower", "hexa-550", 1.0), ("upper", "fg-quad", 3.0)
+    lower, upper = ("lower", "hexa-550", 1.0, {"segmentation": 33}), ("upper", "fg-quad", 3.0, {})
     for name, vehicles in (("alone", [lower]), ("pair", [lower, upper])):
         sink = _Kept()
         engine = Engine(config(vehicles), device=device, sinks=[sink])
         try:
             engine.run(duration=0.6)
+            classes = [engine.world.shapes[i].segmentation for i in engine.built.bodies]
         finally:
             engine.close()
         runs[name] = sink.messages
+    assert classes == [33, VEHICLE_CLASS]  # the hexa's own, the quad's the default
 
     def lower_messages(messages):  # every message of the hexa, but the wall time it was made at
         decoded = [(c, decode_any(d)) for c, d in messages if c.startswith("lower/")]
@@ -1005,7 +1013,7 @@ def test_each_vehicles_sensors_see_the_others_bodies_and_never_their_own(device)
         utime = frame.header.utime
         below = states[("upper", utime)].position[2] - states[("lower", utime)].position[2] - top
         assert image_array(frame)[12, 12] == pytest.approx(below, abs=0.003)
-        assert label[12, 12] == VEHICLE_CLASS
+        assert label[12, 12] == 33
     readings = [goggles_lcm.ranges_t.decode(d).ranges[0] for c, d in runs["pair"] if c == "upper/alt/ranges"]
     assert len(readings) >= 30 and np.mean(readings) == pytest.approx(2.0 - top, abs=0.06)  # sigma 0.0949 m
 
