@@ -71,14 +71,14 @@ def build_world(
     """Upload ``scene`` (a StaticScene, a scene file or mesh path; None: the built-in arena) to
     ``device`` and place ``course``'s gates in it, leaving room for ``spare_actors`` more instances
     (avatars, props, vehicles); the shapes of ``props`` (``PropSpec``) follow the gates', then those
-    of the vehicles' ``bodies`` (``ActorShape``, one per vehicle; vehicles of one airframe share one)."""
+    of the vehicles' ``bodies`` (``ActorShape``, one per vehicle; one object for those that look alike)."""
     if not isinstance(scene, StaticScene):
         from goggles.paths import default_scene
         from goggles.scene import load_static_scene
 
         scene = load_static_scene(scene or default_scene())
     gates = course.gates if course is not None else ()
-    unique = list({id(b): b for b in bodies}.values())  # one shape per airframe (the same object)
+    unique = list({id(b): b for b in bodies}.values())  # vehicles sharing a shape object share it here
     device_scene = DeviceScene(
         scene,
         device,
