@@ -560,6 +560,10 @@ def _props(path, base: Path, tables) -> tuple[PropSpec, ...]:
     twice = sorted({body for body in bodies if bodies.count(body) > 1})
     if twice:
         raise ConfigError(f"{path}: [[prop]] tracked: bodies {twice} are tracked as two props; give each one prop")
+    from goggles.world.props import MAX_PROPS
+
+    if len(bodies) > MAX_PROPS:
+        raise ConfigError(f"{path}: [[prop]] tracked: {len(bodies)} bodies; at most {MAX_PROPS} props are placed")
     return props
 
 

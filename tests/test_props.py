@@ -394,6 +394,7 @@ def test_a_flood_of_edits_that_cannot_apply_is_said_in_a_few_lines(monkeypatch, 
             'name = "a"\nbox = [1, 1, 1]\ntracked = ["b"]\n[[prop]]\nname = "c"\nbox = [1, 1, 1]\ntracked = ["b"]',
             "tracked as two props",
         ),
+        ('name = "a"\nbox = [1, 1, 1]\ntracked = [' + ", ".join(f'"b{k}"' for k in range(33)) + "]", "33 bodies"),
     ],
 )
 def test_bad_prop_tables_name_the_file_and_key(tmp_path, table, says):

@@ -19,7 +19,6 @@ import logging
 
 import numpy as np
 
-from goggles.errors import ConfigError
 from goggles.world.build import World
 from goggles.world.crowd import Crowd
 from goggles.world.viewed import ViewedActor
@@ -51,8 +50,6 @@ class Props:
         """Actor name -> (prop, (4, 4) pose in the world)."""
         self.tracked = {body: p.name for p in world.props for body in p.tracked}
         """Motion-capture body -> the prop it is an instance of."""
-        if len(self.tracked) > MAX_PROPS:
-            raise ConfigError(f"{len(self.tracked)} tracked props; at most {MAX_PROPS} props are placed at once")
         self._pending: dict[str, np.ndarray] = {}
         self._no_room: set[str] = set()
 
