@@ -456,12 +456,11 @@ class Engine:
         self.props.place_tracked()
         if not self.crowd.bodies:
             return None
-        order = [v.name for v in self.config.vehicles]
         if self.mode == ClockMode.LIVE or self._bodies_step != self.step:
-            self.crowd.place_vehicles([self.vehicles[name].pose(self.config.extrapolate) for name in order])
+            self.crowd.place_vehicles([v.pose(self.config.extrapolate) for v in self.vehicles.values()])
             self._bodies_step = self.step
-        instances = self.crowd.vehicle_instances()
-        return np.array([instances[order.index(name)] for name in vehicles])
+        instances = dict(zip(self.vehicles, self.crowd.vehicle_instances()))
+        return np.array([instances[name] for name in vehicles])
 
     def _render(self, group: CameraGroup) -> None:
         self._pose_people()

@@ -59,8 +59,9 @@ class InputHandler:
         self._faulted = False
         self._last_edit_log = -float("inf")
         self._backlog: deque = deque()
-        self._tracked_utime: dict[str, int] = {}
         """Inputs taken from a bus but not applied yet: the budget ran out (the next poll starts here)."""
+        self._tracked_utime: dict[str, int] = {}
+        """The newest stamp taken of each tracked prop's pose (a later copy is only heard)."""
 
     def poll(self) -> None:
         """Apply the inputs waiting on the buses, until ``INPUT_BUDGET_S`` is spent (the budget is

@@ -22,7 +22,7 @@ from goggles.host_copies import HostMirror, collect
 from goggles.render.camera import CameraModel
 from goggles.render.projection import distortion5, inside_image, project_point
 from goggles.world import Beacon, DeviceScene
-from goggles.world.queries import ActorData, Hit, closer_actor_hit
+from goggles.world.queries import ActorData, Carriers, Hit, closer_actor_hit
 
 #: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
 wp.set_module_options({"enable_backward": False})
@@ -176,8 +176,7 @@ class BeaconSensor:
         self._R = wp.zeros(n, dtype=wp.mat33, device=d)
         self._p = wp.zeros(n, dtype=wp.vec3, device=d)
         self._beacons_W = wp.zeros(m, dtype=wp.vec3, device=d)
-        self._carriers = wp.full(n, -1, dtype=wp.int32, device=d)
-        self._carried_by = np.full(n, -1, np.int32)
+        self._carriers = Carriers(n, d, "beacon detection's cameras")
         self._out = wp.zeros((n, m, 3), dtype=float, device=d)
         self._results = HostMirror(self._out)
         self._launched = False
@@ -224,10 +223,7 @@ class BeaconSensor:
         self._R.assign(T_WC[:, :3, :3].astype(np.float32))
         self._p.assign(T_WC[:, :3, 3].astype(np.float32))
         self._beacons_W.assign(self.world_positions(T_WA).astype(np.float32))
-        carried_by = checks.carriers(carriers, len(self.cameras), "beacon detection's cameras")
-        if not np.array_equal(carried_by, self._carried_by):  # uploaded when it changes, not every frame
-            self._carriers.assign(carried_by)
-            self._carried_by = carried_by
+        carried_by = self._carriers.set(carriers)
         wp.launch(
             detect_beacons_kernel,
             dim=(len(self.cameras), len(self.beacons)),
@@ -239,7 +235,7 @@ class BeaconSensor:
                 self._intrinsics,
                 self._distortion,
                 self._sizes,
-                self._carriers,
+                carried_by,
                 self._beacons_W,
             ],
             outputs=[self._out],

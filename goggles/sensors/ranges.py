@@ -19,7 +19,7 @@ from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, fetch
 from goggles.sensors.draws import NoiseDraws, draw_seed
 from goggles.world import DeviceScene
-from goggles.world.queries import ActorData, closer_actor_hit, static_hit
+from goggles.world.queries import ActorData, Carriers, closer_actor_hit, static_hit
 
 #: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
 wp.set_module_options({"enable_backward": False})
@@ -142,19 +142,14 @@ class RangeSensor:
         """
         T_WS = checks.poses(T_WS, "range sensor poses")
         n, d = len(T_WS), self.scene.device
-        carried_by = checks.carriers(carriers, n, "range sensor poses")
         if n not in self._buffers:
             out = wp.zeros((n, self.model.rows * self.model.cols), dtype=float, device=d)
             R_WS, p_WS = wp.zeros(n, dtype=wp.mat33, device=d), wp.zeros(n, dtype=wp.vec3, device=d)
-            self._buffers[n] = [R_WS, p_WS, wp.full(n, -1, dtype=wp.int32, device=d), np.full(n, -1), out]
-            self._buffers[n].append(HostMirror(out))
-        buffers = self._buffers[n]
-        R_WS, p_WS, on_device, uploaded, out, host = buffers
+            self._buffers[n] = (R_WS, p_WS, Carriers(n, d, "range sensor poses"), out, HostMirror(out))
+        R_WS, p_WS, carried_by, out, host = self._buffers[n]
+        on_device = carried_by.set(carriers)
         R_WS.assign(T_WS[:, :3, :3].astype(np.float32))
         p_WS.assign(T_WS[:, :3, 3].astype(np.float32))
-        if not np.array_equal(carried_by, uploaded):  # uploaded when it changes, not every reading
-            on_device.assign(carried_by)
-            buffers[3] = carried_by
         wp.launch(
             measure_ranges_kernel,
             dim=(n, self.model.rows * self.model.cols),

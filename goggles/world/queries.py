@@ -6,7 +6,29 @@ when actors move. A linear pass over instances suits tens of actors (a BVH over 
 step for hundreds).
 """
 
+import numpy as np
 import warp as wp
+
+from goggles import checks
+
+
+class Carriers:
+    """The actor instance carrying each of ``count`` sensors (its vehicle's body, which the queries
+    from that sensor skip), on the device: (count,) int32, -1 for none. Uploaded only when it changes:
+    sensors fire every frame, and what carries them seldom changes."""
+
+    def __init__(self, count: int, device, what: str):
+        self.what = what
+        self._host = np.full(count, -1, np.int32)
+        self.array = wp.array(self._host, dtype=wp.int32, device=device)
+
+    def set(self, carriers) -> wp.array:
+        """``carriers`` (``checks.carriers``: None, none carries any) on the device."""
+        value = checks.carriers(carriers, len(self._host), self.what)
+        if not np.array_equal(value, self._host):
+            self.array.assign(value)
+            self._host = value
+        return self.array
 
 
 @wp.struct
