@@ -147,7 +147,7 @@ def make_vehicles(
         vehicles[v.name] = Vehicle(
             v.name,
             None,
-            RoutePilot(v.route, v.route_tolerance) if v.route else None,
+            pilot=RoutePilot(v.route, v.route_tolerance) if v.route else None,
             T_WB=transform(v.start[:3], start_q),
         )
     if not simulate:

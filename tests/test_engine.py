@@ -942,6 +942,29 @@ def test_a_swarm_of_one_airframe_flies_in_one_simulator(device):
     assert runs["swarm"]["quad2"][-1][1][2] > runs["swarm"]["quad1"][-1][1][2] + 0.3
 
 
+def test_the_route_pilot_flies_its_waypoints_in_turn_and_starts_over(device):
+    """A run file's route is flown waypoint after waypoint (each taken within the tolerance), and a
+    closed route starts over: the state messages pass each in order, then the first again."""
+    from tests.test_host_copies import _Kept
+
+    route = ((0.0, 0.0, 1.5, 0.0), (2.0, 0.0, 1.5, 0.0), (2.0, 2.0, 2.0, 0.0))
+    config = dataclasses.replace(run_config(scale=1000.0, cameras=[]), zmq=None)
+    config = dataclasses.replace(config, vehicles=(dataclasses.replace(config.vehicles[0], route=route),))
+    sink = _Kept()
+    engine = Engine(config, device=device, sinks=[sink])
+    try:
+        engine.run(duration=12.0)
+    finally:
+        engine.close()
+    positions = [goggles_lcm.vehicle_state_t.decode(d).position for c, d in sink.messages if c == "quad0/state"]
+    visits = []  # the waypoints passed within the tolerance, in order, each once per pass
+    for p in positions:
+        near = [k for k, w in enumerate(route) if np.linalg.norm(np.subtract(p, w[:3])) < 0.4]
+        if near and (not visits or visits[-1] != near[0]):
+            visits.append(near[0])
+    assert visits[:4] == [0, 1, 2, 0]
+
+
 def test_each_vehicles_sensors_see_the_others_bodies_and_never_their_own(device):
     """A quad hovers 2 m above a hexa. The quad's downward camera and altimeter see the hexa's body (its
     airframe's model, in the class its run file gives: the top of its body box, 0.075 x the mean arm
