@@ -15,6 +15,7 @@ import numpy as np
 from goggles.checks import MAX_SEED, Table, finite_vector, is_whole, read_toml
 from goggles.clock import MIN_SCALE, ClockMode
 from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
+from goggles.dynamics.airframe import load_airframe
 from goggles.dynamics.model import MAX_PHYSICS_RATE, MIN_PHYSICS_RATE, CollisionResponse, steps_per_sample
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, quat_to_matrix
@@ -383,8 +384,9 @@ def _vehicle(path, base: Path, index: int, table, physics_rate: float) -> Vehicl
 
 
 def check_simulated_starts(config: RunConfig) -> None:
-    """A simulated vehicle starts on or above its floor (live and replayed ones have no floor, and the
-    command line may change the mode after the file is read)."""
+    """A simulated vehicle starts on or above its floor, and clear of the others (live and replayed
+    ones have no floor and meet no one, and the command line may change the mode after the file is
+    read)."""
     where = f"{config.source}: " if config.source is not None else ""
     for v in config.vehicles:
         if v.start[2] < v.floor_z:
@@ -392,6 +394,17 @@ def check_simulated_starts(config: RunConfig) -> None:
                 f"{where}[[vehicle]] {v.name!r}: 'start' z {v.start[2]:g} m is below its "
                 f"'floor_z' {v.floor_z:g} m, the floor it is simulated over"
             )
+    if len(config.vehicles) < 2:
+        return
+    radii = {v.preset: load_airframe(v.preset).meeting_radius for v in config.vehicles}
+    for k, a in enumerate(config.vehicles):
+        for b in config.vehicles[k + 1 :]:
+            apart, clear = np.linalg.norm(np.subtract(a.start[:3], b.start[:3])), radii[a.preset] + radii[b.preset]
+            if apart < clear:
+                raise ConfigError(
+                    f"{where}[[vehicle]] {a.name!r} and {b.name!r}: 'start' {apart:g} m apart, inside each "
+                    f"other (their collision spheres reach {clear:g} m): start them further apart"
+                )
 
 
 def _airframe_preset(r: Table, base: Path) -> str:

@@ -33,7 +33,7 @@ import goggles_lcm
 from goggles.cameras import Camera, CameraGroup, camera_groups
 from goggles.clock import ClockMode, PacedClock, ScaleMeter
 from goggles.config import RangeSensorConfig, RunConfig, check_simulated_starts
-from goggles.dynamics import ControlMode
+from goggles.dynamics import ControlMode, Swarm
 from goggles.errors import ConfigError
 from goggles.host_copies import COPIES
 from goggles.inputs import InputHandler
@@ -149,6 +149,8 @@ class Engine:
             collisions=config.collisions,
             recorded=recorded,
         )
+        self.swarm = Swarm([fleet.sim for fleet in self.fleets])
+        self._swarm_names = [vehicle.name for fleet in self.fleets for vehicle in fleet.vehicles]
         self.groups = camera_groups(
             self.world,
             config.cameras,
@@ -249,8 +251,8 @@ class Engine:
         interval = (next_step - self.step) * self.dt
         if next_step > self.step:
             t = time.perf_counter()
-            for fleet in self.fleets:  # one launch per fleet
-                fleet.sim.step(next_step - self.step)
+            self.swarm.step(next_step - self.step)  # one launch per fleet
+            for fleet in self.fleets:
                 fleet.contacts_unread = True
             self.step = next_step
             self.times.add("physics", time.perf_counter() - t)
@@ -501,7 +503,8 @@ class Engine:
         self.rates.note(name, self.step * self.dt)
 
     def _publish_collision(self, vehicle: Vehicle, contact) -> None:
-        self.outputs.collision(vehicle.name, contact, int(round(contact.step * self.dt * 1e6)))
+        other = "world" if contact.other < 0 else self._swarm_names[contact.other]
+        self.outputs.collision(vehicle.name, other, contact, int(round(contact.step * self.dt * 1e6)))
 
     def _publish_imu(self, fleet: Fleet, event: str) -> None:
         """The IMU samples of this instant, published now, or queued on the device and published with

@@ -67,9 +67,9 @@ class Outputs:
         channel = f"{sensor}/lidar"
         self.publish(channel, messages.lidar_message(utime, self.seq(channel), sensor, model, scan))
 
-    def collision(self, vehicle: str, contact, utime: int) -> None:
+    def collision(self, vehicle: str, other: str, contact, utime: int) -> None:
         channel = f"{vehicle}/collision"
-        self.publish(channel, messages.collision_message(utime, self.seq(channel), vehicle, contact))
+        self.publish(channel, messages.collision_message(utime, self.seq(channel), vehicle, other, contact))
 
     def imu(self, vehicle: str, accel: np.ndarray, gyro: np.ndarray, utime: int) -> None:
         channel = f"{vehicle}/imu"

@@ -1,5 +1,5 @@
-"""Collisions: a vehicle flown into a wall or an actor is reported within one physics step of contact,
-with the right normal, and the configured response happens."""
+"""Collisions: a vehicle flown into a wall, an actor or another vehicle of its swarm is reported within
+one physics step of contact, with the right normal, and the configured response happens."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from goggles.dynamics import CollisionResponse, ControlMode, MultirotorSim, load_airframe
+from goggles.dynamics import CollisionResponse, ControlMode, MultirotorSim, Swarm, load_airframe
 from goggles.dynamics.airframe import CollisionShape
 from goggles.errors import ConfigError
 from goggles.frames import transform
@@ -114,3 +114,78 @@ def test_resting_on_the_ground_is_reported_but_not_a_crash(device):
     assert report.step < 96 + 960
     sim.step(10)
     assert sim.states().position[0, 2] == pytest.approx(1.0, abs=0.05) and sim.contacts() == []
+
+
+HEXA = load_airframe("hexa-550")
+GAP = 2.5  # m between the centres at the start
+
+
+def approaching_pair(device, speed):
+    """A quad at 2 m flying at ``speed`` m/s towards a hexa hovering ``GAP`` ahead, each in its own
+    simulator, rotors held at hover (no floor, no noise)."""
+    sims = []
+    for airframe, x, v in ((FG, 0.0, speed), (HEXA, GAP, 0.0)):
+        sim = MultirotorSim(airframe, 1, device=device, floor_z=None, disturbances=False)
+        sim.reset(position=[x, 0.0, 2.0], velocity=[v, 0.0, 0.0], rotor_speed=airframe.hover_speed)
+        sim.set_command(ControlMode.ROTOR_SPEEDS, [airframe.hover_speed] * airframe.num_rotors)
+        sims.append(sim)
+    return sims
+
+
+def first_overlap(device, speed) -> tuple[int, np.ndarray]:
+    """The first physics step at which the pair, flown apart one step at a time, overlap (their
+    centres closer than the sum of their collision spheres), and where the hexa is then. Apart, they
+    never meet."""
+    quad, hexa = approaching_pair(device, speed)
+    reach = FG.collision_size[0] + HEXA.collision_size[0]
+    for step in range(1, 20 * 960):
+        quad.step(1)
+        hexa.step(1)
+        if np.linalg.norm(quad.states().position[0] - hexa.states().position[0]) < reach:
+            assert quad.contacts() == [] and hexa.contacts() == []
+            return step, hexa.states().position[0]
+    raise AssertionError("their paths never overlap")
+
+
+@pytest.mark.parametrize("speed", [2.0, 0.3])
+def test_the_vehicles_of_a_swarm_meet_where_their_paths_overlap(device, speed):
+    """Stepped together a sensor period (16 steps) at a time, the vehicles of a swarm meet at the step
+    their paths, flown one step at a time apart, first overlap; each names the other, with the normal
+    from it and the point on its sphere. Faster than the crash speed both crash; slower, they touch."""
+    expected, hexa_at = first_overlap(device, speed)
+    quad, hexa = approaching_pair(device, speed)
+    swarm = Swarm([quad, hexa])
+    while quad.step_count < expected + 32:
+        swarm.step(16)
+    (met,), (hit,) = quad.contacts(), hexa.contacts()
+    assert abs(met.step - expected) <= 1 and abs(hit.step - expected) <= 1
+    assert (met.other, hit.other) == (1, 0)  # the swarm's vehicles in order: the quad, the hexa
+    np.testing.assert_allclose(met.normal, [-1.0, 0.0, 0.0], atol=1e-3)
+    np.testing.assert_allclose(hit.normal, [1.0, 0.0, 0.0], atol=1e-3)
+    np.testing.assert_allclose(met.point, hexa_at - [HEXA.collision_size[0], 0.0, 0.0], atol=1e-3)  # on its sphere
+    assert 0.0 < met.depth <= 1.5 * speed * quad.dt
+    crashed = quad.states().crashed[0], hexa.states().crashed[0]
+    assert crashed == ((True, True) if speed > FG.crash_speed else (False, False))
+
+
+def test_the_vehicles_of_one_simulator_meet_only_in_a_swarm(device):
+    """Two quads of one simulator flying at each other pass through each other alone (a learning
+    batch: worlds of their own) and meet in a swarm; a swarm of one vehicle steps as its simulator."""
+    runs = {}
+    for together in (False, True):
+        sim = MultirotorSim(FG, 2, device=device, floor_z=None, disturbances=False)
+        sim.reset(position=[[0.0, 0.0, 2.0], [2.0, 0.0, 2.0]], rotor_speed=FG.hover_speed)
+        sim.set_command(ControlMode.VELOCITY, [[1.0, 0.0, 0.0, 0.0], [-1.0, 0.0, 0.0, 0.0]])
+        step = Swarm([sim]).step if together else sim.step
+        for _ in range(3 * 60):
+            step(16)
+        runs[together] = sim.contacts(), sim.states()
+    assert runs[False][0] == [] and not runs[False][1].crashed.any()
+    assert runs[False][1].position[0, 0] > 2.0  # flew through the other's place
+    assert sorted((c.vehicle, c.other) for c in runs[True][0]) == [(0, 1), (1, 0)]
+    assert runs[True][1].crashed.all()  # met at 2 m/s
+    lone, alone = approaching_pair(device, 2.0)[0], approaching_pair(device, 2.0)[0]
+    Swarm([lone]).step(96)
+    alone.step(96)
+    np.testing.assert_array_equal(lone.states().position, alone.states().position)
+    assert lone.others.count == 0

@@ -858,7 +858,14 @@ def test_the_achieved_imu_rate_of_two_fleets_is_their_rate_not_its_double(hexa_i
     """Two airframes are two simulators (fleets), each sampling its IMU: at one rate, the run's "imu"
     rate (status line, clock message) is that rate; at two rates, each fleet has its own."""
     alone = dataclasses.replace(run_config(scale=1000.0, cameras=[]), zmq=None)
-    hexa = dataclasses.replace(alone.vehicles[0], name="hexa", preset="hexa-550", imu_rate=hexa_imu_hz)
+    hexa = dataclasses.replace(
+        alone.vehicles[0],
+        name="hexa",
+        preset="hexa-550",
+        imu_rate=hexa_imu_hz,
+        start=(0.0, 3.0, 0.0, 0.0),
+        route=((0.0, 3.0, 1.5, 0.0),),
+    )
     engine = Engine(dataclasses.replace(alone, vehicles=(alone.vehicles[0], hexa)), device="cpu")
     try:
         engine.run(duration=1.0)
@@ -940,6 +947,41 @@ def test_a_swarm_of_one_airframe_flies_in_one_simulator(device):
         _, position, *_ = runs["swarm"][vehicle][-1]
         assert abs(position[0] - x) < 0.2 and position[2] > 0.5 * z  # climbing towards its own waypoint
     assert runs["swarm"]["quad2"][-1][1][2] > runs["swarm"]["quad1"][-1][1][2] + 0.3
+
+
+def test_the_vehicles_of_a_run_collide_with_each_other_and_name_whom_they_hit(device):
+    """A quad and a hexa (two simulators) fly their routes into each other: each publishes one collision
+    naming the other, after the one with the pad it rested on; both crash there. Vehicles that
+    start inside each other are refused, naming both."""
+    from tests.test_host_copies import _Kept
+
+    base = dataclasses.replace(run_config(scale=1000.0, cameras=[]), zmq=None)
+    quad = dataclasses.replace(base.vehicles[0], route=((0.0, 0.0, 1.5, 0.0), (3.0, 0.0, 1.5, 0.0)))
+    hexa = dataclasses.replace(
+        quad,
+        name="hexa",
+        preset="hexa-550",
+        start=(3.0, 0.0, 0.0, 0.0),
+        route=((3.0, 0.0, 1.5, 0.0), (0.0, 0.0, 1.5, 0.0)),
+    )
+    sink = _Kept()
+    engine = Engine(dataclasses.replace(base, vehicles=(quad, hexa)), device=device, sinks=[sink])
+    try:
+        engine.run(duration=6.0)
+        crashed = [vehicle.sim.states().crashed[vehicle.row] for vehicle in engine.vehicles.values()]
+    finally:
+        engine.close()
+    collisions = [goggles_lcm.collision_t.decode(d) for c, d in sink.messages if c.endswith("/collision")]
+    met = {(c.vehicle, c.other): c for c in collisions}
+    assert sorted(met) == [("hexa", "quad0"), ("hexa", "world"), ("quad0", "hexa"), ("quad0", "world")]
+    quad_hit, hexa_hit = met["quad0", "hexa"], met["hexa", "quad0"]
+    assert abs(quad_hit.header.utime - hexa_hit.header.utime) <= 2 * 1e6 / 960  # together, within a step
+    assert quad_hit.normal[0] < -0.9 and hexa_hit.normal[0] > 0.9  # pushed back from each other
+    assert 0.0 < quad_hit.point[0] < 3.0 and crashed == [True, True]
+
+    close = dataclasses.replace(hexa, start=(0.3, 0.4, 0.0, 0.0))  # 0.5 m apart, 0.18 + 0.41 m reach
+    with pytest.raises(ConfigError, match=r"'quad0' and 'hexa': 'start' 0.5 m apart, inside each other \(their"):
+        Engine(dataclasses.replace(base, vehicles=(quad, close)), device="cpu")
 
 
 def test_the_route_pilot_flies_its_waypoints_in_turn_and_starts_over(device):

@@ -6,6 +6,7 @@ Contract:
       vehicles on one Warp device; ``set_command(mode, values)`` sets what each controller follows;
       ``step(k)`` advances k physics steps in one launch (per CPU thread); ``states()`` copies out
       positions, velocities, attitudes (w, x, y, z), rates, rotor speeds and the latest IMU sample.
+    * ``Swarm(sims)`` steps the simulators of one world together: their vehicles meet each other.
     * World ENU, body FLU, SI units throughout.
 """
 
@@ -13,6 +14,7 @@ from goggles.dynamics.airframe import Airframe, ImuNoise, load_airframe, load_im
 from goggles.dynamics.control import ControlMode
 from goggles.dynamics.model import CollisionResponse, GroundEffect, Integrator
 from goggles.dynamics.simulator import GRAVITY, ContactReport, MultirotorSim, VehicleStates
+from goggles.dynamics.swarm import Swarm
 
 __all__ = [
     "CollisionResponse",
@@ -24,6 +26,7 @@ __all__ = [
     "ImuNoise",
     "Integrator",
     "MultirotorSim",
+    "Swarm",
     "VehicleStates",
     "load_airframe",
     "load_imu_preset",

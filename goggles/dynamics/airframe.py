@@ -126,6 +126,14 @@ class Airframe:
         return float(np.sqrt(self.mass * 9.81 / (lift * self.thrust_coefficient)))
 
     @property
+    def meeting_radius(self) -> float:
+        """m: the sphere it meets other vehicles as (``goggles.dynamics.Swarm``): its collision
+        sphere, or the sphere round its collision box."""
+        if self.collision_shape == CollisionShape.BOX:
+            return float(np.linalg.norm(self.collision_size))
+        return float(self.collision_size[0])
+
+    @property
     def arm_length(self) -> float:
         """m, mean distance of the rotor hubs from the centre (Conyers ground effect)."""
         return float(np.linalg.norm(self.rotor_positions[:, :2], axis=1).mean())

@@ -6,11 +6,14 @@ from goggles.dynamics.control import RATES, rotor_commands
 from goggles.dynamics.model import (
     AirframeParams,
     CollisionResponse,
+    Contact,
+    OtherVehicles,
     Rigid,
     SimSettings,
     ground_effect_ratio,
     height_above_ground,
     integrate,
+    nearest_other,
     on_floor,
     rest_on_floor,
     rotor_speeds_after,
@@ -57,6 +60,8 @@ class VehicleState:
     contact_point: wp.array(dtype=wp.vec3)
     contact_normal: wp.array(dtype=wp.vec3)
     contact_depth: wp.array(dtype=float)
+    contact_other: wp.array(dtype=wp.int32)
+    """-1: the world; else the other vehicle's index in ``OtherVehicles``."""
     clock: wp.array(dtype=wp.int32)
     """(1,) the global index of the next physics step (on the device: recorded steps replay it)."""
 
@@ -71,13 +76,13 @@ def randn3(rng: wp.uint32):
 
 
 @wp.func
-def record_contact(
-    state: VehicleState, i: int, step: int, af: AirframeParams, settings: SimSettings, actors: ActorData, x: Rigid
+def respond(
+    state: VehicleState, i: int, step: int, af: AirframeParams, settings: SimSettings, contact: Contact, v: wp.vec3
 ) -> int:
-    """Check the vehicle's shape against the world; record the first contact since the host last
-    read them (``MultirotorSim.contacts``), so none is lost between reads. Returns the
-    response to apply: 0 none, else the settings' response (a contact faster than the crash speed)."""
-    contact = vehicle_contact(af, settings, actors, x)
+    """Record ``contact`` if it is the vehicle's first since the host last read them
+    (``MultirotorSim.contacts``), so none is lost between reads. Returns the response to apply: 0
+    none, else the settings' response (approached faster than the crash speed: ``v`` is the
+    vehicle's velocity relative to what it touched)."""
     if not contact.found:
         return 0
     if state.contact_step[i] < 0:
@@ -85,9 +90,35 @@ def record_contact(
         state.contact_point[i] = contact.point
         state.contact_normal[i] = contact.normal
         state.contact_depth[i] = contact.depth
-    if -wp.dot(x.v, contact.normal) > af.crash_speed:
+        state.contact_other[i] = contact.other
+    if -wp.dot(v, contact.normal) > af.crash_speed:
         return settings.collision_response
     return 0
+
+
+@wp.func
+def record_contact(
+    state: VehicleState,
+    i: int,
+    step: int,
+    af: AirframeParams,
+    settings: SimSettings,
+    actors: ActorData,
+    others: OtherVehicles,
+    x: Rigid,
+    elapsed: float,
+) -> int:
+    """Check the vehicle's shape against the world and the other vehicles (``elapsed`` seconds into
+    the launch); returns the response to apply (``respond``)."""
+    response = 0
+    if settings.world_mesh != wp.uint64(0):
+        response = respond(state, i, step, af, settings, vehicle_contact(af, settings, actors, x), x.v)
+    if others.count > 0:
+        met = nearest_other(af, others, others.first + i, x, elapsed)
+        if met.found:
+            relative = x.v - others.velocity[met.other]
+            response = wp.max(response, respond(state, i, step, af, settings, met, relative))
+    return response
 
 
 @wp.func
@@ -105,6 +136,7 @@ def step_vehicles_kernel(
     airframes: wp.array(dtype=AirframeParams),
     settings: SimSettings,
     actors: ActorData,
+    others: OtherVehicles,
     first: int,
     steps: int,
     state: VehicleState,
@@ -155,8 +187,8 @@ def step_vehicles_kernel(
         supported = on_floor(settings, x)
         x = rest_on_floor(settings, x)
         rotors = rotor_speeds_after(af, settings, rotors, w_cmd)
-        if settings.world_mesh != wp.uint64(0):
-            response = record_contact(state, i, first_step + k + 1, af, settings, actors, x)
+        if settings.world_mesh != wp.uint64(0) or others.count > 0:
+            response = record_contact(state, i, first_step + k + 1, af, settings, actors, others, x, dt * float(k + 1))
             if response == CRASH:
                 crashed = 1
                 x.v = wp.vec3(0.0)
@@ -295,7 +327,7 @@ def filter_response_kernel(
 
 
 #: Columns of the packed host copy of the state (``pack_states_kernel``), float64 so step indices stay exact.
-PACKED_COLUMNS = 36
+PACKED_COLUMNS = 37
 #: Columns of one IMU sample held on the device until the host takes a batch of them.
 IMU_COLUMNS = 6
 
@@ -312,7 +344,7 @@ def pack_states_kernel(state: VehicleState, out: wp.array2d(dtype=wp.float64)):
     """Everything the host reads of a vehicle, in one row, so one copy serves every reader of a step:
     position 0:3, velocity 3:6, attitude (x, y, z, w) 6:10, rates 10:13, rotor speeds 13:21,
     IMU accel 21:24, IMU gyro 24:27, crashed 27, contact step 28, contact point 29:32, normal 32:35,
-    depth 35."""
+    depth 35, the vehicle touched 36 (-1 the world)."""
     i = wp.tid()
     put_vec3(out, i, 0, state.position[i])
     put_vec3(out, i, 3, state.velocity[i])
@@ -330,6 +362,17 @@ def pack_states_kernel(state: VehicleState, out: wp.array2d(dtype=wp.float64)):
     put_vec3(out, i, 29, state.contact_point[i])
     put_vec3(out, i, 32, state.contact_normal[i])
     out[i, 35] = wp.float64(state.contact_depth[i])
+    out[i, 36] = wp.float64(state.contact_other[i])
+
+
+@wp.kernel
+def share_states_kernel(airframes: wp.array(dtype=AirframeParams), state: VehicleState, others: OtherVehicles):
+    """Where the batch's vehicles are as a launch begins, for every batch that meets them."""
+    i = wp.tid()
+    j = others.first + i
+    others.position[j] = state.position[i]
+    others.velocity[j] = state.velocity[i]
+    others.radius[j] = airframes[i].meeting_radius
 
 
 @wp.kernel

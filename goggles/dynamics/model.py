@@ -126,6 +126,8 @@ class AirframeParams:
     collision_size: wp.vec3
     """Sphere radius (repeated) or box half extents, m."""
     crash_speed: float
+    meeting_radius: float
+    """The sphere the vehicle meets others as, m (``Airframe.meeting_radius``)."""
 
 
 @wp.struct
@@ -205,6 +207,24 @@ class Contact:
     """Unit, world frame, from the obstacle towards the vehicle."""
     depth: float
     """Penetration, m."""
+    other: int
+    """-1: the world; else the other vehicle's index in its ``OtherVehicles``."""
+
+
+@wp.struct
+class OtherVehicles:
+    """The vehicles a batch meets (``goggles.dynamics.Swarm``: every vehicle of one world), as they
+    were when the launch began: each is carried along its velocity through the launch (a launch spans
+    one sensor period, so a neighbour's acceleration moves it millimetres from that line)."""
+
+    position: wp.array(dtype=wp.vec3)
+    velocity: wp.array(dtype=wp.vec3)
+    radius: wp.array(dtype=float)
+    """Each vehicle's collision sphere (a box: the sphere round it), m."""
+    count: int
+    """0: the batch meets no vehicle (its vehicles are in worlds of their own)."""
+    first: int
+    """The batch's own first index in the arrays (it skips itself)."""
 
 
 @wp.func
@@ -214,6 +234,7 @@ def vehicle_contact(af: AirframeParams, settings: SimSettings, actors: ActorData
     A box is tested at the surface point nearest its centre (exact for convex obstacles near the box)."""
     contact = Contact()
     contact.found = False
+    contact.other = -1
     reach = af.collision_size[0]
     if af.collision_shape == BOX:
         reach = wp.length(af.collision_size)
@@ -239,6 +260,33 @@ def vehicle_contact(af: AirframeParams, settings: SimSettings, actors: ActorData
         contact.point = near.point_W
         contact.normal = normal
         contact.depth = depth
+    return contact
+
+
+@wp.func
+def nearest_other(af: AirframeParams, others: OtherVehicles, me: int, x: Rigid, elapsed: float) -> Contact:
+    """The deepest overlap of the vehicle (index ``me`` in ``others``) with another vehicle's sphere,
+    ``elapsed`` seconds into the launch; the point is on the other's sphere, the normal from it."""
+    contact = Contact()
+    contact.found = False
+    contact.other = -1
+    r = af.meeting_radius
+    for j in range(others.count):
+        if j == me:
+            continue
+        centre = others.position[j] + others.velocity[j] * elapsed
+        offset = x.p - centre
+        distance = wp.length(offset)
+        depth = r + others.radius[j] - distance
+        if depth > 0.0 and (not contact.found or depth > contact.depth):
+            normal = wp.vec3(0.0, 0.0, 1.0)  # centres together: apart along +z
+            if distance > 1.0e-9:
+                normal = offset / distance
+            contact.found = True
+            contact.point = centre + normal * others.radius[j]
+            contact.normal = normal
+            contact.depth = depth
+            contact.other = j
     return contact
 
 

@@ -28,6 +28,7 @@ from goggles.dynamics.model import (
     CollisionResponse,
     GroundEffect,
     Integrator,
+    OtherVehicles,
     SimSettings,
     mat38,
     mat68,
@@ -69,7 +70,8 @@ class VehicleStates:
 
 @dataclass(frozen=True)
 class ContactReport:
-    """The first contact of a vehicle's collision shape with the world since contacts were last taken."""
+    """The first contact of a vehicle's collision shape with the world, or with another vehicle of its
+    ``Swarm``, since contacts were last taken."""
 
     vehicle: int
     step: int
@@ -80,6 +82,8 @@ class ContactReport:
     """(3,) unit, world, from the obstacle towards the vehicle."""
     depth: float
     """m of penetration."""
+    other: int = -1
+    """-1: the world; else the other vehicle's index in the ``Swarm`` (``Swarm.vehicle``)."""
 
 
 #: Bytes a vehicle takes at its peak while a simulator is built (its states, parameters, random
@@ -228,6 +232,7 @@ class MultirotorSim:
         state.contact_point = wp.zeros(n, dtype=wp.vec3, device=d)
         state.contact_normal = wp.zeros(n, dtype=wp.vec3, device=d)
         state.contact_depth = wp.zeros(n, dtype=float, device=d)
+        state.contact_other = wp.full(n, -1, dtype=wp.int32, device=d)
         state.clock = wp.zeros(1, dtype=wp.int32, device=d)
         self.state_arrays = state
         # The packed rows carry a queue of IMU samples (record_imu) after the state: one copy brings both.
@@ -238,6 +243,8 @@ class MultirotorSim:
         self._packed = wp.zeros((n, columns), dtype=wp.float64, device=d)
         self._packed_host = HostMirror(self._packed)
         self._no_actors = no_actors(d)
+        self.others = no_others(d)
+        """The vehicles this batch meets (``meet``): none until a ``Swarm`` joins it to others."""
         load_kernels(kernels, d)
         self._recorded = RecordedWork(self.launch_steps, d, enabled=recorded)
         self.seed = seed
@@ -419,9 +426,15 @@ class MultirotorSim:
         self.step_count += steps
         self.changed()
 
-    def _recording_key(self) -> tuple[str, str]:
+    def _recording_key(self) -> tuple[bytes, bytes, bytes]:
         """What step's launches pass by value besides the step count: placing actors changes it."""
-        return struct_key(self._actors()), struct_key(self.settings)
+        return struct_key(self._actors()), struct_key(self.settings), struct_key(self.others)
+
+    def meet(self, others: OtherVehicles) -> None:
+        """Test the vehicles against ``others`` (filled before each launch) from now on: ``Swarm``'s work."""
+        if others.count and not others.first + self.num_vehicles <= others.count:
+            raise ValueError(f"vehicles {others.first}.. of {others.count} cannot hold a batch of {self.num_vehicles}")
+        self.others = others
 
     def _actors(self):
         return self.world.obstacles if self.world is not None and self.collide_actors else self._no_actors
@@ -430,7 +443,7 @@ class MultirotorSim:
         wp.launch(
             kernels.step_vehicles_kernel,
             dim=count,
-            inputs=[self.airframe_params, self.settings, self._actors(), int(first), int(steps)],
+            inputs=[self.airframe_params, self.settings, self._actors(), self.others, int(first), int(steps)],
             outputs=[self.state_arrays],
             device=self.device,
         )
@@ -481,8 +494,8 @@ class MultirotorSim:
         return self._packed_version == self._version
 
     def contacts(self) -> list[ContactReport]:
-        """First contact of each vehicle that touched the world since contacts were last taken; taking
-        them clears them on the device."""
+        """First contact of each vehicle that touched the world (or another vehicle of its ``Swarm``)
+        since contacts were last taken; taking them clears them on the device."""
         rows = self._host_rows()
         if self._contacts_read == self._packed_version:
             return []
@@ -492,8 +505,8 @@ class MultirotorSim:
         if touched.size:
             self.state_arrays.contact_step.fill_(-1)
         return [
-            ContactReport(int(i), int(steps[i]), rows[i, 29:32].copy(), rows[i, 32:35].copy(), float(rows[i, 35]))
-            for i in touched
+            ContactReport(int(i), int(r[28]), r[29:32].copy(), r[32:35].copy(), float(r[35]), int(r[36]))
+            for i, r in zip(touched, rows[touched])
         ]
 
     def record_imu(self) -> int:
@@ -525,6 +538,16 @@ class MultirotorSim:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+
+
+def no_others(device) -> OtherVehicles:
+    """A batch that meets no other vehicle."""
+    others = OtherVehicles()
+    others.position = wp.zeros(0, dtype=wp.vec3, device=device)
+    others.velocity = wp.zeros(0, dtype=wp.vec3, device=device)
+    others.radius = wp.zeros(0, dtype=float, device=device)
+    others.count, others.first = 0, 0
+    return others
 
 
 def _rows_of(value, n: int, width: int, what: str) -> np.ndarray:
@@ -591,4 +614,5 @@ def _params(af: Airframe, dt: float, imu_dt: float, imu_mount: np.ndarray | None
     p.collision_shape = int(af.collision_shape)
     p.collision_size = wp.vec3(*af.collision_size)
     p.crash_speed = af.crash_speed
+    p.meeting_radius = af.meeting_radius
     return p

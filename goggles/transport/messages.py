@@ -88,11 +88,12 @@ def lidar_message(utime: int, seq: int, sensor: str, model, scan) -> goggles_lcm
     return message
 
 
-def collision_message(utime: int, seq: int, vehicle: str, contact) -> goggles_lcm.collision_t:
+def collision_message(utime: int, seq: int, vehicle: str, other: str, contact) -> goggles_lcm.collision_t:
+    """``vehicle`` touched ``other``: "world" (the scene, an actor) or another vehicle's name."""
     message = goggles_lcm.collision_t()
     message.header = header(utime, seq)
     message.vehicle = vehicle
-    message.other = "world"
+    message.other = other
     message.point = contact.point.tolist()
     message.normal = contact.normal.tolist()
     message.depth = contact.depth
