@@ -116,6 +116,20 @@ def test_resting_on_the_ground_is_reported_but_not_a_crash(device):
     assert sim.states().position[0, 2] == pytest.approx(1.0, abs=0.05) and sim.contacts() == []
 
 
+def test_a_vehicle_whose_centre_rests_on_a_surface_is_pushed_out_along_the_face(device):
+    """On its pad, a vehicle's centre lies on the pad's top (``floor_z`` at the top: the demo's start):
+    neither the offset to the nearest point nor its side is defined there, and the contact's normal
+    is the face's, up."""
+    world = walled_world(device, shapes=[box_shape("pad", [0.5, 0.5, 0.1])])
+    world.set_actors([0], [transform([0.2, 0.0, 0.05], [1, 0, 0, 0])])  # its top at 0.1 m
+    sim = MultirotorSim(FG, 1, device=device, world=world, floor_z=0.1, disturbances=False)
+    sim.reset(position=[0.3, 0.1, 0.1])
+    sim.step(10)
+    (report,) = sim.contacts()
+    np.testing.assert_allclose(report.normal, [0.0, 0.0, 1.0], atol=1e-6)
+    assert report.depth == pytest.approx(FG.collision_size[0], abs=1e-4) and not sim.states().crashed[0]
+
+
 HEXA = load_airframe("hexa-550")
 GAP = 2.5  # m between the centres at the start
 

@@ -70,6 +70,9 @@ def steps_per_sample(physics_rate: float, rate: float) -> int | None:
 #: Downward ray length for the ground-effect height when a world is given, m.
 GROUND_RAY_LENGTH = wp.constant(100.0)
 BOX = wp.constant(1)
+#: m: a vehicle's centre nearer a surface than this is on it (float32 at 10 m resolves ~1 micron),
+#: and its contact normal is the face's.
+ON_SURFACE = wp.constant(1.0e-5)
 
 
 @wp.struct
@@ -241,14 +244,14 @@ def vehicle_contact(af: AirframeParams, settings: SimSettings, actors: ActorData
     near = nearest_surface(settings.world_mesh, actors, x.p, reach)
     if not near.found:
         return contact
-    offset = x.p - near.point_W
-    normal = wp.vec3(0.0, 0.0, 1.0)
-    if near.distance > 1.0e-9:
-        normal = offset / near.distance
+    normal = near.face_normal_W  # the centre on the surface (a vehicle resting on its pad)
+    if near.distance > ON_SURFACE:
+        normal = (x.p - near.point_W) / near.distance
     depth = af.collision_size[0] - near.distance
     if near.inside:  # the centre is behind the surface: the way out is the other way, and deeper
-        normal = -normal
         depth = af.collision_size[0] + near.distance
+        if near.distance > ON_SURFACE:
+            normal = -normal
     if af.collision_shape == BOX:
         q_B = wp.quat_rotate_inv(x.q, near.point_W - x.p)
         inside = af.collision_size - wp.vec3(wp.abs(q_B[0]), wp.abs(q_B[1]), wp.abs(q_B[2]))

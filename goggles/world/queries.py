@@ -223,6 +223,9 @@ class Proximity:
     distance: float
     inside: bool
     """The query point is behind the nearest face (inside a closed obstacle, or under a terrain)."""
+    face_normal_W: wp.vec3
+    """The nearest face's outward normal, world frame: the way out where the point lies on the
+    surface (there, neither the offset nor the side is defined)."""
 
 
 @wp.func
@@ -239,6 +242,7 @@ def nearest_surface(static_mesh: wp.uint64, actors: ActorData, p: wp.vec3, max_d
         near.point_W = point
         near.distance = wp.length(p - point)
         near.inside = query.sign < 0.0
+        near.face_normal_W = wp.mesh_eval_face_normal(static_mesh, query.face)
     reach = wp.vec3(max_distance)
     for a in range(actors.count):
         if wp.min(p - (actors.lower[a] - reach)) >= 0.0 and wp.max(p - (actors.upper[a] + reach)) <= 0.0:
@@ -253,4 +257,5 @@ def nearest_surface(static_mesh: wp.uint64, actors: ActorData, p: wp.vec3, max_d
                     near.point_W = point
                     near.distance = distance
                     near.inside = local.sign < 0.0
+                    near.face_normal_W = R * wp.mesh_eval_face_normal(mesh, local.face)
     return near
