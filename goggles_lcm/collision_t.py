@@ -10,7 +10,7 @@ import struct
 import goggles_lcm
 
 class collision_t(object):
-    """ A vehicle in contact with the scene or an actor. """
+    """ A vehicle in contact with the scene, an actor or another vehicle. """
 
     __slots__ = ["header", "vehicle", "other", "point", "normal", "depth"]
 
@@ -24,7 +24,11 @@ class collision_t(object):
         self.vehicle = ""
         """ LCM Type: string """
         self.other = ""
-        """ LCM Type: string """
+        """
+        "world" (the scene, an actor), or the other vehicle's name
+        LCM Type: string
+        """
+
         self.point = [ 0.0 for dim0 in range(3) ]
         """ LCM Type: double[3] """
         self.normal = [ 0.0 for dim0 in range(3) ]
