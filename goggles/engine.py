@@ -34,6 +34,7 @@ from goggles.cameras import Camera, CameraGroup, camera_groups
 from goggles.clock import ClockMode, PacedClock, ScaleMeter
 from goggles.config import RangeSensorConfig, RunConfig, check_simulated_starts
 from goggles.dynamics import ControlMode, Swarm
+from goggles.dynamics.posed import PosedContacts
 from goggles.errors import ConfigError
 from goggles.host_copies import COPIES
 from goggles.inputs import InputHandler
@@ -53,7 +54,15 @@ from goggles.transport.buses import (
     open_buses,
 )
 from goggles.transport.schema import MalformedMessage, decode_input
-from goggles.vehicles import Fleet, Vehicle, body_shapes, make_vehicles, pose_after, viewed_vehicles
+from goggles.vehicles import (
+    Fleet,
+    Vehicle,
+    body_shapes,
+    drawn_airframes,
+    make_vehicles,
+    pose_after,
+    viewed_vehicles,
+)
 from goggles.world.build import build_run_world
 from goggles.world.crowd import BUILD_INTERVAL_S, Crowd
 from goggles.world.props import Props
@@ -150,6 +159,8 @@ class Engine:
             recorded=recorded,
         )
         self.swarm = Swarm([fleet.sim for fleet in self.fleets])
+        airframes = drawn_airframes(config.vehicles)
+        self.posed = None if simulate else PosedContacts([airframes[v.preset] for v in config.vehicles], self.world)
         self._swarm_names = [vehicle.name for fleet in self.fleets for vehicle in fleet.vehicles]
         self.groups = camera_groups(
             self.world,
@@ -374,6 +385,7 @@ class Engine:
             timeout = max(0.0, min(waits + [0.01]))
             self._wait_for_inputs(timeout)
             self._poll_inputs()
+            self.touch_posed()
             now = time.perf_counter()
             self.step = self._wall_step()
             for group, period in zip(self.groups, periods):
@@ -413,6 +425,22 @@ class Engine:
         """Run every sensor event due before ``step``, in order, without physics (replay)."""
         self.schedule.run_before(step, lambda s: setattr(self, "step", s))
         self.step = max(self.step, step)
+
+    def touch_posed(self) -> None:
+        """Live and replay: a vehicle placed from outside that touches the virtual world (a real drone
+        in a virtual wall) is reported once per contact, stamped with its pose's time. Every pose
+        taken is tested, in one launch for all of them (a pose inside a thin gate bar counts, even
+        when the next pose of the same poll is through it); a vehicle never posed touches nothing."""
+        taken = [(k, vehicle, *pose) for k, vehicle in enumerate(self.vehicles.values()) for pose in vehicle.untested]
+        for vehicle in self.vehicles.values():
+            vehicle.untested.clear()
+        if self.posed is None or not taken:
+            return
+        contacts = self.posed.touching(np.stack([T for _, _, T, _ in taken]), [k for k, *_ in taken], self.step)
+        for (_, vehicle, _, utime), contact in zip(taken, contacts):
+            if contact is not None and not vehicle.in_contact:
+                self.outputs.collision(vehicle.name, "world", contact, utime)
+            vehicle.in_contact = contact is not None
 
     def update_people(self) -> None:
         """Skin the people whose skeletons came (replay applies them as the log goes)."""

@@ -210,6 +210,7 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
             else:
                 taken = inputs.apply(channel, data)
             engine.update_people()
+            engine.touch_posed()
         except MalformedMessage as exc:
             inputs.count_malformed(channel, exc)
             continue

@@ -41,17 +41,21 @@ class Vehicle:
     pose_utime: int = 0
     new_pose: bool = False
     in_contact: bool = False
-    """Touching the world during the last physics advance (a collision is published when this begins)."""
+    """Touching the world during the last physics advance, or at its last pose from outside (a
+    collision is published when this begins)."""
     stale: bool = False
     """Live mode: the pose source flagged this body lost; its last pose is kept."""
     previous: tuple[np.ndarray, int] | None = None
     """Live mode: the pose before the last one, with its utime (for extrapolation)."""
     heard_at: float | None = None
     """Live mode: ``time.monotonic()`` when the last pose came from the bus (None: none yet)."""
+    untested: list[tuple[np.ndarray, int]] = field(default_factory=list)
+    """The poses from outside taken since the engine last tested them for contacts, with their utimes."""
 
     def set_pose(self, T_WB: np.ndarray, utime: int) -> None:
-        """A pose from outside: a recording's."""
+        """A pose from outside: a recording's, or the bus's (``take_live_pose``)."""
         self.T_WB, self.pose_utime, self.new_pose, self.stale = T_WB, utime, True, False
+        self.untested.append((T_WB, utime))
 
     def take_live_pose(self, T_WB: np.ndarray, utime: int) -> bool:
         """A pose from a bus (live mode), keeping the one before for extrapolation; False if not taken.
@@ -188,9 +192,10 @@ def _heading(yaw: float) -> np.ndarray:
     return np.array([np.cos(yaw / 2.0), 0.0, 0.0, np.sin(yaw / 2.0)])
 
 
-def _drawn_airframes(configs) -> dict:
-    """The airframe each vehicle is drawn as, by preset: its own, or fg-quad where it is not here (a
-    replay's or a live run's airframe file need not be; said once per preset)."""
+def drawn_airframes(configs) -> dict:
+    """The airframe each vehicle is drawn (and tested for contacts when posed from outside) as, by
+    preset: its own, or fg-quad where it is not here (a replay's or a live run's airframe file need
+    not be; said once per preset)."""
     airframes = {}
     for v in configs:
         if v.preset not in airframes:
@@ -208,7 +213,7 @@ def body_shapes(configs) -> tuple:
     run has one vehicle."""
     if len(configs) < 2:
         return ()
-    airframes, shapes = _drawn_airframes(configs), {}
+    airframes, shapes = drawn_airframes(configs), {}
     for v in configs:
         if (v.preset, v.segmentation) not in shapes:
             shapes[v.preset, v.segmentation] = vehicle_shape(airframes[v.preset], v.segmentation)
@@ -222,7 +227,7 @@ def viewed_vehicles(configs, cameras) -> list[ViewedActor]:
     viewed = []
     models = {
         preset: vehicle_model(a.name, a.rotor_positions, a.rotor_axes, a.rotor_radius)
-        for preset, a in _drawn_airframes(configs).items()
+        for preset, a in drawn_airframes(configs).items()
     }
     for v in configs:
         imaging = [c for c in cameras if c.vehicle == v.name and set(c.config.outputs) & set(IMAGE_OUTPUTS)]

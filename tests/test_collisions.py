@@ -203,3 +203,40 @@ def test_the_vehicles_of_one_simulator_meet_only_in_a_swarm(device):
     alone.step(96)
     np.testing.assert_array_equal(lone.states().position, alone.states().position)
     assert lone.others.count == 0
+
+
+def test_a_vehicle_posed_from_outside_touches_the_world_where_its_shape_meets_it(device):
+    """A real drone among virtual obstacles (``PosedContacts``): at its pose, each vehicle's collision
+    shape touches the wall or a crate as the geometry says (point, outward normal, depth), its
+    attitude turning a box; a vehicle clear of everything touches nothing. Bad poses are refused."""
+    from goggles.dynamics.posed import PosedContacts
+
+    world = walled_world(device, shapes=[box_shape("crate", [1.0, 1.0, 1.0])])
+    world.set_actors([0], [transform([0.0, 3.0, 0.5], [1, 0, 0, 0])])  # faces at y = 2.5 and z = 1.0
+    boxy = dataclasses.replace(FG, collision_shape=CollisionShape.BOX, collision_size=np.array([0.3, 0.2, 0.05]))
+    contacts = PosedContacts([FG, boxy, boxy, HEXA], world)
+    yaw_90 = [np.cos(np.pi / 4), 0.0, 0.0, np.sin(np.pi / 4)]
+    poses = [
+        transform([WALL_X - 0.1, 0.0, 1.5], [1, 0, 0, 0]),  # 0.08 m into the wall
+        transform([WALL_X - 0.25, 2.0, 1.5], [1, 0, 0, 0]),  # its 0.3 m half length 0.05 m into the wall
+        transform([WALL_X - 0.25, -2.0, 1.5], yaw_90),  # turned: 0.2 m towards the wall, clear
+        transform([0.0, 2.2, 0.8], [1, 0, 0, 0]),  # its 0.41 m sphere 0.11 m into the crate's side
+    ]
+    wall, box, turned, crate = contacts.touching(np.stack(poses), [0, 1, 2, 3], step=7)
+    assert turned is None
+    np.testing.assert_allclose(wall.point, [WALL_X, 0.0, 1.5], atol=1e-5)
+    np.testing.assert_allclose(wall.normal, [-1.0, 0.0, 0.0], atol=1e-5)
+    assert wall.depth == pytest.approx(0.08, abs=1e-5) and (wall.vehicle, wall.step) == (0, 7)
+    assert box.depth == pytest.approx(0.05, abs=1e-5) and box.point[0] == pytest.approx(WALL_X, abs=1e-5)
+    np.testing.assert_allclose(crate.point, [0.0, 2.5, 0.8], atol=1e-5)
+    np.testing.assert_allclose(crate.normal, [0.0, -1.0, 0.0], atol=1e-5)
+    assert crate.depth == pytest.approx(0.11, abs=1e-5)
+    assert contacts.touching(poses[3], [0]) == [None]  # the quad's 0.18 m sphere there: 0.3 m from the crate
+    bad = np.stack(poses)
+    bad[1, 0, 3] = np.nan
+    with pytest.raises(ConfigError, match="poses must be finite"):
+        contacts.touching(bad, [0, 1, 2, 3])
+    with pytest.raises(ConfigError, match=r"poses must be a \(4, 4, 4\) array"):
+        contacts.touching(bad[:2], [0, 1, 2, 3])
+    with pytest.raises(ConfigError, match=r"vehicles must be indices 0..3, got \[4\]"):
+        contacts.touching(poses[0], [4])

@@ -514,6 +514,40 @@ def test_live_mode_renders_from_poses_on_the_bus(device):
         np.testing.assert_allclose(image.position, expected, atol=1e-6)
 
 
+#: A drone posed onto the arena's landing pad (its top 0.1 m up) and away: the heights of its centre,
+#: and where each contact begins (its 0.18 m sphere reaches the top below 0.28 m); the last, one pose.
+PAD_DESCENT = [1.5, 0.2, 0.15, 1.0, 0.25, 0.24, 1.0, 0.27, 1.0]
+PAD_CONTACTS = [1, 4, 7]
+
+
+def test_a_live_vehicle_that_touches_the_virtual_world_is_reported_once_per_contact(device):
+    """A real drone posed over ZeroMQ onto the arena's virtual landing pad: each contact is published
+    once, when it begins, stamped with its pose's time, at the pad's top, pushed up, as deep as the
+    drone's sphere reaches into it; poses inside it say nothing more, and the next contact is new.
+    Every pose counts: sent at once, poses come in polls of several, and a contact one pose long
+    (a pass through a thin bar) is told though the pose after it is clear."""
+    config = run_config(mode="live", cameras=[])
+    running = Running(config, duration=60.0, device=device)
+    client = Client(endpoints(config))
+    client.subscribe("quad0/collision")
+    client.wait_for_subscriptions(30.0)
+    start = time.time_ns() // 1000
+    sent = [client.send_pose("quad0", [0.0, 0.0, z], [1, 0, 0, 0], start + 4167 * k) for k, z in enumerate(PAD_DESCENT)]
+    deadline = time.monotonic() + 10.0  # the engine's input counter acknowledges the poses
+    while running.engine.counters.received < len(sent) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    heard = [item[1] for item in iter(lambda: client.receive(timeout=2.0), None)]
+    running.stop.set()
+    running.finish()
+    client.close()
+    assert [m.header.utime for m in heard] == [sent[k] for k in PAD_CONTACTS]
+    for message, k in zip(heard, PAD_CONTACTS):
+        assert message.vehicle == "quad0" and message.other == "world"
+        np.testing.assert_allclose(message.point, [0.0, 0.0, 0.1], atol=1e-6)
+        np.testing.assert_allclose(message.normal, [0.0, 0.0, 1.0], atol=1e-6)
+        assert message.depth == pytest.approx(0.18 - (PAD_DESCENT[k] - 0.1), abs=1e-5)
+
+
 def test_live_mode_measures_ranges_and_scans_and_keeps_the_clock_by_wall_time():
     """A live drone's range sensors and LiDARs, and the clock message, were never published: live mode
     rendered its cameras as poses came and ran nothing else. They run at their rates by wall time now,

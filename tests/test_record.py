@@ -282,6 +282,30 @@ def test_a_replay_counts_the_poses_its_bodies_took(tmp_path):
         replay_file(log, sensors=other)
 
 
+def test_a_replayed_flight_says_where_it_touches_the_scene_it_is_replayed_into(tmp_path):
+    """A live flight logged onto the arena's landing pad and away, replayed: each contact of its poses
+    with the virtual pad is told once, stamped with the pose's time (the live test's poses)."""
+    from tests.test_engine import PAD_CONTACTS, PAD_DESCENT
+
+    log, out = tmp_path / "live.mcap", tmp_path / "replayed.mcap"
+    run_file = RUN_FILE.replace('mode = "sim"', 'mode = "live"').replace(
+        "[run]", f'[run]\nscene = "{REPO / "assets/arena.toml"}"'
+    )
+    recorder = Recorder(log, metadata={"run_file": run_file})
+    stamps = [5_000_000 + 33_333 * k for k in range(len(PAD_DESCENT))]
+    for utime, z in zip(stamps, PAD_DESCENT):
+        message = goggles_lcm.pose_t()
+        message.header.utime = utime
+        message.name, message.valid = "quad0", True
+        message.position, message.orientation = [0.0, 0.0, z], [1.0, 0.0, 0.0, 0.0]
+        recorder.write("pose/quad0", message.encode(), utime * 1000)
+    recorder.close()
+    assert replay_file(log, record=out).poses == len(PAD_DESCENT)
+    told = [decode_any(data) for _, channel, data in read_log(out) if channel == "quad0/collision"]
+    assert [m.header.utime for m in told] == [stamps[k] for k in PAD_CONTACTS]
+    assert all(m.other == "world" and m.normal[2] == pytest.approx(1.0, abs=1e-6) for m in told)
+
+
 def test_bad_logs(tmp_path):
     from goggles.errors import ConfigError
 

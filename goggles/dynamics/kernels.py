@@ -366,6 +366,31 @@ def pack_states_kernel(state: VehicleState, out: wp.array2d(dtype=wp.float64)):
 
 
 @wp.kernel
+def posed_contacts_kernel(
+    airframes: wp.array(dtype=AirframeParams),
+    settings: SimSettings,
+    actors: ActorData,
+    poses: wp.array(dtype=wp.mat44),
+    vehicles: wp.array(dtype=wp.int32),
+    out: wp.array2d(dtype=wp.float64),
+):
+    """Where vehicles placed from outside (live, replay) touch the world at poses, pose ``i`` of
+    vehicle ``vehicles[i]``, as the simulator's test finds it: found 0, point 1:4, normal 4:7, depth 7."""
+    i = wp.tid()
+    T = poses[i]
+    x = Rigid()
+    x.p = wp.vec3(T[0, 3], T[1, 3], T[2, 3])
+    x.q = wp.quat_from_matrix(wp.mat33(T[0, 0], T[0, 1], T[0, 2], T[1, 0], T[1, 1], T[1, 2], T[2, 0], T[2, 1], T[2, 2]))
+    contact = vehicle_contact(airframes[vehicles[i]], settings, actors, x)
+    out[i, 0] = wp.float64(0.0)
+    if contact.found:
+        out[i, 0] = wp.float64(1.0)
+        put_vec3(out, i, 1, contact.point)
+        put_vec3(out, i, 4, contact.normal)
+        out[i, 7] = wp.float64(contact.depth)
+
+
+@wp.kernel
 def share_states_kernel(airframes: wp.array(dtype=AirframeParams), state: VehicleState, others: OtherVehicles):
     """Where the batch's vehicles are as a launch begins, for every batch that meets them."""
     i = wp.tid()

@@ -202,7 +202,7 @@ class MultirotorSim:
         self._imu_mount = imu_mount
         self.airframes: list[Airframe] = [airframe] * n
         """Each vehicle's airframe: ``airframe`` until ``set_airframes`` gives one its own values."""
-        nominal = _params(airframe, dt, dt * self.imu_decimation, imu_mount)
+        nominal = device_params(airframe, dt, dt * self.imu_decimation, imu_mount)
         self._param_rows = [nominal] * n
         self.airframe_params = wp.array(self._param_rows, dtype=AirframeParams, device=d)
 
@@ -320,7 +320,7 @@ class MultirotorSim:
                     f"airframe {af.name!r} has {af.num_rotors} rotors, the batch {self.airframe.num_rotors}"
                 )
             self.airframes[v] = af
-            self._param_rows[v] = _params(af, self.dt, self.dt * self.imu_decimation, self._imu_mount)
+            self._param_rows[v] = device_params(af, self.dt, self.dt * self.imu_decimation, self._imu_mount)
         self.airframe_params.assign(wp.array(self._param_rows, dtype=AirframeParams, device="cpu"))
 
     def reset_where(
@@ -567,7 +567,7 @@ def _rows_of(value, n: int, width: int, what: str) -> np.ndarray:
     return array.astype(np.float32)
 
 
-def _params(af: Airframe, dt: float, imu_dt: float, imu_mount: np.ndarray | None) -> AirframeParams:
+def device_params(af: Airframe, dt: float, imu_dt: float, imu_mount: np.ndarray | None) -> AirframeParams:
     """Device parameters of an airframe: matrices padded to 8 rotors, noise scaled to the step."""
     N = af.num_rotors
     allocation = np.zeros((6, MAX_ROTORS))
