@@ -33,8 +33,7 @@ import goggles_lcm
 from goggles.cameras import Camera, CameraGroup, camera_groups
 from goggles.clock import ClockMode, PacedClock, ScaleMeter
 from goggles.config import RangeSensorConfig, RunConfig, check_simulated_starts
-from goggles.dynamics import ControlMode, Swarm
-from goggles.dynamics.posed import PosedContacts
+from goggles.dynamics import ControlMode, PosedContacts, Swarm
 from goggles.errors import ConfigError
 from goggles.host_copies import COPIES
 from goggles.inputs import InputHandler

@@ -7,12 +7,14 @@ Contract:
       ``step(k)`` advances k physics steps in one launch (per CPU thread); ``states()`` copies out
       positions, velocities, attitudes (w, x, y, z), rates, rotor speeds and the latest IMU sample.
     * ``Swarm(sims)`` steps the simulators of one world together: their vehicles meet each other.
+    * ``PosedContacts(airframes, world)`` tests vehicles placed from outside (live, replay) for contacts.
     * World ENU, body FLU, SI units throughout.
 """
 
 from goggles.dynamics.airframe import Airframe, ImuNoise, load_airframe, load_imu_preset
 from goggles.dynamics.control import ControlMode
 from goggles.dynamics.model import CollisionResponse, GroundEffect, Integrator
+from goggles.dynamics.posed import PosedContacts
 from goggles.dynamics.simulator import GRAVITY, ContactReport, MultirotorSim, VehicleStates
 from goggles.dynamics.swarm import Swarm
 
@@ -26,6 +28,7 @@ __all__ = [
     "ImuNoise",
     "Integrator",
     "MultirotorSim",
+    "PosedContacts",
     "Swarm",
     "VehicleStates",
     "load_airframe",
