@@ -384,19 +384,21 @@ def _vehicle(path, base: Path, index: int, table, physics_rate: float) -> Vehicl
 
 
 def check_simulated_starts(config: RunConfig) -> None:
-    """A simulated vehicle starts on or above its floor, and clear of the others (live and replayed
-    ones have no floor and meet no one, and the command line may change the mode after the file is
-    read)."""
+    """A simulated vehicle's airframe can be read, and it starts on or above its floor, clear of the
+    others (live and replayed ones are only drawn, have no floor and meet no one, and the command line
+    may change the mode after the file is read)."""
     where = f"{config.source}: " if config.source is not None else ""
+    radii = {}
     for v in config.vehicles:
         if v.start[2] < v.floor_z:
             raise ConfigError(
                 f"{where}[[vehicle]] {v.name!r}: 'start' z {v.start[2]:g} m is below its "
                 f"'floor_z' {v.floor_z:g} m, the floor it is simulated over"
             )
-    if len(config.vehicles) < 2:
-        return
-    radii = {v.preset: load_airframe(v.preset).meeting_radius for v in config.vehicles}
+        try:
+            radii[v.preset] = radii.get(v.preset) or load_airframe(v.preset).meeting_radius
+        except ConfigError as exc:
+            raise ConfigError(f"{where}[[vehicle]] {v.name!r}: 'preset': {exc}") from None
     for k, a in enumerate(config.vehicles):
         for b in config.vehicles[k + 1 :]:
             apart, clear = np.linalg.norm(np.subtract(a.start[:3], b.start[:3])), radii[a.preset] + radii[b.preset]

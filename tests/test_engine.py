@@ -661,6 +661,9 @@ def test_run_file_errors_name_the_key(tmp_path):
         load_run_config(bad)
     with pytest.raises(ConfigError, match="run file not found"):
         load_run_config(tmp_path / "missing.toml")
+    bad.write_text('[zmq]\nenabled = false\n[lcm]\nenabled = false\n[[vehicle]]\nname = "q"\npreset = "gone.toml"\n')
+    with pytest.raises(ConfigError, match=r"bad.toml: \[\[vehicle\]\] 'q': 'preset': airframe file .*gone.toml not"):
+        Engine(load_run_config(bad), device="cpu")  # simulated: its airframe must be here
 
 
 def test_a_rate_made_in_python_that_does_not_divide_the_physics_rate_is_refused():
