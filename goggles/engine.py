@@ -158,9 +158,10 @@ class Engine:
             recorded=recorded,
         )
         self.swarm = Swarm([fleet.sim for fleet in self.fleets])
-        airframes = drawn_airframes(config.vehicles)
-        self.posed = None if simulate else PosedContacts([airframes[v.preset] for v in config.vehicles], self.world)
-        self._swarm_names = [vehicle.name for fleet in self.fleets for vehicle in fleet.vehicles]
+        self.posed = None
+        if not simulate:
+            airframes = drawn_airframes(config.vehicles)
+            self.posed = PosedContacts([airframes[v.preset] for v in config.vehicles], self.world)
         self.groups = camera_groups(
             self.world,
             config.cameras,
@@ -530,7 +531,10 @@ class Engine:
         self.rates.note(name, self.step * self.dt)
 
     def _publish_collision(self, vehicle: Vehicle, contact) -> None:
-        other = "world" if contact.other < 0 else self._swarm_names[contact.other]
+        other = "world"
+        if contact.other >= 0:
+            sim, row = self.swarm.vehicle(contact.other)
+            other = next(v.name for v in self.vehicles.values() if v.sim is sim and v.row == row)
         self.outputs.collision(vehicle.name, other, contact, int(round(contact.step * self.dt * 1e6)))
 
     def _publish_imu(self, fleet: Fleet, event: str) -> None:

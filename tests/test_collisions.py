@@ -174,6 +174,7 @@ def test_the_vehicles_of_a_swarm_meet_where_their_paths_overlap(device, speed):
     (met,), (hit,) = quad.contacts(), hexa.contacts()
     assert abs(met.step - expected) <= 1 and abs(hit.step - expected) <= 1
     assert (met.other, hit.other) == (1, 0)  # the swarm's vehicles in order: the quad, the hexa
+    assert swarm.vehicle(met.other) == (hexa, 0) and swarm.vehicle(hit.other) == (quad, 0)
     np.testing.assert_allclose(met.normal, [-1.0, 0.0, 0.0], atol=1e-3)
     np.testing.assert_allclose(hit.normal, [1.0, 0.0, 0.0], atol=1e-3)
     np.testing.assert_allclose(met.point, hexa_at - [HEXA.collision_size[0], 0.0, 0.0], atol=1e-3)  # on its sphere

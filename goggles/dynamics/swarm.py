@@ -27,7 +27,8 @@ class Swarm:
         sims = list(sims)
         if len({str(sim.device) for sim in sims}) > 1:
             raise ValueError("a swarm's simulators are on one device")
-        self.sims, self.firsts = sims, []
+        self.sims = sims
+        self.firsts = [sum(sim.num_vehicles for sim in sims[:k]) for k in range(len(sims))]
         count = sum(sim.num_vehicles for sim in sims)
         self.meets = count > 1
         """Whether there is anyone to meet (a lone vehicle's steps are a plain ``step``)."""
@@ -37,14 +38,11 @@ class Swarm:
         position = wp.zeros(count, dtype=wp.vec3, device=d)
         velocity = wp.zeros(count, dtype=wp.vec3, device=d)
         radius = wp.zeros(count, dtype=float, device=d)
-        first = 0
-        for sim in sims:
+        for sim, first in zip(sims, self.firsts):
             others = OtherVehicles()
             others.position, others.velocity, others.radius = position, velocity, radius
             others.count, others.first = count, first
             sim.meet(others)
-            self.firsts.append(first)
-            first += sim.num_vehicles
 
     def step(self, steps: int) -> None:
         """Advance every vehicle ``steps`` physics steps: where each is, shared, then one step call per simulator."""
