@@ -366,9 +366,7 @@ class Engine:
                 contacts = {c.vehicle: c for c in fleet.sim.contacts()}
                 for vehicle in fleet.vehicles:
                     contact = contacts.get(vehicle.row)
-                    if contact is not None and not vehicle.in_contact:
-                        self._publish_collision(vehicle, contact)
-                    vehicle.in_contact = contact is not None
+                    self._touch(vehicle, contact, None if contact is None else round(contact.step * self.dt * 1e6))
 
     def _run_live(self, duration: float | None, stop: threading.Event) -> None:
         """Cameras render as poses come; range sensors, LiDARs and the clock at their rates, by wall time."""
@@ -438,9 +436,7 @@ class Engine:
             return
         contacts = self.posed.touching(np.stack([T for _, _, T, _ in taken]), [k for k, *_ in taken], self.step)
         for (_, vehicle, _, utime), contact in zip(taken, contacts):
-            if contact is not None and not vehicle.in_contact:
-                self.outputs.collision(vehicle.name, "world", contact, utime)
-            vehicle.in_contact = contact is not None
+            self._touch(vehicle, contact, utime)
 
     def update_people(self) -> None:
         """Skin the people whose skeletons came (replay applies them as the log goes)."""
@@ -530,12 +526,19 @@ class Engine:
         self.outputs.lidar(name, config.model, scan, self._utime())
         self.rates.note(name, self.step * self.dt)
 
-    def _publish_collision(self, vehicle: Vehicle, contact) -> None:
-        other = "world"
-        if contact.other >= 0:
-            sim, row = self.swarm.vehicle(contact.other)
-            other = next(v.name for v in self.vehicles.values() if v.sim is sim and v.row == row)
-        self.outputs.collision(vehicle.name, other, contact, int(round(contact.step * self.dt * 1e6)))
+    def _touch(self, vehicle: Vehicle, contact, utime: int | None) -> None:
+        """What a vehicle touched since the last look (``contact``; None: nothing): a collision is
+        told when a contact begins, or when what it touches changes (a drone resting on the ground,
+        which is a contact all along, hit by another)."""
+        touched = None
+        if contact is not None:
+            touched = "world"
+            if contact.other >= 0:
+                sim, row = self.swarm.vehicle(contact.other)
+                touched = next(v.name for v in self.vehicles.values() if v.sim is sim and v.row == row)
+        if touched is not None and touched != vehicle.touching:
+            self.outputs.collision(vehicle.name, touched, contact, utime)
+        vehicle.touching = touched
 
     def _publish_imu(self, fleet: Fleet, event: str) -> None:
         """The IMU samples of this instant, published now, or queued on the device and published with

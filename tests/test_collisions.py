@@ -183,6 +183,24 @@ def test_the_vehicles_of_a_swarm_meet_where_their_paths_overlap(device, speed):
     assert crashed == ((True, True) if speed > FG.crash_speed else (False, False))
 
 
+def test_a_vehicle_resting_on_the_ground_still_hears_another_hit_it(device):
+    """A hexa on the floor touches it at every step; a quad flown low into it is still its contact of
+    that read (a contact with a vehicle takes the place of one with the world), and the quad's."""
+    world = walled_world(device)
+    hexa = MultirotorSim(HEXA, 1, device=device, world=world, floor_z=0.0, disturbances=False)
+    hexa.reset(position=[1.5, 0.0, 0.0])
+    quad = MultirotorSim(FG, 1, device=device, world=world, floor_z=0.0, disturbances=False)
+    quad.reset(position=[0.0, 0.0, 0.3], rotor_speed=FG.hover_speed)
+    quad.set_command(ControlMode.VELOCITY, [2.0, 0.0, 0.0, 0.0])
+    swarm = Swarm([quad, hexa])
+    heard = []
+    for _ in range(90):
+        swarm.step(16)
+        heard.append([c.other for c in hexa.contacts()])
+    assert heard[0] == [-1] and [0] in heard  # resting, then hit
+    assert hexa.states().crashed[0] and quad.states().crashed[0]
+
+
 def test_the_vehicles_of_one_simulator_meet_only_in_a_swarm(device):
     """Two quads of one simulator flying at each other pass through each other alone (a learning
     batch: worlds of their own) and meet in a swarm; a swarm of one vehicle steps as its simulator."""

@@ -987,20 +987,15 @@ def test_a_swarm_of_one_airframe_flies_in_one_simulator(device):
 
 
 def test_the_vehicles_of_a_run_collide_with_each_other_and_name_whom_they_hit(device):
-    """A quad and a hexa (two simulators) fly their routes into each other: each publishes one collision
-    naming the other, after the one with the pad it rested on; both crash there. Vehicles that
-    start inside each other are refused, naming both."""
+    """A quad (its own simulator) flies its route low into a hexa resting on the ground: each
+    publishes a collision naming the other, after the one with the ground (the hexa touches it all
+    along, and still hears the quad); both crash there. Vehicles that start inside each other are
+    refused, naming both."""
     from tests.test_host_copies import _Kept
 
     base = dataclasses.replace(run_config(scale=1000.0, cameras=[]), zmq=None)
-    quad = dataclasses.replace(base.vehicles[0], route=((0.0, 0.0, 1.5, 0.0), (3.0, 0.0, 1.5, 0.0)))
-    hexa = dataclasses.replace(
-        quad,
-        name="hexa",
-        preset="hexa-550",
-        start=(3.0, 0.0, 0.0, 0.0),
-        route=((3.0, 0.0, 1.5, 0.0), (0.0, 0.0, 1.5, 0.0)),
-    )
+    quad = dataclasses.replace(base.vehicles[0], route=((0.0, 0.0, 0.4, 0.0), (3.0, 0.0, 0.4, 0.0)))
+    hexa = dataclasses.replace(quad, name="hexa", preset="hexa-550", start=(3.0, 0.0, 0.0, 0.0), route=())
     sink = _Kept()
     engine = Engine(dataclasses.replace(base, vehicles=(quad, hexa)), device=device, sinks=[sink])
     try:
@@ -1013,7 +1008,8 @@ def test_the_vehicles_of_a_run_collide_with_each_other_and_name_whom_they_hit(de
     assert sorted(met) == [("hexa", "quad0"), ("hexa", "world"), ("quad0", "hexa"), ("quad0", "world")]
     quad_hit, hexa_hit = met["quad0", "hexa"], met["hexa", "quad0"]
     assert abs(quad_hit.header.utime - hexa_hit.header.utime) <= 2 * 1e6 / 960  # together, within a step
-    assert quad_hit.normal[0] < -0.9 and hexa_hit.normal[0] > 0.9  # pushed back from each other
+    assert quad_hit.normal[0] < -0.5 and quad_hit.normal[2] > 0.3  # pushed back and up, off the hexa's top
+    np.testing.assert_allclose(hexa_hit.normal, -np.array(quad_hit.normal), atol=0.02)
     assert 0.0 < quad_hit.point[0] < 3.0 and crashed == [True, True]
 
     close = dataclasses.replace(hexa, start=(0.3, 0.4, 0.0, 0.0))  # 0.5 m apart, 0.18 + 0.41 m reach

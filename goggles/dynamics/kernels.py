@@ -80,12 +80,14 @@ def respond(
     state: VehicleState, i: int, step: int, af: AirframeParams, settings: SimSettings, contact: Contact, v: wp.vec3
 ) -> int:
     """Record ``contact`` if it is the vehicle's first since the host last read them
-    (``MultirotorSim.contacts``), so none is lost between reads. Returns the response to apply: 0
-    none, else the settings' response (approached faster than the crash speed: ``v`` is the
-    vehicle's velocity relative to what it touched)."""
+    (``MultirotorSim.contacts``), so none is lost between reads, or the first with another vehicle
+    after one with the world (a vehicle resting on the ground touches it at every step, and must
+    still hear another hit it). Returns the response to apply: 0 none, else the settings' response
+    (approached faster than the crash speed: ``v`` is the vehicle's velocity relative to what it
+    touched)."""
     if not contact.found:
         return 0
-    if state.contact_step[i] < 0:
+    if state.contact_step[i] < 0 or (contact.other >= 0 and state.contact_other[i] < 0):
         state.contact_step[i] = step
         state.contact_point[i] = contact.point
         state.contact_normal[i] = contact.normal
