@@ -986,11 +986,11 @@ def test_a_swarm_of_one_airframe_flies_in_one_simulator(device):
     assert runs["swarm"]["quad2"][-1][1][2] > runs["swarm"]["quad1"][-1][1][2] + 0.3
 
 
-def test_the_vehicles_of_a_run_collide_with_each_other_and_name_whom_they_hit(device):
+def test_the_vehicles_of_a_run_collide_with_each_other_and_name_whom_they_hit(device, caplog):
     """A quad (its own simulator) flies its route low into a hexa resting on the ground: each
     publishes a collision naming the other, after the one with the ground (the hexa touches it all
     along, and still hears the quad); both crash there. Vehicles that start inside each other are
-    refused, naming both."""
+    told, naming both; they touch from the start, and fly apart without a crash."""
     from tests.test_host_copies import _Kept
 
     base = dataclasses.replace(run_config(scale=1000.0, cameras=[]), zmq=None)
@@ -1012,9 +1012,21 @@ def test_the_vehicles_of_a_run_collide_with_each_other_and_name_whom_they_hit(de
     np.testing.assert_allclose(hexa_hit.normal, -np.array(quad_hit.normal), atol=0.02)
     assert 0.0 < quad_hit.point[0] < 3.0 and crashed == [True, True]
 
-    close = dataclasses.replace(hexa, start=(0.3, 0.4, 0.0, 0.0))  # 0.5 m apart, 0.18 + 0.41 m reach
-    with pytest.raises(ConfigError, match=r"'quad0' and 'hexa': 'start' 0.5 m apart, inside each other \(their"):
-        Engine(dataclasses.replace(base, vehicles=(quad, close)), device="cpu")
+    close = dataclasses.replace(hexa, start=(0.3, 0.4, 0.0, 0.0), route=((3.0, 4.0, 1.0, 0.0),))  # 0.5 m apart
+    away = dataclasses.replace(quad, route=((-3.0, -4.0, 1.0, 0.0),))
+    sink = _Kept()
+    engine = Engine(dataclasses.replace(base, vehicles=(away, close)), device="cpu", sinks=[sink])
+    assert "'quad0' and 'hexa': 'start' 0.5 m apart, inside each other (their collision" in caplog.text
+    try:
+        engine.run(duration=3.0)
+        assert not any(vehicle.sim.states().crashed[vehicle.row] for vehicle in engine.vehicles.values())
+    finally:
+        engine.close()
+    told = {
+        (m.vehicle, m.other)
+        for m in (goggles_lcm.collision_t.decode(d) for c, d in sink.messages if c.endswith("/collision"))
+    }
+    assert {("quad0", "hexa"), ("hexa", "quad0")} <= told
 
 
 def test_the_route_pilot_flies_its_waypoints_in_turn_and_starts_over(device):
