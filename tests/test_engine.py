@@ -25,11 +25,19 @@ from goggles.status import OTHER_CHANNELS
 from goggles.transport.buses import ZmqEndpoints
 from goggles.transport.schema import decode_any
 
+_HANDED_OUT: set[int] = set()
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now, never one handed out before in this process: the kernel may give a port
+    just closed again, and two endpoints of one run file on one port fail to bind (seen in CI)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def run_config(mode="sim", scale=20.0, lcm_port=None, cameras=None, route=True, **vehicle):
