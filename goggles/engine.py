@@ -528,17 +528,20 @@ class Engine:
 
     def _touch(self, vehicle: Vehicle, contact, utime: int | None) -> None:
         """What a vehicle touched since the last look (``contact``; None: nothing): a collision is
-        told when a contact begins, or when what it touches changes (a drone resting on the ground,
-        which is a contact all along, hit by another)."""
-        touched = None
-        if contact is not None:
-            touched = "world"
-            if contact.other >= 0:
-                sim, row = self.swarm.vehicle(contact.other)
-                touched = next(v.name for v in self.vehicles.values() if v.sim is sim and v.row == row)
-        if touched is not None and touched != vehicle.touching:
+        told when it touches something it did not touch before (a drone resting on the ground,
+        which is a contact all along, hit by another). A contact with a vehicle takes the place of
+        the world's in the record, so the ground it hid is taken to go on: not told again after."""
+        if contact is None:
+            vehicle.touching = frozenset()
+            return
+        touched = "world"
+        if contact.other >= 0:
+            sim, row = self.swarm.vehicle(contact.other)
+            touched = next(v.name for v in self.vehicles.values() if v.sim is sim and v.row == row)
+        if touched not in vehicle.touching:
             self.outputs.collision(vehicle.name, touched, contact, utime)
-        vehicle.touching = touched
+        hidden = vehicle.touching & {"world"} if touched != "world" else frozenset()  # the ground it hid
+        vehicle.touching = hidden | {touched}
 
     def _publish_imu(self, fleet: Fleet, event: str) -> None:
         """The IMU samples of this instant, published now, or queued on the device and published with

@@ -40,9 +40,9 @@ class Vehicle:
     T_WB: np.ndarray = field(default_factory=lambda: np.eye(4))
     pose_utime: int = 0
     new_pose: bool = False
-    touching: str | None = None
-    """What it touched during the last physics advance, or at its last poses from outside: "world",
-    another vehicle's name, None: nothing (a collision is published when this changes to a contact)."""
+    touching: frozenset[str] = frozenset()
+    """What it touched during the last physics advance, or at its last poses from outside: "world"
+    and other vehicles' names (a collision is published for each that joins)."""
     stale: bool = False
     """Live mode: the pose source flagged this body lost; its last pose is kept."""
     previous: tuple[np.ndarray, int] | None = None

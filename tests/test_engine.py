@@ -17,7 +17,7 @@ import pytest
 import goggles_lcm
 from goggles.client import Client, image_array
 from goggles.config import parse_run_config
-from goggles.dynamics import ControlMode
+from goggles.dynamics import CollisionResponse, ControlMode
 from goggles.engine import Engine
 from goggles.errors import ConfigError
 from goggles.render import Renderer
@@ -1019,6 +1019,19 @@ def test_the_vehicles_of_a_run_collide_with_each_other_and_name_whom_they_hit(de
     assert quad_hit.normal[0] < -0.5 and quad_hit.normal[2] > 0.3  # pushed back and up, off the hexa's top
     np.testing.assert_allclose(hexa_hit.normal, -np.array(quad_hit.normal), atol=0.02)
     assert 0.0 < quad_hit.point[0] < 3.0 and crashed == [True, True]
+
+    # Collisions ignored, the quad flies on through (and back: its route is closed): the hexa, on the
+    # ground all along, is told of the ground once and of the quad at each pass (the ground a pass
+    # hid is not told again after it).
+    sink = _Kept()
+    ignoring = dataclasses.replace(base, vehicles=(quad, hexa), collisions=CollisionResponse.IGNORE)
+    engine = Engine(ignoring, device=device, sinks=[sink])
+    try:
+        engine.run(duration=6.0)
+    finally:
+        engine.close()
+    told = [goggles_lcm.collision_t.decode(d).other for c, d in sink.messages if c == "hexa/collision"]
+    assert told[0] == "world" and told[1:] == ["quad0"] * (len(told) - 1) and len(told) >= 2
 
     close = dataclasses.replace(hexa, start=(0.3, 0.4, 0.0, 0.0), route=((3.0, 4.0, 1.0, 0.0),))  # 0.5 m apart
     away = dataclasses.replace(quad, route=((-3.0, -4.0, 1.0, 0.0),))
