@@ -569,6 +569,7 @@ class Engine:
         """The vehicle's ground truth; its pilot then takes the next waypoint if it reached one."""
         states = vehicle.sim.states()
         self.outputs.state(vehicle.name, states, self._utime(), row=vehicle.row)
+        vehicle.crashed = bool(states.crashed[vehicle.row])
         if vehicle.pilot is not None and not vehicle.external_control:
             target = vehicle.pilot.update(states.position[vehicle.row])
             if target is not None:
@@ -633,7 +634,9 @@ class Engine:
         if self.mode == ClockMode.LIVE:
             problems = [(v.name, v.pose_source_problem()) for v in self.vehicles.values() if v.sim is None]
         else:
-            problems = [(v.name, "STALE") for v in self.vehicles.values() if v.stale]
+            problems = [
+                (v.name, "STALE" if v.stale else "CRASHED" if v.crashed else None) for v in self.vehicles.values()
+            ]
         pose_problems = [f"{name} {problem}" for name, problem in problems if problem]
         return status_line(
             elapsed,

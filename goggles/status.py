@@ -100,7 +100,8 @@ def status_line(
     host_syncs_per_s: float | None = None,
 ) -> str:
     """The one line a run prints each second (host copies: device→host copies per second of run time,
-    and the synchronisations they waited on; pose problems: ``quad0 STALE``, ``quad0 SILENT 2.0 s``)."""
+    and the synchronisations they waited on; vehicle problems: ``quad0 STALE``, ``quad0 SILENT 2.0 s``,
+    ``quad0 CRASHED``)."""
     achieved = " ".join(f"{name} {rate:.1f} Hz" for name, rate in rates.items())
     render, frame = _ms(times.percentile_ms("render", 50)), _ms(times.percentile_ms("frame", 99))
     return (

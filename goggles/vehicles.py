@@ -40,6 +40,8 @@ class Vehicle:
     T_WB: np.ndarray = field(default_factory=lambda: np.eye(4))
     pose_utime: int = 0
     new_pose: bool = False
+    crashed: bool = False
+    """Simulated: stopped by a crash, as its last state said (the status line tells it)."""
     touching: frozenset[str] = frozenset()
     """What it touched during the last physics advance, or at its last poses from outside: "world"
     and other vehicles' names (a collision is published for each that joins)."""

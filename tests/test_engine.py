@@ -1019,6 +1019,7 @@ def test_the_vehicles_of_a_run_collide_with_each_other_and_name_whom_they_hit(de
     assert quad_hit.normal[0] < -0.5 and quad_hit.normal[2] > 0.3  # pushed back and up, off the hexa's top
     np.testing.assert_allclose(hexa_hit.normal, -np.array(quad_hit.normal), atol=0.02)
     assert 0.0 < quad_hit.point[0] < 3.0 and crashed == [True, True]
+    assert "quad0 CRASHED  hexa CRASHED" in engine.status_line()  # a run that stopped says why
 
     # Collisions ignored, the quad flies on through (and back: its route is closed): the hexa, on the
     # ground all along, is told of the ground once and of the quad at each pass (the ground a pass
