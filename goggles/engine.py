@@ -637,14 +637,14 @@ class Engine:
             problems = [
                 (v.name, "STALE" if v.stale else "CRASHED" if v.crashed else None) for v in self.vehicles.values()
             ]
-        pose_problems = [f"{name} {problem}" for name, problem in problems if problem]
+        vehicle_problems = [f"{name} {problem}" for name, problem in problems if problem]
         return status_line(
             elapsed,
             self.time_source(),
             self.achieved_rates(),
             self.times,
             self.counters,
-            pose_problems,
+            vehicle_problems,
             sorted(self.avatars),
             self.host_copies_per_s(),
             self.host_syncs_per_s(),

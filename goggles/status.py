@@ -94,7 +94,7 @@ def status_line(
     rates: dict[str, float],
     times: StageTimes,
     counters: Counters,
-    pose_problems,
+    vehicle_problems,
     avatars,
     host_copies_per_s: float | None = None,
     host_syncs_per_s: float | None = None,
@@ -109,6 +109,6 @@ def status_line(
         f"  inputs {counters.received} (dropped {counters.malformed})"
         + (f"  host copies {host_copies_per_s:.0f}/s" if host_copies_per_s is not None else "")
         + (f" in {host_syncs_per_s:.0f} syncs" if host_copies_per_s is not None and host_syncs_per_s else "")
-        + "".join(f"  {problem}" for problem in pose_problems)
+        + "".join(f"  {problem}" for problem in vehicle_problems)
         + (f"  avatars {list(avatars)}" if avatars else "")
     )
