@@ -994,61 +994,51 @@ def test_a_swarm_of_one_airframe_flies_in_one_simulator(device):
     assert runs["swarm"]["quad2"][-1][1][2] > runs["swarm"]["quad1"][-1][1][2] + 0.3
 
 
+def _flown(config, seconds: float, device) -> tuple[list, Engine]:
+    """The collision messages a run of ``config`` publishes in ``seconds`` of sim time, decoded, and
+    its engine (closed)."""
+    from tests.test_host_copies import _Kept
+
+    sink = _Kept()
+    engine = Engine(config, device=device, sinks=[sink])
+    try:
+        engine.run(duration=seconds)
+    finally:
+        engine.close()
+    return [goggles_lcm.collision_t.decode(d) for c, d in sink.messages if c.endswith("/collision")], engine
+
+
 def test_the_vehicles_of_a_run_collide_with_each_other_and_name_whom_they_hit(device, caplog):
     """A quad (its own simulator) flies its route low into a hexa resting on the ground: each
     publishes a collision naming the other, after the one with the ground (the hexa touches it all
     along, and still hears the quad); both crash there. Vehicles that start inside each other are
     told, naming both; they touch from the start, and fly apart without a crash."""
-    from tests.test_host_copies import _Kept
-
     base = dataclasses.replace(run_config(scale=1000.0, cameras=[]), zmq=None)
     quad = dataclasses.replace(base.vehicles[0], route=((0.0, 0.0, 0.4, 0.0), (3.0, 0.0, 0.4, 0.0)))
     hexa = dataclasses.replace(quad, name="hexa", preset="hexa-550", start=(3.0, 0.0, 0.0, 0.0), route=())
-    sink = _Kept()
-    engine = Engine(dataclasses.replace(base, vehicles=(quad, hexa)), device=device, sinks=[sink])
-    try:
-        engine.run(duration=6.0)
-        crashed = [vehicle.sim.states().crashed[vehicle.row] for vehicle in engine.vehicles.values()]
-    finally:
-        engine.close()
-    collisions = [goggles_lcm.collision_t.decode(d) for c, d in sink.messages if c.endswith("/collision")]
+    collisions, engine = _flown(dataclasses.replace(base, vehicles=(quad, hexa)), 6.0, device)
     met = {(c.vehicle, c.other): c for c in collisions}
     assert sorted(met) == [("hexa", "quad0"), ("hexa", "world"), ("quad0", "hexa"), ("quad0", "world")]
     quad_hit, hexa_hit = met["quad0", "hexa"], met["hexa", "quad0"]
     assert abs(quad_hit.header.utime - hexa_hit.header.utime) <= 2 * 1e6 / 960  # together, within a step
     assert quad_hit.normal[0] < -0.5 and quad_hit.normal[2] > 0.3  # pushed back and up, off the hexa's top
     np.testing.assert_allclose(hexa_hit.normal, -np.array(quad_hit.normal), atol=0.02)
-    assert 0.0 < quad_hit.point[0] < 3.0 and crashed == [True, True]
+    assert 0.0 < quad_hit.point[0] < 3.0 and all(vehicle.crashed for vehicle in engine.vehicles.values())
     assert "quad0 CRASHED  hexa CRASHED" in engine.status_line()  # a run that stopped says why
 
     # Collisions ignored, the quad flies on through (and back: its route is closed): the hexa, on the
     # ground all along, is told of the ground once and of the quad at each pass (the ground a pass
     # hid is not told again after it).
-    sink = _Kept()
     ignoring = dataclasses.replace(base, vehicles=(quad, hexa), collisions=CollisionResponse.IGNORE)
-    engine = Engine(ignoring, device=device, sinks=[sink])
-    try:
-        engine.run(duration=6.0)
-    finally:
-        engine.close()
-    told = [goggles_lcm.collision_t.decode(d).other for c, d in sink.messages if c == "hexa/collision"]
+    told = [c.other for c in _flown(ignoring, 6.0, device)[0] if c.vehicle == "hexa"]
     assert told[0] == "world" and told[1:] == ["quad0"] * (len(told) - 1) and len(told) >= 2
 
     close = dataclasses.replace(hexa, start=(0.3, 0.4, 0.0, 0.0), route=((3.0, 4.0, 1.0, 0.0),))  # 0.5 m apart
     away = dataclasses.replace(quad, route=((-3.0, -4.0, 1.0, 0.0),))
-    sink = _Kept()
-    engine = Engine(dataclasses.replace(base, vehicles=(away, close)), device="cpu", sinks=[sink])
+    collisions, engine = _flown(dataclasses.replace(base, vehicles=(away, close)), 3.0, device)
     assert "'quad0' and 'hexa': 'start' 0.5 m apart, inside each other (their collision" in caplog.text
-    try:
-        engine.run(duration=3.0)
-        assert not any(vehicle.sim.states().crashed[vehicle.row] for vehicle in engine.vehicles.values())
-    finally:
-        engine.close()
-    told = {
-        (m.vehicle, m.other)
-        for m in (goggles_lcm.collision_t.decode(d) for c, d in sink.messages if c.endswith("/collision"))
-    }
-    assert {("quad0", "hexa"), ("hexa", "quad0")} <= told
+    assert not any(vehicle.crashed for vehicle in engine.vehicles.values())
+    assert {("quad0", "hexa"), ("hexa", "quad0")} <= {(c.vehicle, c.other) for c in collisions}
 
 
 def test_the_route_pilot_flies_its_waypoints_in_turn_and_starts_over(device):
