@@ -201,14 +201,14 @@ class WorldCache:
     worlds: dict = field(default_factory=dict)
 
     def get(self, config, device):
-        from goggles.vehicles import body_shapes
+        from goggles.vehicles import body_shapes, drawn_airframes
         from goggles.world.build import build_run_world
 
         airframes = tuple((v.preset, v.segmentation) for v in config.vehicles)  # their bodies are shapes of the world
         key = (config.scene, config.course, config.perturb, airframes, str(device))
         entry = self.worlds.get(key)
         if entry is None:
-            world = build_run_world(config, device, body_shapes(config.vehicles))
+            world = build_run_world(config, device, body_shapes(config.vehicles, drawn_airframes(config.vehicles)))
             entry = self.worlds[key] = (world, len(world.scene.shapes))
         return key, entry[0]
 

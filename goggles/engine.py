@@ -121,7 +121,8 @@ class Engine:
         simulate = self.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
         if simulate:
             check_simulated_starts(config)
-        bodies = body_shapes(config.vehicles)
+        self._airframes = drawn_airframes(config.vehicles)  # loaded once: a missing one is said once
+        bodies = body_shapes(config.vehicles, self._airframes)
         if world is None:
             built = build_run_world(config, device, bodies)
         else:  # another run's world, in the same scene, course and airframes (a dataset worker keeps it)
@@ -160,8 +161,7 @@ class Engine:
         self.swarm = Swarm([fleet.sim for fleet in self.fleets])
         self.posed = None
         if not simulate:
-            airframes = drawn_airframes(config.vehicles)
-            self.posed = PosedContacts([airframes[v.preset] for v in config.vehicles], self.world)
+            self.posed = PosedContacts([self._airframes[v.preset] for v in config.vehicles], self.world)
         self.groups = camera_groups(
             self.world,
             config.cameras,
@@ -591,7 +591,7 @@ class Engine:
         where it is); the static scene is ``self.built.scene.static``."""
         if self._viewed_vehicles is None:  # built on the first call: a run without viewers never pays
             cameras = [camera for group in self.groups for camera in group.cameras]
-            self._viewed_vehicles = viewed_vehicles(self.config.vehicles, cameras)
+            self._viewed_vehicles = viewed_vehicles(self.config.vehicles, self._airframes, cameras)
         return self.built.viewed_gates() + self.props.viewed() + self.crowd.viewed() + self._viewed_vehicles
 
     def sensor_pose(self, sensor: str) -> np.ndarray | None:

@@ -209,27 +209,28 @@ def drawn_airframes(configs) -> dict:
     return airframes
 
 
-def body_shapes(configs) -> tuple:
+def body_shapes(configs, airframes: dict) -> tuple:
     """Each vehicle's body as the sensors of the others see it (its airframe's model in its class, an
     actor shape; vehicles of one airframe and class share one), in ``configs`` order; none where a
-    run has one vehicle."""
+    run has one vehicle. ``airframes``: ``drawn_airframes(configs)``."""
     if len(configs) < 2:
         return ()
-    airframes, shapes = drawn_airframes(configs), {}
+    shapes = {}
     for v in configs:
         if (v.preset, v.segmentation) not in shapes:
             shapes[v.preset, v.segmentation] = vehicle_shape(airframes[v.preset], v.segmentation)
     return tuple(shapes[v.preset, v.segmentation] for v in configs)
 
 
-def viewed_vehicles(configs, cameras) -> list[ViewedActor]:
-    """Each vehicle as viewers draw it (its airframe's model), following the frame of its first camera
-    that publishes images (that frame's transform comes with every image, in every mode), or, with no
-    such camera, the vehicle's own frame (on the viewer's transforms from its states or poses)."""
+def viewed_vehicles(configs, airframes: dict, cameras) -> list[ViewedActor]:
+    """Each vehicle as viewers draw it (its airframe's model: ``airframes``, ``drawn_airframes(configs)``),
+    following the frame of its first camera that publishes images (that frame's transform comes with
+    every image, in every mode), or, with no such camera, the vehicle's own frame (on the viewer's
+    transforms from its states or poses)."""
     viewed = []
     models = {
         preset: vehicle_model(a.name, a.rotor_positions, a.rotor_axes, a.rotor_radius)
-        for preset, a in drawn_airframes(configs).items()
+        for preset, a in airframes.items()
     }
     for v in configs:
         imaging = [c for c in cameras if c.vehicle == v.name and set(c.config.outputs) & set(IMAGE_OUTPUTS)]

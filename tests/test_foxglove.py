@@ -372,11 +372,11 @@ def test_a_replayed_flight_streams_to_foxglove(tmp_path):
 
 
 def test_a_vehicle_without_a_camera_follows_its_own_frame_and_an_airframe_not_here_is_drawn_as_fg_quad(caplog):
-    from goggles.vehicles import viewed_vehicles
+    from goggles.vehicles import drawn_airframes, viewed_vehicles
 
     quad = run_config().vehicles[0]
     lost = dataclasses.replace(quad, name="quad1", preset="/nowhere/my-airframe.toml")
-    own, fallback = viewed_vehicles([quad, lost], cameras=[])
+    own, fallback = viewed_vehicles([quad, lost], drawn_airframes([quad, lost]), cameras=[])
     assert (own.frame, fallback.frame) == ("quad0", "quad1")
     np.testing.assert_array_equal(own.T_WA, np.eye(4))
     np.testing.assert_array_equal(fallback.mesh.vertices, own.mesh.vertices)  # fg-quad's look

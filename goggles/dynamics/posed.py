@@ -33,7 +33,7 @@ class PosedContacts:
     def __init__(self, airframes: Sequence[Airframe], world: DeviceScene):
         self.world = world
         self.count = len(airframes)
-        self._params = wp.array(
+        self._params = wp.array(  # the collision shapes are read; the noise (scaled by the steps) is not
             [device_params(af, 1.0, 1.0, None) for af in airframes], dtype=AirframeParams, device=world.device
         )
         settings = SimSettings()
