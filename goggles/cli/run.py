@@ -27,9 +27,10 @@ def add_parser(commands) -> None:
         description="Run the engine from a run file (default: assets/run-demo.toml, the Mars arena with a "
         "simulated fg-quad flying a loop, stereo depth and colour and IMU on both buses). Prints a status line each "
         "second; Ctrl-C stops it cleanly. Channels: clock, <vehicle>/state, <vehicle>/imu, "
-        "<vehicle>/<camera>/<output>, <vehicle>/<sensor>/ranges, <vehicle>/<lidar>/lidar; inputs <vehicle>/command, "
-        "pose/<vehicle>, skeleton/<name> and scene/edit (the run file's [[prop]]s: goggles edit). With --ros2 "
-        "the same go out as ROS 2 topics (see the README's ROS 2 section).",
+        "<vehicle>/<camera>/<output>, <vehicle>/<sensor>/ranges, <vehicle>/<lidar>/lidar, <vehicle>/collision; "
+        "inputs <vehicle>/command, pose/<vehicle> (or a [[prop]]'s tracked body), skeleton/<name> and scene/edit "
+        "(the run file's [[prop]]s: goggles edit). With --ros2 the same go out as ROS 2 topics (see the README's "
+        "ROS 2 section).",
     )
     run.add_argument("config", nargs="?", type=Path, default=None, help="run file (TOML)")
     run.add_argument(
