@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import warp as wp
 
 from goggles.dynamics import MultirotorSim, load_airframe
@@ -152,6 +153,37 @@ def test_published_outputs_come_in_one_copy(device):
     renderer.close()
 
 
+def test_a_batch_of_cameras_over_two_gib_is_laid_out_and_one_output_over_it_is_refused(monkeypatch):
+    """2048 cameras of 480x270 depth and segmentation (the learning benchmark's batch) take 2.4 GB in
+    one block, more elements than one Warp dimension holds. They share one camera model, so one ray
+    table: the memory they are checked against is their outputs' (and, on the CPU, their host copies'),
+    4.5 GiB, not 40 GiB for a ray table per camera. One output over 2 GiB, which Warp's 32-bit byte
+    offsets cannot index, is refused by name before anything is allocated."""
+    import goggles.memory
+    from goggles.errors import ConfigError
+    from goggles.render import CameraModel, Renderer
+    from goggles.world import DeviceScene
+    from tests.conftest import quad, scene_of
+
+    scene = DeviceScene(scene_of((quad([[5, 5, -5], [5, -5, -5], [5, -5, 5], [5, 5, 5]]), 1)), "cpu")
+    cameras = [CameraModel.from_fov(480, 270, 60.0)] * 2048
+    monkeypatch.setattr(goggles.memory, "available_memory", lambda device: 4 * 2**30)
+    with pytest.raises(ConfigError, match=r"rendering 2048 camera\(s\) of 480x270 needs about 4.5 GiB on cpu"):
+        Renderer(scene, cameras, outputs={"depth", "segmentation"})
+    monkeypatch.setattr(goggles.memory, "available_memory", lambda device: 5 * 2**30)
+    renderer = Renderer(scene, cameras, outputs={"depth", "segmentation"})
+    pixels = 2048 * 270 * 480
+    assert sum(span.size for span in renderer.layout.values()) == 9 * pixels + 23 > 2**31  # 23: one of each unused
+    block = renderer.block({"depth", "segmentation"})
+    assert block.dtype == wp.uint8 and block.size >= 8 * pixels  # their bytes, in rows
+    for name in ("depth", "segmentation"):  # each view lies inside the block, whole
+        view = getattr(renderer.buffers, name)
+        assert view.shape == (2048, 270, 480) and block.ptr <= view.ptr <= block.ptr + block.size - 4 * pixels
+    renderer.close()
+    with pytest.raises(ConfigError, match=r"need 3.0 GiB of normal_W, over the 2 GiB"):
+        Renderer(scene, cameras, outputs={"depth", "normal_W"})
+
+
 def test_a_groups_images_and_beacon_detections_come_in_one_synchronisation(device):
     """A camera group that publishes images and beacons waits once per frame for both copies, and
     hands back what the beacon sensor alone detects and the renderer alone draws."""
@@ -176,5 +208,6 @@ def test_a_groups_images_and_beacon_detections_come_in_one_synchronisation(devic
     assert [d.id for d in detections] == ["post/1", "post/2"] == [d.id for d in alone]  # the wall hides the third
     for got, want in zip(detections, alone, strict=True):
         assert got == want
-    assert images["depth"].shape == (1, 24, 32) and float(images["depth"][0, 12, 16]) == 5.0
+    assert images["depth"].shape == (1, 24, 32)
+    assert float(images["depth"][0, 12, 16]) == pytest.approx(5.0, rel=1e-6)  # CUDA's fused multiply-adds: 1 ulp
     group.renderer.close()

@@ -334,7 +334,7 @@ def test_pixel_order_is_checked(device):
     auto.close()
 
 
-def test_the_sensor_apis_refuse_what_they_cannot_use_in_one_error():
+def test_the_sensor_apis_refuse_what_they_cannot_use_in_one_error(monkeypatch):
     """What a Python user may hand the renderer and the sensors by mistake is one ConfigError naming
     the argument (not NumPy's or Warp's error from inside): poses that are not numbers or not rigid,
     a name where a camera goes, an unknown shading or device, beacons at NaN or on actor -2. A single
@@ -373,10 +373,16 @@ def test_the_sensor_apis_refuse_what_they_cannot_use_in_one_error():
         ),
         "device 'gpu' is not a Warp device here": lambda: DeviceScene(scene_of((ground_plane(), 1)), "gpu"),
         "a DeviceScene holds a StaticScene": lambda: DeviceScene("arena.obj", "cpu"),
-        r"rendering 64 camera\(s\) of 16384x16384 needs about 2560.0 GiB": lambda: Renderer(
+        r"64 cameras of 16384x16384 need 64.0 GiB of depth, over the 2 GiB one Warp array": lambda: Renderer(
             scene, [CameraModel.from_fov(16384, 16384, 60.0)] * 64
         ),
+        r"rendering 64 camera\(s\) of 2048x2048 needs about 26.5 GiB": lambda: Renderer(  # a ray table each
+            scene, [CameraModel.from_fov(2048, 2048, 40.0 + k) for k in range(64)], outputs={"depth"}
+        ),
     }
+    import goggles.memory
+
+    monkeypatch.setattr(goggles.memory, "available_memory", lambda device: 16 * 2**30)  # any machine's answer
     for message, call in calls.items():
         with pytest.raises(ConfigError, match=message):
             call()

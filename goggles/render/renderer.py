@@ -73,9 +73,9 @@ class BlockSpan(NamedTuple):
     shape: tuple[int, ...]
 
     def view(self, block: np.ndarray, start: int) -> np.ndarray:
-        """This output inside a host copy of the block's bytes from ``start`` on."""
+        """This output inside a host copy of the block's bytes (any contiguous shape) from ``start`` on."""
         begin = self.offset - start
-        return block[begin : begin + self.size].view(self.dtype).reshape(self.shape)
+        return block.reshape(-1)[begin : begin + self.size].view(self.dtype).reshape(self.shape)
 
 
 @dataclass
@@ -216,9 +216,15 @@ class Renderer:
             raise ConfigError(f"unknown render outputs {unknown}; choose from {', '.join(OUTPUTS)}")
         self.backend = choose_backend(backend, scene.device)
         self.pixel_order = _pixel_order(pixel_order, self.backend, scene.device, width)
+        self.outputs = frozenset({"depth", "status", *outputs} - ({"rgb"} if shading == Shading.NONE else set()))
+        self.layout, block_bytes = _block_layout(set(outputs), self.outputs, n, height, width)
+        """Where each output lies in the device block (``block``), in block order."""
+        # One ray table per distinct camera model (a learning batch's thousands of cameras share one).
+        models: dict = {}
+        ray_table = np.array([models.setdefault(c, len(models)) for c in cameras], np.int32)
         check_fits(
             scene.device,
-            n * width * height * BYTES_PER_PIXEL,
+            block_bytes * (2 if scene.device.is_cpu else 1) + len(models) * width * height * RAY_TABLE_BYTES,
             f"rendering {n} camera(s) of {width}x{height}",
             "use fewer or smaller cameras",
         )
@@ -230,9 +236,6 @@ class Renderer:
         self.threads = 1 if d.is_cuda else max(1, min(threads or default_render_threads(), height))
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="goggles-render") if self.threads > 1 else None
 
-        # One ray table per distinct camera model (a learning batch's thousands of cameras share one).
-        models: dict = {}
-        ray_table = np.array([models.setdefault(c, len(models)) for c in cameras], np.int32)
         tables = np.stack([model.ray_directions() for model in models])  # (m, H, W, 3)
         batch = kernels.CameraBatch()
         batch.rays_C = wp.array(tables, dtype=wp.vec3, device=d)
@@ -264,7 +267,6 @@ class Renderer:
         self._culling, self._culled_any = culling, False
         self._posed_count, self._posed_lists = -1, None  # what render_posed last listed (-1: none)
 
-        self.outputs = frozenset({"depth", "status", *outputs} - ({"rgb"} if shading == Shading.NONE else set()))
         light = Lighting()
         light.shading = int(shading if "rgb" in self.outputs else Shading.NONE)
         sun = np.asarray(sun_W, np.float64)
@@ -284,31 +286,11 @@ class Renderer:
         wanted.normal, wanted.face = "normal_W" in self.outputs, "face" in self.outputs
         self._wanted = wanted
 
-        # Every output lives in one device block, the asked-for ones first and side by side, so that
-        # a reader copies those (``block``) in one transfer. An output never written gets one element.
-        kinds = {  # Warp dtype, its channels; NumPy dtype, the host's channels
-            "status": (wp.int8, (), np.int8, ()),
-            "depth": (float, (), np.float32, ()),
-            "range": (float, (), np.float32, ()),
-            "rgb": (wp.uint8, (3,), np.uint8, (3,)),
-            "segmentation": (wp.int32, (), np.int32, ()),
-            "normal_W": (wp.vec3, (), np.float32, (3,)),
-            "face": (wp.int32, (), np.int32, ()),
-        }
-        asked = set(outputs)
-        order = sorted(kinds, key=lambda name: (name not in asked, name not in self.outputs, name))
-        self.layout: dict[str, BlockSpan] = {}
-        """Where each output lies in ``block``, in block order."""
-        end = 0
-        for name in order:
-            dtype, channels, np_dtype, host_channels = kinds[name]
-            shape = (n, height, width) if name in self.outputs else (1, 1, 1)
-            size = int(np.prod(shape + channels)) * wp.types.type_size_in_bytes(dtype)
-            self.layout[name] = BlockSpan(end, size, np.dtype(np_dtype), shape + host_channels)
-            end = -(-(end + size) // _ALIGN) * _ALIGN
-        self._block = wp.zeros(end, dtype=wp.uint8, device=d)
+        # Every output in one device block (``_block_layout``), in rows of _ALIGN bytes: one Warp dimension
+        # holds fewer than 2**31 elements, and 2048 cameras of 480x270 depth and segmentation take 2.4 GB.
+        self._block = wp.zeros((block_bytes // _ALIGN, _ALIGN), dtype=wp.uint8, device=d)
         out = kernels.ImageBuffers()
-        for name, (dtype, channels, _, _) in kinds.items():
+        for name, (dtype, channels, _, _) in _KINDS.items():
             span = self.layout[name]
             shape = span.shape[:3] + channels
             view = wp.array(ptr=self._block.ptr + span.offset, dtype=dtype, shape=shape, device=d)
@@ -724,13 +706,13 @@ class Renderer:
 
     def block(self, names) -> wp.array:
         """The bytes of the outputs ``names`` (asked for at construction), side by side in the device
-        block: one copy brings all of them (``layout`` says where each lies)."""
+        block, in rows of ``_ALIGN`` bytes: one copy brings all of them (``layout`` says where each lies)."""
         order = list(self.layout)
         places = sorted(order.index(name) for name in names)
         if not places or places[-1] - places[0] + 1 != len(places):
             raise ValueError(f"outputs {sorted(names)} are not side by side: ask for them at construction")
         first, last = self.layout[order[places[0]]], self.layout[order[places[-1]]]
-        return self._block[first.offset : last.offset + last.size]
+        return self._block[first.offset // _ALIGN : -(-(last.offset + last.size) // _ALIGN)]
 
     def images(self) -> Images:
         """Copy the last render's outputs to the host (copies: the next render does not change them)."""
@@ -814,9 +796,44 @@ def _interpolate(T_first: np.ndarray, T_last: np.ndarray, fractions: np.ndarray)
     return R, p_first + fractions[None, :, None] * (T_last[:, None, :3, 3] - p_first)
 
 
-#: Bytes a rendered pixel takes at its peak: ray table, every output on the device, their host copies
-#: and the float64 temporaries of the ray table's construction.
-BYTES_PER_PIXEL = 160
+#: Bytes a pixel of a ray table takes at its peak (one table per distinct camera model): its float32
+#: directions on the device and the float64 temporaries of its construction and its tiles' slopes.
+RAY_TABLE_BYTES = 96
+
+#: Each output's Warp dtype and channels, and its host copy's NumPy dtype and channels.
+_KINDS = {
+    "status": (wp.int8, (), np.int8, ()),
+    "depth": (float, (), np.float32, ()),
+    "range": (float, (), np.float32, ()),
+    "rgb": (wp.uint8, (3,), np.uint8, (3,)),
+    "segmentation": (wp.int32, (), np.int32, ()),
+    "normal_W": (wp.vec3, (), np.float32, (3,)),
+    "face": (wp.int32, (), np.int32, ()),
+}
+
+
+def _block_layout(asked: set[str], written: Collection[str], n: int, height: int, width: int):
+    """Where each output lies in the renderer's one device block, and the block's size in bytes: the
+    outputs ``asked`` for first and side by side, so that a reader copies those (``block``) in one
+    transfer, each ``_ALIGN``-aligned; an output never ``written`` gets one element.
+
+    Raises:
+        ConfigError: an output over 2 GiB, which Warp's kernels cannot index (32-bit byte offsets).
+    """
+    layout: dict[str, BlockSpan] = {}
+    end = 0
+    for name in sorted(_KINDS, key=lambda name: (name not in asked, name not in written, name)):
+        dtype, channels, np_dtype, host_channels = _KINDS[name]
+        shape = (n, height, width) if name in written else (1, 1, 1)
+        size = int(np.prod(shape + channels)) * wp.types.type_size_in_bytes(dtype)
+        if size >= 2**31:
+            raise ConfigError(
+                f"{n} cameras of {width}x{height} need {size / 2**30:.1f} GiB of {name}, over the 2 GiB "
+                "one Warp array can index: render them in smaller batches"
+            )
+        layout[name] = BlockSpan(end, size, np.dtype(np_dtype), shape + host_channels)
+        end = -(-(end + size) // _ALIGN) * _ALIGN
+    return layout, end
 
 
 def _tile_slopes(rays: np.ndarray, tile: int) -> np.ndarray:
