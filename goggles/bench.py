@@ -27,8 +27,8 @@ class RenderBench:
     """(backend, outputs) -> rays per second of the full render; outputs is ``all`` (every output, no
     shadows: the ideal render), ``depth``, ``all+shadows`` (the sun's shadows too),
     ``all+shadows+noise`` (and a camera's noise) or ``all+blur4`` (motion blur of four sub-frames)."""
-    embree_rays_per_s: float
-    """Embree alone: closest hits of the same rays, on the same threads."""
+    embree_rays_per_s: float | None
+    """Embree alone: closest hits of the same rays, on the same threads (None without embreex)."""
     cost_vs_ideal: dict[tuple[str, str], float]
     """(backend, outputs) -> a realistic render's time over the ideal one's (``all``), the median of
     pairs timed back to back (a shared machine's drift cancels within a pair)."""
@@ -42,7 +42,8 @@ class RenderBench:
     """The warp and bvh backends' pixel order (``Renderer.pixel_order``)."""
 
     def ratio(self, backend: str, outputs: str) -> float:
-        return self.rays_per_s[backend, outputs] / self.embree_rays_per_s
+        """Rays per second over Embree's (NaN without embreex)."""
+        return self.rays_per_s[backend, outputs] / (self.embree_rays_per_s or float("nan"))
 
 
 def bench_views(T_WB: np.ndarray, count: int) -> np.ndarray:
@@ -101,16 +102,16 @@ def bench_render(
     with a global-shutter camera's noise and vignetting (``GLOBAL_SHUTTER``), with both, motion blur
     of four sub-frames, and every output with a racing gate 4 m ahead of each view (the actors' path);
     and an OS1-64 LiDAR scans the same world (its cost too against the ideal
-    render). Embree alone only finds the closest hits, on the same number of threads. A backend the
-    device cannot run (Embree on CUDA) is left out. ``bvh`` picks Warp's BVH builder for the static
-    mesh (``goggles.world.BVH_BUILDERS``; default per device), ``pixel_order`` the warp and bvh
-    backends' (``goggles.render.PIXEL_ORDERS``).
+    render). Embree alone only finds the closest hits, on the same number of threads (where embreex is
+    installed). A backend the device cannot run (Embree on CUDA, or without embreex) is left out.
+    ``bvh`` picks Warp's BVH builder for the static mesh (``goggles.world.BVH_BUILDERS``; default per
+    device), ``pixel_order`` the warp and bvh backends' (``goggles.render.PIXEL_ORDERS``).
     """
     import warp as wp
 
     from goggles.frames import camera_pose_from_body
     from goggles.render import CameraModel, Renderer, Shading
-    from goggles.render.embree import EmbreeTracer
+    from goggles.render.embree import EmbreeTracer, embree_available
     from goggles.scene import load_static_scene
     from goggles.scene.gates import gate_shape
     from goggles.sensors.camera_noise import GLOBAL_SHUTTER, CameraNoise
@@ -129,7 +130,7 @@ def bench_render(
     costs: dict[tuple[str, str], float] = {}
     warp_order = "rows"
     for backend in backends:
-        if backend == "embree" and world.device.is_cuda:
+        if backend == "embree" and (world.device.is_cuda or (len(backends) > 1 and not embree_available())):
             continue
         every = {"depth", "range", "rgb", "segmentation", "normal_W", "face"}
         for outputs, chosen, shading, shadows in (
@@ -194,26 +195,28 @@ def bench_render(
         lidar.close()
         ideal_renderer.close()
 
-    embree = EmbreeTracer(scene, threads=used_threads if world.device.is_cpu else threads)
-    rays_C = camera.ray_directions().reshape(-1, 3)
-    origins = [np.broadcast_to(T[:3, 3], rays_C.shape).astype(np.float32) for T in T_WC]
-    directions = [(rays_C @ T[:3, :3].T).astype(np.float32) for T in T_WC]
+    embree_rays_per_s, peer_threads = None, used_threads
+    if embree_available():  # the peer, where it is installed (a GPU machine may have none)
+        embree = EmbreeTracer(scene, threads=used_threads if world.device.is_cpu else threads)
+        rays_C = camera.ray_directions().reshape(-1, 3)
+        origins = [np.broadcast_to(T[:3, 3], rays_C.shape).astype(np.float32) for T in T_WC]
+        directions = [(rays_C @ T[:3, :3].T).astype(np.float32) for T in T_WC]
 
-    def trace_views() -> None:
-        for o, d in zip(origins, directions):
-            embree.trace(o, d)
+        def trace_views() -> None:
+            for o, d in zip(origins, directions):
+                embree.trace(o, d)
 
-    embree_s = _time(trace_views, seconds)
-    embree.close()
+        embree_rays_per_s, peer_threads = views * width * height / _time(trace_views, seconds), embree.threads
+        embree.close()
     return RenderBench(
         rays_per_s=rates,
-        embree_rays_per_s=views * width * height / embree_s,
+        embree_rays_per_s=embree_rays_per_s,
         cost_vs_ideal=costs,
         width=width,
         height=height,
         views=views,
         triangles=scene.num_faces,
-        threads=embree.threads,
+        threads=peer_threads,
         device=str(world.device),
         pixel_order=warp_order,
     )
@@ -291,6 +294,8 @@ class LatencyBench:
     threads (the floor a CPU render cannot go under), or None without embreex."""
     load_average: float
     """The machine's 1-minute load average before the run (the figure means little on a busy machine)."""
+    engine_status: str | None = None
+    """The engine's last status line (its render and frame times: where the latency goes), if it printed one."""
 
 
 def _free_port() -> int:
@@ -363,14 +368,18 @@ max_depth = 50.0
             command += ["--device", device]
         if recorded is not None:
             command.append("--recorded" if recorded else "--no-recorded")
+        # The engine's status lines and errors come through a pipe, read as they come (a pipe not read
+        # fills in minutes and stops the engine); a bench killed outright breaks it, and the engine ends.
         engine = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        said = _Said(engine.stderr)
         client = _DdsClient(domain) if transport == "ros2" else _ZmqClient(endpoints)
         try:
-            sent, arrived = _drive(client, engine, rate, seconds)
+            sent, arrived = _drive(client, engine, rate, seconds, said)
         finally:
             client.close()
             engine.terminate()
             engine.wait(30)
+        lines = [line for line in said.lines() if line.startswith("t=")]
     latencies = [max(both.values()) - sent[utime] for utime, both in arrived.items() if len(both) == 2]
     if not latencies:
         raise GogglesError("no stereo frame came back from the engine")
@@ -382,6 +391,7 @@ max_depth = 50.0
         width=width,
         height=height,
         embree_ms=_embree_stereo_ms(width, height),
+        engine_status=lines[-1] if lines else None,
         load_average=load_average,
     )
 
@@ -494,10 +504,26 @@ def _embree_stereo_ms(width: int, height: int) -> float | None:
 WARMUP_S = 1.0
 
 
-def _drive(client, engine, rate: float, seconds: float):
+class _Said:
+    """What a child process writes to a pipe, read on a thread of its own as it comes."""
+
+    def __init__(self, pipe):
+        import threading
+
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._lines.extend, args=(pipe,), daemon=True)
+        self._reader.start()
+
+    def lines(self) -> list[str]:
+        """The non-empty lines so far (all of them once the child has ended)."""
+        self._reader.join(timeout=5.0)
+        return [line.strip() for line in list(self._lines) if line.strip()]
+
+
+def _drive(client, engine, rate: float, seconds: float, said: _Said):
     """Send poses at ``rate`` (after the engine answers and ``WARMUP_S`` of poses not timed) and
     collect arrival times by pose utime (``client``: ``send_pose(position) -> utime``,
-    ``receive(timeout) -> (channel, pose utime) | None``)."""
+    ``receive(timeout) -> (channel, pose utime) | None``); ``said``: what the engine wrote."""
     sent: dict[int, float] = {}
     arrived: dict[int, dict[str, float]] = {}
 
@@ -514,8 +540,8 @@ def _drive(client, engine, rate: float, seconds: float):
     deadline = time.perf_counter() + 120
     while client.receive(timeout=0.5) is None:
         if engine.poll() is not None or time.perf_counter() > deadline:
-            said = [line for line in engine.stderr.read().splitlines() if line.strip()]
-            raise GogglesError(f"the engine did not start: {said[-1] if said else 'it said nothing'}")
+            lines = said.lines()
+            raise GogglesError(f"the engine did not start: {lines[-1] if lines else 'it said nothing'}")
     period = 1.0 / rate
     start = time.perf_counter()
     k = 0

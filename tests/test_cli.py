@@ -110,6 +110,7 @@ def test_bench_render_reports_every_backend_and_bare_embree():
         # collapse is a failure here: with 0.05 s per figure on a loaded machine either side can read a few
         # times fast or slow (5.2x "faster than Embree" once), which is for the benchmark, not a test, to judge.
         assert float(fields["rays_per_s"]) > 1e4 and float(fields["ratio"]) > 0.02
+
         # A realistic render's (and a LiDAR scan's) cost over the ideal one: blur draws 4 sub-frames.
         assert ("cost_vs_ideal" in fields) == (
             fields["outputs"].startswith("all+") or fields["outputs"] == "lidar-os1-64"
@@ -131,6 +132,22 @@ def test_bench_render_reports_every_backend_and_bare_embree():
         "0.05",
     )
     assert "scene: 2048 triangles" in terrain.stdout and "backend=warp" not in terrain.stdout
+
+
+def test_bench_render_without_embree_still_reports_goggles_backends(monkeypatch, capsys):
+    """A machine without embreex (the GPU machine this was first run on) gets every goggles figure,
+    says that the peer is missing, and ratios of nan, instead of an error after a minute of renders."""
+    import goggles.render.embree
+    from goggles.cli import main
+
+    monkeypatch.setattr(goggles.render.embree, "embree_available", lambda: False)
+    argv = ["bench", "render", "--width", "32", "--height", "24", "--views", "2", "--seconds", "0.02"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    lines = [dict(item.split("=") for item in line.split()) for line in out.splitlines() if "=" in line]
+    assert lines[-1] == {"embree_rays_per_s": "nan"} and "embreex is not installed" in out
+    assert {f["backend"] for f in lines[:-1]} == {"warp", "bvh"}
+    assert all(float(f["rays_per_s"]) > 1e4 and f["ratio"] == "nan" for f in lines[:-1])
 
 
 def test_fly_writes_the_trajectory_csv(tmp_path):

@@ -22,7 +22,7 @@ def add_parser(commands) -> None:
         "(closest hits only, embreex) on the same number of threads. "
         "One line per render: 'backend=<b> outputs=<kind> rays_per_s=<r> ratio=<r/embree>' (the realistic ones "
         "and the LiDAR also give cost_vs_ideal, their time over the ideal render's: the median of pairs timed back "
-        "to back); the last line is 'embree_rays_per_s=<embree>'.",
+        "to back); the last line is 'embree_rays_per_s=<embree>' (nan where embreex is not installed).",
     )
     add_camera_args(bench_render, 640, 480)
     bench_render.add_argument(
@@ -189,7 +189,9 @@ def cmd_bench_render(args) -> int:
             f"backend={backend} outputs={outputs} rays_per_s={rate:.0f} ratio={result.ratio(backend, outputs):.3f}"
             + cost
         )
-    print(f"embree_rays_per_s={result.embree_rays_per_s:.0f}")
+    if result.embree_rays_per_s is None:
+        print("no Embree peer: embreex is not installed (pip install embreex); ratios are nan")
+    print(f"embree_rays_per_s={result.embree_rays_per_s or float('nan'):.0f}")
     return 0
 
 
@@ -231,6 +233,8 @@ def cmd_bench_latency(args) -> int:
         if result.embree_ms is not None:
             print(f"bare Embree tracing the same stereo rays (no depth, no transport): {result.embree_ms:.2f} ms")
         print(f"load average before the run: {result.load_average:.2f} (on {os.cpu_count()} cores)")
+        if result.engine_status:
+            print(f"the engine's last status: {result.engine_status}")
         print(
             f"transport={transport} p50_ms={result.p50_ms:.2f} p99_ms={result.p99_ms:.2f} "
             f"width={result.width} height={result.height}"
