@@ -76,3 +76,39 @@ def test_every_kernel_module_is_checked():
     for name in MODULES:
         importlib.import_module(name)
         assert wp.get_module(name).options["enable_backward"] is False, name
+
+
+def _calls_without_a_device(source: str, path: str) -> list[str]:
+    """Warp calls in ``source`` that would fall to Warp's default device: launches, and allocations
+    with a size or data (a bare ``wp.array(dtype=...)`` is a type annotation)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source, path)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if not (isinstance(node.func.value, ast.Name) and node.func.value.id == "wp"):
+            continue
+        keywords = {k.arg for k in node.keywords}
+        allocates = node.func.attr in ("zeros", "empty", "full", "ones") or (
+            node.func.attr == "array" and (node.args or keywords & {"data", "ptr", "shape"})
+        )
+        if (node.func.attr == "launch" or allocates) and "device" not in keywords:
+            found.append(f"{path}:{node.lineno}: wp.{node.func.attr}(...) names no device")
+    return found
+
+
+def test_every_launch_and_allocation_names_its_device():
+    """On a machine with a GPU, Warp's default device is CUDA: a launch or an allocation that names no
+    device lands there while the rest of a CPU world stays on the CPU. The H100 run found one (the
+    rosette LiDAR's kernel, launched on CUDA with a CPU table: an illegal address that broke every CUDA
+    test after it in that process); on a machine without a GPU nothing else would."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "goggles"
+    found = [f for p in sorted(root.rglob("*.py")) for f in _calls_without_a_device(p.read_text(), str(p))]
+    assert found == []
+    assert _calls_without_a_device("wp.launch(k, dim=1)\nwp.zeros(3)\nwp.array(dtype=float)\n", "x.py") == [
+        "x.py:1: wp.launch(...) names no device",
+        "x.py:2: wp.zeros(...) names no device",
+    ]

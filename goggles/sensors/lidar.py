@@ -212,7 +212,8 @@ class Lidar:
             low, high = np.radians(self.model.elevations_deg)
             first = float(self._scan * self.model.columns)
             rays = self.renderer.rays_C
-            wp.launch(rosette_rays_kernel, dim=self.model.columns, inputs=[first, low, high], outputs=[rays])
+            d = self.renderer.device  # named: on a machine with a GPU, Warp's default device is CUDA
+            wp.launch(rosette_rays_kernel, dim=self.model.columns, inputs=[first, low, high], outputs=[rays], device=d)
             directions = rays.numpy()[0].copy()
         self._scan += 1
         self.renderer.render(T_start, T_end, [carrier])
