@@ -60,7 +60,9 @@ def images(path) -> dict:
     return out
 
 
-def record_run(tmp_path, name="flight.mcap", duration=1.0, device="cpu") -> Path:
+def record_run(tmp_path, name="flight.mcap", duration=1.0, device=None) -> Path:
+    """A second of the test run file flown and recorded on ``device`` (None: Warp's default, as a replay's is:
+    CUDA where there is a GPU, so a replay without a device re-renders on the device that recorded)."""
     from goggles.config import load_run_config
 
     run_file = tmp_path / "run.toml"

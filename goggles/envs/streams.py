@@ -6,10 +6,14 @@ itself; a caller working on a stream of its own (``with torch.cuda.stream(s)``) 
 implicitly. ``StreamOrder`` makes each side wait for the other where the data changes hands: Warp
 for the caller before it reads the actions or rewrites an observation the caller may still be
 reading, the caller for Warp before it reads what Warp wrote. Each wait is an event on the GPU; the
-host never blocks. On the CPU, and on the default stream, both are no-ops.
+host never blocks. On the CPU, and on the default stream, both are no-ops. torch work of the
+environments' own, between Warp's kernels (the reset mask), runs on Warp's stream (``on_warp``).
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 import warp as wp
@@ -47,3 +51,13 @@ class StreamOrder:
         caller = self._caller()
         if caller is not None:
             caller.wait_stream(wp.get_stream(self._device))
+
+    @contextlib.contextmanager
+    def on_warp(self) -> Iterator[None]:
+        """torch work inside runs on Warp's stream, in order with Warp's kernels before and after it
+        (on the caller's own stream it would race them)."""
+        if not self._device.is_cuda:
+            yield
+            return
+        with torch.cuda.stream(wp.stream_to_torch(wp.get_stream(self._device))):
+            yield

@@ -270,23 +270,24 @@ class DroneVectorEnv(VectorEnv):
             for recorded in self._recordings:
                 recorded.forget()  # the seed is passed by value
         self._streams.warp_waits_for_caller()  # the caller may still be reading the last observations
-        mask = wp.to_torch(self.episodes.mask)
-        if only is None:
-            mask.fill_(1)
-        else:
-            chosen = torch.as_tensor(only, device=self.torch_device)
-            pending = mask.clone()  # next-step autoresets due in the others stay due
-            mask.copy_(chosen.to(mask.dtype))
-            kept = {name: value.clone() for name, value in self._observations.items()}
-        self._start_episodes(np.ones(self.num_envs, bool) if only is None else only)
-        if only is None:
-            mask.zero_()
-        else:
-            mask.copy_(pending * ~chosen)
-        self._observe_recorded(key=self._scene_key)
-        if only is not None:  # the others return what they last observed, not a new draw of its noise
-            for name, value in self._observations.items():
-                value[~chosen] = kept[name][~chosen]
+        with self._streams.on_warp():  # the mask's torch work between Warp's kernels, in their order
+            mask = wp.to_torch(self.episodes.mask)
+            if only is None:
+                mask.fill_(1)
+            else:
+                chosen = torch.as_tensor(only, device=self.torch_device)
+                pending = mask.clone()  # next-step autoresets due in the others stay due
+                mask.copy_(chosen.to(mask.dtype))
+                kept = {name: value.clone() for name, value in self._observations.items()}
+            self._start_episodes(np.ones(self.num_envs, bool) if only is None else only)
+            if only is None:
+                mask.zero_()
+            else:
+                mask.copy_(pending * ~chosen)
+            self._observe_recorded(key=self._scene_key)
+            if only is not None:  # the others return what they last observed, not a new draw of its noise
+                for name, value in self._observations.items():
+                    value[~chosen] = kept[name][~chosen]
         self._streams.caller_waits_for_warp()
         return self._observations, self._info()
 
