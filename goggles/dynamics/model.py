@@ -238,10 +238,7 @@ def vehicle_contact(af: AirframeParams, settings: SimSettings, actors: ActorData
     contact = Contact()
     contact.found = False
     contact.other = -1
-    reach = af.collision_size[0]
-    if af.collision_shape == BOX:
-        reach = wp.length(af.collision_size)
-    near = nearest_surface(settings.world_mesh, actors, x.p, reach)
+    near = nearest_surface(settings.world_mesh, actors, x.p, af.meeting_radius)  # the shape's bounding sphere
     if not near.found:
         return contact
     normal = near.face_normal_W  # the centre on the surface (a vehicle resting on its pad)
