@@ -17,6 +17,7 @@ from goggles.render import Renderer, Shading, stereo_right_offset
 from goggles.schedule import period_steps
 from goggles.sensors.beacons import BeaconSensor, Detection
 from goggles.sensors.camera_noise import CameraNoise
+from goggles.sensors.draws import stream_of
 from goggles.sensors.stereo_depth import StereoDepth
 from goggles.world import Beacon, DeviceScene
 
@@ -78,7 +79,12 @@ class CameraGroup:
         return {o for c in self.cameras for o in c.config.outputs if o in IMAGE_OUTPUTS}
 
     def render(
-        self, T_WC: np.ndarray, moving=None, T_WA: np.ndarray | None = None, carriers: np.ndarray | None = None
+        self,
+        T_WC: np.ndarray,
+        moving=None,
+        T_WA: np.ndarray | None = None,
+        carriers: np.ndarray | None = None,
+        key: int | None = None,
     ) -> tuple[dict[str, np.ndarray], list[Detection]]:
         """Render every camera from its (n, 4, 4) pose. Returns the image outputs any of them publishes,
         (n, H, W[, 3]) each, on the host (copied into memory allocated once, pinned on CUDA, valid until
@@ -93,6 +99,10 @@ class CameraGroup:
         exposure = np.array([c.config.exposure_s for c in self.cameras])
         readout = np.array([c.config.readout_s for c in self.cameras])
         published = self.outputs()
+        if key is not None:
+            for model in (self.depth, self.noise, self.beacons):
+                if model is not None:
+                    model.at(key)
         if published and self._host is None:  # the published outputs lie side by side on the device: one copy
             self._host = HostMirror(self.renderer.block(published))
         # Beacons first: their poses go up from pageable memory, which on CUDA waits for the stream,
@@ -162,6 +172,7 @@ def camera_groups(
     for (_, _, rate), members in by_key.items():
         models = [m.config.model for m, _ in members]
         published = {o for m, _ in members for o in m.config.outputs if o in IMAGE_OUTPUTS}
+        streams = [stream_of(m.channel_prefix) for m, _ in members]  # each eye's noise its own
         renderer = Renderer(
             scene,
             models,
@@ -172,14 +183,15 @@ def camera_groups(
         )
         detector = None
         if any("beacons" in m.config.outputs for m, _ in members):
-            detector = BeaconSensor(scene, beacons, models, seed=seed)
+            detector = BeaconSensor(scene, beacons, models, seed=seed, streams=streams)
         depth = None
         if any(m.config.depth_model is not None for m, _ in members):
             models = [m.config.depth_model for m, _ in members]
-            depth = StereoDepth(models, renderer, [m.config.baseline for m, _ in members], seed=seed)
+            baselines = [m.config.baseline for m, _ in members]
+            depth = StereoDepth(models, renderer, baselines, seed=seed, streams=streams)
         noise = None
         if "rgb" in published and any(m.config.noise_model is not None for m, _ in members):
-            noise = CameraNoise([m.config.noise_model for m, _ in members], renderer, seed=seed)
+            noise = CameraNoise([m.config.noise_model for m, _ in members], renderer, seed=seed, streams=streams)
         period = period_steps(physics_rate, rate, f"camera {members[0][0].vehicle}/{members[0][0].config.name}")
         groups.append(CameraGroup([m for m, _ in members], renderer, period, detector, depth, noise, recorded=recorded))
     return groups

@@ -40,6 +40,7 @@ from goggles.inputs import InputHandler
 from goggles.outputs import Outputs
 from goggles.scene.bvh import load_bvh
 from goggles.schedule import Schedule, period_steps
+from goggles.sensors.draws import stream_of
 from goggles.sensors.lidar import Lidar
 from goggles.sensors.ranges import RangeSensor
 from goggles.status import RateLog, StageTimes, describe_time, status_line
@@ -171,8 +172,19 @@ class Engine:
             backend=backend,
             recorded=recorded,
         )
-        self.range_sensors = [(c, RangeSensor(self.world, c.model, seed=config.seed)) for c in config.range_sensors]
-        self.lidars = [(c, Lidar(self.world, c.model, backend=backend)) for c in config.lidars]
+        self.range_sensors = [
+            (c, RangeSensor(self.world, c.model, seed=config.seed, stream=stream_of(f"{c.vehicle}/{c.name}")))
+            for c in config.range_sensors
+        ]
+        self.lidars = [
+            (
+                c,
+                Lidar(
+                    self.world, c.model, backend=backend, seed=config.seed, stream=stream_of(f"{c.vehicle}/{c.name}")
+                ),
+            )
+            for c in config.lidars
+        ]
         self.buses = open_buses(config)
         self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)
         self.inputs = InputHandler(
@@ -493,11 +505,11 @@ class Engine:
         t = time.perf_counter()
         carriers = self._carriers(c.vehicle for c in group.cameras)
         poses = np.stack([self._camera_pose(c) for c in group.cameras])
+        utime = self._utime() if self.mode != ClockMode.LIVE else time.time_ns() // 1000
         images, detections = group.render(
-            poses, lambda dt: self._camera_poses_after(group, poses, dt), self.built.gate_poses, carriers
+            poses, lambda dt: self._camera_poses_after(group, poses, dt), self.built.gate_poses, carriers, key=utime
         )
         self.times.add("render", time.perf_counter() - t)
-        utime = self._utime() if self.mode != ClockMode.LIVE else time.time_ns() // 1000
         pose_utimes = [
             self.vehicles[c.vehicle].pose_utime if self.vehicles[c.vehicle].sim is None else utime
             for c in group.cameras
@@ -511,7 +523,8 @@ class Engine:
         carriers = self._carriers([config.vehicle])
         T_WS = self.vehicles[config.vehicle].pose(self.config.extrapolate) @ config.T_BS
         name = f"{config.vehicle}/{config.name}"
-        self.outputs.ranges(name, config.model, sensor.measure(T_WS[None], carriers)[0].ravel(), self._utime())
+        utime = self._utime()
+        self.outputs.ranges(name, config.model, sensor.measure(T_WS[None], carriers, key=utime)[0].ravel(), utime)
         self.rates.note(name, self.step * self.dt)
 
     def _publish_lidar(self, config, lidar) -> None:
@@ -521,9 +534,10 @@ class Engine:
         T_WB = vehicle.pose(self.config.extrapolate)
         last = (lidar.model.columns - 1) / (lidar.model.columns * lidar.model.rate_hz)  # the last firing
         carrier = -1 if carriers is None else int(carriers[0])
-        scan = lidar.scan(T_WB @ config.T_BS, pose_after(vehicle, T_WB, last) @ config.T_BS, carrier)
+        utime = self._utime()
+        scan = lidar.scan(T_WB @ config.T_BS, pose_after(vehicle, T_WB, last) @ config.T_BS, carrier, utime)
         name = f"{config.vehicle}/{config.name}"
-        self.outputs.lidar(name, config.model, scan, self._utime())
+        self.outputs.lidar(name, config.model, scan, utime)
         self.rates.note(name, self.step * self.dt)
 
     def _touch(self, vehicle: Vehicle, contact, utime: int | None) -> None:

@@ -12,6 +12,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+import numpy as np
+
 import goggles_lcm
 from goggles.clock import came_late
 from goggles.dynamics import ControlMode
@@ -166,6 +168,7 @@ class InputHandler:
             self.counters.ignored += 1
             return False
         vehicle.set_pose(transform(message.position, message.orientation), message.header.utime)
+        vehicle.motion = (np.array(message.velocity), np.array(message.angular_velocity))
         return True
 
     def _edit(self, message) -> None:

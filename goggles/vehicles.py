@@ -53,6 +53,9 @@ class Vehicle:
     """Live mode: ``time.monotonic()`` when the last pose came from the bus (None: none yet)."""
     untested: list[tuple[np.ndarray, int]] = field(default_factory=list)
     """The poses from outside taken since the engine last tested them for contacts, with their utimes."""
+    motion: tuple[np.ndarray, np.ndarray] | None = None
+    """Replay of a simulated flight: the recorded state's velocity (world, m/s) and body rates (rad/s)
+    at the pose, which carry the pose through an exposure as the simulator's did."""
 
     def set_pose(self, T_WB: np.ndarray, utime: int) -> None:
         """A pose from outside: a recording's, or the bus's (``take_live_pose``)."""
@@ -98,13 +101,15 @@ class Vehicle:
 
 def pose_after(vehicle: Vehicle, T_WB: np.ndarray, dt: float) -> np.ndarray:
     """``T_WB`` moved ``dt`` seconds along the vehicle's present motion (velocity and body rates of a
-    simulated vehicle; a live one's last two poses): the poses a camera sees during an exposure, and
-    a live pose carried forward."""
+    simulated vehicle, or of its recorded state in a replay; a live one's last two poses): the poses a
+    camera sees during an exposure, and a live pose carried forward."""
     import cv2
 
     if vehicle.sim is not None:
         s = vehicle.sim.states()
         velocity, turn_W = s.velocity[vehicle.row], T_WB[:3, :3] @ s.rates[vehicle.row]
+    elif vehicle.motion is not None:
+        velocity, turn_W = vehicle.motion[0], T_WB[:3, :3] @ vehicle.motion[1]
     elif vehicle.previous is not None and vehicle.pose_utime > vehicle.previous[1]:
         T0, u0 = vehicle.previous
         span = (vehicle.pose_utime - u0) * 1e-6

@@ -21,14 +21,16 @@ from tests.conftest import quad, scene_of
 CAMERA = CameraModel(160, 120, 360.9, 360.9, 79.5, 59.5, max_depth=2000.0)
 
 
-def wall_depth(device, distance: float, model, seed=0, frames=1):
+def wall_depth(device, distance: float, model, seed=0, frames=1, camera=CAMERA, keys=None):
     half = 10.0 * distance  # wide enough to fill the view at any distance
     wall = quad([[distance, half, -half], [distance, -half, -half], [distance, -half, half], [distance, half, half]])
-    renderer = Renderer(DeviceScene(scene_of((wall, 1)), device), [CAMERA], outputs={"depth"}, shading=Shading.NONE)
+    renderer = Renderer(DeviceScene(scene_of((wall, 1)), device), [camera], outputs={"depth"}, shading=Shading.NONE)
     noise = StereoDepth([model], renderer, [None], seed=seed)
     out = []
-    for _ in range(frames):
+    for frame in range(frames):
         renderer.render(camera_pose_from_body(np.eye(4))[None])
+        if keys is not None:
+            noise.at(keys[frame])
         noise.apply()
         out.append(renderer.buffers.depth.numpy()[0].copy())
     renderer.close()
@@ -75,6 +77,28 @@ def test_noise_is_seeded_and_new_every_frame(device):
     again = wall_depth(device, 3.0, D435, seed=5, frames=2)
     assert np.array_equal(first[0], again[0]) and np.array_equal(first[1], again[1])
     assert not np.array_equal(first[0], first[1])
+
+
+def test_noise_is_a_function_of_the_frames_key_not_of_the_frames_before(device):
+    """A replay renders the same instants, not always after the same frames (the run's warm-up)."""
+    keys = [0, 33333, 66667]
+    run = wall_depth(device, 3.0, D435, seed=5, frames=3, keys=keys)
+    replay = wall_depth(device, 3.0, D435, seed=5, frames=2, keys=keys[1:])
+    assert np.array_equal(run[1], replay[0]) and np.array_equal(run[2], replay[1])
+    assert not np.array_equal(run[1], run[2])
+    other_seed = wall_depth(device, 3.0, D435, seed=6, frames=1, keys=keys[1:])
+    assert not np.array_equal(other_seed[0], replay[0])
+
+
+@pytest.mark.parametrize("distance", [40.0, 49.6])
+def test_measured_depth_stays_within_the_cameras_limits(device, distance):
+    """REP 118: beyond the camera's range reads +inf, after the noise too. At 50 m a D435 at f = 361 px
+    has σ_Z = 11 m and disparity steps of 4-12 m: without the limit many pixels read up to 70 m."""
+    camera = dataclasses.replace(CAMERA, min_depth=0.3, max_depth=50.0)
+    (depth,) = wall_depth(device, distance, D435, seed=1, camera=camera)
+    finite = depth[np.isfinite(depth)]
+    assert finite.size > 100 and finite.max() <= 50.0 and finite.min() >= 0.3
+    assert np.isposinf(depth).sum() > 100  # measured beyond the range: too far, not clamped to 50
 
 
 def test_run_files_name_the_depth_model():

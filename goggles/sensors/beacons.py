@@ -21,6 +21,7 @@ from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, collect
 from goggles.render.camera import CameraModel
 from goggles.render.projection import distortion5, inside_image, project_point
+from goggles.sensors.draws import host_generator
 from goggles.world import Beacon, DeviceScene
 from goggles.world.queries import ActorData, Carriers, Hit, closer_actor_hit
 
@@ -139,6 +140,10 @@ class BeaconSensor:
         cameras: the cameras (any sizes and distortions).
         noise: optional detector noise.
         seed: seed of the noise (reproducible).
+        streams: per camera, its noise stream (``draws.stream_of`` its name); None: the cameras' indices.
+
+    Each ``read`` draws the next detection's noise; ``at(key)`` chooses the detection (its sim time),
+    so a replay draws what the run drew at that instant.
     """
 
     def __init__(
@@ -149,6 +154,7 @@ class BeaconSensor:
         *,
         noise: BeaconNoise | None = None,
         seed: int = 0,
+        streams=None,
     ):
         for b in beacons:
             if checks.finite_vector(b.position, 3) is None or not (b.actor is None or checks.is_whole(b.actor, 0)):
@@ -167,7 +173,8 @@ class BeaconSensor:
         self.noise = noise or BeaconNoise()
         if not (self.noise.pixel_sigma >= 0 and 0 <= self.noise.dropout <= 1 and self.noise.false_positives >= 0):
             raise ConfigError(f"beacon noise {self.noise} needs sigma >= 0, 0 <= dropout <= 1, false positives >= 0")
-        self._rng = np.random.default_rng(seed)
+        self._seed, self._key = int(seed), 0
+        self._streams = list(range(len(cameras)) if streams is None else streams)
         d = scene.device
         n, m = len(cameras), max(1, len(self.beacons))
         self._intrinsics = wp.array([(c.fx, c.fy, c.cx, c.cy) for c in cameras], dtype=wp.vec4, device=d)
@@ -244,28 +251,34 @@ class BeaconSensor:
         self._results.enqueue()
         return self._results
 
+    def at(self, key: int) -> None:
+        """Make the next ``read`` draw detection ``key``'s noise (its sim time, µs)."""
+        self._key = int(key)
+
     def read(self) -> list[Detection]:
         """The detections of the last ``launch``, once its copy is collected; noise drawn here."""
+        key, self._key = self._key, self._key + 1
+        rngs = [host_generator(self._seed, stream, key) for stream in self._streams]
         if not self._launched:
-            return self._false_positives([])
+            return self._false_positives([], rngs)
         out = self._results.array
         uv, distance = out[..., :2], out[..., 2]
         visible = distance > 0.0
         detections = []
         noise = self.noise
-        for c in range(len(self.cameras)):
+        for c, rng in enumerate(rngs):
             for b, beacon in enumerate(self.beacons):
-                if not visible[c, b] or (noise.dropout and self._rng.random() < noise.dropout):
+                if not visible[c, b] or (noise.dropout and rng.random() < noise.dropout):
                     continue
-                u, v = (uv[c, b] + self._rng.normal(0.0, noise.pixel_sigma, 2)) if noise.pixel_sigma else uv[c, b]
+                u, v = (uv[c, b] + rng.normal(0.0, noise.pixel_sigma, 2)) if noise.pixel_sigma else uv[c, b]
                 detections.append(Detection(beacon.id, c, float(u), float(v), float(distance[c, b])))
-        return self._false_positives(detections)
+        return self._false_positives(detections, rngs)
 
-    def _false_positives(self, detections: list[Detection]) -> list[Detection]:
+    def _false_positives(self, detections: list[Detection], rngs) -> list[Detection]:
         if not self.noise.false_positives:
             return detections
-        for c, camera in enumerate(self.cameras):
-            for k in range(self._rng.poisson(self.noise.false_positives)):
-                u, v = self._rng.uniform([-0.5, -0.5], [camera.width - 0.5, camera.height - 0.5])
+        for c, (camera, rng) in enumerate(zip(self.cameras, rngs)):
+            for k in range(rng.poisson(self.noise.false_positives)):
+                u, v = rng.uniform([-0.5, -0.5], [camera.width - 0.5, camera.height - 0.5])
                 detections.append(Detection(f"false/{k}", c, float(u), float(v), float("nan")))
         return sorted(detections, key=lambda d: (d.camera, d.id))

@@ -19,7 +19,7 @@ import warp as wp
 
 from goggles.busy import load_kernels
 from goggles.errors import ConfigError
-from goggles.sensors.draws import NoiseDraws, draw_seed
+from goggles.sensors.draws import NoiseDraws, draw_state
 
 wp.set_module_options({"enable_backward": False})
 
@@ -71,6 +71,7 @@ def camera_noise_kernel(
     vignetting: wp.array(dtype=float),
     normal_table: wp.array(dtype=float),
     draws: wp.array(dtype=wp.int64),
+    streams: wp.array(dtype=wp.int32),
     row_stride: int,
     row_offset: int,
     span: int,
@@ -84,13 +85,13 @@ def camera_noise_kernel(
         return  # an ideal camera
     width = rgb.shape[2]
     read = read_noise[c]
-    seed = draw_seed(draws)
+    stream = streams[c]
     table = ray_table[c]
     for column in range(span):
         x = block * span + column
         cos_theta = rays_C[table, y, x][2]
         falloff = 1.0 - vignetting[c] * (1.0 - cos_theta * cos_theta * cos_theta * cos_theta)
-        state = wp.rand_init(seed, (c * rgb.shape[1] + y) * width + x)
+        state = draw_state(draws, stream, y * width + x)
         # Three standard normals from one random word: three 10-bit indices into a table of the normal
         # distribution's quantiles (an image's noise needs no finer draws, and this costs no logarithm).
         bits = int(wp.randi(state))
@@ -108,9 +109,11 @@ def camera_noise_kernel(
 
 
 class CameraNoise:
-    """Applies camera noise models to a renderer's colour, per camera of its batch (None: left ideal)."""
+    """Applies camera noise models to a renderer's colour, per camera of its batch (None: left ideal).
+    ``streams``: each camera's noise stream (``draws.stream_of`` its name); None: the cameras' indices.
+    Each ``apply`` draws the next frame's noise; ``at(key)`` chooses the frame (its sim time)."""
 
-    def __init__(self, models, renderer, seed: int = 0):
+    def __init__(self, models, renderer, seed: int = 0, streams=None):
         device = renderer.device
         self.active = any(m is not None for m in models)
         self._renderer = renderer
@@ -120,14 +123,20 @@ class CameraNoise:
         self._vignetting = wp.array([m.vignetting if m else 0.0 for m in models], dtype=float, device=device)
         self._normals = wp.array(_normal_quantiles(1024), dtype=float, device=device)
         self._draws = NoiseDraws(seed, device)
+        streams = range(len(models)) if streams is None else streams
+        self._streams = wp.array(list(streams), dtype=wp.int32, device=device)
         load_kernels(camera_noise_kernel.module, device)
+
+    def at(self, key: int) -> None:
+        """Make the next ``apply`` draw frame ``key``'s noise (its sim time, µs)."""
+        self._draws.at(key)
 
     def apply(self) -> None:
         """Expose the renderer's last colour image in place."""
         if not self.active:
             return
         r = self._renderer
-        noise = [self._well, self._read, self._scale, self._vignetting, self._normals, self._draws.array]
+        noise = [self._well, self._read, self._scale, self._vignetting, self._normals, self._draws.array, self._streams]
         inputs = [r.rays_C, r.ray_table, *noise]
         r.launch_rows(camera_noise_kernel, inputs, [r.buffers.rgb])
         self._draws.next()

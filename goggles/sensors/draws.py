@@ -1,12 +1,18 @@
-"""A sensor's noise draws, counted on the device.
+"""A sensor's noise draws: a function of the seed, the sensor and the measurement, never of the order.
 
-Each measurement draws new noise, the same on a rerun, while every kernel argument stays the same from
-one measurement to the next: the seed and the draw count live in a device array, so recorded work
-(``goggles.captured``) replays a noisy sensor correctly. Draw k of seed s uses the kernel seed
-(s * 1 000 003 + k) mod 2^31.
+A measurement's noise comes from three numbers: the run's seed, the sensor's stream (each camera,
+range sensor or LiDAR its own: ``stream_of`` its channel name, or an environment's index) and the
+draw's key (the measurement's sim time in µs where the engine measures, so a replay that renders the
+same instant draws the same noise whatever it rendered before; a count of draws where a learning
+environment steps). The seed and the key live in a device array, so recorded work
+(``goggles.captured``) replays a noisy sensor correctly: ``at(key)`` is a copy to the device made
+before the recorded work, ``next()`` a kernel inside it. ``draw_state`` hashes the seed, the stream,
+both halves of the 64-bit key and the element's index through Warp's PCG (``wp.rand_init``).
 """
 
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 import warp as wp
@@ -16,13 +22,23 @@ from goggles.busy import load_kernels
 wp.set_module_options({"enable_backward": False})
 
 _MODULUS = 2**31
-_MODULUS_IN_KERNELS = wp.constant(wp.int64(_MODULUS))
+_LOW_BITS = wp.constant(wp.int64(_MODULUS - 1))
+
+
+def stream_of(name: str) -> int:
+    """A sensor's noise stream from its name (``<vehicle>/<camera>``): 31 bits of its CRC-32, the
+    same on every run and machine, so a sensor keeps its noise when others are added or removed."""
+    return zlib.crc32(name.encode("utf-8")) & 0x3FFFFFFF  # 30 bits: a batch adds its index
 
 
 @wp.func
-def draw_seed(draws: wp.array(dtype=wp.int64)) -> int:
-    """The present draw's 31-bit kernel seed (``draws``: a ``NoiseDraws.array``)."""
-    return int((draws[0] * wp.int64(1000003) + draws[1]) % _MODULUS_IN_KERNELS)
+def draw_state(draws: wp.array(dtype=wp.int64), stream: int, index: int) -> wp.uint32:
+    """The random state of element ``index`` (a pixel, a beam) of sensor ``stream`` in the present draw."""
+    key = draws[1]
+    state = wp.rand_init(int(draws[0]), stream)
+    state = wp.rand_init(wp.randi(state), int(key & _LOW_BITS))
+    state = wp.rand_init(wp.randi(state), int(key >> wp.int64(31)))
+    return wp.rand_init(wp.randi(state), index)
 
 
 @wp.kernel
@@ -31,21 +47,29 @@ def next_draw_kernel(draws: wp.array(dtype=wp.int64)):
 
 
 class NoiseDraws:
-    """A seed and how many draws it has made, on ``device``: kernels read ``draw_seed(array)``, then
-    ``next()`` moves on (after every kernel of the measurement has read it)."""
+    """A seed and the present draw's key, on ``device``: kernels read ``draw_state(array, stream, i)``;
+    ``at(key)`` chooses the draw (a measurement's time), ``next()`` moves to the following one (after
+    every kernel of the measurement has read it)."""
 
     def __init__(self, seed: int, device):
         self.device = wp.get_device(device)
-        self.array = wp.array(self._start(seed), dtype=wp.int64, device=self.device)
+        self._seed = int(seed) % _MODULUS  # 31 bits: Warp's seeds are int32
+        self.array = wp.array(np.array([self._seed, 0], np.int64), dtype=wp.int64, device=self.device)
         load_kernels(next_draw_kernel.module, self.device)
 
     def reseed(self, seed: int) -> None:
         """Draw from ``seed`` again, from its first draw (a host-to-device copy: outside recorded work)."""
-        self.array.assign(self._start(seed))
+        self._seed = int(seed) % _MODULUS
+        self.at(0)
+
+    def at(self, key: int) -> None:
+        """Make the next measurement draw ``key``'s noise (a host-to-device copy: outside recorded work)."""
+        self.array.assign(np.array([self._seed, int(key)], np.int64))
 
     def next(self) -> None:
         wp.launch(next_draw_kernel, dim=1, inputs=[self.array], device=self.device)
 
-    @staticmethod
-    def _start(seed: int) -> np.ndarray:
-        return np.array([int(seed) % _MODULUS, 0], np.int64)  # reduced: no overflow in the product
+
+def host_generator(seed: int, stream: int, key: int) -> np.random.Generator:
+    """The host's random generator of one measurement (beacon noise), keyed as the device's draws are."""
+    return np.random.default_rng([int(seed) % _MODULUS, int(stream), int(key) & (2**64 - 1)])

@@ -17,7 +17,7 @@ from goggles import checks
 from goggles.busy import load_kernels
 from goggles.errors import ConfigError
 from goggles.host_copies import HostMirror, fetch
-from goggles.sensors.draws import NoiseDraws, draw_seed
+from goggles.sensors.draws import NoiseDraws, draw_state
 from goggles.world import DeviceScene
 from goggles.world.queries import ActorData, Carriers, closer_actor_hit, static_hit
 
@@ -104,7 +104,7 @@ def measure_ranges_kernel(
     else:
         reading = hit.t
         if sigma > 0.0:
-            rng = wp.rand_init(draw_seed(draws), (first_sensor + s) * directions_S.shape[0] + z)
+            rng = draw_state(draws, first_sensor + s, z)
             reading += sigma * wp.randn(rng)
         out_range[s, z] = reading
 
@@ -115,27 +115,33 @@ class RangeSensor:
     Args:
         scene: the world (static scene and placed actors).
         model: the sensor model (your own, or a ``PRESETS`` name).
-        seed: seed of the noise; every ``measure`` call draws new noise, reproducibly.
+        seed: seed of the noise; every ``measure`` call draws new noise, reproducibly, or the noise of
+            the measurement it names (``key``: its sim time).
         noise: False to read true ranges.
+        stream: the first pose's noise stream (``draws.stream_of`` the sensor's name); pose i's is
+            ``stream + i``.
     """
 
-    def __init__(self, scene: DeviceScene, model: RangeSensorModel | str, *, seed: int = 0, noise: bool = True):
+    def __init__(
+        self, scene: DeviceScene, model: RangeSensorModel | str, *, seed: int = 0, noise: bool = True, stream: int = 0
+    ):
         self.scene = scene
         self.model = model = range_sensor_model(model)
         self.noise = noise
         d = scene.device
-        self._draws = NoiseDraws(seed, d)
+        self._draws, self._stream = NoiseDraws(seed, d), int(stream)
         self._directions = wp.array(model.directions().reshape(-1, 3), dtype=wp.vec3, device=d)
         self._buffers: dict[int, tuple] = {}
         load_kernels(measure_ranges_kernel.module, d)  # compiled now, not inside the first reading
         """Per batch size: the pose and reading arrays, allocated once (a sensor fires many times)."""
 
-    def measure(self, T_WS: np.ndarray, carriers: np.ndarray | None = None) -> np.ndarray:
+    def measure(self, T_WS: np.ndarray, carriers: np.ndarray | None = None, key: int | None = None) -> np.ndarray:
         """Readings from ``T_WS`` (n, 4, 4) sensor poses (beam along each pose's +z).
 
         Args:
             carriers: (n,) the actor instance carrying each pose's sensor (its vehicle's body, which
                 it does not see), -1 none; None: none carries any.
+            key: the measurement whose noise to draw (its sim time, µs); None: the one after the last.
 
         Returns:
             (n, rows, cols) float32 metres, REP 117 values.
@@ -148,6 +154,8 @@ class RangeSensor:
             self._buffers[n] = (R_WS, p_WS, Carriers(n, d, "range sensor poses"), out, HostMirror(out))
         R_WS, p_WS, carried_by, out, host = self._buffers[n]
         on_device = carried_by.set(carriers)
+        if key is not None:
+            self._draws.at(key)
         R_WS.assign(T_WS[:, :3, :3].astype(np.float32))
         p_WS.assign(T_WS[:, :3, 3].astype(np.float32))
         wp.launch(
@@ -163,7 +171,7 @@ class RangeSensor:
                 self.model.max_range,
                 self.model.sigma if self.noise else 0.0,
                 self._draws.array,
-                0,
+                self._stream,
                 on_device,
             ],
             outputs=[out],

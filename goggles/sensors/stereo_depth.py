@@ -5,8 +5,10 @@ baseline in metres) and reports Z = f·B/d. So the model works on d: Gaussian su
 σ_d pixels, rounding to the device's subpixel step, and invalid pixels where d leaves what the
 device can measure — beyond its disparity search range (closer than f·B/range: −inf, REP 118) or
 below one subpixel step (too far to tell from infinity: +inf). The depth error that follows grows
-with the square of depth, σ_Z = Z²·σ_d/(f·B), as real stereo cameras' does. Applied on the device
-right after the render (no host copy), seeded per frame.
+with the square of depth, σ_Z = Z²·σ_d/(f·B), as real stereo cameras' does. The camera's own limits
+still hold after the noise (REP 118): a measured depth beyond its ``max_depth`` reads +inf, closer than
+its ``min_depth`` −inf. Applied on the device right after the render (no host copy), drawn per
+camera and frame (``goggles.sensors.draws``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import warp as wp
 
 from goggles.busy import load_kernels
 from goggles.errors import ConfigError
-from goggles.sensors.draws import NoiseDraws, draw_seed
+from goggles.sensors.draws import NoiseDraws, draw_state
 
 wp.set_module_options({"enable_backward": False})
 
@@ -61,8 +63,9 @@ def stereo_depth_kernel(
     sigma: wp.array(dtype=float),
     step: wp.array(dtype=float),
     search: wp.array(dtype=float),
+    limits: wp.array(dtype=wp.vec2),
     draws: wp.array(dtype=wp.int64),
-    first_camera: int,
+    streams: wp.array(dtype=wp.int32),
     row_stride: int,
     row_offset: int,
     span: int,
@@ -75,7 +78,8 @@ def stereo_depth_kernel(
     if fb <= 0.0:
         return  # no model on this camera
     width = depth.shape[2]
-    seed = draw_seed(draws)
+    stream = streams[c]
+    near, far = limits[c][0], limits[c][1]
     for column in range(span):
         x = block * span + column
         z = depth[c, y, x]
@@ -83,17 +87,18 @@ def stereo_depth_kernel(
             continue  # already invalid (REP 118 values stay)
         d = fb / z
         if sigma[c] > 0.0:
-            state = wp.rand_init(seed, ((first_camera + c) * depth.shape[1] + y) * width + x)
+            state = draw_state(draws, stream, y * width + x)
             d = d + sigma[c] * wp.randn(state)
         q = step[c]
         if q > 0.0:
             d = wp.round(d / q) * q
-        if d > search[c]:
+        measured = fb / d
+        if d > search[c] or measured < near:
             depth[c, y, x] = -wp.inf
-        elif d < wp.max(q, 1.0e-6):
+        elif d < wp.max(q, 1.0e-6) or measured > far:
             depth[c, y, x] = wp.inf
         else:
-            depth[c, y, x] = fb / d
+            depth[c, y, x] = measured
 
 
 class StereoDepth:
@@ -103,12 +108,15 @@ class StereoDepth:
         models: per camera, a model or None (left exact).
         renderer: the ``goggles.render.Renderer`` whose depth is re-measured (its cameras' fx).
         baselines: per camera, the rig's baseline in metres, or None (a mono camera: the model's).
-        seed: seed of the noise; each ``apply`` draws anew, reproducibly.
-        first_camera: the index of the batch's first camera in the noise streams (a slice of a larger
-            batch draws exactly that slice's noise).
+        seed: seed of the noise.
+        streams: per camera, its noise stream (``draws.stream_of`` its name, or an environment's
+            index); None: the cameras' indices from ``first_camera`` (a slice of a larger batch draws
+            exactly that slice's noise).
+
+    Each ``apply`` draws the next frame's noise; ``at(key)`` chooses the frame (its sim time).
     """
 
-    def __init__(self, models, renderer, baselines, seed: int = 0, first_camera: int = 0):
+    def __init__(self, models, renderer, baselines, seed: int = 0, first_camera: int = 0, streams=None):
         fb, sigma, step, search = [], [], [], []
         for model, camera, baseline in zip(models, renderer.cameras, baselines):
             f = camera.fx
@@ -125,18 +133,27 @@ class StereoDepth:
         self._sigma = wp.array(sigma, dtype=float, device=device)
         self._step = wp.array(step, dtype=float, device=device)
         self._search = wp.array(np.minimum(search, 3.0e38), dtype=float, device=device)
-        self._draws, self._first = NoiseDraws(seed, device), int(first_camera)
+        limits = [(c.min_depth, min(c.max_depth, 3.0e38)) for c in renderer.cameras]
+        self._limits = wp.array(limits, dtype=wp.vec2, device=device)
+        if streams is None:
+            streams = range(int(first_camera), int(first_camera) + len(fb))
+        self._streams = wp.array(list(streams), dtype=wp.int32, device=device)
+        self._draws = NoiseDraws(seed, device)
         load_kernels(stereo_depth_kernel.module, device)
 
     def reseed(self, seed: int) -> None:
         """Draw from ``seed`` again, from its first frame (a learning environment's ``reset(seed=)``)."""
         self._draws.reseed(seed)
 
+    def at(self, key: int) -> None:
+        """Make the next ``apply`` draw frame ``key``'s noise (its sim time, µs)."""
+        self._draws.at(key)
+
     def apply(self) -> None:
         """Re-measure the renderer's last depth image in place."""
         if not self.active:
             return
         r = self._renderer
-        inputs = [self._fb, self._sigma, self._step, self._search, self._draws.array, self._first]
+        inputs = [self._fb, self._sigma, self._step, self._search, self._limits, self._draws.array, self._streams]
         r.launch_rows(stereo_depth_kernel, inputs, [r.buffers.depth])
         self._draws.next()
