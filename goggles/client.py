@@ -25,11 +25,14 @@ import numbers
 import secrets
 import time
 from collections import deque
+from collections.abc import Callable
+from enum import IntEnum
 
 import numpy as np
 
 import goggles_lcm
 from goggles.checks import is_whole
+from goggles.clock import ClockMode
 from goggles.control_modes import ControlMode, control_mode
 from goggles.errors import ConfigError
 from goggles.transport.buses import (
@@ -44,7 +47,7 @@ from goggles.transport.buses import (
     split_frame,
 )
 from goggles.transport.messages import scene_edit_message
-from goggles.transport.schema import MAX_STEPS, Encoding, decode_any, header
+from goggles.transport.schema import EDIT_ACTIONS, MAX_STEPS, Encoding, decode_any, header
 
 #: Receive queue bound per subscription socket: newer frames replace nothing, older ones are dropped.
 RECEIVE_HWM = 16
@@ -390,15 +393,39 @@ def _milliseconds(timeout: float) -> int:
     return int(min(timeout, 86400.0) * 1000)
 
 
+def _named(enum) -> Callable[[int], str]:
+    """An enum field's value as ``NAME(number)``; a number the enum does not know, as it is."""
+
+    def name(value: int) -> str:
+        try:
+            return f"{enum(value).name}({value})"
+        except ValueError:
+            return str(value)
+
+    return name
+
+
+#: The fields ``describe`` shows by name: (type, field) -> how.
+_ENUM_FIELDS = {
+    ("image_t", "encoding"): _named(Encoding),
+    ("command_t", "mode"): _named(ControlMode),
+    ("clock_t", "mode"): _named(ClockMode),
+    ("scene_edit_t", "action"): _named(IntEnum("EditAction", {k.upper(): v for k, v in EDIT_ACTIONS.items()})),
+}
+_ENUM_FIELDS["edit_result_t", "action"] = _ENUM_FIELDS["scene_edit_t", "action"]
+
+
 def describe(message) -> str:
-    """One line per message for ``goggles echo``: every field, images summarised."""
+    """One line per message for ``goggles echo``: every field, images summarised, enums by name."""
+    kind = type(message).__name__
     if isinstance(message, goggles_lcm.image_t):
         pixels = image_array(message)
         finite = pixels[np.isfinite(pixels)] if pixels.dtype.kind == "f" else pixels
         span = f"{finite.min():.3g}..{finite.max():.3g}" if finite.size else "none"
         return (
             f"image_t utime={message.header.utime} seq={message.header.seq} camera={message.camera} "
-            f"{message.width}x{message.height} encoding={message.encoding} values {span} "
+            f"{message.width}x{message.height} encoding={_ENUM_FIELDS[kind, 'encoding'](message.encoding)} "
+            f"values {span} "
             f"pose_utime={message.pose_utime} position={np.round(message.position, 3).tolist()}"
         )
     fields = []
@@ -406,6 +433,8 @@ def describe(message) -> str:
         value = getattr(message, name)
         if isinstance(value, goggles_lcm.header_t):
             fields.append(f"utime={value.utime} seq={value.seq}")
+        elif (kind, name) in _ENUM_FIELDS:
+            fields.append(f"{name}={_ENUM_FIELDS[kind, name](value)}")
         elif isinstance(value, float):
             fields.append(f"{name}={value:.6g}")
         elif isinstance(value, (list, tuple)):
@@ -416,4 +445,4 @@ def describe(message) -> str:
             )
         else:
             fields.append(f"{name}={value}")
-    return f"{type(message).__name__} " + " ".join(fields)
+    return f"{kind} " + " ".join(fields)

@@ -33,7 +33,7 @@ from goggles.sensors.ranges import RangeSensorModel
 from goggles.sensors.stereo_depth import PRESETS as STEREO_DEPTH_MODELS
 from goggles.sensors.stereo_depth import StereoDepthModel
 from goggles.transport.buses import DEFAULT_LCM_URL, LCM_MAX_CHANNEL, CurveServer, ZmqEndpoints
-from goggles.transport.ros2 import DISTROS, Ros2Settings
+from goggles.transport.ros2 import DISTROS, Ros2Settings, default_domain
 from goggles.transport.schema import MAX_EDIT_NAME
 
 log = logging.getLogger(__name__)
@@ -214,7 +214,9 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
 
     ros2 = Table(path, "[ros2]", data.get("ros2", {}), {"enabled", "namespace", "domain_id", "distro", "expose"})
     distro = ros2.choice("distro", DISTROS, "humble")
-    domain_id = ros2.integer("domain_id", 0, low=0, high=232, meaning="ROS_DOMAIN_ID")
+    domain_id = ros2.integer("domain_id", None, low=0, high=232, meaning="ROS_DOMAIN_ID")
+    if domain_id is None:
+        domain_id = default_domain()
     ros2_settings = Ros2Settings(ros2.text("namespace", "/goggles"), domain_id, distro, ros2.flag("expose", False))
 
     vehicle_tables = top.get("vehicle", [])

@@ -188,7 +188,13 @@ class Engine:
         self.buses = open_buses(config)
         self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)
         self.inputs = InputHandler(
-            self.buses, self.vehicles, self.crowd, self.props, sinks=self.sinks, log_time_ns=self._log_ns
+            self.buses,
+            self.vehicles,
+            self.crowd,
+            self.props,
+            sinks=self.sinks,
+            log_time_ns=self._log_ns,
+            edited=lambda edit, why: self.outputs.edited(edit, why, self._utime()),
         )
         self.counters = self.inputs.counters
         self.outputs = Outputs(self.buses, self.sinks, self.counters, self.times, self._log_ns)

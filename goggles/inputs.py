@@ -37,7 +37,9 @@ TOLD_EDITS = 16
 
 class InputHandler:
     """Applies inputs to ``vehicles``, ``crowd`` and ``props``; accepted ones also go to ``sinks``
-    (recordings) stamped with ``log_time_ns()``."""
+    (recordings) stamped with ``log_time_ns()``, but for poses that place nothing in this run (a
+    simulated vehicle's: a replay would place it there, and a ROS 2 recording draw it in ``/tf``).
+    ``edited(message, why)`` hears every scene edit read: ``why`` None where it applied."""
 
     def __init__(
         self,
@@ -48,9 +50,10 @@ class InputHandler:
         *,
         sinks=(),
         log_time_ns: Callable[[], int] = time.time_ns,
+        edited: Callable[[object, str | None], None] | None = None,
     ):
         self.buses, self.vehicles, self.crowd, self.props = buses, vehicles, crowd, props
-        self.sinks, self.log_time_ns = sinks, log_time_ns
+        self.sinks, self.log_time_ns, self._edited = sinks, log_time_ns, edited
         self.counters = Counters()
         self.barriers: deque[int] = deque(maxlen=64)
         """Request ids of the lockstep barriers that came (``goggles.transport.buses.LOCKSTEP_BARRIER``)."""
@@ -111,8 +114,15 @@ class InputHandler:
                 )
             self.count_malformed(channel, MalformedMessage(f"{type(exc).__name__}: {exc}"))
             return
+        if channel.startswith("pose/") and not self.places(channel[len("pose/") :]):
+            return
         for sink in self.sinks:
             sink.write(channel, data, self.log_time_ns())
+
+    def places(self, body: str) -> bool:
+        """Does ``pose/<body>`` place something in this run: a vehicle posed from outside, or a tracked prop?"""
+        vehicle = self.vehicles.get(body)
+        return self.tracks(body) or (vehicle is not None and vehicle.sim is None)
 
     def count_malformed(self, channel: str, exc: Exception) -> None:
         self.counters.count_malformed(channel, self._is_input_channel(channel))
@@ -181,7 +191,9 @@ class InputHandler:
             try:
                 why = self.props.edit(message.action, message.actor, message.asset, T_WA)
             except ConfigError as exc:  # a pose the world refuses: the message's fault, never the run's
+                self._answer(message, str(exc))
                 raise MalformedMessage(str(exc)) from exc
+        self._answer(message, why)
         if why is None:
             return
         self.counters.ignored += 1
@@ -234,6 +246,10 @@ class InputHandler:
         self._tracked_utime[body] = message.header.utime
         self.props.track(body, transform(message.position, message.orientation))
         return True
+
+    def _answer(self, message, why: str | None) -> None:
+        if self._edited is not None:
+            self._edited(message, why)
 
 
 def _clip(text: str, limit: int) -> str:

@@ -79,5 +79,10 @@ class Outputs:
         channel = f"{vehicle}/state"
         self.publish(channel, messages.state_message(utime, self.seq(channel), vehicle, states, row))
 
+    def edited(self, edit, why: str | None, utime: int) -> None:
+        """The engine's answer to a scene edit (``scene/edited``): applied, or why not."""
+        channel = "scene/edited"
+        self.publish(channel, messages.edit_result_message(utime, self.seq(channel), edit, why))
+
     def clock(self, mode: int, scale: float, rates: dict[str, float], utime: int) -> None:
         self.publish("clock", messages.clock_message(utime, self.seq("clock"), mode, scale, rates))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -121,3 +122,88 @@ def quad(corners: np.ndarray, uv: np.ndarray | None = None, texture: np.ndarray 
         material = trimesh.visual.material.SimpleMaterial(image=Image.fromarray(texture))
         mesh.visual = trimesh.visual.TextureVisuals(uv=uv, material=material)
     return mesh
+
+
+#: What a user's own engine, preview or Foxglove viewer holds while they run the tests beside it (the
+#: README's "in another terminal" flow): ZeroMQ outputs, inputs and lockstep control, Foxglove, the preview.
+DEFAULT_TCP_PORTS = (5555, 5556, 5557, 8765, 8080)
+#: LCM's default group, where a user's engine and bridges talk.
+DEFAULT_LCM_GROUP = ("239.255.76.67", 7667)
+#: The DDS domain of runs that name none (ROS 2's default is 0, where a user's nodes talk).
+TEST_DDS_DOMAIN = 229
+
+
+def _hold_default_ports() -> list:
+    """Listen on every default TCP port that is free, so a test that binds one fails at once, here as
+    beside a user's engine (where the user's engine holds it). Ports in use are the user's: left alone."""
+    import socket
+
+    held = []
+    for number in DEFAULT_TCP_PORTS:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", number))
+            sock.listen(1)
+            held.append(sock)
+        except OSError:
+            sock.close()
+    return held
+
+
+def _lcm_group_listener():
+    """A socket on LCM's default group (None where the group cannot be joined here)."""
+    import socket
+    import struct
+
+    group, number = DEFAULT_LCM_GROUP
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if hasattr(socket, "SO_REUSEPORT"):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(("", number))
+        membership = struct.pack("4s4s", socket.inet_aton(group), socket.inet_aton("0.0.0.0"))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _datagrams(sock) -> int:
+    count = 0
+    while True:
+        try:
+            sock.recv(65536)
+        except (BlockingIOError, OSError):
+            return count
+        count += 1
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_test_on_a_default_endpoint():
+    """No test binds goggles' default ports or talks on LCM's default group: a user's own engine may be
+    running beside the tests. The default ports are held for the session (a test that binds one fails
+    with 'Address already in use'); LCM's default group is watched, and traffic there while the tests
+    ran, where there was none before they started, fails the session's last test. ROS 2's default domain
+    (``ROS_DOMAIN_ID``, 0 where unset) is a domain of the tests' own for the session."""
+    import os
+
+    previous_domain = os.environ.get("ROS_DOMAIN_ID")
+    os.environ["ROS_DOMAIN_ID"] = str(TEST_DDS_DOMAIN)
+    held = _hold_default_ports()
+    lcm = _lcm_group_listener()
+    quiet_before = lcm is not None and (time.sleep(0.2) or _datagrams(lcm) == 0)
+    yield
+    heard = _datagrams(lcm) if lcm is not None else 0
+    for sock in held:
+        sock.close()
+    if lcm is not None:
+        lcm.close()
+    if previous_domain is None:
+        del os.environ["ROS_DOMAIN_ID"]
+    else:
+        os.environ["ROS_DOMAIN_ID"] = previous_domain
+    if quiet_before and heard:
+        pytest.fail(f"{heard} datagrams on LCM's default group {DEFAULT_LCM_GROUP} during the tests: a test used it")

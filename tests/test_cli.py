@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.conftest import REPO
 from tests.process_groups import group_gone, kill_group
 
 
@@ -331,20 +332,47 @@ def test_a_latency_bench_killed_outright_leaves_no_engine_behind():
         kill_group(bench.pid)
 
 
-def test_run_with_defaults_stops_cleanly_on_ctrl_c():
+def test_a_mono_render_over_a_stereo_one_leaves_no_right_eye_behind(tmp_path):
+    """A folder holds one render: the right eye's files of an earlier stereo render are removed (and
+    said), files that are not goggles' own are kept."""
+    small = ["render", "--width", "32", "--height", "24", "--out", str(tmp_path)]
+    goggles(*small, "--baseline", "0.32", "--outputs", "images,tof")
+    (tmp_path / "notes.txt").write_text("mine")
+    assert (tmp_path / "right_depth.npy").is_file() and (tmp_path / "tof.json").is_file()
+    mono = goggles(*small)
+    assert not list(tmp_path.glob("right_*")) and not (tmp_path / "tof.json").exists()
+    assert (tmp_path / "depth.npy").is_file() and (tmp_path / "notes.txt").read_text() == "mine"
+    assert "removed 9 file(s) an earlier render left" in mono.stdout
+
+
+def test_the_start_line_says_which_buses_are_on():
+    import dataclasses
+
+    from goggles.cli.run import start_line
+    from goggles.transport.ros2 import Ros2Settings
+    from tests.test_engine import run_config
+
+    config = run_config()
+    assert start_line(config, 1).endswith("LCM off, ROS 2 off")
+    ros2 = dataclasses.replace(config, ros2=Ros2Settings(namespace="/lab", domain_id=7))
+    assert start_line(ros2, 1).endswith("ROS 2 /lab on DDS domain 7 (this machine only)")
+
+
+def test_the_demo_run_stops_cleanly_on_ctrl_c(tmp_path):
+    """The demo run file (on free ports: a user's own engine may hold the default ones) stops on a
+    Ctrl-C with exit code 0 and its last status line. The wait for its first line ends when the
+    process does, not at a deadline."""
     import signal
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "goggles.cli", "run", "--no-lcm"],
+        [sys.executable, "-m", "goggles.cli", "run", str(_demo_run_file(tmp_path)), "--no-lcm"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        deadline = time.monotonic() + 120
         lines = []
-        while time.monotonic() < deadline:
-            line = process.stderr.readline()
+        for line in process.stderr:  # ends when the process ends
             lines.append(line)
             if line.startswith("t="):  # the first status line: it is running
                 break
@@ -357,6 +385,13 @@ def test_run_with_defaults_stops_cleanly_on_ctrl_c():
     assert "Traceback" not in stderr
     assert stdout.strip() == ""  # every status line goes to one stream, stderr
     assert stderr.strip().splitlines()[-1].startswith("t=")
+
+
+def test_run_with_no_arguments_runs_the_demo_run_file():
+    """``goggles run`` alone runs assets/run-demo.toml (tested above on free ports)."""
+    from goggles.paths import default_run
+
+    assert default_run().resolve() == (REPO / "assets" / "run-demo.toml").resolve()
 
 
 def _demo_run_file(tmp_path):
@@ -500,6 +535,51 @@ def test_echo_says_once_when_nothing_comes(monkeypatch, capsys):
     assert main(["echo", "quad9/imu", "--endpoint", "tcp://127.0.0.1:1", "--duration", "1.0"]) == 0
     out, err = capsys.readouterr()
     assert out == "" and err.count("nothing yet on 'quad9/imu' at tcp://127.0.0.1:1") == 1, err
+
+
+def test_echo_of_an_input_channel_listens_where_the_bridge_sends_it(monkeypatch, capsys):
+    """``goggles echo pose/quad0`` (the README's check of the mocap bridge) printed nothing: the engine
+    reads poses and never publishes them on ZeroMQ. An input channel is heard on LCM's default group
+    (patched here to a group of the test's own), where the bridge sends it too, and the echo says so."""
+    import threading
+
+    from goggles.cli import main
+    from goggles.client import describe
+    from goggles.transport import endpoints
+    from goggles.transport.buses import open_lcm
+    from goggles.transport.messages import pose_message
+    from tests.test_engine import free_port
+
+    url = f"udpm://239.255.76.67:{free_port()}?ttl=0"
+    monkeypatch.setattr(endpoints, "DEFAULT_LCM_URL", url)
+    sender, done = open_lcm(url), threading.Event()
+    pose = pose_message(123, 0, "quad0", (1.0, 2.0, 3.0), (1.0, 0.0, 0.0, 0.0))
+
+    def send():
+        while not done.wait(0.05):
+            sender.publish("pose/quad0", pose.encode())
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    try:
+        assert main(["echo", "pose/quad0", "--count", "1", "--duration", "30"]) == 0
+    finally:
+        done.set()
+        thread.join()
+    out, err = capsys.readouterr()
+    assert out.strip().splitlines()[0] == f"pose/quad0: {describe(pose)}"
+    assert "pose/quad0 is an input of the engine" in err and url in err
+
+
+def test_echo_names_enums(capsys):
+    from goggles.client import describe
+    from goggles.transport.messages import edit_result_message, scene_edit_message
+
+    edit = scene_edit_message(5, 0, "remove", "crate1", "", (0, 0, 0), (1, 0, 0, 0))
+    assert "action=REMOVE(2)" in describe(edit)
+    assert "action=REMOVE(2) actor=crate1 applied=False reason=no actor" in describe(
+        edit_result_message(5, 0, edit, "no actor 'crate1' to remove")
+    )
 
 
 def test_a_preview_with_no_engine_says_so_once(monkeypatch, capsys):

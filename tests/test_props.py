@@ -415,28 +415,27 @@ def test_a_missing_prop_mesh_is_named_when_the_run_starts(tmp_path):
 
 def test_the_edit_command_reaches_a_running_engine_on_both_buses(tmp_path):
     """``goggles edit`` spawns over ZeroMQ (waiting until the engine listens), moves over LCM and
-    removes; with no engine listening it says so in one line."""
+    removes, each time telling what the engine answered (``scene/edited``): applied, or not and why
+    (exit code 1: a prop the run file does not declare, an actor not placed); with no engine
+    listening it says so in one line."""
     config = load_run_config(write_run_file(tmp_path, lcm_port=free_port(), camera=False))
     with running(config, "cpu") as (engine, sink, client):
-        inputs = ["--inputs", config.zmq.inputs]
-        done = goggles("edit", "spawn", "crate1", "crate", "--at", "3,1,0.5,1.5708", *inputs)
-        assert done.returncode == 0 and "spawn crate1 (crate)" in done.stdout, done.stderr
-        deadline = time.monotonic() + 10.0
-        while "crate1" not in engine.props.placed:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        T = engine.props.placed["crate1"][1]
+        zmq = ["--inputs", config.zmq.inputs, "--endpoint", config.zmq.publish]
+        done = goggles("edit", "spawn", "crate1", "crate", "--at", "3,1,0.5,1.5708", *zmq)
+        assert done.returncode == 0 and "spawn crate1 (crate)" in done.stdout and "applied" in done.stdout, done
+        T = engine.props.placed["crate1"][1]  # the answer came after it was placed: no waiting here
         np.testing.assert_allclose(T[:3, 3], [3.0, 1.0, 0.5])
         np.testing.assert_allclose(T[:3, 0], [0.0, 1.0, 0.0], atol=1e-5)  # turned 90 degrees about +z
         done = goggles("edit", "move", "crate1", "--at=-2,0,0.5", "--lcm-url", config.lcm_url)
-        assert done.returncode == 0, done.stderr
-        while engine.props.placed["crate1"][1][0, 3] != -2.0:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        assert goggles("edit", "remove", "crate1", *inputs).returncode == 0
-        while "crate1" in engine.props.placed:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        assert done.returncode == 0 and "applied" in done.stdout, done
+        assert engine.props.placed["crate1"][1][0, 3] == -2.0
+        typo = goggles("edit", "spawn", "crate2", "crat", "--at", "1,1,1", *zmq, check=False)
+        assert typo.returncode == 1 and "not applied: no prop 'crat' to spawn" in typo.stdout, typo
+        assert "crate2" not in engine.props.placed
+        assert goggles("edit", "remove", "crate1", *zmq).returncode == 0
+        assert "crate1" not in engine.props.placed
+        gone = goggles("edit", "remove", "crate1", "--lcm-url", config.lcm_url, check=False)
+        assert gone.returncode == 1 and "no actor 'crate1' to remove" in gone.stdout, gone
     elsewhere = f"tcp://127.0.0.1:{free_port()}"
     nobody = goggles("edit", "remove", "crate1", "--inputs", elsewhere, "--timeout", "0.3", check=False)
     assert nobody.returncode == 2 and nobody.stderr.count("\n") == 1 and "no engine subscribed" in nobody.stderr

@@ -144,7 +144,8 @@ def test_record_replay_with_every_sensor_model_on_gives_identical_payloads(tmp_p
     run_file = tmp_path / "run.toml"
     course = REPO / "assets" / "course.toml"
     text = RUN_FILE.replace("[run]", f'[run]\nscene = "{REPO / "assets/arena.toml"}"\ncourse = "{course}"')
-    text = text.replace('outputs = ["depth", "rgb"]', 'outputs = ["depth", "rgb"]\ndepth_model = "d435"\nnoise_model = "global-shutter"')
+    models = 'depth_model = "d435"\nnoise_model = "global-shutter"'
+    text = text.replace('outputs = ["depth", "rgb"]', f'outputs = ["depth", "rgb"]\n{models}')
     run_file.write_text(text + EVERY_MODEL)
     original = tmp_path / "flight.mcap"
     recorder = Recorder(original, metadata={"run_file": run_file.read_text(), "run_file_path": str(run_file)})

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from goggles.cli.common import floats, freeze_start_up_heap, port, say_unused, seconds_to_wait, stop_on_signals
+from goggles.transport.endpoints import DEFAULT_LCM_URL, ZmqEndpoints
 
 _POSE = floats(7, "a mock body's pose")
 
@@ -71,9 +72,9 @@ def add_parser(commands) -> None:
     mocap.add_argument("--command-port", type=port, default=1510)
     mocap.add_argument("--data-port", type=port, default=1511)
     mocap.add_argument("--calibration", type=Path, default=None, help="room calibration TOML (calib/room-example.toml)")
-    mocap.add_argument("--zmq", default="tcp://127.0.0.1:5556", help="the engine's ZeroMQ input endpoint")
+    mocap.add_argument("--zmq", default=ZmqEndpoints.inputs, help="the engine's ZeroMQ input endpoint")
     mocap.add_argument("--no-zmq", action="store_true")
-    mocap.add_argument("--lcm-url", default="udpm://239.255.76.67:7667?ttl=0")
+    mocap.add_argument("--lcm-url", default=DEFAULT_LCM_URL)
     mocap.add_argument("--no-lcm", action="store_true")
     mocap.add_argument("--timeout", type=seconds_to_wait, default=5.0, help="s to wait for the mocap server")
     mocap.add_argument("--duration", type=float, default=None, help="stop after this many seconds")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from goggles.checks import FLOAT32_MAX, MAX_SEED, beyond_float32, warp_device
 from goggles.errors import ConfigError
+from goggles.transport.endpoints import FOXGLOVE_PORT
 
 log = logging.getLogger("goggles")
 
@@ -175,10 +176,10 @@ def add_foxglove_args(parser: argparse.ArgumentParser) -> None:
         "--foxglove",
         type=port,
         nargs="?",
-        const=8765,
+        const=FOXGLOVE_PORT,
         default=None,
         metavar="PORT",
-        help="serve the outputs and the world to Foxglove on ws://127.0.0.1:PORT (default 8765)",
+        help=f"serve the outputs and the world to Foxglove on ws://127.0.0.1:PORT (default {FOXGLOVE_PORT})",
     )
     parser.add_argument(
         "--foxglove-host",

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 from goggles.cli.common import SilenceHint, at_least
+from goggles.transport.endpoints import ZmqEndpoints
+
+
+def is_input_channel(channel: str) -> bool:
+    """A channel the engine reads (and never publishes): poses, skeletons, scene edits, commands."""
+    return channel.startswith(("pose/", "skeleton/")) or channel == "scene/edit" or channel.endswith("/command")
 
 
 def add_parser(commands) -> None:
@@ -12,10 +19,12 @@ def add_parser(commands) -> None:
         "echo",
         help="print the decoded messages of a channel (like lcm-spy or ros2 topic echo)",
         description="Subscribe to CHANNEL (a prefix: 'quad0/' prints every quad0 channel) on the engine's "
-        "ZeroMQ output (default) or on LCM (--lcm-url) and print each message decoded, one line each.",
+        "ZeroMQ output (default) or on LCM (--lcm-url) and print each message decoded, one line each. The "
+        "engine's inputs (pose/, skeleton/, scene/edit, <vehicle>/command) never come out of its ZeroMQ "
+        "output: for those it listens on LCM's default group, where goggles bridge sends them too.",
     )
     echo.add_argument("channel", nargs="?", default="", help="channel or channel prefix (default: all)")
-    echo.add_argument("--endpoint", default="tcp://127.0.0.1:5555", help="engine's ZeroMQ output endpoint")
+    echo.add_argument("--endpoint", default=ZmqEndpoints.publish, help="engine's ZeroMQ output endpoint")
     echo.add_argument("--lcm-url", default=None, help="listen on LCM at this URL instead of ZeroMQ")
     echo.add_argument("--count", type=at_least(1), default=None, help="stop after this many messages")
     echo.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
@@ -29,9 +38,18 @@ def cmd_echo(args) -> int:
 
     deadline = None if args.duration is None else time.monotonic() + args.duration
     printed = 0
+    if args.lcm_url is None and is_input_channel(args.channel):
+        from goggles.transport.endpoints import DEFAULT_LCM_URL
+
+        args.lcm_url = DEFAULT_LCM_URL
+        print(
+            f"goggles echo: {args.channel} is an input of the engine, which publishes only its outputs on ZeroMQ: "
+            f"listening on LCM at {args.lcm_url} (where goggles bridge sends it too; --lcm-url for another)",
+            file=sys.stderr,
+            flush=True,
+        )
     if args.lcm_url is None:
         from goggles.client import Client
-        from goggles.transport.buses import ZmqEndpoints
 
         silence = _echo_silence(args.channel, args.endpoint)
         with Client(ZmqEndpoints(publish=args.endpoint)) as client:

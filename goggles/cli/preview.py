@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from goggles.cli.common import SilenceHint, floats, port, say_unused, stop_on_signals
+from goggles.transport.endpoints import PREVIEW_PORT, ZmqEndpoints
 
 
 def add_parser(commands) -> None:
@@ -26,13 +27,15 @@ def add_parser(commands) -> None:
         "mount (which places the vehicle in the third-person view in live mode too) come from it",
     )
     preview.add_argument(
-        "--endpoint", default=None, help="the engine's ZeroMQ output (default: the run file's, or tcp://127.0.0.1:5555)"
+        "--endpoint",
+        default=None,
+        help=f"the engine's ZeroMQ output (default: the run file's, or {ZmqEndpoints.publish})",
     )
     preview.add_argument("--keys", type=Path, default=None, help="CURVE client keys for an exposed engine")
     preview.add_argument("--vehicle", default="quad0")
     preview.add_argument("--camera", default="stereo", help="a stereo camera publishing rgb")
     preview.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0 exposes the page)")
-    preview.add_argument("--port", type=port, default=8080)
+    preview.add_argument("--port", type=port, default=PREVIEW_PORT)
     preview.add_argument(
         "--token",
         default=None,
@@ -69,7 +72,6 @@ def cmd_preview(args) -> int:
     from goggles.paths import default_scene
     from goggles.preview.server import FrameSource, PreviewServer, previewed_camera
     from goggles.scene import load_static_scene
-    from goggles.transport.buses import ZmqEndpoints
 
     if args.no_third_person:
         third_person = {"--scene": args.scene, "--viewpoint": args.viewpoint, "--preset": args.preset}
@@ -84,7 +86,7 @@ def cmd_preview(args) -> int:
         scene_path = scene_path or config.scene
         preset = preset or next(v.preset for v in config.vehicles if v.name == args.vehicle)
         mount = camera.T_BC
-    client = Client(ZmqEndpoints(publish=endpoint or "tcp://127.0.0.1:5555"), keys=args.keys)
+    client = Client(ZmqEndpoints(publish=endpoint or ZmqEndpoints.publish), keys=args.keys)
     scene = None if args.no_third_person else load_static_scene(scene_path or default_scene())
     source = FrameSource(
         client,

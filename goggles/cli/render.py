@@ -86,7 +86,7 @@ def cmd_render(args) -> int:
     from goggles.frames import camera_pose_from_body, overview_pose, parse_pose
     from goggles.paths import default_course, default_scene
     from goggles.render import Renderer, Shading, stereo_right_offset
-    from goggles.render.files import write_calibration, write_camera
+    from goggles.render.files import remove_earlier_render, write_calibration, write_camera
     from goggles.scene import load_static_scene
     from goggles.scene.gates import load_course
     from goggles.world import build_world
@@ -117,6 +117,7 @@ def cmd_render(args) -> int:
         T_WC.append(T_WC[0] @ stereo_right_offset(args.baseline))
         partner = [1, -1]
     names = ["left", "right"][: len(T_WC)]
+    written = []
     realistic = args.sensor_preset == "realistic"
     depth_model = args.depth_model or ("d435" if realistic else "ideal")
     noise_model = args.noise_model or ("global-shutter" if realistic else "ideal")
@@ -143,8 +144,8 @@ def cmd_render(args) -> int:
         images = renderer.images()
         renderer.close()
         for i, prefix in enumerate(["", "right_"][: len(T_WC)]):
-            write_camera(args.out, images, i, prefix)
-            write_calibration(args.out, camera, names[i], prefix, args.baseline if i == 1 else 0.0)
+            written += write_camera(args.out, images, i, prefix)
+            written.append(write_calibration(args.out, camera, names[i], prefix, args.baseline if i == 1 else 0.0))
             depth = images.depth[i]
             valid = np.isfinite(depth)
             near_far = f"{depth[valid].min():.2f}..{depth[valid].max():.2f} m" if valid.any() else "none"
@@ -162,6 +163,7 @@ def cmd_render(args) -> int:
         detections = BeaconSensor(world, beacons, [camera] * len(T_WC)).detect(np.stack(T_WC), T_WA)
         rows = [{"id": d.id, "u": d.u, "v": d.v, "range": d.range, "camera": names[d.camera]} for d in detections]
         (args.out / "beacons.json").write_text(json.dumps(rows, indent=1))
+        written.append(args.out / "beacons.json")
         print(
             f"beacons: {len(rows)} detections of {len(beacons)} beacons by {len(T_WC)} camera(s) "
             f"-> {args.out}/beacons.json"
@@ -180,5 +182,10 @@ def cmd_render(args) -> int:
                 indent=1,
             )
         )
+        written.append(args.out / "tof.json")
         print(f"tof: downward {model.name} reads {ranges} m -> {args.out}/tof.json")
+    removed = remove_earlier_render(args.out, written)
+    if removed:
+        names = ", ".join(p.name for p in removed[:4]) + (", ..." if len(removed) > 4 else "")
+        print(f"removed {len(removed)} file(s) an earlier render left in {args.out} ({names})")
     return 0

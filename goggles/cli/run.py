@@ -65,7 +65,7 @@ def add_parser(commands) -> None:
         type=int,
         default=None,
         metavar="ID",
-        help="DDS domain (ROS_DOMAIN_ID; default: the run file's, or 0)",
+        help="DDS domain (default: the run file's, else $ROS_DOMAIN_ID, else 0)",
     )
     run.add_argument(
         "--ros2-expose",
@@ -192,6 +192,19 @@ def unused_options(args, config) -> list[str]:
     return lines
 
 
+def start_line(config, vehicles: int) -> str:
+    """What the run is and where it speaks: every bus, on or off."""
+    channels = sorted({f"{c.vehicle}/{c.name}" for c in config.cameras})
+    ros2 = "off"
+    if config.ros2 is not None:
+        ros2 = f"{config.ros2.namespace} on DDS domain {config.ros2.domain_id}"
+        ros2 += "" if config.ros2.expose else " (this machine only)"
+    return (
+        f"{config.mode.name.lower()} mode, {vehicles} vehicle(s), cameras {channels}; "
+        f"ZeroMQ {'off' if config.zmq is None else config.zmq.publish}, LCM {config.lcm_url or 'off'}, ROS 2 {ros2}"
+    )
+
+
 def cmd_run(args) -> int:
     import threading
 
@@ -245,14 +258,7 @@ def cmd_run(args) -> int:
     )
     stop_on_signals(stop)
     freeze_start_up_heap()
-    channels = sorted({f"{c.vehicle}/{c.name}" for c in config.cameras})
-    print(
-        f"goggles: {config.mode.name.lower()} mode, {len(engine.vehicles)} vehicle(s), cameras {channels}; "
-        f"ZeroMQ {'off' if config.zmq is None else config.zmq.publish}, LCM {config.lcm_url or 'off'}; "
-        "Ctrl-C stops",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(f"goggles: {start_line(config, len(engine.vehicles))}; Ctrl-C stops", file=sys.stderr, flush=True)
     try:
         engine.run(duration=args.duration, stop=stop)
     finally:

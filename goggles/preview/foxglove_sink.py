@@ -22,6 +22,7 @@ import goggles_lcm
 from goggles.errors import ConfigError, require
 from goggles.frames import matrix_to_quat
 from goggles.preview.gltf import mesh_glb
+from goggles.transport.endpoints import FOXGLOVE_PORT
 from goggles.transport.schema import Encoding, MalformedMessage, decode_any
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class FoxgloveSink:
             messages would otherwise encode each person many times a second for a viewer at 60 Hz).
     """
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 8765, scene_interval_s: float = 0.1):
+    def __init__(self, *, host: str = "127.0.0.1", port: int = FOXGLOVE_PORT, scene_interval_s: float = 0.1):
         require("foxglove", "viewing", "the Foxglove live view")
         import foxglove
         from foxglove.channels import (

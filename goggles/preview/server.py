@@ -26,6 +26,7 @@ import numpy as np
 
 from goggles.errors import ConfigError, require
 from goggles.frames import R_BODY_OPTICAL, look_at, transform
+from goggles.transport.endpoints import PREVIEW_PORT
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
@@ -155,7 +156,9 @@ def _buffered(connection) -> int:
 class PreviewServer:
     """Serves the page and the frame stream; ``run`` blocks until ``stop`` is set."""
 
-    def __init__(self, source: FrameSource, *, host: str = "127.0.0.1", port: int = 8080, token: str | None = None):
+    def __init__(
+        self, source: FrameSource, *, host: str = "127.0.0.1", port: int = PREVIEW_PORT, token: str | None = None
+    ):
         self.source, self.host, self.port, self.token = source, host, port, token
         self.frames_sent = 0
         self.refused = 0

@@ -28,6 +28,30 @@ def depth_preview(depth: np.ndarray) -> np.ndarray:
     return picture
 
 
+#: Every file ``goggles render`` writes: each camera's (left, then ``right_``), and the sensors' lists.
+RENDER_FILES = tuple(
+    f"{prefix}{name}"
+    for prefix in ("", "right_")
+    for name in (
+        *(f"{array}.npy" for array in ("depth", "range", "segmentation", "normals", "face")),
+        "intensity.png",
+        "depth.png",
+        "camera.yaml",
+    )
+) + ("beacons.json", "tof.json")
+
+
+def remove_earlier_render(folder: Path, written) -> list[Path]:
+    """Remove the files an earlier render left in ``folder`` that this one (``written``) did not write
+    anew (a stereo pair's ``right_*`` under a mono render): a folder holds one render. Only
+    ``RENDER_FILES`` are touched. Returns what was removed."""
+    kept = {Path(p).name for p in written}
+    removed = [folder / name for name in RENDER_FILES if name not in kept and (folder / name).is_file()]
+    for path in removed:
+        path.unlink()
+    return removed
+
+
 def write_camera(folder: Path, images: Images, camera: int, prefix: str = "") -> list[Path]:
     """Write camera ``camera`` of ``images`` as ``<prefix>depth.npy``, ``range.npy``, ``intensity.png``,
     ``segmentation.npy``, ``normals.npy``, ``face.npy`` and a ``depth.png`` preview. Returns the paths."""

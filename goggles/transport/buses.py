@@ -22,6 +22,7 @@ from pathlib import Path
 
 from goggles.clock import ClockMode
 from goggles.errors import ConfigError
+from goggles.transport.endpoints import DEFAULT_LCM_URL, ZmqEndpoints  # noqa: F401 (re-exported)
 from goggles.transport.schema import MAX_CHANNEL_BYTES, MAX_INPUT_BYTES
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,6 @@ NOT_LOCKSTEP = -2
 ENGINE_STOPPED = -3
 #: LCM's longest channel name: over UDP multicast a longer one is refused ("channel name too long").
 LCM_MAX_CHANNEL = 63
-#: Default LCM URL: multicast that never leaves the machine, with room for images in the receive buffer.
-DEFAULT_LCM_URL = "udpm://239.255.76.67:7667?ttl=0&recv_buf_size=8388608"
 #: Frames a slow ZeroMQ subscriber may have queued before the PUB socket drops new ones for it.
 PUBLISH_HWM = 8
 #: The same in lockstep mode, where a client reads a request's outputs after its reply: one frame of a
@@ -136,22 +135,6 @@ class CurveServer:
     """Folder of accepted clients' public ``*.key`` files."""
 
 
-@dataclass(frozen=True)
-class ZmqEndpoints:
-    """Where the engine's ZeroMQ sockets bind."""
-
-    publish: str = "tcp://127.0.0.1:5555"
-    """Outputs (PUB): clients SUB-connect here."""
-    inputs: str = "tcp://127.0.0.1:5556"
-    """Inputs (SUB): clients PUB-connect here to send poses and commands."""
-    control: str = "tcp://127.0.0.1:5557"
-    """Lockstep (ROUTER): clients REQ/DEALER-connect here."""
-
-    def exposed(self, address: str) -> ZmqEndpoints:
-        """The same ports bound on ``address`` (0.0.0.0: every interface) instead of the loopback."""
-        return ZmqEndpoints(*(e.replace("127.0.0.1", address) for e in (self.publish, self.inputs, self.control)))
-
-
 class ZmqBus:
     """Engine-side ZeroMQ sockets.
 
@@ -164,7 +147,7 @@ class ZmqBus:
 
     def __init__(
         self,
-        endpoints: ZmqEndpoints = ZmqEndpoints(),
+        endpoints: ZmqEndpoints | None = None,
         context=None,
         curve: CurveServer | None = None,
         publish_hwm: int = PUBLISH_HWM,
@@ -172,7 +155,7 @@ class ZmqBus:
         import zmq
 
         self._zmq = zmq
-        self.endpoints = endpoints
+        self.endpoints = endpoints = endpoints or ZmqEndpoints()
         context = context or zmq.Context.instance()
         exposed = [e for e in (endpoints.publish, endpoints.inputs, endpoints.control) if not is_loopback(e)]
         if exposed and curve is None:

@@ -62,6 +62,25 @@ def beacons_message(utime: int, seq: int, camera: str, detections) -> goggles_lc
     return message
 
 
+def pose_message(utime: int, seq: int, name: str, position, orientation, valid: bool = True) -> goggles_lcm.pose_t:
+    """A body's pose (``pose/<name>``): world position, m, and orientation (w, x, y, z)."""
+    message = goggles_lcm.pose_t()
+    message.header = header(utime, seq)
+    message.name = name
+    message.position, message.orientation = [float(v) for v in position], [float(v) for v in orientation]
+    message.valid = bool(valid)
+    return message
+
+
+def edit_result_message(utime: int, seq: int, edit, why: str | None) -> goggles_lcm.edit_result_t:
+    """The answer to scene edit ``edit`` (a ``scene_edit_t``): applied where ``why`` is None."""
+    message = goggles_lcm.edit_result_t()
+    message.header = header(utime, seq)
+    message.action, message.actor = edit.action, edit.actor
+    message.applied, message.reason = why is None, why or ""
+    return message
+
+
 def ranges_message(utime: int, seq: int, sensor: str, model, readings: np.ndarray) -> goggles_lcm.ranges_t:
     message = goggles_lcm.ranges_t()
     message.header = header(utime, seq)

@@ -27,6 +27,7 @@ TYPES = {
         goggles_lcm.clock_t,
         goggles_lcm.collision_t,
         goggles_lcm.command_t,
+        goggles_lcm.edit_result_t,
         goggles_lcm.header_t,
         goggles_lcm.image_t,
         goggles_lcm.imu_t,

@@ -6,7 +6,10 @@ Needs ``cyclonedds`` (``pip install 'goggles[ros2]'``). Custom messages are in `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+
+from goggles.errors import ConfigError
 
 #: ROS 2 distributions whose message layouts goggles writes (they differ in sensor_msgs/Range).
 DISTROS = ("humble", "jazzy")
@@ -23,13 +26,23 @@ LOCALHOST_ONLY_CONFIG = (
 )
 
 
+def default_domain() -> int:
+    """The DDS domain ROS 2's own nodes would join here: ``ROS_DOMAIN_ID`` where it is set, else 0."""
+    text = os.environ.get("ROS_DOMAIN_ID", "").strip()
+    if not text:
+        return 0
+    if not (text.isdigit() and 0 <= int(text) <= 232):
+        raise ConfigError(f"ROS_DOMAIN_ID={text!r}: a DDS domain is a whole number from 0 to 232")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class Ros2Settings:
-    """A run's ``[ros2]`` table: topics under ``namespace`` on DDS domain ``domain_id`` (ROS_DOMAIN_ID),
-    on this machine only unless ``expose`` (then on the networks Cyclone DDS is configured for:
-    ``CYCLONEDDS_URI``, by default every interface)."""
+    """A run's ``[ros2]`` table: topics under ``namespace`` on DDS domain ``domain_id`` (default
+    ``ROS_DOMAIN_ID``, as ROS 2's nodes, else 0), on this machine only unless ``expose`` (then on the
+    networks Cyclone DDS is configured for: ``CYCLONEDDS_URI``, by default every interface)."""
 
     namespace: str = "/goggles"
-    domain_id: int = 0
+    domain_id: int = field(default_factory=default_domain)
     distro: str = "humble"
     expose: bool = False
