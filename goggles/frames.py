@@ -67,6 +67,31 @@ def quat_to_matrix(q: np.ndarray) -> np.ndarray:
     )
 
 
+def matrices_to_quats(R: np.ndarray) -> np.ndarray:
+    """``matrix_to_quat`` of every rotation of an (n, 3, 3) array at once: (n, 4) (w, x, y, z), w >= 0."""
+    R = np.asarray(R, dtype=np.float64).reshape(-1, 3, 3)
+    d0, d1, d2 = R[:, 0, 0], R[:, 1, 1], R[:, 2, 2]
+    # Shepperd: the largest of 4w^2, 4x^2, 4y^2, 4z^2 gives a well-conditioned square root.
+    squares = np.stack([1.0 + d0 + d1 + d2, 1.0 + d0 - d1 - d2, 1.0 - d0 + d1 - d2, 1.0 - d0 - d1 + d2], axis=1)
+    largest = squares.argmax(axis=1)
+    s = 2.0 * np.sqrt(np.maximum(squares[np.arange(len(R)), largest], 1e-300))
+    a21, a12 = R[:, 2, 1] - R[:, 1, 2], R[:, 2, 1] + R[:, 1, 2]
+    a02, a20 = R[:, 0, 2] - R[:, 2, 0], R[:, 0, 2] + R[:, 2, 0]
+    a10, a01 = R[:, 1, 0] - R[:, 0, 1], R[:, 1, 0] + R[:, 0, 1]
+    candidates = np.stack(
+        [
+            np.stack([0.25 * s, a21 / s, a02 / s, a10 / s], axis=1),
+            np.stack([a21 / s, 0.25 * s, a01 / s, a20 / s], axis=1),
+            np.stack([a02 / s, a01 / s, 0.25 * s, a12 / s], axis=1),
+            np.stack([a10 / s, a20 / s, a12 / s, 0.25 * s], axis=1),
+        ],
+        axis=1,
+    )
+    q = candidates[np.arange(len(R)), largest]
+    q *= np.where(q[:, :1] < 0.0, -1.0, 1.0)
+    return q / np.linalg.norm(q, axis=1, keepdims=True)
+
+
 def matrix_to_quat(R: np.ndarray) -> np.ndarray:
     """Unit quaternion (w, x, y, z), w >= 0, of a rotation matrix (Shepperd's method).
 

@@ -49,3 +49,16 @@ def test_parse_pose():
     for bad in ["1,2,3", "1,2,3,nan,0,0,1", "a,b,c,d,e,f,g", "0,0,0,0,0,0,0"]:
         with pytest.raises(ConfigError):
             parse_pose(bad)
+
+
+def test_many_matrices_to_quaternions_at_once_against_scipy():
+    from scipy.spatial.transform import Rotation
+
+    from goggles.frames import matrices_to_quats
+
+    R = Rotation.random(5000, random_state=7)
+    expected = R.as_quat()[:, [3, 0, 1, 2]]  # scipy's (x, y, z, w) as goggles' (w, x, y, z)
+    expected *= np.where(expected[:, :1] < 0, -1.0, 1.0)
+    np.testing.assert_allclose(matrices_to_quats(R.as_matrix()), expected, atol=1e-12)
+    turned = Rotation.from_rotvec([[np.pi, 0, 0], [0, np.pi, 0], [0, 0, np.pi]]).as_matrix()  # w = 0: no trace branch
+    np.testing.assert_allclose(np.abs(matrices_to_quats(turned)), np.eye(4)[1:], atol=1e-12)

@@ -18,7 +18,7 @@ import numpy as np
 import warp as wp
 
 from goggles.errors import ConfigError
-from goggles.frames import quat_to_matrix
+from goggles.frames import matrices_to_quats, quat_to_matrix
 from goggles.held_signals import signals_held
 from goggles.host_copies import HostMirror, fetch
 from goggles.scene.actors import ActorShape
@@ -234,12 +234,10 @@ class SkinnedAvatar:
         (from the bones' motions, without reading the vertices back)."""
         if pose.bones != self.bones:
             raise ConfigError(f"skeleton bones {list(pose.bones)} differ from the avatar's {list(self.bones)}")
-        from scipy.spatial.transform import Rotation
-
         M = pose.T_WJ @ self._bind_inverse
         motions = np.zeros((len(M), 7), np.float32)
         motions[:, :3] = M[:, :3, 3]
-        motions[:, 3:] = Rotation.from_matrix(M[:, :3, :3]).as_quat()  # (x, y, z, w), as Warp transforms
+        motions[:, 3:] = np.roll(matrices_to_quats(M[:, :3, :3]), -1, axis=1)  # (x, y, z, w), as Warp transforms
         self._motions.assign(motions)
         wp.launch(
             skin_vertices_kernel,

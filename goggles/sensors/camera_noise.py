@@ -144,7 +144,8 @@ class CameraNoise:
 
 def _normal_quantiles(count: int) -> np.ndarray:
     """The standard normal's quantiles at (i + 0.5) / count, scaled to unit variance exactly."""
-    from scipy.stats import norm
+    from statistics import NormalDist
 
-    table = norm.ppf((np.arange(count) + 0.5) / count)
+    inverse = NormalDist().inv_cdf
+    table = np.array([inverse((i + 0.5) / count) for i in range(count)])
     return (table / table.std()).astype(np.float32)
