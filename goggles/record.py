@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from goggles.errors import ConfigError, require
+from goggles.status import RepeatedFailure
 from goggles.transport.schema import TYPES
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ class Recorder:
         if ros2 is not None and self.format != "mcap":
             raise ConfigError(f"{self.path}: a ROS 2 recording is an MCAP file; record to FILE.mcap")
         self._ros2 = ros2
+        self._unconvertible = RepeatedFailure(log, f"recording {self.path}: a message not written as ROS 2")
         self.written = 0
         self.dropped = 0
         self.error: str | None = None
@@ -200,6 +202,9 @@ class Recorder:
         try:
             messages = self._ros2.convert(decode_any(data))
         except MalformedMessage:
+            return
+        except Exception as exc:  # a message ROS 2 cannot hold: dropped, and the recording goes on
+            self._unconvertible.happened(exc)
             return
         if not self._channels:  # the first message: the sensor mounts go first
             messages = self._ros2.static_transforms() + messages

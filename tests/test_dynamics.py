@@ -246,6 +246,34 @@ def test_flightgoggles_rate_mode_settles_on_the_command():
     assert sim.states().rates[0, 2] == pytest.approx(0.5, abs=0.05)
 
 
+def test_a_wild_rate_command_leaves_nothing_wound_up_for_later_commands():
+    """0.3 s of rates of +-1e6 rad/s, then 4 s of velocity flight, then a gentle rates command: it
+    yawed at 24 rad/s and climbed 3.6 m/s (the integrator wound up on rates no airframe reaches and
+    outlived the mode change). Rates are taken within the airframe's ``max_rate`` and a mode change
+    starts the integrator afresh: the vehicle then does what a fresh one does."""
+    thrust = FG.mass * GRAVITY
+
+    def flown(wild: bool):
+        sim = MultirotorSim(FG, 1, device="cpu", floor_z=None, seed=1, disturbances=False, imu_noise=False)
+        sim.reset(position=[0, 0, 50], rotor_speed=FG.hover_speed)
+        if wild:
+            sim.set_command(ControlMode.RATES, [thrust, 1e6, -1e6, 1e6])
+            sim.step(288)
+            sim.set_command(ControlMode.VELOCITY, [0.0, 0.0, 0.0, 0.0])
+            sim.step(3840)
+        else:
+            sim.set_command(ControlMode.VELOCITY, [0.0, 0.0, 0.0, 0.0])
+            sim.step(960)
+        sim.set_command(ControlMode.RATES, [thrust, 0.0, 0.0, 1.0])
+        sim.step(960)
+        s = sim.states()
+        return float(s.rates[0, 2]), float(s.velocity[0, 2])
+
+    (yaw_rate, climb), (fresh_yaw_rate, fresh_climb) = flown(True), flown(False)
+    assert yaw_rate == pytest.approx(fresh_yaw_rate, abs=0.05) and abs(fresh_yaw_rate - 1.0) < 0.2
+    assert abs(climb - fresh_climb) < 0.1
+
+
 @pytest.mark.parametrize("airframe", [FG, HEXA], ids=["fg-quad", "hexa-550"])
 def test_position_controller_flies_to_and_holds_a_setpoint(device, airframe):
     sim = MultirotorSim(airframe, 1, device=device, seed=7)  # disturbances and IMU noise on
@@ -288,11 +316,14 @@ def test_a_huge_finite_command_saturates_the_motors_instead_of_cutting_them(devi
         sim.step(steps)
         return sim.states()
 
-    # A full roll-rate demand: the rotors of one side run up towards their maximum, the others down.
+    # A full roll-rate demand, taken as the airframe's largest rate: the rotors of one side run up, the
+    # others down, as the same command at max_rate does.
     rolled = flown(ControlMode.RATES, [hover, 3e38, 0.0, 0.0], steps=48)
     speeds = np.sort(rolled.rotor_speed[0])
-    assert speeds[2] > 0.9 * FG.max_speed and speeds[1] < 0.1 * FG.max_speed
+    assert speeds[2] > 1.4 * FG.hover_speed and speeds[1] < 0.6 * FG.hover_speed
     assert rolled.rates[0, 0] > 5.0
+    at_most = flown(ControlMode.RATES, [hover, FG.max_rate, 0.0, 0.0], steps=48)
+    np.testing.assert_array_equal(rolled.rotor_speed, at_most.rotor_speed)
     # Climb at the largest speed: the controller's bounded vertical acceleration, not a fall.
     for mode in (ControlMode.VELOCITY, ControlMode.POSITION):
         climbed = flown(mode, [0.0, 0.0, 3e38, 0.0])

@@ -340,3 +340,52 @@ print(answers)
     assert rss_mb() - before < 100, f"RSS grew {rss_mb() - before:.0f} MB"
     assert watch.longest_gap(start) < watch.allowed_gap()
     assert running.thread.is_alive()
+
+
+def test_a_stamp_no_output_could_carry_is_dropped_where_inputs_are_checked():
+    """A pose stamped 2^62 µs (or past ROS 2's last second, 2038) was taken, and every frame rendered
+    from it then failed to publish on ROS 2: it is now dropped with the inputs' other faults."""
+    from goggles.transport.messages import pose_message
+    from goggles.transport.schema import MAX_UTIME, MalformedMessage, decode_input
+
+    for utime in (2**62, MAX_UTIME + 1, -1):
+        with pytest.raises(MalformedMessage, match="time stamp"):
+            decode_input(pose_message(utime, 0, "quad0", (0, 0, 1), (1, 0, 0, 0)).encode(), goggles_lcm.pose_t)
+    assert decode_input(pose_message(MAX_UTIME, 0, "quad0", (0, 0, 1), (1, 0, 0, 0)).encode(), goggles_lcm.pose_t)
+
+    running = Running(run_config(mode="live", cameras=[]), duration=None)
+    client = Client(endpoints(running.engine.config))
+    try:
+        client.send_pose("quad0", (0, 0, 1), (1, 0, 0, 0), utime=2**62)
+        client.send_pose("quad0", (1, 0, 1), (1, 0, 0, 0), utime=5_000_000)
+        deadline = time.monotonic() + 30
+        while running.engine.counters.received < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert running.engine.counters.malformed == 1
+        assert running.engine.vehicles["quad0"].pose_utime == 5_000_000
+    finally:
+        client.close()
+        running.stop.set()
+        running.finish()
+
+
+def test_a_message_ros2_cannot_hold_is_dropped_from_a_ros2_recording_and_the_recording_goes_on(tmp_path, caplog):
+    """One unconvertible message (an image stamped past 2038, from before stamps were bounded) stopped a
+    ``--record-profile ros2`` recording; it is now told once and the recording goes on."""
+    rosbags = pytest.importorskip("rosbags.highlevel")
+    from goggles.record import Recorder
+    from goggles.transport.messages import imu_message
+    from goggles.transport.ros2 import Ros2Settings
+    from goggles.transport.ros2.topics import Ros2Topics
+
+    path = tmp_path / "ros2.mcap"
+    recorder = Recorder(path, ros2=Ros2Topics(Ros2Settings(domain_id=1)))
+    zero = np.zeros(3)
+    for k, utime in enumerate([1000, 2**62, 2**62, 3000]):
+        recorder.write("quad0/imu", imu_message(utime, k, "quad0", zero, zero).encode(), utime * 1000 % 2**63)
+    recorder.close()
+    assert recorder.error is None and recorder.written == 4
+    assert sum("not written as ROS 2" in r.message for r in caplog.records) == 1
+    with rosbags.AnyReader([path]) as reader:
+        stamps = [reader.deserialize(raw, c.msgtype).header.stamp for c, _, raw in reader.messages()]
+    assert [(s.sec, s.nanosec) for s in stamps] == [(0, 1_000_000), (0, 3_000_000)]

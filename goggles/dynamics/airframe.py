@@ -6,6 +6,7 @@ number has a unit. Physical parameters have no silent defaults: a missing key is
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -20,6 +21,10 @@ PRESET_NAMES = tuple(sorted(p.stem for p in PRESETS_DIR.glob("*.toml") if p.stem
 """The airframes that ship with goggles, by name."""
 #: Most rotors an airframe may have (the kernels use fixed-size vectors).
 MAX_ROTORS = 8
+
+#: The largest body rate rate mode takes where an airframe file names none, rad/s: Betaflight's largest
+#: configurable rate, 1998 deg/s (what racing quads are flown at, at most).
+DEFAULT_MAX_RATE = math.radians(1998.0)
 
 
 class Integrator(IntEnum):
@@ -114,6 +119,9 @@ class Airframe:
     integrator: Integrator = Integrator.RK4
     """The integrator the airframe's parameters were identified with (``[simulation] integrator``);
     a simulator uses it unless told otherwise."""
+    max_rate: float = DEFAULT_MAX_RATE
+    """rad/s: the largest body rate rate mode takes (``[rate_controller] max_rate``); a command beyond
+    it is taken as it (its integrator would otherwise wind up on rates no airframe reaches)."""
 
     @property
     def num_rotors(self) -> int:
@@ -211,7 +219,7 @@ _KEYS = {
     },
     "disturbance": {"force_density", "moment_density"},
     "imu": {"preset"},
-    "rate_controller": {"kp", "ki", "kd", "integrator_limit", "filter_p", "filter_q"},
+    "rate_controller": {"kp", "ki", "kd", "integrator_limit", "filter_p", "filter_q", "max_rate"},
     "geometric_controller": {
         "k_position",
         "k_velocity",
@@ -358,4 +366,5 @@ def _airframe(path: Path, data: dict) -> Airframe:
         collision_size=collision_size,
         crash_speed=collision.number("crash_speed", minimum=0.0),
         integrator=Integrator[integrator_name.upper()],
+        max_rate=rate.number("max_rate", DEFAULT_MAX_RATE, positive=True),
     )

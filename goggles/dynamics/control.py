@@ -19,7 +19,7 @@ import warp as wp
 from goggles.control_modes import COMMAND_LIMIT, COMMAND_SIZE, ControlMode
 from goggles.dynamics.model import AirframeParams, SimSettings, vec6, vec8
 
-__all__ = ["COMMAND_SIZE", "ControlMode", "rotor_commands"]
+__all__ = ["COMMAND_SIZE", "ControlMode", "commanded_rates", "rotor_commands"]
 
 
 ROTOR_SPEEDS = wp.constant(int(ControlMode.ROTOR_SPEEDS))
@@ -98,6 +98,13 @@ def translation_control(
 
 
 @wp.func
+def commanded_rates(af: AirframeParams, command: vec8) -> wp.vec3:
+    """Rate mode's body rates (command values 2-4), each within the airframe's ``max_rate``."""
+    top = af.max_rate
+    return wp.vec3(wp.clamp(command[1], -top, top), wp.clamp(command[2], -top, top), wp.clamp(command[3], -top, top))
+
+
+@wp.func
 def rate_control(
     af: AirframeParams, thrust: float, rates_d: wp.vec3, y: wp.vec3, dy: wp.vec3, integral: wp.vec3
 ) -> vec8:
@@ -136,7 +143,7 @@ def rotor_commands(
     for k in range(8):
         c[k] = wp.clamp(command[k], -LIMIT, LIMIT)
     if mode == RATES:
-        return rate_control(af, c[0], wp.vec3(c[1], c[2], c[3]), y, dy, integral)
+        return rate_control(af, c[0], commanded_rates(af, command), y, dy, integral)
     target = wp.vec3(c[0], c[1], c[2])
     if mode == POSITION:
         return translation_control(af, settings, p, v, q, w, p - target, wp.vec3(0.0), c[3])

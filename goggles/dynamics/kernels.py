@@ -2,7 +2,7 @@
 
 import warp as wp
 
-from goggles.dynamics.control import RATES, rotor_commands
+from goggles.dynamics.control import RATES, commanded_rates, rotor_commands
 from goggles.dynamics.model import (
     AirframeParams,
     CollisionResponse,
@@ -175,7 +175,7 @@ def step_vehicles_kernel(
         # PID integrator.
         y, dy = filter_step(af.filter_p, af.filter_q, y, dy, af.R_BI * imu_gyro, dt)
         if mode == RATES:
-            integral = wp.min(wp.max(integral + (wp.vec3(command[1], command[2], command[3]) - y) * dt, -limit), limit)
+            integral = wp.min(wp.max(integral + (commanded_rates(af, command) - y) * dt, -limit), limit)
         w_cmd = rotor_commands(af, settings, mode, command, x.p, x.v, x.q, x.w, y, dy, integral)
         height = height_above_ground(settings, actors, x.p)
         ratio = ground_effect_ratio(settings.ground_effect, height, af.rotor_radius, af.arm_length)
@@ -296,10 +296,14 @@ def seed_kernel(seed: int, out_rng: wp.array(dtype=wp.uint32)):
 def set_commands_kernel(
     vehicles: wp.array(dtype=wp.int32), commands: wp.array(dtype=vec8), mode: int, state: VehicleState
 ):
-    """The command and control mode of some vehicles (the others keep theirs)."""
+    """The command and control mode of some vehicles (the others keep theirs). A vehicle that changes
+    mode starts rate mode's integrator afresh: what it wound up on an earlier command of another mode
+    must not steer it now."""
     k = wp.tid()
     i = vehicles[k]
     state.command[i] = commands[k]
+    if state.mode[i] != mode:
+        state.integral[i] = wp.vec3(0.0)
     state.mode[i] = mode
 
 

@@ -116,6 +116,7 @@ class AirframeParams:
     rate_ki: wp.vec3
     rate_kd: wp.vec3
     rate_integrator_limit: float
+    max_rate: float
     filter_p: float
     filter_q: float
     k_position: wp.vec3

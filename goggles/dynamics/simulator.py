@@ -377,10 +377,6 @@ class MultirotorSim:
             raise ConfigError("ATTITUDE command quaternion (values 2-5, w x y z) must be non-zero")
         commands = np.zeros((len(chosen), MAX_ROTORS), np.float32)
         commands[:, :width] = rows
-        if vehicles is None:
-            self.state_arrays.command.assign(commands)
-            self.state_arrays.mode.fill_(int(mode))
-            return
         d = self.device
         wp.launch(
             kernels.set_commands_kernel,
@@ -606,6 +602,7 @@ def device_params(af: Airframe, dt: float, imu_dt: float, imu_mount: np.ndarray 
     p.R_BI = wp.mat33(*R_BI.ravel())
     p.rate_kp, p.rate_ki, p.rate_kd = (wp.vec3(*k) for k in (af.rate_kp, af.rate_ki, af.rate_kd))
     p.rate_integrator_limit = af.rate_integrator_limit
+    p.max_rate = af.max_rate
     p.filter_p, p.filter_q = af.filter_p, af.filter_q
     p.k_position, p.k_velocity = wp.vec3(*af.k_position), wp.vec3(*af.k_velocity)
     p.k_attitude, p.k_rate = wp.vec3(*af.k_attitude), wp.vec3(*af.k_rate)

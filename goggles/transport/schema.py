@@ -56,6 +56,10 @@ MAX_SKELETON_BYTES = 1024 + MAX_BONES * (4 + MAX_BONE_NAME + 1 + 4 + 3 * 8 + 4 *
 MAX_EDIT_NAME = 64
 #: Most physics steps one lockstep request may ask for (at 960 Hz, about three hours of sim time).
 MAX_STEPS = 10_000_000
+#: The latest time stamp an input may carry, µs: the last instant a ROS 2 stamp (int32 seconds) holds,
+#: 2038-01-19 in wall time. Every output made from an input carries its stamp (a live image its pose's),
+#: and one beyond this fails to publish on ROS 2 and to be written to a ROS 2 recording, frame after frame.
+MAX_UTIME = (2**31 - 1) * 1_000_000 + 999_999
 #: ``scene_edit_t.action`` of each edit.
 EDIT_ACTIONS = {"spawn": 0, "move": 1, "remove": 2}
 
@@ -149,6 +153,9 @@ def _quaternion(values, what: str) -> None:
 
 
 def _validate(message) -> None:
+    stamp = getattr(getattr(message, "header", None), "utime", 0)
+    if not 0 <= stamp <= MAX_UTIME:
+        raise MalformedMessage(f"time stamp {stamp} µs is not within 0 to {MAX_UTIME} (2038, ROS 2's last second)")
     if isinstance(message, (goggles_lcm.pose_t, goggles_lcm.vehicle_state_t)):  # a state: a replayed pose
         _finite(message.position, "pose position")
         _quaternion(message.orientation, "pose orientation")

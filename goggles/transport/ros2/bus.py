@@ -25,6 +25,7 @@ from goggles.checks import FLOAT32_MAX
 from goggles.control_modes import ControlMode
 from goggles.errors import ConfigError, require
 from goggles.frames import quat_to_matrix
+from goggles.status import RepeatedFailure
 from goggles.transport.ros2 import DISTROS, LOCALHOST_ONLY_CONFIG, Ros2Settings
 from goggles.transport.ros2 import types as T
 from goggles.transport.ros2.topics import CLOCK, SENSOR, TF, TF_STATIC, Ros2Topics
@@ -68,6 +69,7 @@ class Ros2Bus:
         if any(c.isspace() for c in settings.namespace):
             raise ConfigError(f"[ros2] namespace {settings.namespace!r} may not contain spaces")
         self.topics = Ros2Topics(settings, cameras, range_sensors, lidars)
+        self._publish_failed = RepeatedFailure(log, "ros2: could not publish")
         try:
             # The domain's configuration, held as long as the participant: this machine only by default.
             self._domain = None if settings.expose else Domain(settings.domain_id, LOCALHOST_ONLY_CONFIG)
@@ -135,7 +137,7 @@ class Ros2Bus:
             for ros_message in self.topics.convert(message):
                 self._write(ros_message)
         except Exception as exc:  # a ROS peer must never stop the engine
-            log.warning("ros2: could not publish %s: %s", channel, exc)
+            self._publish_failed.happened(f"{channel}: {exc}")
 
     # ------------------------------------------------------------------ inputs
 
@@ -168,6 +170,8 @@ class Ros2Bus:
     def _to_input(self, name: str, leaf: str, sample) -> tuple[str, bytes]:
         if leaf == "pose":
             stamp, pose = sample.header.stamp, sample.pose
+            if not (0 <= stamp.sec and 0 <= stamp.nanosec < 1_000_000_000):
+                raise ValueError(f"stamp {stamp.sec} s {stamp.nanosec} ns is not a time (0 <= nanosec < 1e9)")
             message = goggles_lcm.pose_t()
             message.header = header(stamp.sec * 1_000_000 + stamp.nanosec // 1000, 0)
             message.name = name
