@@ -162,40 +162,122 @@ class _BigFrames:
         return [(1, bytes(200_000))]
 
 
-def test_pages_that_never_read_cost_a_few_frames_each():
+def _serving(source, **kwargs):
+    """A preview server in a thread, once it listens: (server, stop, thread)."""
     import socket
 
+    port = free_port()
+    server = PreviewServer(source, port=port, **kwargs)
+    stop, listening = threading.Event(), threading.Event()
+    thread = threading.Thread(target=server.run, args=(stop, listening.set), daemon=True)
+    thread.start()
+    assert listening.wait(30)
+    with socket.create_connection(("127.0.0.1", port)):
+        pass
+    return server, stop, thread
+
+
+def _silent_page(port: int):
+    """A page's stream opened over a raw socket that then never reads: (socket, HTTP status)."""
+    import socket
+
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    key = base64.b64encode(b"0123456789abcdef").decode()
+    s.sendall(
+        (
+            f"GET /stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:  # the response's head, a byte at a time: no frame is read
+        byte = s.recv(1)
+        if not byte:
+            break
+        head += byte
+    return s, int(head.split(b" ", 2)[1]) if head else 0
+
+
+def test_pages_that_never_read_cost_a_few_frames_each_and_their_number_is_bounded():
+    """1,000 pages that never read cost +603 MB and stayed connected: now at most MAX_PAGES are
+    served (the others refused with 503), each holds a few frames, and after STALLED_S without
+    taking one a page is dropped."""
+    from goggles.preview import server as preview
     from tests.test_hostile_inputs import rss_mb
 
-    port = free_port()
-    server = PreviewServer(_BigFrames(), port=port)
-    stop = threading.Event()
-    thread = threading.Thread(target=server.run, args=(stop,), daemon=True)
-    thread.start()
-    time.sleep(1.0)
-    silent = []
-    for _ in range(10):
-        s = socket.create_connection(("127.0.0.1", port))
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        key = base64.b64encode(b"0123456789abcdef").decode()
-        s.sendall(
-            (
-                f"GET /stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-            ).encode()
-        )
-        silent.append(s)  # handshake sent; never read again
-    time.sleep(1.0)
-    before = rss_mb()
-    time.sleep(5.0)  # 125 frames (25 MB) offered to each page
-    grown = rss_mb() - before
-    stop.set()
-    thread.join(5)
-    for s in silent:
-        s.close()
-    print(f"10 pages that never read: RSS +{grown:.0f} MB over 5 s")
-    assert server.frames_sent > 100
-    assert grown < 40, f"RSS grew {grown:.0f} MB with 10 pages that never read"
+    server, stop, thread = _serving(_BigFrames())
+    port = server.port
+    try:
+        before = rss_mb()
+        pages = [_silent_page(port) for _ in range(3 * preview.MAX_PAGES)]
+        statuses = [status for _, status in pages]
+        assert statuses.count(101) == preview.MAX_PAGES and statuses.count(503) == 2 * preview.MAX_PAGES
+        time.sleep(3.0)  # 75 frames (15 MB) offered to each page
+        grown = rss_mb() - before
+        print(f"{len(pages)} pages that never read: RSS +{grown:.0f} MB over 3 s")
+        assert server.frames_sent > 50
+        assert grown < 40, f"RSS grew {grown:.0f} MB"
+        assert len(server._clients) == preview.MAX_PAGES and server.busy == 2 * preview.MAX_PAGES
+    finally:
+        stop.set()
+        thread.join(5)
+        for s, _ in pages:
+            s.close()
+
+
+def test_a_page_that_takes_nothing_is_dropped_and_its_place_freed(monkeypatch):
+    from goggles.preview import server as preview
+
+    monkeypatch.setattr(preview, "STALLED_S", 0.5)
+    server, stop, thread = _serving(_BigFrames())
+    try:
+        silent, status = _silent_page(server.port)
+        assert status == 101
+        deadline = time.monotonic() + 30
+        while server.dropped == 0:  # its buffer fills, then STALLED_S pass
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert not server._clients
+        _, again = _silent_page(server.port)
+        assert again == 101
+    finally:
+        stop.set()
+        thread.join(5)
+        silent.close()
+
+
+def test_what_pages_send_is_read_and_anything_large_closes_them():
+    """Pages that sent 20 x 1 MB and never read cost ~17 MB each, kept after they closed: the page
+    sends nothing, so a message over MAX_INCOMING_BYTES closes it (1009) before it is buffered."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    from goggles.preview import server as preview
+    from tests.test_hostile_inputs import rss_mb
+
+    server, stop, thread = _serving(_SmallFrames())
+    try:
+        before = rss_mb()
+        for _ in range(20):
+            with connect(f"ws://127.0.0.1:{server.port}/stream", open_timeout=5, max_size=None) as page:
+                page.send(b"small talk")  # read and dropped: the page stays
+                assert page.recv(timeout=5).endswith(b"a frame")
+                with pytest.raises(ConnectionClosed) as closed:
+                    for _ in range(20):
+                        page.send(bytes(2**20))
+                    page.recv(timeout=5)
+                assert closed.value.rcvd.code == 1009
+        grown = rss_mb() - before
+        assert grown < 40, f"RSS grew {grown:.0f} MB"
+        deadline = time.monotonic() + 10
+        while server._clients:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert preview.MAX_INCOMING_BYTES <= 4096
+    finally:
+        stop.set()
+        thread.join(5)
 
 
 class _SmallFrames:

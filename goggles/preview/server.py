@@ -5,7 +5,9 @@ shows the latest frame), puts left and right side by side, renders a third-perso
 vehicle (its airframe's model at the vehicle's pose, seen from a chosen viewpoint in the same
 scene), and sends both as JPEG over a WebSocket to every open page. Binds 127.0.0.1 unless told
 otherwise; with a ``token`` the stream goes only to pages opened with ``?token=<token>`` (the page
-passes it on), as ``goggles preview`` sets whenever it serves beyond this machine. Each message: kind (uint8: 0
+passes it on), as ``goggles preview`` sets whenever it serves beyond this machine. Bounded against
+hostile pages: at most ``MAX_PAGES`` open, nothing bigger than ``MAX_INCOMING_BYTES`` taken from one, a
+few frames queued per page, and a page that takes nothing for ``STALLED_S`` dropped. Each message: kind (uint8: 0
 stereo, 1 third person), send time (float64 ms since the epoch, for the page's latency figure),
 JPEG bytes.
 """
@@ -146,6 +148,13 @@ class FrameSource:
 
 #: Bytes that may wait in one page's send buffer before frames for it are skipped (a few frames).
 MAX_BUFFERED_BYTES = 512 * 1024
+#: Pages that may watch at once; more are refused (503), so open connections cannot exhaust memory.
+MAX_PAGES = 16
+#: The largest message a page may send: the page sends nothing, so anything bigger closes it (1009).
+MAX_INCOMING_BYTES = 4096
+#: A page that takes no frame for this long (its send buffer stays full) is dropped: it frees its place
+#: and its buffers; a page that reads again is welcome back.
+STALLED_S = 10.0
 
 
 def _buffered(connection) -> int:
@@ -163,7 +172,13 @@ class PreviewServer:
         self.frames_sent = 0
         self.refused = 0
         """Stream requests without the token."""
+        self.busy = 0
+        """Stream requests refused because ``MAX_PAGES`` pages were open."""
+        self.dropped = 0
+        """Pages dropped for taking no frame for ``STALLED_S``."""
         self._clients: set = set()
+        self._full_since: dict = {}
+        """When each page's send buffer last became full (pages that keep up are not in it)."""
 
     async def _request(self, connection, request):
         url = urlsplit(request.path)
@@ -172,6 +187,9 @@ class PreviewServer:
             if self.token is not None and not hmac.compare_digest(given.encode(), self.token.encode()):
                 self.refused += 1
                 return connection.respond(HTTPStatus.FORBIDDEN, "open the page at the URL goggles preview printed\n")
+            if len(self._clients) >= MAX_PAGES:
+                self.busy += 1
+                return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, f"{MAX_PAGES} pages are open already\n")
             return None  # upgrade to the WebSocket
         path = PAGES.get(url.path)
         if path is None:
@@ -181,18 +199,48 @@ class PreviewServer:
         return response
 
     async def _stream(self, websocket) -> None:
+        if len(self._clients) >= MAX_PAGES:  # handshakes that passed the check together
+            self.busy += 1
+            await websocket.close(1013, f"{MAX_PAGES} pages are open already")
+            return
         self._clients.add(websocket)
         try:
-            await websocket.wait_closed()
+            async for _ in websocket:  # the page sends nothing: whatever comes is read and dropped
+                pass
+        except Exception:  # a message over MAX_INCOMING_BYTES, a broken connection: the page is gone
+            pass
         finally:
             self._clients.discard(websocket)
+            self._full_since.pop(websocket, None)
+
+    def _ready(self, now: float) -> list:
+        """The pages to send a frame to: those whose buffer has room. A page whose buffer has stayed
+        full for ``STALLED_S`` is dropped (its connection aborted, its buffers freed)."""
+        ready = []
+        for client in list(self._clients):
+            if _buffered(client) <= MAX_BUFFERED_BYTES:
+                self._full_since.pop(client, None)
+                ready.append(client)
+            elif now - self._full_since.setdefault(client, now) > STALLED_S:
+                self.dropped += 1
+                self._clients.discard(client)
+                self._full_since.pop(client, None)
+                client.transport.abort()
+        return ready
 
     async def _serve(self, stop: threading.Event, listening, polled) -> None:
         require("websockets", "viewing", "the preview page")
         from websockets.asyncio.server import broadcast, serve
 
         loop = asyncio.get_running_loop()
-        async with serve(self._stream, self.host, self.port, process_request=self._request, max_size=2**20):
+        async with serve(
+            self._stream,
+            self.host,
+            self.port,
+            process_request=self._request,
+            max_size=MAX_INCOMING_BYTES,
+            max_queue=4,
+        ):
             if listening is not None:
                 listening()
             while not stop.is_set():
@@ -201,8 +249,7 @@ class PreviewServer:
                 for kind, jpeg in messages:
                     # A page that has not taken the previous frames skips this one: at most a few
                     # frames ever wait per client, however long it stops reading.
-                    ready = [c for c in self._clients if _buffered(c) <= MAX_BUFFERED_BYTES]
-                    broadcast(ready, bytes([kind]) + sent + jpeg)
+                    broadcast(self._ready(time.monotonic()), bytes([kind]) + sent + jpeg)
                     self.frames_sent += 1
                 if polled is not None:
                     polled()
