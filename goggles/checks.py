@@ -37,12 +37,38 @@ def read_toml(path: Path, what: str, error: type[Exception] = ConfigError) -> di
     return parse_toml(text, str(path), error)
 
 
+#: How deep tables and arrays may nest in a goggles TOML file (the deepest any file needs is 3: a route's
+#: waypoints in an array of vehicle tables); deeper nesting is refused before anything walks it.
+MAX_TOML_DEPTH = 16
+
+
 def parse_toml(text: str, where: str, error: type[Exception] = ConfigError) -> dict:
-    """The tables of TOML `text`; `error` starts with `where` if it is not TOML."""
+    """The tables of TOML `text`; `error` starts with `where` if it is not TOML, or if its tables and
+    arrays nest deeper than ``MAX_TOML_DEPTH`` (500 nested brackets exhausted the parser's recursion)."""
     try:
-        return tomllib.loads(text.removeprefix("\ufeff"))  # a BOM kept in a recording's copy of a run file
+        data = tomllib.loads(text.removeprefix("\ufeff"))  # a BOM kept in a recording's copy of a run file
     except tomllib.TOMLDecodeError as exc:
         raise error(f"{where}: not valid TOML: {exc}") from exc
+    except RecursionError:
+        raise error(f"{where}: not valid TOML for goggles: arrays or tables nested too deep to read") from None
+    path = _too_deep(data)
+    if path is not None:
+        raise error(f"{where}: '{path}' nests arrays or tables deeper than {MAX_TOML_DEPTH} levels")
+    return data
+
+
+def _too_deep(data: dict) -> str | None:
+    """The key under which ``data`` nests deeper than ``MAX_TOML_DEPTH``, or None (walked without recursion)."""
+    stack = [(value, str(key), 1) for key, value in data.items()]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_TOML_DEPTH:
+            return path
+        if isinstance(value, dict):
+            stack.extend((v, f"{path}.{k}", depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, path, depth + 1) for v in value)
+    return None
 
 
 def finite_vector(value, n: int) -> np.ndarray | None:

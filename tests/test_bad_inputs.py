@@ -33,6 +33,8 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     (tmp / "noise.lcmlog").write_bytes(np.random.default_rng(0).bytes(512))
     (tmp / "bad.toml").write_text("[scene\nname = ")
     (tmp / "binary.toml").write_bytes(bytes(range(256)))
+    (tmp / "deep.toml").write_text("a = " + "[" * 500 + "]" * 500 + "\n")
+    (tmp / "deepish.toml").write_text("[run]\nseed = " + "[" * 40 + "1" + "]" * 40 + "\n")
     (tmp / "named.toml").write_text('[[asset]]\nname = 5\nfile = "a.ply"\nunits = "m"\nup = "+z"\n')
     (tmp / "spec.toml").write_text(f'[dataset]\noutput = "{tmp / "renders"}"\n[jobs]\nlogs = ["junk.mcap"]\n')
     out = str(tmp / "out")
@@ -111,6 +113,11 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["render", "--pose", "1,2,3", "--out", out], "pose"),
         (["render", "--pose=0,0,1,0,0,0,0", "--out", out], "quaternion"),
         (["render", "--scene", str(tmp / "bad.toml"), "--out", out], "bad.toml"),
+        (["run", str(tmp / "deep.toml")], "deep.toml: not valid TOML for goggles: arrays or tables nested too deep"),
+        (["run", str(tmp / "deepish.toml")], "deepish.toml: 'run.seed' nests arrays or tables deeper than 16"),
+        (["render", "--scene", str(tmp / "deep.toml"), "--out", out], "deep.toml: not valid TOML for goggles"),
+        (["dataset", str(tmp / "deep.toml")], "deep.toml: not valid TOML for goggles"),
+        (["race", "--course", str(tmp / "deep.toml")], "deep.toml: not valid TOML for goggles"),
         (["render", "--scene", str(tmp / "binary.toml"), "--out", out], "binary.toml"),
         (["render", "--scene", str(tmp / "missing.glb"), "--out", out], "missing.glb"),
         (["render", "--scene", str(tmp / "named.toml"), "--out", out], "#1 (a.ply): 'name' must be a non-empty string"),
