@@ -76,6 +76,11 @@ class DatasetSpec:
 _SPEC_KEYS = {"dataset", "jobs", "job"}
 
 
+#: Most jobs one spec may make (its product and its [[job]] tables): counted before any is built, so a
+#: typo that multiplies (1,000 logs x 10 rigs x 100,000 seeds) is one line, not gigabytes of jobs.
+MAX_JOBS = 100_000
+
+
 def load_dataset_spec(path: str | Path) -> DatasetSpec:
     """Read and check a spec: every log, rig and scene must exist and load, before any job starts.
 
@@ -114,18 +119,28 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
         return found
 
     jobs: list[Job] = []
+    job_tables = top.get("job", [])
+    if not isinstance(job_tables, list):
+        raise top.error("job", "[[job]] tables")
     if "jobs" in data:
         product = Table(path, "[jobs]", data["jobs"], {"logs", "rigs", "scenes", "seeds"})
         seeds = product.get("seeds", [None])
         if seeds != [None] and not (isinstance(seeds, list) and seeds and all(is_whole(s, 0, MAX_SEED) for s in seeds)):
             raise product.error("seeds", f"a list of integers from 0 to {MAX_SEED}")
-        for log_path in paths(product, "logs", required=True):
-            for rig in paths(product, "rigs"):
-                for scene in paths(product, "scenes"):
+        logs, rigs, scenes = paths(product, "logs", required=True), paths(product, "rigs"), paths(product, "scenes")
+        count = len(logs) * len(rigs) * len(scenes) * len(seeds) + len(job_tables)
+        if count > MAX_JOBS:
+            raise ConfigError(
+                f"{path}: [jobs]: {len(logs):,} logs x {len(rigs):,} rigs x {len(scenes):,} scenes x "
+                f"{len(seeds):,} seeds (and {len(job_tables):,} [[job]] tables) make {count:,} jobs; at most "
+                f"{MAX_JOBS:,} in one spec: split it into several"
+            )
+        for log_path in logs:
+            for rig in rigs:
+                for scene in scenes:
                     jobs += [Job(log_path, rig, scene, seed) for seed in seeds]
-    job_tables = top.get("job", [])
-    if not isinstance(job_tables, list):
-        raise top.error("job", "[[job]] tables")
+    if len(job_tables) > MAX_JOBS:
+        raise ConfigError(f"{path}: {len(job_tables):,} [[job]] tables; at most {MAX_JOBS:,} in one spec")
     for i, entry in enumerate(job_tables):
         table = Table(path, f"[[job]] {i + 1}", entry, {"log", "rig", "scene", "seed"})
         seed = table.integer("seed", None, low=0, high=MAX_SEED)
@@ -333,6 +348,9 @@ def run_dataset(
     # when done again (beside its "failed" row, it would say the job was done).
     _remove_outputs(spec.output, pending)
     workers = workers or spec.workers or os.cpu_count() or 1
+    if ray_address is None and workers > (cores := os.cpu_count() or 1):  # a process each: no more than cores
+        log.warning("%d workers asked for, %d started: this machine has %d cores", workers, cores, cores)
+        workers = cores
     backend = _run_on_ray if ray_address is not None else _run_locally
     rows: list[dict] = []
     finished = closing(backend(pending, spec, workers, ray_address))
