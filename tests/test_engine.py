@@ -1044,7 +1044,7 @@ def test_the_vehicles_of_a_run_collide_with_each_other_and_name_whom_they_hit(de
     close = dataclasses.replace(hexa, start=(0.3, 0.4, 0.0, 0.0), route=((3.0, 4.0, 1.0, 0.0),))  # 0.5 m apart
     away = dataclasses.replace(quad, route=((-3.0, -4.0, 1.0, 0.0),))
     collisions, engine = _flown(dataclasses.replace(base, vehicles=(away, close)), 3.0, device)
-    assert "'quad0' and 'hexa': 'start' 0.5 m apart, inside each other (their collision" in caplog.text
+    assert "1 pair(s) of [[vehicle]]s start inside each other's collision spheres (quad0 and hexa (0.5 m" in caplog.text
     assert not any(vehicle.crashed for vehicle in engine.vehicles.values())
     assert {("quad0", "hexa"), ("hexa", "quad0")} <= {(c.vehicle, c.other) for c in collisions}
 
