@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 LCM_SOURCES = Path(__file__).resolve().parent / "transport" / "lcm"
 #: MCAP chunk size: how much a killed recording can lose at most.
 CHUNK_BYTES = 1 << 20
+#: The largest message a recording holds and a chunk a reader decompresses: an 8192 x 8192 float32
+#: image. A chunk declaring more is skipped before its bytes are inflated (a 4.4 MB chunk of lz4 that
+#: inflates to 1 GiB cost 2 GB of memory), and the recorder does not write a larger message.
+MAX_MESSAGE_BYTES = 256 << 20
 
 
 def log_format(path: Path) -> str:
@@ -114,6 +118,9 @@ class Recorder:
             raise ConfigError(f"{self.path}: a ROS 2 recording is an MCAP file; record to FILE.mcap")
         self._ros2 = ros2
         self._unconvertible = RepeatedFailure(log, f"recording {self.path}: a message not written as ROS 2")
+        self._too_large = RepeatedFailure(
+            log, f"recording {self.path}: a message over {MAX_MESSAGE_BYTES >> 20} MiB not recorded"
+        )
         self.written = 0
         self.dropped = 0
         self.error: str | None = None
@@ -152,6 +159,10 @@ class Recorder:
         nothing writes once built), else copied: the caller's thread never copies an image for it."""
         if self.error is not None:
             self.dropped += 1
+            return
+        if len(memoryview(data).cast("B")) > MAX_MESSAGE_BYTES:
+            self.dropped += 1
+            self._too_large.happened(f"{channel}: {len(memoryview(data).cast('B')) / 2**20:.0f} MiB")
             return
         if not isinstance(data, bytes) and not memoryview(data).readonly:
             data = bytes(data)
@@ -400,6 +411,16 @@ def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
                 records = [record]
                 if isinstance(record, Chunk):
                     index += 1
+                    if record.uncompressed_size > MAX_MESSAGE_BYTES:  # decided before anything is inflated
+                        damaged += 1
+                        log.warning(
+                            "%s: chunk %d declares %.1f GiB, over the %d MiB a chunk may hold; skipped",
+                            path,
+                            index,
+                            record.uncompressed_size / 2**30,
+                            MAX_MESSAGE_BYTES >> 20,
+                        )
+                        continue
                     try:
                         records = breakup_chunk(record, validate_crc=True)
                     except Exception as exc:  # CRC mismatch, or garbage inside the chunk

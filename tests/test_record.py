@@ -552,6 +552,74 @@ def test_damaged_chunks_are_named_and_skipped(tmp_path, caplog, compression):
     assert "damaged" in caplog.text
 
 
+def test_a_chunk_that_would_inflate_past_the_bound_is_skipped_before_it_is_inflated(tmp_path, caplog):
+    """A 4.4 MB lz4 chunk that inflates to 1 GiB cost 2 GB of memory on replay: a chunk declaring more
+    than MAX_MESSAGE_BYTES is skipped (named) before anything is inflated, and the chunks after it read."""
+    import tracemalloc
+
+    import lz4.frame
+    from mcap.writer import CompressionType, Writer
+
+    path = tmp_path / "bomb.mcap"
+    with open(path, "wb") as f:
+        writer = Writer(f, chunk_size=1 << 20, compression=CompressionType.LZ4)
+        writer.start()
+        schema = writer.register_schema("goggles_lcm.x", "lcm", b"")
+        channel = writer.register_channel("bomb", "lcm", schema)
+        writer.add_message(channel, 1, b"before", 1)
+        writer.finish()
+    # A chunk of one message of 1 GiB of zeros, compressed a MiB at a time (4 MB of lz4): the bomb goes
+    # in by hand, after the file's own chunk.
+    import struct
+
+    from mcap.data_stream import RecordBuilder
+    from mcap.records import Chunk
+
+    size = 1 << 30  # the whole message record, as the chunk declares it
+    head = struct.pack("<BQHIQQ", 0x05, size - 9, channel, 0, 2, 2)  # opcode, length, channel, seq, times
+    compressor, zeros, left = lz4.frame.LZ4FrameCompressor(), bytes(1 << 20), size - len(head)
+    parts = [compressor.begin(), compressor.compress(head)]
+    while left:
+        parts.append(compressor.compress(zeros[: min(left, len(zeros))]))
+        left -= min(left, len(zeros))
+    parts.append(compressor.flush())
+    outer = RecordBuilder()
+    Chunk(
+        message_start_time=2,
+        message_end_time=2,
+        uncompressed_size=size,
+        uncompressed_crc=0,
+        compression="lz4",
+        data=b"".join(parts),
+    ).write(outer)
+    bomb = outer.end()
+    assert len(bomb) < 10e6
+    raw = path.read_bytes()
+    first_chunk_end = raw.index(b"before") + len(b"before")
+    # After the magic and header: the file's own first chunk stays; the bomb goes right after it.
+    data_end = raw.index(bytes([0x0F]), first_chunk_end)  # the data-end record opens the summary
+    path.write_bytes(raw[:data_end] + bomb + raw[data_end:])
+    tracemalloc.start()
+    with caplog.at_level("WARNING"):
+        read = list(read_log(path))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert [(t, c, bytes(d)) for t, c, d in read] == [(1, "bomb", b"before")]
+    assert "declares 1.0 GiB, over the 256 MiB a chunk may hold; skipped" in caplog.text
+    assert peak < 100e6, f"{peak / 1e6:.0f} MB to skip it"
+
+
+def test_the_recorder_does_not_write_a_message_no_reader_would_take(tmp_path, caplog):
+    from goggles.record import MAX_MESSAGE_BYTES
+
+    recorder = Recorder(tmp_path / "big.mcap")
+    recorder.write("huge", memoryview(bytearray(MAX_MESSAGE_BYTES + 1)).toreadonly(), 1)
+    recorder.write("fine", b"x" * 1000, 2)
+    recorder.close()
+    assert [c for _, c, _ in read_log(tmp_path / "big.mcap")] == ["fine"] and recorder.dropped == 1
+    assert "a message over 256 MiB" in caplog.text
+
+
 @pytest.mark.parametrize(
     "damage",
     ["header zeroed", "data cut short", "junk between events", "length too long", "sync word flipped"],
