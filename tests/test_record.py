@@ -216,7 +216,8 @@ def test_real_lcm_logger_log_replays(tmp_path, device):
     assert all(logged[key] == replayed[key] for key in common)  # the same renders from the logged poses
 
 
-def test_a_killed_recording_is_readable(tmp_path):
+def _killed_recording(tmp_path, *options) -> Path:
+    """A run recorded until SIGKILL, once 3 MB are on disk: what a killed run leaves."""
     run_file = tmp_path / "run.toml"
     run_file.write_text(
         RUN_FILE.replace("[run]", f'[run]\nscene = "{REPO / "assets/arena.toml"}"').replace(
@@ -225,19 +226,48 @@ def test_a_killed_recording_is_readable(tmp_path):
     )
     path = tmp_path / "killed.mcap"
     process = subprocess.Popen(
-        [sys.executable, "-m", "goggles.cli", "run", str(run_file), "--record", str(path)],
+        [sys.executable, "-m", "goggles.cli", "run", str(run_file), "--record", str(path), *options],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (not path.exists() or path.stat().st_size < 3 * (1 << 20)):
+    while process.poll() is None and time.monotonic() < deadline and (not path.exists() or path.stat().st_size < 3e6):
         time.sleep(0.2)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
+    return path
+
+
+def test_a_killed_recording_is_readable(tmp_path):
+    path = _killed_recording(tmp_path)
     messages = list(read_log(path))
     assert len(messages) > 20
     assert all(decode_any(data) is not None for _, _, data in messages)
     assert read_metadata(path)["run_file"]
+
+
+def test_a_killed_ros2_recording_is_repaired_for_ros2_tools(tmp_path):
+    """A ``--record-profile ros2`` recording killed by SIGKILL: rosbags cannot open it ("File end magic
+    is invalid"); ``goggles recording repair`` copies what can be read into a file rosbags opens, with
+    every message goggles itself reads from the killed one, and the run file's metadata."""
+    rosbags = pytest.importorskip("rosbags.highlevel")
+    path = _killed_recording(tmp_path, "--record-profile", "ros2")
+    with pytest.raises(Exception, match="magic"):
+        with rosbags.AnyReader([path]):
+            pass
+    readable = len(list(read_log(path)))
+    done = _goggles("recording", "repair", path)
+    assert done.returncode == 0, done.stderr
+    repaired = tmp_path / "killed.repaired.mcap"
+    assert f"copied to {repaired} (the original was cut off where it was killed)" in done.stdout
+    with rosbags.AnyReader([repaired]) as reader:
+        topics = {c.topic for c in reader.connections}
+        count = sum(1 for _ in reader.messages())
+    assert {"/goggles/quad0/stereo/left/image_depth", "/goggles/quad0/imu", "/tf_static"} <= topics and count > 20
+    assert len(list(read_log(repaired))) == readable
+    assert read_metadata(repaired)["run_file"] == read_metadata(path)["run_file"]
+    again = _goggles("recording", "repair", path)
+    assert again.returncode == 2 and "exists; give another file, or --overwrite" in again.stderr
 
 
 def test_the_recorder_never_blocks(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 
-from goggles.cli import bench, bridge, dataset, echo, edit, fly, keys, preview, race, render, replay, run
+from goggles.cli import bench, bridge, dataset, echo, edit, fly, keys, preview, race, recording, render, replay, run
 from goggles.cli.common import (
     Terminated,
     check_device,
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress and Warp messages")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (render, bench, run, preview, keys, replay, dataset, echo, edit, race, bridge, fly):
+    for module in (render, bench, run, preview, keys, replay, recording, dataset, echo, edit, race, bridge, fly):
         module.add_parser(commands)
     return parser
 
