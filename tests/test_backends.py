@@ -64,6 +64,7 @@ def stereo_views(T_WB_list, baseline=0.3):
     return poses
 
 
+@pytest.mark.slow
 def test_backends_agree_on_the_default_scan():
     scene = load_static_scene(default_scene())
     world = DeviceScene(scene, "cpu")

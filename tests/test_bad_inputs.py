@@ -171,6 +171,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     ]
 
 
+@pytest.mark.slow
 def test_every_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys):
     failures = []
     for argv, expected in _bad_inputs(tmp_path):
@@ -217,6 +218,7 @@ def test_files_saved_by_windows_editors_load(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == "gates=0 time_s=0.000 score=0.000 end=incomplete"
 
 
+@pytest.mark.slow
 def test_a_terminal_sees_one_line_and_no_cuda_warning(tmp_path):
     """In a real process: no traceback, no Warp CUDA-driver warning on a machine without a GPU."""
     for argv in (["render", "--device", "gpu", "--out", str(tmp_path)], ["render", "--out", str(tmp_path / "o")]):
@@ -246,6 +248,7 @@ def test_an_lcm_url_lcm_refuses_is_one_line_with_lcm_s_reason(url, reason):
     ]
 
 
+@pytest.mark.slow
 def test_negative_pose_without_equals_and_non_unit_quaternion(tmp_path, caplog):
     assert (
         main(["render", "--pose", "-4,0,1.5,1,0,0,0", "--width", "32", "--height", "24", "--out", str(tmp_path / "a")])
@@ -373,6 +376,7 @@ def test_a_foxglove_port_in_use_is_a_one_line_error():
     assert "cannot serve Foxglove on 127.0.0.1:" in result.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_a_preview_port_in_use_is_one_line_and_no_page_is_announced():
     """The page's address is printed once the port is bound, never before an error saying it is not."""
     pytest.importorskip("websockets")
@@ -393,6 +397,7 @@ def test_a_preview_port_in_use_is_one_line_and_no_page_is_announced():
     assert len(lines) == 1 and lines[0].startswith(f"goggles: error: cannot serve the preview on 127.0.0.1:{port}: ")
 
 
+@pytest.mark.slow
 def test_ten_thousand_vehicles_at_one_start_are_one_warning_within_seconds(caplog):
     """The start check compared every pair in Python (23.7 s at 3,000 vehicles) and wrote a warning per
     pair (1.31 M lines): one vectorised pass, one line with the count. A bound, not a timing test: the

@@ -115,6 +115,7 @@ Frame Time: 0.25
 """
 
 
+@pytest.mark.slow
 def test_run_file_avatar_plays_a_bvh_clip_in_sim_time(tmp_path):
     """A person from a BVH clip, 4 m in front of the camera, waving: lockstep renders are
     deterministic and the arm's pixels change with sim time."""

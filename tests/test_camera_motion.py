@@ -76,6 +76,7 @@ def test_a_blurred_edge_is_as_wide_as_the_motion_during_the_exposure(tracer):
     assert abs(ramp.mean() - camera.cx) <= 1.0  # centred on where the edge is mid-exposure
 
 
+@pytest.mark.slow
 def test_run_files_give_cameras_an_exposure_and_a_rolling_shutter(tmp_path):
     """The engine renders a moving vehicle's camera along its motion: images change with the exposure
     and readout a run file gives, and the same run file gives the same bytes again."""

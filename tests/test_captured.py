@@ -89,6 +89,7 @@ def arena():
     return load_static_scene(default_scene())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("autoreset, backend", [("next", "warp"), ("same", "warp"), ("next", "bvh"), ("next", "auto")])
 def test_recorded_environment_steps_equal_eager_steps(device, arena, autoreset, backend):
     """A race with every observation (depth with stereo noise, segmentation, rgb, ranges with noise,

@@ -161,6 +161,7 @@ def first_overlap(device, speed) -> tuple[int, np.ndarray, np.ndarray]:
     raise AssertionError("their paths never overlap")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("speed", [2.0, 0.3])
 def test_the_vehicles_of_a_swarm_meet_where_their_paths_overlap(device, speed):
     """Stepped together a sensor period (16 steps) at a time, the vehicles of a swarm meet at the step

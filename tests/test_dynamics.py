@@ -196,6 +196,7 @@ def _allan_deviation(samples: np.ndarray, rate: float, tau: float) -> float:
     return float(np.sqrt(np.mean(d**2) / (2 * tau**2)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["vn-100", "flightgoggles"])
 def test_imu_allan_deviation_matches_preset(device, preset):
     """At tau = 1 s: sigma^2 = N^2 / tau + K^2 tau / 3 (white noise N, bias random walk K)."""

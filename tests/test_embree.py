@@ -13,6 +13,7 @@ from goggles.world import DeviceScene
 embree = pytest.importorskip("goggles.render.embree")
 
 
+@pytest.mark.slow
 def test_warp_matches_embree_on_the_default_scene(device):
     scene = load_static_scene(default_scene())
     camera = CameraModel.from_fov(96, 72, 70.0)

@@ -112,6 +112,7 @@ class Running:
             raise self.error
 
 
+@pytest.mark.slow
 def test_every_output_reaches_both_buses(device):
     lcm_port = free_port()
     config = run_config(lcm_port=lcm_port, scale=4.0)
@@ -176,6 +177,7 @@ def _lockstep_flight(device):
     return depths, states
 
 
+@pytest.mark.slow
 def test_lockstep_is_deterministic(device):
     first_depths, first_states = _lockstep_flight(device)
     second_depths, second_states = _lockstep_flight(device)
@@ -187,6 +189,7 @@ def test_lockstep_is_deterministic(device):
     assert first_states[-1].position[2] > 0.3  # it took off on the commands
 
 
+@pytest.mark.slow
 def test_a_subscription_that_waits_is_in_place_when_it_returns_and_others_never_see_its_answer():
     with Client(ZmqEndpoints(*(f"tcp://127.0.0.1:{free_port()}" for _ in range(3)))) as lonely:
         start = time.monotonic()
@@ -242,6 +245,7 @@ def test_a_subscription_whose_answer_was_dropped_is_asked_again():
     assert len(questions) == 2 and questions[0] != questions[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine_first", [True, False])
 def test_a_command_sent_before_a_lockstep_request_is_applied_before_its_steps(monkeypatch, engine_first):
     """The command goes on the inputs socket, the request on the control socket, and ZeroMQ orders
@@ -328,6 +332,7 @@ def test_a_lockstep_request_the_engine_cannot_use_is_refused_and_the_client_says
     refusing.close(0)
 
 
+@pytest.mark.slow
 def test_lockstep_clients_that_step_at_once_are_each_answered():
     """Requests that came together were drained from the socket and all but the first dropped: the
     other clients waited for a reply that never came."""
@@ -367,6 +372,7 @@ def test_a_step_request_to_an_engine_not_in_lockstep_is_refused_at_once(mode):
     running.finish()
 
 
+@pytest.mark.slow
 def test_a_lockstep_run_that_ends_says_how_many_steps_ran_and_refuses_what_waits():
     """The reply claimed every step asked for where the run's end (--duration) clipped the request, and
     a request still waiting when the run ended was never answered: its client waited out its timeout."""
@@ -405,6 +411,7 @@ def test_a_lockstep_run_that_ends_says_how_many_steps_ran_and_refuses_what_waits
     assert len(refused) == 2 and all("stopped: its run ended before this request" in r for r in refused)
 
 
+@pytest.mark.slow
 def test_auto_scale_holds_the_camera_interval_under_a_slow_renderer(monkeypatch):
     original = Renderer.trace
 
@@ -436,6 +443,7 @@ def test_auto_scale_holds_the_camera_interval_under_a_slow_renderer(monkeypatch)
     assert wall > 3.0  # 3 sim seconds could not be done in 3 wall seconds
 
 
+@pytest.mark.slow
 def test_malformed_inputs_are_counted_and_dropped(device):
     """10 000 malformed messages on every input channel of both buses: counted, dropped, engine alive."""
     lcm_port = free_port()
@@ -484,6 +492,7 @@ def test_malformed_inputs_are_counted_and_dropped(device):
     client.close()
 
 
+@pytest.mark.slow
 def test_live_mode_renders_from_poses_on_the_bus(device):
     config = run_config(
         mode="live",
@@ -528,6 +537,7 @@ PAD_DESCENT = [1.5, 0.2, 0.15, 1.0, 0.25, 0.24, 1.0, 0.27, 1.0]
 PAD_CONTACTS = [1, 4, 7]
 
 
+@pytest.mark.slow
 def test_a_live_vehicle_that_touches_the_virtual_world_is_reported_once_per_contact(device):
     """A real drone posed over ZeroMQ onto the arena's virtual landing pad: each contact is published
     once, when it begins, stamped with its pose's time, at the pad's top, pushed up, as deep as the
@@ -556,6 +566,7 @@ def test_a_live_vehicle_that_touches_the_virtual_world_is_reported_once_per_cont
         assert message.depth == pytest.approx(0.18 - (PAD_DESCENT[k] - 0.1), abs=1e-5)
 
 
+@pytest.mark.slow
 def test_live_mode_measures_ranges_and_scans_and_keeps_the_clock_by_wall_time():
     """A live drone's range sensors and LiDARs, and the clock message, were never published: live mode
     rendered its cameras as poses came and ran nothing else. They run at their rates by wall time now,
@@ -596,6 +607,7 @@ def test_live_mode_measures_ranges_and_scans_and_keeps_the_clock_by_wall_time():
     assert "quad0/alt" in clocks[-1].rate_names and clocks[-1].scale == 1.0
 
 
+@pytest.mark.slow
 def test_a_lockstep_client_that_reads_after_each_reply_gets_every_message():
     """A lockstep client reads a request's outputs after its reply. The publisher queued 8 messages per
     subscriber, and a frame's images filled that queue: the IMU samples and states behind them were
@@ -674,6 +686,7 @@ def test_run_file_errors_name_the_key(tmp_path):
         Engine(load_run_config(bad), device="cpu")  # simulated: its airframe must be here
 
 
+@pytest.mark.slow
 def test_a_rate_made_in_python_that_does_not_divide_the_physics_rate_is_refused():
     """A RunConfig made in code skips the file's checks: a camera or a state rate that does not divide
     the physics rate would have run at a rounded rate, silently; the engine refuses it, by name."""
@@ -788,6 +801,7 @@ def test_run_file_camera_from_calibration(tmp_path):
     assert config.cameras[0].model.width == 1024 and config.cameras[0].rate == 60.0
 
 
+@pytest.mark.slow
 def test_race_outputs_beacons_ranges_and_collisions(tmp_path, device):
     """A run with the default course publishes beacon detections, altimeter ranges, and a collision
     when the vehicle is commanded into a gate."""
@@ -847,6 +861,7 @@ def test_race_outputs_beacons_ranges_and_collisions(tmp_path, device):
     assert collision.normal[0] < -0.5  # pushed back from the bar's face towards -x
 
 
+@pytest.mark.slow
 def test_live_pose_extrapolation_is_bounded_by_the_horizon(device):
     import dataclasses
 
@@ -932,6 +947,7 @@ def test_the_achieved_imu_rate_of_two_fleets_is_their_rate_not_its_double(hexa_i
         assert rates["hexa/imu"] == pytest.approx(480.0, rel=1e-6) and "imu" not in rates
 
 
+@pytest.mark.slow
 def test_every_camera_of_a_render_group_reports_its_rate():
     """Cameras of one size and rate on two vehicles render in one group; the status line and the clock
     message gave the group's rate under its first camera's name only, and the second camera had none."""
@@ -958,6 +974,7 @@ def test_every_camera_of_a_render_group_reports_its_rate():
     assert {"quad0/stereo", "quad1/stereo"} <= set(clock.rate_names)
 
 
+@pytest.mark.slow
 def test_a_swarm_of_one_airframe_flies_in_one_simulator(device):
     """Three quads of one airframe share one simulator (one physics launch per advance) and a hexa gets
     its own; each flies its own route, a command reaches only its vehicle, and the first quad's
@@ -1016,6 +1033,7 @@ def _flown(config, seconds: float, device) -> tuple[list, Engine]:
     return [goggles_lcm.collision_t.decode(d) for c, d in sink.messages if c.endswith("/collision")], engine
 
 
+@pytest.mark.slow
 def test_the_vehicles_of_a_run_collide_with_each_other_and_name_whom_they_hit(device, caplog):
     """A quad (its own simulator) flies its route low into a hexa resting on the ground: each
     publishes a collision naming the other, after the one with the ground (the hexa touches it all
@@ -1072,6 +1090,7 @@ def test_the_route_pilot_flies_its_waypoints_in_turn_and_starts_over(device):
     assert visits[:4] == [0, 1, 2, 0]
 
 
+@pytest.mark.slow
 def test_each_vehicles_sensors_see_the_others_bodies_and_never_their_own(device):
     """A quad hovers 2 m above a hexa. The quad's downward camera and altimeter see the hexa's body (its
     airframe's model, in the class its run file gives: the top of its body box, 0.075 x the mean arm
@@ -1148,6 +1167,7 @@ def test_each_vehicles_sensors_see_the_others_bodies_and_never_their_own(device)
     assert len(readings) >= 30 and np.mean(readings) == pytest.approx(2.0 - top, abs=0.06)  # sigma 0.0949 m
 
 
+@pytest.mark.slow
 def test_a_vehicle_on_a_raised_pad_starts_at_rest_and_one_above_it_hovering():
     """The demo's quad starts on its 0.1 m landing pad (floor_z 0.1): at rest there, its rotors still,
     as on the ground; one 2 m above the same floor starts hovering. Before, any start above z = 0
@@ -1200,6 +1220,7 @@ def lockstep_engine(config, device):
         client.close()
 
 
+@pytest.mark.slow
 def test_lockstep_replies_after_the_queued_imu_samples_are_out(device):
     """With ``imu_batch = 4`` the samples wait on the device, but a lockstep reply still comes only
     once every sample of the requested steps is published (a step of 10 ends between state copies)."""
@@ -1224,6 +1245,7 @@ def test_lockstep_replies_after_a_contact_of_its_steps_is_out(device):
         assert collisions[0].header.utime <= reply.header.utime
 
 
+@pytest.mark.slow
 def test_recorded_steps_and_frames_publish_what_eager_ones_do(device):
     """Replaying recordings (``goggles.captured``: CUDA graphs there) of the physics steps and of each
     camera group's frame publishes byte for byte what launching every kernel does: a noisy stereo
@@ -1254,6 +1276,7 @@ def test_recorded_steps_and_frames_publish_what_eager_ones_do(device):
     assert {"quad0/stereo_left/depth", "quad0/front/rgb", "quad0/collision"} <= channels
 
 
+@pytest.mark.slow
 def test_physics_on_a_world_of_its_own_flies_and_collides_as_on_the_render_world(device):
     """``physics_device``: the vehicles simulate on their own copy of the scene and gates (here on the
     same kind of device, so the two runs can be compared) and publish byte for byte what a run sharing

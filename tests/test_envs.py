@@ -459,6 +459,7 @@ def test_a_normal_reaching_below_a_factors_floor_is_truncated_there():
     assert draws.std() == pytest.approx(reference.std(), rel=0.03)
 
 
+@pytest.mark.slow
 def test_memory_does_not_grow_over_ten_thousand_steps():
     from goggles.bench import _memory_kb
 
@@ -577,6 +578,7 @@ def test_race_ends_with_a_penalty_on_touching_a_gate_frame():
     env.close()
 
 
+@pytest.mark.slow
 def test_depth_flight_crosses_the_arena_through_its_obstacles(arena):
     """The default start and goal have the arena's obstacles between them (checked by casting the
     straight lines against the scene with trimesh); flying into one crashes and ends the episode with
@@ -673,6 +675,7 @@ def test_each_environment_sees_its_own_race_gates(arena):
     env.close()
 
 
+@pytest.mark.slow
 def test_only_an_environments_own_gates_shade_its_rgb(device, arena):
     """Each environment's camera sees its own gates only, and only they may cast shadows in its image:
     environment 1 of a batch of 3 and one environment seeded as environment 1 render the same rgb

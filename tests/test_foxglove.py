@@ -164,6 +164,7 @@ class Viewer:
         return None
 
 
+@pytest.mark.slow
 def test_foxglove_server_streams_images_transforms_and_scene(device):
     from websockets.sync.client import connect
 
@@ -248,6 +249,7 @@ def _entities(update) -> dict:
     return {entity.id: entity for entity in update.entities}
 
 
+@pytest.mark.slow
 def test_foxglove_shows_the_scene_gates_props_and_people_where_the_cameras_see_them(device):
     """The static scene reaches a viewer while it is encoded and one that subscribes after; each gate, prop and
     person is a glTF model whose triangles, placed by the entity's pose and turned Z-up as Foxglove
@@ -348,6 +350,7 @@ def test_foxglove_shows_the_scene_gates_props_and_people_where_the_cameras_see_t
         sink.close()
 
 
+@pytest.mark.slow
 def test_a_replayed_flight_streams_to_foxglove(tmp_path):
     """``replay_file`` hands its outputs to a Foxglove sink as a run does, the world included."""
     from websockets.sync.client import connect
@@ -393,6 +396,7 @@ class _Kept:
         self.messages.append((channel, data))
 
 
+@pytest.mark.slow
 def test_foxglove_shows_lidar_scans_beacons_imu_and_ranges_where_they_were_measured():
     """A LiDAR scan is a point cloud placed where the sensor was (the vehicle's state at that step and
     the run file's mount), beacon detections are circles and labels over the image

@@ -71,6 +71,7 @@ sys.exit(main(["race"]))
 """
 
 
+@pytest.mark.slow
 def test_goggles_race_stops_at_a_ctrl_c_that_trimesh_swallowed():
     """It flew the whole course and printed a score (exit code 0)."""
     result = subprocess.run([sys.executable, "-c", SWALLOWED_IN_TRIMESH], capture_output=True, text=True, timeout=300)

@@ -67,6 +67,7 @@ class _Kept:
         self.messages.append((channel, bytes(data)))
 
 
+@pytest.mark.slow
 def test_imu_batches_publish_the_same_samples_in_fewer_copies(device):
     """``imu_batch = 4``: the IMU samples wait on the device and come with the state's copy; every
     IMU and state message is byte for byte the one an unbatched run publishes, with fewer copies."""
@@ -153,6 +154,7 @@ def test_published_outputs_come_in_one_copy(device):
     renderer.close()
 
 
+@pytest.mark.slow
 def test_a_batch_of_cameras_over_two_gib_is_laid_out_and_one_output_over_it_is_refused(monkeypatch):
     """2048 cameras of 480x270 depth and segmentation (the learning benchmark's batch) take 2.4 GB in
     one block, more elements than one Warp dimension holds. They share one camera model, so one ray

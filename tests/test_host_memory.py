@@ -24,6 +24,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 40)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt and Linux's fault counters")
 def test_carrying_frames_reuses_warm_pages_once_tuned():
     def faults(mode: str) -> float:

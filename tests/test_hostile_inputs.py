@@ -112,6 +112,7 @@ def _settle(running, count_before, expected, timeout=20.0):
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_unique_channel_names_do_not_grow_memory(engine):
     running, client, watch = engine
     before, start, received = rss_mb(), time.monotonic(), running.engine.counters.received
@@ -130,6 +131,7 @@ def test_unique_channel_names_do_not_grow_memory(engine):
     assert running.thread.is_alive()
 
 
+@pytest.mark.slow
 def test_huge_frames_are_refused_by_the_socket(engine):
     running, client, watch = engine
     before, start = rss_mb(), time.monotonic()
@@ -153,6 +155,7 @@ def test_huge_frames_are_refused_by_the_socket(engine):
     assert running.thread.is_alive()
 
 
+@pytest.mark.slow
 def test_skeletons_are_bounded_and_cannot_stall_the_outputs(engine):
     running, client, watch = engine
     before, start, received = rss_mb(), time.monotonic(), running.engine.counters.received
@@ -192,6 +195,7 @@ def test_skeletons_are_bounded_and_cannot_stall_the_outputs(engine):
     assert "newcomer" in engine_.avatars and len(engine_.world.shapes) == shapes
 
 
+@pytest.mark.slow
 def test_skeletons_no_avatar_can_be_built_for_are_dropped_and_the_run_goes_on(engine):
     """A lone root has nothing to draw an avatar along: building one raised out of the engine's loop,
     and the run ended (exit code 2) at the first such message. A skeleton spanning ±3e38 m gave limbs
@@ -215,6 +219,7 @@ def test_skeletons_no_avatar_can_be_built_for_are_dropped_and_the_run_goes_on(en
     assert watch.longest_gap(start) < watch.allowed_gap()
 
 
+@pytest.mark.slow
 def test_commands_that_overflow_float32_are_refused(engine):
     running, client, watch = engine
     received = running.engine.counters.received
@@ -295,6 +300,7 @@ def test_a_message_that_finds_a_fault_in_goggles_is_counted_and_the_run_goes_on(
     assert caplog.text.count("Traceback") == 1 and "RuntimeError: a bug" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_one_shot_clients_command_arrives_every_time(engine):
     """A script that connects, sends one command and exits (the README's first example) lost it about
     one time in two: a publisher drops what it sends before the engine has subscribed to it, and a
@@ -308,6 +314,7 @@ def test_a_one_shot_clients_command_arrives_every_time(engine):
         assert running.engine.counters.received - before == 1, f"command {k} was lost"
 
 
+@pytest.mark.slow
 def test_a_flood_of_subscriptions_neither_stalls_the_outputs_nor_grows_memory(engine):
     """The engine's publisher hears subscriptions and answers those to ``subscribed/<token>``
     (``Client.wait_for_subscriptions``): a flood of them is answered a batch per poll, and one of 10 MB
@@ -342,6 +349,7 @@ print(answers)
     assert running.thread.is_alive()
 
 
+@pytest.mark.slow
 def test_a_stamp_no_output_could_carry_is_dropped_where_inputs_are_checked():
     """A pose stamped 2^62 µs (or past ROS 2's last second, 2038) was taken, and every frame rendered
     from it then failed to publish on ROS 2: it is now dropped with the inputs' other faults."""

@@ -172,6 +172,7 @@ def test_a_lidar_takes_a_presets_name_and_refuses_a_pose_it_cannot_use_without_m
         Lidar(DeviceScene(room(), "cpu"), "os2-128")
 
 
+@pytest.mark.slow
 def test_a_run_files_lidar_is_published_and_recorded_for_ros2(tmp_path):
     """[[lidar]] in a run file: a lidar_t per scan at the preset's rate on the buses, and PointCloud2s
     in a ROS 2 recording that rosbags reads."""

@@ -154,8 +154,10 @@ def test_synthetic_circle_within_a_millimetre_and_stall_flags_stale():
         R = quat_to_matrix(pose.orientation)  # the body faces along the circle's tangent, level
         np.testing.assert_allclose(R[:, 0], [-math.sin(angle), math.cos(angle), 0.0], atol=1e-3)
         np.testing.assert_allclose(R[:, 2], [0.0, 0.0, 1.0], atol=1e-6)
-    stale = [t for t, m in poses if not m.valid]
-    assert len(stale) == 1  # flagged once
+    # Flagged once for the stall. (A loaded machine may also stall the emulator's own sends for three
+    # frame periods before it, which the bridge rightly flags: only the flags after the stall are its.)
+    stale = [t for t, m in poses if not m.valid and t >= stalled_at]
+    assert len(stale) == 1
     # Within three frame periods, plus what a loaded two-core machine may add to waking up and the wire.
     assert stale[0] - stalled_at < 3.0 / rate + 0.25
 
@@ -257,6 +259,7 @@ def test_motioncapture_mock_and_optitrack_backends(shared):
         MotionCaptureSource("vicon", "127.0.0.1", timeout=0.5)
 
 
+@pytest.mark.slow
 def test_a_crash_of_libmotioncapture_is_said_as_one_and_its_client_started_again(caplog):
     """libmotioncapture's mock crashes (SIGSEGV) on a body name over 120 characters: at the start the
     bridge said "no mock frames ... is the mocap system streaming" after the whole timeout. A client
@@ -326,6 +329,7 @@ def test_the_optitrack_backend_keeps_connecting_when_the_server_does_not_answer_
     assert poses and connects >= 3, f"{len(poses)} RaceQuad poses after {connects} connects"
 
 
+@pytest.mark.slow
 def test_live_engine_renders_the_tracked_body_and_a_waving_skeleton():
     """End to end on loopback: NatNet emulator -> natnet client -> bridge -> engine (live) -> depth.
     The vehicle's camera pose comes from the tracked body; the arm's pixels change as it waves."""
@@ -469,6 +473,7 @@ def _natnet_client_address(emulator) -> tuple[str, int]:
     return next(iter(emulator.clients))
 
 
+@pytest.mark.slow
 def test_the_qualisys_source_connects_again_when_qtm_drops_its_connection():
     """QTM closed or restarted drops its real-time clients; the source sat on the dead connection and
     the bridge published nothing more. It connects again once silent for ``RESTART_AFTER_S``."""
@@ -521,6 +526,7 @@ def test_frames_going_back_or_unlike_the_model_are_dropped():
     assert source.malformed >= 40
 
 
+@pytest.mark.slow
 def test_the_bridge_reconnects_after_the_server_restarts_and_keeps_alive_at_1_hz():
     receiver = Receiver()
     with _natnet_bridge(receiver) as (em, source):
@@ -538,6 +544,7 @@ def test_the_bridge_reconnects_after_the_server_restarts_and_keeps_alive_at_1_hz
     assert keepalives <= elapsed * 1.5 + 2, f"{keepalives} keep-alives in {elapsed} s"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("system", ["qualisys", "mock"])
 def test_goggles_bridge_mocap_reaches_its_source(system):
     """The command line end to end: qualisys goes to the QTM source (against the QTM emulator)."""
@@ -583,6 +590,7 @@ def test_goggles_bridge_mocap_reaches_its_source(system):
         np.testing.assert_allclose(poses[-1].position, [1.0, 2.0, 1.5], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_bridge_killed_outright_leaves_no_mocap_process_behind():
     """libmotioncapture runs in a child process; a bridge killed with SIGKILL (an OOM kill, a crash)
     must not leave it running, holding the mocap stream's ports for the next bridge."""
@@ -602,7 +610,7 @@ def test_a_bridge_killed_outright_leaves_no_mocap_process_behind():
     )
     try:
         deadline = time.monotonic() + 60
-        while not receiver.messages and time.monotonic() < deadline:  # the child is streaming
+        while not receiver.messages and time.monotonic() < deadline and process.poll() is None:  # streaming
             receiver.collect(0.1)
         assert receiver.messages, "no pose from the bridge"
         os.kill(process.pid, signal.SIGKILL)
@@ -640,6 +648,7 @@ def test_a_body_whose_channel_lcm_cannot_carry_still_goes_out_on_zeromq(caplog):
     assert f"not on LCM {frames}" in status_line(type("Source", (), {"malformed": 0})(), bridge)
 
 
+@pytest.mark.slow
 def test_a_bridge_on_both_buses_leaves_live_extrapolation_working():
     """The bridge sends each pose on ZeroMQ and LCM, and a live engine reads both: the second copy was
     taken as a new pose at the same instant, so no motion was left between the last two poses and

@@ -199,6 +199,7 @@ def _silent_page(port: int):
     return s, int(head.split(b" ", 2)[1]) if head else 0
 
 
+@pytest.mark.slow
 def test_pages_that_never_read_cost_a_few_frames_each_and_their_number_is_bounded():
     """1,000 pages that never read cost +603 MB and stayed connected: now at most MAX_PAGES are
     served (the others refused with 503), each holds a few frames, and after STALLED_S without
@@ -226,6 +227,7 @@ def test_pages_that_never_read_cost_a_few_frames_each_and_their_number_is_bounde
             s.close()
 
 
+@pytest.mark.slow
 def test_a_page_that_takes_nothing_is_dropped_and_its_place_freed(monkeypatch):
     from goggles.preview import server as preview
 
@@ -247,6 +249,7 @@ def test_a_page_that_takes_nothing_is_dropped_and_its_place_freed(monkeypatch):
         silent.close()
 
 
+@pytest.mark.slow
 def test_what_pages_send_is_read_and_anything_large_closes_them():
     """Pages that sent 20 x 1 MB and never read cost ~17 MB each, kept after they closed: the page
     sends nothing, so a message over MAX_INCOMING_BYTES closes it (1009) before it is buffered."""
@@ -357,6 +360,7 @@ def test_only_the_pages_files_are_served_and_odd_paths_are_plain_404s(caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
+@pytest.mark.slow
 def test_the_preview_command_makes_a_token_when_it_serves_beyond_this_machine():
     """On all addresses the printed URL carries a fresh random token; on loopback it carries none."""
     import re
@@ -375,6 +379,7 @@ def test_the_preview_command_makes_a_token_when_it_serves_beyond_this_machine():
     assert "token" not in printed_url("127.0.0.1")
 
 
+@pytest.mark.slow
 def test_the_third_person_view_draws_the_vehicle_as_its_airframe(device):
     # The vehicle's model stands where the vehicle is: its pixels gather around that point projected by
     # OpenCV through the third-person camera, and a bigger airframe covers more of them.
@@ -417,6 +422,7 @@ PITCHED_CAMERA = {
 }
 
 
+@pytest.mark.slow
 def test_the_preview_places_the_vehicle_through_its_camera_mount():
     """A camera 0.3 m ahead, 0.16 m left and 0.1 m up, pitched 30 degrees down: the preview learns the
     mount from a state of an image's instant, and from then on puts the body where the state says it
@@ -459,6 +465,7 @@ def test_the_preview_places_the_vehicle_through_its_camera_mount():
         client.close()
 
 
+@pytest.mark.slow
 def test_in_live_mode_the_run_files_mount_places_the_vehicle_where_its_pose_said():
     """Live mode publishes no state to learn the mount from: ``goggles preview --run`` takes it from the
     run file. Poses sent on the bus (turning and tilting) come back as the body pose of the images

@@ -62,6 +62,7 @@ def _start_warp(_):
     return wp.config.log_level
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verbose", [False, True])
 def test_workers_start_warp_as_quiet_as_their_parent(capfd, verbose):
     """A folder replay's workers printed Warp's banner and every module load (a spawned interpreter
@@ -80,6 +81,7 @@ def test_workers_start_warp_as_quiet_as_their_parent(capfd, verbose):
     assert ("Warp " in said.out + said.err) == verbose
 
 
+@pytest.mark.slow
 def test_results_come_back_with_their_index_and_a_tick_while_none_ends():
     items = list(run_in_processes(_square, [(3, 0.0), (4, 2.5), (5, 0.0)], workers=2))
     results = dict(item for item in items if item is not None)
@@ -87,6 +89,7 @@ def test_results_come_back_with_their_index_and_a_tick_while_none_ends():
     assert None in items  # 2.5 s without a result: at least one tick
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_in_the_loop_stops_running_tasks_and_starts_no_queued_one(tmp_path):
     with (
         pytest.raises(KeyboardInterrupt),
@@ -101,6 +104,7 @@ def test_a_ctrl_c_in_the_loop_stops_running_tasks_and_starts_no_queued_one(tmp_p
     assert not list(tmp_path.glob("never-stopped-*"))
 
 
+@pytest.mark.slow
 def test_a_worker_whose_task_swallowed_the_stop_starts_no_other_task(tmp_path):
     with (
         pytest.raises(KeyboardInterrupt),
@@ -123,6 +127,7 @@ def test_a_worker_whose_task_swallowed_the_stop_starts_no_other_task(tmp_path):
         ("group", True, 130),
     ],
 )
+@pytest.mark.slow
 def test_a_stopped_dataset_keeps_the_finished_jobs_and_leaves_no_half_written_one_nor_a_worker(
     flights,  # noqa: F811  (a fixture)
     tmp_path,

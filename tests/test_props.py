@@ -413,6 +413,7 @@ def test_a_missing_prop_mesh_is_named_when_the_run_starts(tmp_path):
         Engine(load_run_config(path), device="cpu")
 
 
+@pytest.mark.slow
 def test_the_edit_command_reaches_a_running_engine_on_both_buses(tmp_path):
     """``goggles edit`` spawns over ZeroMQ (waiting until the engine listens), moves over LCM and
     removes, each time telling what the engine answered (``scene/edited``): applied, or not and why

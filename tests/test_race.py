@@ -122,6 +122,7 @@ def test_bad_course_files(tmp_path, text, message):
         load_course(path)
 
 
+@pytest.mark.slow
 def test_race_cli_flies_the_default_course_and_scores_its_log(tmp_path):
     from tests.test_cli import goggles
 

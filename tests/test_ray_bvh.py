@@ -108,6 +108,7 @@ def test_tree_holds_every_triangle_once_inside_its_boxes(leaf_size):
     check_tree(tree, scene.vertices, scene.faces, leaf_size)
 
 
+@pytest.mark.slow
 def test_small_empty_and_coincident_scenes():
     one = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0]], np.float32)
     for vertices, faces in (
@@ -184,6 +185,7 @@ def camera_rays(scene, views: int, width: int, height: int):
     return origins, directions
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not embree_available(), reason="embreex is not installed")
 @pytest.mark.parametrize("which", ["arena", "terrain"])
 def test_closest_hits_equal_embrees(which, device):

@@ -77,6 +77,7 @@ def record_run(tmp_path, name="flight.mcap", duration=1.0, device=None) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_record_replay_record_gives_identical_image_bytes(tmp_path, device):
     original = record_run(tmp_path, device=device)
     assert "run_file" in read_metadata(original)
@@ -135,6 +136,7 @@ def payloads(path) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_record_replay_with_every_sensor_model_on_gives_identical_payloads(tmp_path):
     """Every random draw is a function of the seed, the sensor and the sim time: stereo depth, camera
     noise, a rolling shutter with motion blur, ToF and altimeter noise, LiDAR noise and a rosette's
@@ -163,6 +165,7 @@ def test_record_replay_with_every_sensor_model_on_gives_identical_payloads(tmp_p
     assert not differing, f"{len(differing)} of {len(first)} payloads differ, first {differing[:3]}"
 
 
+@pytest.mark.slow
 def test_replay_with_other_sensors_and_scene(tmp_path):
     original = record_run(tmp_path)
     sensors = tmp_path / "other.toml"
@@ -181,6 +184,7 @@ def test_replay_with_other_sensors_and_scene(tmp_path):
     assert len(segmentation) == 31 and segmentation[0].width == 32
 
 
+@pytest.mark.slow
 def test_real_lcm_logger_log_replays(tmp_path, device):
     if shutil.which("lcm-logger") is None:
         pytest.skip("lcm-logger is not on PATH (the lcm package installs it with its Python module)")
@@ -238,6 +242,7 @@ def _killed_recording(tmp_path, *options) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_killed_recording_is_readable(tmp_path):
     path = _killed_recording(tmp_path)
     messages = list(read_log(path))
@@ -246,6 +251,7 @@ def test_a_killed_recording_is_readable(tmp_path):
     assert read_metadata(path)["run_file"]
 
 
+@pytest.mark.slow
 def test_a_killed_ros2_recording_is_repaired_for_ros2_tools(tmp_path):
     """A ``--record-profile ros2`` recording killed by SIGKILL: rosbags cannot open it ("File end magic
     is invalid"); ``goggles recording repair`` copies what can be read into a file rosbags opens, with
@@ -313,6 +319,7 @@ def test_the_recorder_keeps_what_was_written_when_the_caller_reuses_its_buffer(t
     assert [decode_any(data).data[:3] for _, _, data in messages[1:]] == [bytes([i]) * 3 for i in range(5)]
 
 
+@pytest.mark.slow
 def test_batch_replay_of_a_folder(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -331,6 +338,7 @@ def test_batch_replay_of_a_folder(tmp_path):
         assert images(logs / r.log.name) == images(tmp_path / "out" / f"{r.log.stem}.replay.mcap")
 
 
+@pytest.mark.slow
 def test_a_folder_replay_takes_lcm_loggers_own_names_and_never_reads_what_it_writes(tmp_path, caplog):
     """lcm-logger names its logs lcmlog-<date>.00, .01, ...: a folder replay passed them over (one given
     alone was refused by its name), and both would have gone to one lcmlog-<date>.replay.mcap. A folder
@@ -360,6 +368,7 @@ def test_a_folder_replay_takes_lcm_loggers_own_names_and_never_reads_what_it_wri
     assert len(list(logs.iterdir())) == 7  # three logs, their three replays, the notes
 
 
+@pytest.mark.slow
 def test_a_replay_counts_the_poses_its_bodies_took(tmp_path):
     """A live flight recorded with the bridge on both buses holds every pose twice, and a replay said
     "756 poses" for 378. With a run file whose vehicle is not in the log, every pose was ignored yet
@@ -452,6 +461,7 @@ def _run_file(tmp_path) -> Path:
     return run_file
 
 
+@pytest.mark.slow
 def test_unwritable_recording_paths_are_refused_before_the_run(tmp_path):
     run_file = _run_file(tmp_path)
     (tmp_path / "a_file").write_text("x")
@@ -463,6 +473,7 @@ def test_unwritable_recording_paths_are_refused_before_the_run(tmp_path):
         assert len(lines) == 1 and "goggles: error:" in lines[0] and "Traceback" not in result.stderr, lines
 
 
+@pytest.mark.slow
 def test_a_second_run_does_not_record_over_the_first_flight(tmp_path):
     """A flight recorded live cannot be flown again: the same --record path twice is refused, and
     the first recording stays as it was; --overwrite replaces it."""
@@ -480,6 +491,7 @@ def test_a_second_run_does_not_record_over_the_first_flight(tmp_path):
     assert flight.read_bytes() != first and len(list(read_log(flight))) > 0
 
 
+@pytest.mark.slow
 def test_a_recording_made_elsewhere_names_what_is_not_here_and_the_way_round_it(tmp_path):
     """Its run file's scene or calibration on another machine's path: one line that says which, and
     which option replaces it (the scene was "arena.toml: scene file not found", with no way out)."""
@@ -510,6 +522,7 @@ def test_a_recording_made_elsewhere_names_what_is_not_here_and_the_way_round_it(
     assert f"(in the run file {calibrated} recorded; give one that loads with --sensors)" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_replay_recorded_onto_its_own_log_is_refused_and_the_log_kept(tmp_path):
     """`goggles replay flight.mcap --record flight.mcap` truncated the flight before reading it; a
     replay recorded to another existing file is refused unless --overwrite, as a run's recording is."""
@@ -535,6 +548,7 @@ def test_a_replay_recorded_onto_its_own_log_is_refused_and_the_log_kept(tmp_path
     assert other.read_bytes() != kept and len(list(read_log(other))) > 0
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_the_recording_not_the_run(tmp_path):
     """/dev/full accepts the file and fails every write with ENOSPC, as a full disk does."""
     run_file = _run_file(tmp_path)
@@ -711,6 +725,7 @@ def test_a_cut_off_recording_reads_to_the_cut_and_says_so(tmp_path, caplog, suff
     assert "cut-off" in caplog.text
 
 
+@pytest.mark.slow
 def test_files_that_are_not_recordings_are_called_that(tmp_path):
     from goggles.errors import ConfigError
 
@@ -745,6 +760,7 @@ def _rewrite(original: Path, path: Path, change) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_one_corrupt_far_future_stamp_is_dropped_not_rendered(tmp_path):
     original = record_run(tmp_path)
     spiked = _rewrite(original, tmp_path / "spiked.mcap", lambda u: (u + 10**10 if u == 250_000 else u, 0))
@@ -759,6 +775,7 @@ def test_one_corrupt_far_future_stamp_is_dropped_not_rendered(tmp_path):
     assert differ <= {250_000}  # only the frame at the dropped pose's instant lacks its pose
 
 
+@pytest.mark.slow
 def test_a_long_pause_in_the_poses_is_skipped(tmp_path, caplog):
     original = record_run(tmp_path)
     pause_us = 1000 * 10**6  # a whole number of frames and physics steps
@@ -781,6 +798,7 @@ def test_a_long_pause_in_the_poses_is_skipped(tmp_path, caplog):
         assert len(images(tmp_path / f"{max_gap_s}.mcap")) == 4 * frames
 
 
+@pytest.mark.slow
 def test_a_maximum_gap_below_the_poses_period_warns_in_four_lines_not_one_per_pose(tmp_path, caplog):
     """Every pose is then a pause: the first three are told, the rest counted in one line at the end."""
     original = record_run(tmp_path)
@@ -793,6 +811,7 @@ def test_a_maximum_gap_below_the_poses_period_warns_in_four_lines_not_one_per_po
     assert int(told[3].split()[0]) >= 55
 
 
+@pytest.mark.slow
 def test_a_clock_restarted_under_one_logger_replays_on(tmp_path, caplog):
     """Two flights in one log, the second's stamps from 0 again (goggles run twice under lcm-logger):
     the second replays on from the first's last instant instead of waiting for its stamps to pass it."""
@@ -814,6 +833,7 @@ def test_a_clock_restarted_under_one_logger_replays_on(tmp_path, caplog):
     assert all(second[key] == expected[key] for key in expected)
 
 
+@pytest.mark.slow
 def test_a_corrupt_first_stamp_does_not_offset_the_flight(tmp_path):
     original = record_run(tmp_path)
     spiked = _rewrite(original, tmp_path / "spiked.mcap", lambda u: (u + 10**10 if u == 0 else u, 0))
@@ -825,6 +845,7 @@ def test_a_corrupt_first_stamp_does_not_offset_the_flight(tmp_path):
     assert all(second[key] == first[key] for key in second)
 
 
+@pytest.mark.slow
 def test_a_recorded_state_that_is_no_pose_is_dropped_and_the_replay_goes_on(tmp_path):
     """A damaged state in a log (a NaN position, a zero quaternion) is one dropped message, never the end of
     the replay (it ended the whole replay with a bare quaternion error)."""

@@ -245,6 +245,7 @@ def with_ros2(config, domain_id: int):
     return dataclasses.replace(config, ros2=Ros2Settings(domain_id=domain_id))
 
 
+@pytest.mark.slow
 def test_a_ros2_peer_receives_every_topic_with_its_type_and_qos():
     domain_id = domain()
     config = with_ros2(run_config(mode="sim", scale=1.0, route=False), domain_id)
@@ -317,6 +318,7 @@ def wait_for(condition, timeout=30.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_a_pose_stamped_from_ros2_moves_a_live_vehicle():
     domain_id = domain()
     running = Running(live_config(domain_id), duration=None)
@@ -330,6 +332,7 @@ def test_a_pose_stamped_from_ros2_moves_a_live_vehicle():
         running.finish()
 
 
+@pytest.mark.slow
 def test_nan_poses_from_ros2_are_counted_and_dropped():
     domain_id = domain()
     running = Running(live_config(domain_id), duration=None)
@@ -343,6 +346,7 @@ def test_nan_poses_from_ros2_are_counted_and_dropped():
         running.finish()
 
 
+@pytest.mark.slow
 def test_a_twist_from_ros2_flies_a_sim_vehicle():
     domain_id = domain()
     config = with_ros2(run_config(mode="sim", scale=1.0, route=False), domain_id)
@@ -358,6 +362,7 @@ def test_a_twist_from_ros2_flies_a_sim_vehicle():
         running.finish()
 
 
+@pytest.mark.slow
 def test_a_twist_with_a_nan_yaw_rate_is_dropped_and_the_next_one_flies():
     """The yaw rate of a Twist is integrated into the velocity mode's yaw target: a NaN one is
     counted and dropped before it enters the sum, so the Twists after it still fly the vehicle."""
@@ -381,6 +386,7 @@ def test_a_twist_with_a_nan_yaw_rate_is_dropped_and_the_next_one_flies():
 # ---------------------------------------------------------------------- recordings
 
 
+@pytest.mark.slow
 def test_a_ros2_recording_opens_in_rosbags_and_replays_to_the_same_images(tmp_path):
     from rosbags.highlevel import AnyReader
 
@@ -423,6 +429,7 @@ def test_a_ros2_recording_opens_in_rosbags_and_replays_to_the_same_images(tmp_pa
     assert all(again[key] == recorded[key] for key in recorded)
 
 
+@pytest.mark.slow
 def test_a_rosbag2_of_mocap_poses_replays_as_the_same_poses_in_goggles_own_recording(tmp_path, typestore):
     """A live flight recorded by ROS 2 tools (rosbags' rosbag2 writer, MCAP storage, as ``ros2 bag record``
     makes): a mocap driver's PoseStamped on ``/vrpn_mocap/quad0/pose``, goggles' own input type. It
@@ -520,6 +527,7 @@ def test_a_lidar_point_cloud_is_rosbags_cdr(typestore):
     assert np.array_equal(back["x"], x) and np.array_equal(back["ring"], ring)
 
 
+@pytest.mark.slow
 def test_a_twist_with_an_absurd_yaw_rate_leaves_the_next_ones_in_control_of_the_yaw():
     """A finite but absurd yaw rate (1e30 rad/s) integrated into the yaw target must not leave a target
     that later rates cannot move: the vehicle then turns at the rate the next Twists ask for."""

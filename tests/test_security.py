@@ -41,6 +41,7 @@ def test_exposing_without_keys_is_refused():
         Engine(config, device="cpu")
 
 
+@pytest.mark.slow
 def test_only_clients_with_an_accepted_key_get_in(tmp_path):
     keys = make_keys(tmp_path / "keys")
     stranger = make_keys(tmp_path / "stranger")  # a valid key pair the engine does not accept
@@ -82,6 +83,7 @@ def test_only_clients_with_an_accepted_key_get_in(tmp_path):
             client.close()
 
 
+@pytest.mark.slow
 def test_keys_without_expose_keep_loopback_and_admit_only_key_holders(tmp_path):
     """``goggles run --keys DIR`` alone: CURVE on the run file's 127.0.0.1 endpoints, not a silent no-op."""
     from goggles.cli import build_parser

@@ -37,6 +37,7 @@ def _fly(run_file: Path, engine_args: list[str], tool: str, tool_args: list[str]
     return pilot
 
 
+@pytest.mark.slow
 def test_fly_waypoints_client_flies_the_quad_over_the_bus(tmp_path):
     ports = [free_port() for _ in range(3)]
     run_file = tmp_path / "run.toml"
@@ -75,6 +76,7 @@ outputs = ["depth"]
     assert pilot.stdout.count("reached waypoint") == 4
 
 
+@pytest.mark.slow
 def test_race_beacons_pilot_flies_the_default_course_and_goggles_race_scores_it(tmp_path):
     """The IMU + IR-beacon pilot against an engine process on the racing run file (lockstep)."""
     ports = [free_port() for _ in range(3)]
@@ -118,6 +120,7 @@ def test_race_beacons_pilot_flies_the_default_course_and_goggles_race_scores_it(
         ("bench_frames.py", ["--height", "20000"], "camera size 640x20000 must be whole numbers of pixels"),
     ],
 )
+@pytest.mark.slow
 def test_the_tools_refuse_a_bad_argument_in_one_line(tool, args, says):
     """NaN tolerances and speeds were taken (a pilot that never arrives), a bad endpoint or course file
     was a traceback."""

@@ -12,6 +12,7 @@ pytest.importorskip("skrl", reason="skrl is in the train extra")
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_ppo_learns_to_reach_targets_and_draws_its_curve_and_films_it(tmp_path):
     """~640k environment steps (about half a minute here): the evaluated policy's return beats holding
     still (exit 0), the learning curve is written, and the film of four environments is a video

@@ -123,6 +123,7 @@ def test_decoding_a_view_equals_decoding_its_bytes():
         decode_any(memoryview(large)[:40])
 
 
+@pytest.mark.slow
 def test_a_client_refuses_an_endless_wait_and_a_pose_its_message_cannot_hold():
     """``latest(timeout=-1)`` waited for ever (ZeroMQ polls without end for a negative time), and a
     two-number position was struct.error from inside the LCM encoder. A NaN pose is still sent as
