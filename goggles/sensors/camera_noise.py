@@ -19,7 +19,7 @@ import warp as wp
 
 from goggles.busy import load_kernels
 from goggles.errors import ConfigError
-from goggles.sensors.draws import NoiseDraws, draw_state
+from goggles.sensors.draws import NoiseDraws, draw_seed
 
 wp.set_module_options({"enable_backward": False})
 
@@ -85,13 +85,13 @@ def camera_noise_kernel(
         return  # an ideal camera
     width = rgb.shape[2]
     read = read_noise[c]
-    stream = streams[c]
+    seed = draw_seed(draws, streams[c])
     table = ray_table[c]
     for column in range(span):
         x = block * span + column
         cos_theta = rays_C[table, y, x][2]
         falloff = 1.0 - vignetting[c] * (1.0 - cos_theta * cos_theta * cos_theta * cos_theta)
-        state = draw_state(draws, stream, y * width + x)
+        state = wp.rand_init(seed, y * width + x)
         # Three standard normals from one random word: three 10-bit indices into a table of the normal
         # distribution's quantiles (an image's noise needs no finer draws, and this costs no logarithm).
         bits = int(wp.randi(state))

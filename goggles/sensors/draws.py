@@ -6,8 +6,9 @@ draw's key (the measurement's sim time in µs where the engine measures, so a re
 same instant draws the same noise whatever it rendered before; a count of draws where a learning
 environment steps). The seed and the key live in a device array, so recorded work
 (``goggles.captured``) replays a noisy sensor correctly: ``at(key)`` is a copy to the device made
-before the recorded work, ``next()`` a kernel inside it. ``draw_state`` hashes the seed, the stream,
-both halves of the 64-bit key and the element's index through Warp's PCG (``wp.rand_init``).
+before the recorded work, ``next()`` a kernel inside it. ``draw_seed`` hashes the seed, the stream and
+both halves of the 64-bit key through Warp's PCG (``wp.rand_init``); an element's state is that seed
+with its index (``draw_state``).
 """
 
 from __future__ import annotations
@@ -32,13 +33,20 @@ def stream_of(name: str) -> int:
 
 
 @wp.func
-def draw_state(draws: wp.array(dtype=wp.int64), stream: int, index: int) -> wp.uint32:
-    """The random state of element ``index`` (a pixel, a beam) of sensor ``stream`` in the present draw."""
+def draw_seed(draws: wp.array(dtype=wp.int64), stream: int) -> int:
+    """The present draw's seed for sensor ``stream``: mixed once per row (or sensor), not per element."""
     key = draws[1]
     state = wp.rand_init(int(draws[0]), stream)
     state = wp.rand_init(wp.randi(state), int(key & _LOW_BITS))
     state = wp.rand_init(wp.randi(state), int(key >> wp.int64(31)))
-    return wp.rand_init(wp.randi(state), index)
+    return wp.randi(state)
+
+
+@wp.func
+def draw_state(draws: wp.array(dtype=wp.int64), stream: int, index: int) -> wp.uint32:
+    """The random state of element ``index`` (a pixel, a beam) of sensor ``stream`` in the present draw:
+    ``wp.rand_init(draw_seed(draws, stream), index)``."""
+    return wp.rand_init(draw_seed(draws, stream), index)
 
 
 @wp.kernel

@@ -20,7 +20,7 @@ import warp as wp
 
 from goggles.busy import load_kernels
 from goggles.errors import ConfigError
-from goggles.sensors.draws import NoiseDraws, draw_state
+from goggles.sensors.draws import NoiseDraws, draw_seed
 
 wp.set_module_options({"enable_backward": False})
 
@@ -78,7 +78,7 @@ def stereo_depth_kernel(
     if fb <= 0.0:
         return  # no model on this camera
     width = depth.shape[2]
-    stream = streams[c]
+    seed = draw_seed(draws, streams[c])
     near, far = limits[c][0], limits[c][1]
     for column in range(span):
         x = block * span + column
@@ -87,7 +87,7 @@ def stereo_depth_kernel(
             continue  # already invalid (REP 118 values stay)
         d = fb / z
         if sigma[c] > 0.0:
-            state = draw_state(draws, stream, y * width + x)
+            state = wp.rand_init(seed, y * width + x)
             d = d + sigma[c] * wp.randn(state)
         q = step[c]
         if q > 0.0:
