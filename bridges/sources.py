@@ -363,7 +363,7 @@ def _motioncapture_worker(system: str, options: dict, out: mp.Queue) -> None:
 
     import motioncapture  # checked by the parent before it starts this process
 
-    from goggles.processes import die_with_parent
+    from goggles.runtime.processes import die_with_parent
 
     die_with_parent()  # a bridge killed outright must not leave this process holding the mocap stream
 

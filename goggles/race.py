@@ -145,7 +145,7 @@ def fly_course(
     """
     from goggles.dynamics import CollisionResponse, ControlMode, MultirotorSim, load_airframe
     from goggles.frames import quat_from_euler
-    from goggles.pilots import RoutePilot
+    from goggles.rig.pilots import RoutePilot
     from goggles.world import build_world
 
     world = build_world(scene_path, course=course, device=device).scene

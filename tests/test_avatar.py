@@ -110,7 +110,7 @@ def test_a_late_copy_of_a_skeleton_never_puts_the_arm_back(device):
     bus's copy of the frame before, arriving after the newest, was kept as the newest: for a frame the
     person was drawn one mocap frame back. Through the input path, as bytes off the wire."""
     import goggles_lcm
-    from goggles.inputs import InputHandler
+    from goggles.engine.inputs import InputHandler
     from goggles.world.crowd import Crowd
 
     wall = quad([[10, 10, -10], [10, -10, -10], [10, -10, 10], [10, 10, 10]])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from goggles.bench import bench_views
+from goggles.bench.measure import bench_views
 from goggles.errors import ConfigError
 from goggles.frames import camera_pose_from_body, quat_from_axis_angle, transform
 from goggles.paths import default_scene

@@ -205,7 +205,7 @@ def test_files_saved_by_windows_editors_load(tmp_path, capsys):
     """A UTF-8 byte-order mark (Notepad, Excel), CRLF line ends, and ", " between CSV columns: a run
     file was "not valid TOML: Invalid statement (at line 1, column 1)", and a flight log's header had
     no "t" (it was "\\ufefft")."""
-    from goggles.config import load_run_config
+    from goggles.rig.runfile import load_run_config
 
     demo = (REPO / "assets" / "run-demo.toml").read_text(encoding="utf-8")
     text = demo.replace('scene = "arena.toml"', f'scene = "{REPO / "assets" / "arena.toml"}"')
@@ -405,7 +405,7 @@ def test_ten_thousand_vehicles_at_one_start_are_one_warning_within_seconds(caplo
     import logging
     import tracemalloc
 
-    from goggles.config import check_simulated_starts, parse_run_config
+    from goggles.rig.runfile import check_simulated_starts, parse_run_config
 
     data = {"vehicle": [{"name": f"q{i}", "start": [0.0, 0.0, 0.1, 0.0]} for i in range(10_000)], "camera": []}
     config = parse_run_config(data)

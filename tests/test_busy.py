@@ -6,8 +6,8 @@ import re
 import threading
 import time
 
-from goggles.busy import busy, current, load_kernels
 from goggles.cli.common import telling_slow_steps
+from goggles.runtime.progress import busy, current, load_kernels
 
 
 def _wait_for(capsys, text: str, seen: list[str]) -> None:
@@ -80,7 +80,7 @@ def test_a_forked_worker_starts_with_no_step_and_a_free_lock():
     import multiprocessing
     import os
 
-    from goggles import busy as busy_module
+    from goggles.runtime import progress as busy_module
 
     if not hasattr(os, "register_at_fork"):
         return

@@ -143,7 +143,7 @@ def test_run_file_avatar_plays_a_bvh_clip_in_sim_time(tmp_path):
     )
     import dataclasses
 
-    from goggles.config import parse_run_config
+    from goggles.rig.runfile import parse_run_config
 
     avatar = parse_run_config(
         {

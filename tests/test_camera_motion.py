@@ -82,10 +82,10 @@ def test_run_files_give_cameras_an_exposure_and_a_rolling_shutter(tmp_path):
     and readout a run file gives, and the same run file gives the same bytes again."""
     import dataclasses
 
-    from goggles.config import parse_run_config
     from goggles.engine import Engine
     from goggles.errors import ConfigError
-    from goggles.record import Recorder, read_log
+    from goggles.logs.record import Recorder, read_log
+    from goggles.rig.runfile import parse_run_config
     from goggles.transport.schema import decode_any
 
     def frames(**camera_keys) -> list[bytes]:

@@ -8,10 +8,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from goggles.config import parse_run_config
 from goggles.errors import ConfigError
 from goggles.frames import camera_pose_from_body
 from goggles.render import CameraModel, Renderer, Shading
+from goggles.rig.runfile import parse_run_config
 from goggles.sensors.camera_noise import GLOBAL_SHUTTER, CameraNoise
 from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of

@@ -1,4 +1,4 @@
-"""Recorded device work (goggles.captured): a recording replays exactly what running the same work
+"""Recorded device work (goggles.runtime.recorded_work): a recording replays exactly what running the same work
 eagerly gives, call after call, so nothing it launches passes a per-call value by value, allocates,
 or reads the device from the host. Warp records on the CPU too, so these run everywhere; on CUDA the
 recordings are CUDA graphs."""
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import warp as wp
 
-from goggles.captured import RecordedWork
 from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
+from goggles.runtime.recorded_work import RecordedWork
 from goggles.scene import box_shape
 from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of

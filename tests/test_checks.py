@@ -31,8 +31,8 @@ def test_rejects_anything_else(value):
 
 def _readers():
     from bridges.mocap import load_room_calibration
-    from goggles.config import load_run_config
     from goggles.dynamics.airframe import load_airframe
+    from goggles.rig.runfile import load_run_config
     from goggles.scene.gates import load_course
     from goggles.scene.scene_file import load_scene_spec
 
@@ -98,8 +98,8 @@ name = "front"
     ],
 )
 def test_a_run_file_value_of_the_wrong_kind_names_the_file_table_and_key(tmp_path, table, line, message):
-    from goggles.config import load_run_config
     from goggles.errors import ConfigError
+    from goggles.rig.runfile import load_run_config
 
     path = tmp_path / "run.toml"
     path.write_text(_RUN.format(**{t: line if t == table else "" for t in ("run", "lcm", "ros2", "vehicle", "camera")}))
@@ -145,8 +145,8 @@ def test_names_that_would_break_a_channel_or_a_topic_are_refused(tmp_path, names
     """Two sensors under one name shared channels; a vehicle named past LCM's 63 characters ended the
     run at its first message ("channel name too long"); a '/' or a space made channels ambiguous; with
     ROS 2 on, a name no ROS 2 node can subscribe to published to no one."""
-    from goggles.config import load_run_config
     from goggles.errors import ConfigError
+    from goggles.rig.runfile import load_run_config
 
     fields = {"lcm": "true", "ros2": "false", "namespace": "/goggles", "vehicle": "quad0", "camera": "front"}
     fields |= {"ranges": "altimeter"} | names

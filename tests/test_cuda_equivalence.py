@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from goggles.bench import bench_views
+from goggles.bench.measure import bench_views
 from goggles.control_modes import ControlMode
 from goggles.dynamics import MultirotorSim, load_airframe
 from goggles.frames import camera_pose_from_body, transform
@@ -79,9 +79,9 @@ def test_cuda_trajectories_equal_cpu_trajectories():
 
 
 def test_cuda_engine_run_equals_cpu_engine_run():
-    from goggles.config import load_run_config
     from goggles.engine import Engine
     from goggles.paths import default_run
+    from goggles.rig.runfile import load_run_config
 
     config = dataclasses.replace(load_run_config(default_run()), zmq=None, lcm_url=None)
     finals = {}

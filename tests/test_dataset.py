@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from goggles.dataset import MANIFEST, load_dataset_spec, read_manifest, run_dataset
 from goggles.errors import ConfigError
-from goggles.record import read_log
-from goggles.replay import replay_file
+from goggles.logs.dataset import MANIFEST, load_dataset_spec, read_manifest, run_dataset
+from goggles.logs.record import read_log
+from goggles.logs.replay import replay_file
 from goggles.transport.schema import decode_any
 from tests.test_record import RUN_FILE, record_run
 
@@ -121,7 +121,7 @@ def test_a_spec_that_multiplies_into_billions_of_jobs_is_refused_at_once(flights
     product is counted before any job is built. A bound check (memory and time), not a timing test."""
     import tracemalloc
 
-    from goggles.dataset import MAX_JOBS
+    from goggles.logs.dataset import MAX_JOBS
 
     logs = flights / "many"
     logs.mkdir(exist_ok=True)
@@ -145,7 +145,7 @@ def test_a_spec_that_multiplies_into_billions_of_jobs_is_refused_at_once(flights
 
 def test_more_workers_than_cores_start_as_many_as_there_are_cores(flights, tmp_path, monkeypatch, caplog):
     """``workers = 1000000000`` started one process per job; the machine's cores bound them, with a warning."""
-    from goggles import dataset
+    from goggles.logs import dataset
 
     spec = load_dataset_spec(
         write_spec(
@@ -220,7 +220,7 @@ def test_a_job_stopped_as_it_finished_leaves_no_output_the_manifest_does_not_lis
     """A Ctrl-C between a job's rename and its manifest row (in the worker, or here) left a complete
     output that the manifest did not list (once in CI: the stop test found one more file than rows).
     The backend here runs the real jobs and is stopped at that instant, which no signal can aim at."""
-    import goggles.dataset as dataset
+    import goggles.logs.dataset as dataset
 
     spec = load_dataset_spec(
         write_spec(flights, f'[dataset]\noutput = "{tmp_path / "out"}"\n[jobs]\nlogs = ["a.mcap"]\nseeds = [1, 2]')
@@ -245,7 +245,7 @@ def test_what_a_killed_run_left_is_removed_before_its_jobs_run_again(flights, tm
     """A run killed outright (SIGKILL: nothing of it runs after) may leave a job's complete output with
     no row, or its partial one. The next run does those jobs again; one that fails then kept the old
     output, which said the job was done."""
-    import goggles.dataset as dataset
+    import goggles.logs.dataset as dataset
 
     spec = load_dataset_spec(
         write_spec(flights, f'[dataset]\noutput = "{tmp_path / "out"}"\n[jobs]\nlogs = ["a.mcap"]\nseeds = [1, 2]')
@@ -289,7 +289,7 @@ def test_a_device_the_machine_lacks_is_one_line_before_any_job(flights, tmp_path
         run_dataset(load_dataset_spec(spec))
     assert str(error.value).startswith(str(spec)) and "devices: ['cpu'" in str(error.value)
     assert not (tmp_path / "out").exists()
-    from goggles.dataset import SceneWorker
+    from goggles.logs.dataset import SceneWorker
 
     problem = SceneWorker(str(tmp_path), "cuda:9").ready()
     assert problem.startswith("[dataset] device (on the Ray worker on ") and "cuda:9" in problem

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from goggles.bench import bench_views
+from goggles.bench.measure import bench_views
 from goggles.frames import camera_pose_from_body
 from goggles.paths import default_scene
 from goggles.render import CameraModel, Renderer

@@ -16,12 +16,12 @@ import pytest
 
 import goggles_lcm
 from goggles.client import Client, image_array
-from goggles.config import parse_run_config
 from goggles.dynamics import CollisionResponse, ControlMode
 from goggles.engine import Engine
+from goggles.engine.status import OTHER_CHANNELS
 from goggles.errors import ConfigError
 from goggles.render import Renderer
-from goggles.status import OTHER_CHANNELS
+from goggles.rig.runfile import parse_run_config
 from goggles.transport.buses import ZmqEndpoints
 from goggles.transport.schema import decode_any
 
@@ -654,8 +654,8 @@ def test_a_lockstep_client_that_reads_after_each_reply_gets_every_message():
 
 
 def test_run_file_errors_name_the_key(tmp_path):
-    from goggles.config import load_run_config
     from goggles.errors import ConfigError
+    from goggles.rig.runfile import load_run_config
 
     bad = tmp_path / "bad.toml"
     bad.write_text('[[vehicle]]\nname = "q"\nimu_rate = 200.0\n')
@@ -704,7 +704,7 @@ def test_a_rate_made_in_python_that_does_not_divide_the_physics_rate_is_refused(
 
 
 def test_camera_calibration_yaml(tmp_path):
-    from goggles.config import load_camera_yaml
+    from goggles.rig.runfile import load_camera_yaml
 
     path = tmp_path / "cam.yaml"
     path.write_text(
@@ -721,7 +721,7 @@ def test_a_calibration_opencv_wrote_is_read_as_opencv_wrote_it(tmp_path):
     "not valid YAML"; older OpenCV writes the header as %YAML:1.0, which PyYAML refuses too."""
     import cv2
 
-    from goggles.config import load_camera_yaml
+    from goggles.rig.runfile import load_camera_yaml
 
     K = np.array([[500.0, 0.0, 319.5], [0.0, 501.0, 239.5], [0.0, 0.0, 1.0]])
     distortion = np.array([[0.1, -0.05, 0.001, 0.002, 0.01]])
@@ -756,7 +756,7 @@ def test_a_calibration_opencv_wrote_is_read_as_opencv_wrote_it(tmp_path):
     ],
 )
 def test_a_calibration_a_camera_model_cannot_hold_is_refused_by_file_and_key(tmp_path, change, message):
-    from goggles.config import load_camera_yaml
+    from goggles.rig.runfile import load_camera_yaml
 
     text = (
         "image_width: 640\nimage_height: 480\ncamera_name: front\n"
@@ -778,8 +778,8 @@ def test_a_calibration_a_camera_model_cannot_hold_is_refused_by_file_and_key(tmp
 def test_shipped_calibration_is_flightgoggles_camera():
     from pathlib import Path
 
-    from goggles.config import load_camera_yaml
     from goggles.render import CameraModel
+    from goggles.rig.runfile import load_camera_yaml
 
     model = load_camera_yaml(Path(__file__).resolve().parents[1] / "calib/flightgoggles_1024x768.yaml")
     expected = CameraModel.from_fov(1024, 768, 70.0)
@@ -825,7 +825,7 @@ def test_race_outputs_beacons_ranges_and_collisions(tmp_path, device):
     )
     import dataclasses
 
-    from goggles.config import RangeSensorConfig
+    from goggles.rig.runfile import RangeSensorConfig
     from goggles.sensors.ranges import FLIGHTGOGGLES_ALTIMETER
 
     altimeter = RangeSensorConfig("quad0", "altimeter", FLIGHTGOGGLES_ALTIMETER, np.diag([1.0, -1.0, -1.0, 1.0]), 60.0)
@@ -1097,8 +1097,8 @@ def test_each_vehicles_sensors_see_the_others_bodies_and_never_their_own(device)
     above its centre, at depth = height difference minus that); the hexa's camera, LiDAR and every
     message are those of a run where it flies alone, though its sensors sit inside its own body (camera
     and LiDAR at its centre), which none of them sees."""
-    from goggles.config import parse_run_config
     from goggles.dynamics import load_airframe
+    from goggles.rig.runfile import parse_run_config
     from goggles.scene.vehicle_model import VEHICLE_CLASS
     from tests.test_host_copies import _Kept
 
@@ -1247,7 +1247,7 @@ def test_lockstep_replies_after_a_contact_of_its_steps_is_out(device):
 
 @pytest.mark.slow
 def test_recorded_steps_and_frames_publish_what_eager_ones_do(device):
-    """Replaying recordings (``goggles.captured``: CUDA graphs there) of the physics steps and of each
+    """Replaying recordings (``goggles.runtime.recorded_work``: CUDA graphs there) of the physics steps and of each
     camera group's frame publishes byte for byte what launching every kernel does: a noisy stereo
     pair and a rolling-shutter colour camera with noise, a vehicle that collides with a gate's bar."""
     from goggles.paths import default_course

@@ -461,7 +461,7 @@ def test_a_normal_reaching_below_a_factors_floor_is_truncated_there():
 
 @pytest.mark.slow
 def test_memory_does_not_grow_over_ten_thousand_steps():
-    from goggles.bench import _memory_kb
+    from goggles.bench.measure import _memory_kb
 
     env = DroneVectorEnv(4, task=HoverTask(episode_s=0.5), device="cpu")
     env.reset(seed=0)
@@ -479,7 +479,7 @@ def test_memory_does_not_grow_over_ten_thousand_steps():
 def test_memory_per_environment_counts_what_the_batch_owns(arena):
     """The benchmark's figure: the arrays an environment batch allocated, per environment, growing
     with the pixels and not with the shared scene (whose BVH alone is megabytes)."""
-    from goggles.bench import owned_device_bytes
+    from goggles.bench.measure import owned_device_bytes
 
     scene = DeviceScene(arena, "cpu")
     small = DroneVectorEnv(4, camera=CameraModel.from_fov(32, 24, 80.0), scene=scene, device="cpu")

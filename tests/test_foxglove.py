@@ -355,7 +355,7 @@ def test_a_replayed_flight_streams_to_foxglove(tmp_path):
     """``replay_file`` hands its outputs to a Foxglove sink as a run does, the world included."""
     from websockets.sync.client import connect
 
-    from goggles.replay import replay_file
+    from goggles.logs.replay import replay_file
     from tests.test_record import record_run
 
     log = record_run(tmp_path, duration=0.5)
@@ -375,7 +375,7 @@ def test_a_replayed_flight_streams_to_foxglove(tmp_path):
 
 
 def test_a_vehicle_without_a_camera_follows_its_own_frame_and_an_airframe_not_here_is_drawn_as_fg_quad(caplog):
-    from goggles.vehicles import drawn_airframes, viewed_vehicles
+    from goggles.rig.vehicles import drawn_airframes, viewed_vehicles
 
     quad = run_config().vehicles[0]
     lost = dataclasses.replace(quad, name="quad1", preset="/nowhere/my-airframe.toml")
@@ -405,7 +405,7 @@ def test_foxglove_shows_lidar_scans_beacons_imu_and_ranges_where_they_were_measu
     pytest.importorskip("google.protobuf")
     from websockets.sync.client import connect
 
-    from goggles.config import parse_run_config
+    from goggles.rig.runfile import parse_run_config
     from goggles.transport.schema import decode_any
 
     start = [0.0, 0.0, 0.1, 0.0]
@@ -509,8 +509,8 @@ def test_a_multizone_tof_shows_its_readings_where_its_beams_met_the_world():
     pytest.importorskip("google.protobuf")
     from websockets.sync.client import connect
 
-    from goggles.config import parse_run_config
     from goggles.render.embree import EmbreeTracer, embree_available
+    from goggles.rig.runfile import parse_run_config
     from goggles.transport.schema import decode_any
 
     data = {

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from goggles.held_signals import signals_held
+from goggles.runtime.signals import signals_held
 
 
 def swallowing(number: int = signal.SIGINT) -> None:

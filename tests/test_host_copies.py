@@ -7,7 +7,7 @@ import pytest
 import warp as wp
 
 from goggles.dynamics import MultirotorSim, load_airframe
-from goggles.host_copies import COPIES, HostMirror, fetch
+from goggles.runtime.device_copies import COPIES, HostMirror, fetch
 
 
 def test_mirrors_copy_into_memory_allocated_once_and_count(device):
@@ -161,7 +161,7 @@ def test_a_batch_of_cameras_over_two_gib_is_laid_out_and_one_output_over_it_is_r
     table: the memory they are checked against is their outputs' (and, on the CPU, their host copies'),
     4.5 GiB, not 40 GiB for a ray table per camera. One output over 2 GiB, which Warp's 32-bit byte
     offsets cannot index, is refused by name before anything is allocated."""
-    import goggles.memory
+    import goggles.runtime.device_memory
     from goggles.errors import ConfigError
     from goggles.render import CameraModel, Renderer
     from goggles.world import DeviceScene
@@ -169,10 +169,10 @@ def test_a_batch_of_cameras_over_two_gib_is_laid_out_and_one_output_over_it_is_r
 
     scene = DeviceScene(scene_of((quad([[5, 5, -5], [5, -5, -5], [5, -5, 5], [5, 5, 5]]), 1)), "cpu")
     cameras = [CameraModel.from_fov(480, 270, 60.0)] * 2048
-    monkeypatch.setattr(goggles.memory, "available_memory", lambda device: 4 * 2**30)
+    monkeypatch.setattr(goggles.runtime.device_memory, "available_memory", lambda device: 4 * 2**30)
     with pytest.raises(ConfigError, match=r"rendering 2048 camera\(s\) of 480x270 needs about 4.5 GiB on cpu"):
         Renderer(scene, cameras, outputs={"depth", "segmentation"})
-    monkeypatch.setattr(goggles.memory, "available_memory", lambda device: 5 * 2**30)
+    monkeypatch.setattr(goggles.runtime.device_memory, "available_memory", lambda device: 5 * 2**30)
     renderer = Renderer(scene, cameras, outputs={"depth", "segmentation"})
     pixels = 2048 * 270 * 480
     assert sum(span.size for span in renderer.layout.values()) == 9 * pixels + 23 > 2**31  # 23: one of each unused
@@ -189,9 +189,9 @@ def test_a_batch_of_cameras_over_two_gib_is_laid_out_and_one_output_over_it_is_r
 def test_a_groups_images_and_beacon_detections_come_in_one_synchronisation(device):
     """A camera group that publishes images and beacons waits once per frame for both copies, and
     hands back what the beacon sensor alone detects and the renderer alone draws."""
-    from goggles.cameras import camera_groups
-    from goggles.config import CameraConfig
     from goggles.render import CameraModel
+    from goggles.rig.cameras import camera_groups
+    from goggles.rig.runfile import CameraConfig
     from goggles.sensors.beacons import BeaconSensor
     from goggles.world import Beacon, DeviceScene
     from tests.conftest import quad, scene_of

@@ -14,7 +14,7 @@ FAULTS_PER_PAIR = """
 import resource, sys
 sys.path.insert(0, sys.argv[2])
 if sys.argv[1] == "tuned":
-    from goggles.host_memory import keep_large_allocations
+    from goggles.runtime.host_memory import keep_large_allocations
     assert keep_large_allocations()
 import bench_frames  # a stereo depth pair through Outputs, ZmqBus and Client, as tools/bench_frames.py times it
 bench_frames.goggles_path(640, 480, 10)

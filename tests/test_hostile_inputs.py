@@ -16,7 +16,7 @@ import zmq
 import goggles_lcm
 from goggles.client import Client
 from goggles.dynamics import ControlMode
-from goggles.status import MAX_COUNTED_CHANNELS
+from goggles.engine.status import MAX_COUNTED_CHANNELS
 from goggles.transport.buses import frame
 from goggles.transport.schema import MAX_BONES
 from goggles.world.crowd import MAX_AVATARS
@@ -253,8 +253,8 @@ def test_lcm_inputs_over_the_limit_are_dropped_before_they_queue():
 
 def test_a_flood_on_one_bus_neither_starves_the_other_nor_overruns_the_budget(monkeypatch):
     """Inputs are taken from the buses in turn and the 20 ms budget is checked after every message."""
-    import goggles.inputs as inputs_module
-    from goggles.inputs import InputHandler
+    import goggles.engine.inputs as inputs_module
+    from goggles.engine.inputs import InputHandler
 
     class Bus:  # the receive side of a bus, as the engine sees it
         def __init__(self, items):
@@ -287,7 +287,7 @@ def test_a_flood_on_one_bus_neither_starves_the_other_nor_overruns_the_budget(mo
 def test_a_message_that_finds_a_fault_in_goggles_is_counted_and_the_run_goes_on(caplog):
     """Only MalformedMessage was caught: any other exception an input raised ended the run (as a
     skeleton of one bone did, through the crowd). Such a fault is now told once, with its traceback."""
-    from goggles.inputs import InputHandler
+    from goggles.engine.inputs import InputHandler
 
     class FaultyCrowd:
         def offer(self, name, pose, utime):
@@ -381,7 +381,7 @@ def test_a_message_ros2_cannot_hold_is_dropped_from_a_ros2_recording_and_the_rec
     """One unconvertible message (an image stamped past 2038, from before stamps were bounded) stopped a
     ``--record-profile ros2`` recording; it is now told once and the recording goes on."""
     rosbags = pytest.importorskip("rosbags.highlevel")
-    from goggles.record import Recorder
+    from goggles.logs.record import Recorder
     from goggles.transport.messages import imu_message
     from goggles.transport.ros2 import Ros2Settings
     from goggles.transport.ros2.topics import Ros2Topics

@@ -180,7 +180,7 @@ def test_a_run_files_lidar_is_published_and_recorded_for_ros2(tmp_path):
     import sys
     from pathlib import Path
 
-    from goggles.record import read_log
+    from goggles.logs.record import read_log
     from goggles.transport.schema import decode_any
 
     repo = Path(__file__).resolve().parents[1]

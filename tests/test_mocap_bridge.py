@@ -687,7 +687,7 @@ def test_a_bridge_on_both_buses_leaves_live_extrapolation_working():
 
 def test_a_late_copy_of_a_pose_is_dropped_and_a_restarted_source_starts_afresh():
     from goggles.frames import transform
-    from goggles.vehicles import Vehicle
+    from goggles.rig.vehicles import Vehicle
 
     def at(x):
         return transform([x, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0])

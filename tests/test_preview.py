@@ -499,9 +499,9 @@ def test_in_live_mode_the_run_files_mount_places_the_vehicle_where_its_pose_said
 
 
 def test_the_preview_names_what_the_run_file_lacks(tmp_path):
-    from goggles.config import parse_run_config
     from goggles.errors import ConfigError
     from goggles.preview.server import previewed_camera
+    from goggles.rig.runfile import parse_run_config
 
     mono = {"vehicle": "quad0", "name": "front", "width": 32, "height": 24, "outputs": ["rgb"]}
     depth = {"vehicle": "quad0", "name": "stereo", "width": 32, "height": 24, "baseline": 0.3, "outputs": ["depth"]}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from goggles.processes import run_in_processes
+from goggles.runtime.processes import run_in_processes
 from tests.process_groups import group_gone
 from tests.test_dataset import flights, write_spec  # noqa: F401  (a fixture)
 

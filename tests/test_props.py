@@ -15,11 +15,11 @@ import trimesh
 
 import goggles_lcm
 from goggles.client import Client, image_array
-from goggles.config import load_run_config
 from goggles.engine import Engine
 from goggles.errors import ConfigError
-from goggles.record import Recorder, read_log
-from goggles.replay import replay_file
+from goggles.logs.record import Recorder, read_log
+from goggles.logs.replay import replay_file
+from goggles.rig.runfile import load_run_config
 from goggles.transport.schema import decode_any
 from goggles.world.props import MAX_PROPS
 from tests.test_cli import goggles
@@ -344,8 +344,8 @@ def test_bad_edits_are_counted_and_dropped(tmp_path, device):
 
 def test_a_flood_of_edits_that_cannot_apply_is_said_in_a_few_lines(monkeypatch, caplog):
     """300 spawns under new names with no room left said 300 warning lines (once per actor)."""
-    import goggles.inputs as inputs_module
-    from goggles.inputs import TOLD_EDITS, InputHandler
+    import goggles.engine.inputs as inputs_module
+    from goggles.engine.inputs import TOLD_EDITS, InputHandler
     from goggles.transport.messages import scene_edit_message
 
     class Full:  # a run's props with no room left

@@ -19,8 +19,8 @@ import pytest
 
 import goggles_lcm
 from goggles.engine import Engine
-from goggles.record import Recorder, read_log, read_metadata
-from goggles.replay import replay_file, replay_folder
+from goggles.logs.record import Recorder, read_log, read_metadata
+from goggles.logs.replay import replay_file, replay_folder
 from goggles.transport.schema import decode_any
 from tests.test_engine import free_port, run_config
 
@@ -63,7 +63,7 @@ def images(path) -> dict:
 def record_run(tmp_path, name="flight.mcap", duration=1.0, device=None) -> Path:
     """A second of the test run file flown and recorded on ``device`` (None: Warp's default, as a replay's is:
     CUDA where there is a GPU, so a replay without a device re-renders on the device that recorded)."""
-    from goggles.config import load_run_config
+    from goggles.rig.runfile import load_run_config
 
     run_file = tmp_path / "run.toml"
     run_file.write_text(RUN_FILE.replace("[run]", f'[run]\nscene = "{REPO / "assets/arena.toml"}"'))
@@ -141,7 +141,7 @@ def test_record_replay_with_every_sensor_model_on_gives_identical_payloads(tmp_p
     """Every random draw is a function of the seed, the sensor and the sim time: stereo depth, camera
     noise, a rolling shutter with motion blur, ToF and altimeter noise, LiDAR noise and a rosette's
     pattern, IMU noise in the flight, and a warm-up render the replay does not make."""
-    from goggles.config import load_run_config
+    from goggles.rig.runfile import load_run_config
 
     run_file = tmp_path / "run.toml"
     course = REPO / "assets" / "course.toml"
@@ -441,7 +441,7 @@ def test_bad_logs(tmp_path):
 
 def test_a_recording_whose_run_file_is_corrupt_names_it(tmp_path):
     from goggles.errors import ConfigError
-    from goggles.replay import replay_config
+    from goggles.logs.replay import replay_config
 
     path = tmp_path / "corrupt.mcap"
     Recorder(path, metadata={"run_file": "[run\nmode = ", "run_file_path": "run.toml"}).close()
@@ -654,7 +654,7 @@ def test_a_chunk_that_would_inflate_past_the_bound_is_skipped_before_it_is_infla
 
 
 def test_the_recorder_does_not_write_a_message_no_reader_would_take(tmp_path, caplog):
-    from goggles.record import MAX_MESSAGE_BYTES
+    from goggles.logs.record import MAX_MESSAGE_BYTES
 
     recorder = Recorder(tmp_path / "big.mcap")
     recorder.write("huge", memoryview(bytearray(MAX_MESSAGE_BYTES + 1)).toreadonly(), 1)
@@ -802,9 +802,9 @@ def test_a_long_pause_in_the_poses_is_skipped(tmp_path, caplog):
 def test_a_maximum_gap_below_the_poses_period_warns_in_four_lines_not_one_per_pose(tmp_path, caplog):
     """Every pose is then a pause: the first three are told, the rest counted in one line at the end."""
     original = record_run(tmp_path)
-    caplog.set_level(logging.WARNING, logger="goggles.replay")
+    caplog.set_level(logging.WARNING, logger="goggles.logs.replay")
     replay_file(original, max_gap_s=1e-6)
-    told = [r.getMessage() for r in caplog.records if r.name == "goggles.replay"]
+    told = [r.getMessage() for r in caplog.records if r.name == "goggles.logs.replay"]
     assert len(told) == 4 and all("pause for 0.0166667 s" in line for line in told[:3])
     assert told[2].endswith("(further ones are counted)")
     assert re.fullmatch(r"(\d+) pauses skipped in all \(1\.0 s of sim time\): .*--max-gap.*", told[3])

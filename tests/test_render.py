@@ -380,9 +380,11 @@ def test_the_sensor_apis_refuse_what_they_cannot_use_in_one_error(monkeypatch):
             scene, [CameraModel.from_fov(2048, 2048, 40.0 + k) for k in range(64)], outputs={"depth"}
         ),
     }
-    import goggles.memory
+    import goggles.runtime.device_memory
 
-    monkeypatch.setattr(goggles.memory, "available_memory", lambda device: 16 * 2**30)  # any machine's answer
+    monkeypatch.setattr(
+        goggles.runtime.device_memory, "available_memory", lambda device: 16 * 2**30
+    )  # any machine's answer
     for message, call in calls.items():
         with pytest.raises(ConfigError, match=message):
             call()

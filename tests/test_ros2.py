@@ -390,7 +390,7 @@ def test_a_twist_with_a_nan_yaw_rate_is_dropped_and_the_next_one_flies():
 def test_a_ros2_recording_opens_in_rosbags_and_replays_to_the_same_images(tmp_path):
     from rosbags.highlevel import AnyReader
 
-    from goggles.replay import replay_file
+    from goggles.logs.replay import replay_file
     from goggles.transport.schema import decode_any
     from tests.test_record import _goggles, _run_file, read_log
 
@@ -438,8 +438,8 @@ def test_a_rosbag2_of_mocap_poses_replays_as_the_same_poses_in_goggles_own_recor
 
     import goggles_lcm
     from goggles.frames import quat_from_euler
-    from goggles.record import Recorder
-    from goggles.replay import replay_file
+    from goggles.logs.record import Recorder
+    from goggles.logs.replay import replay_file
     from goggles.transport import schema
     from tests.test_record import _run_file, read_log
 
@@ -566,8 +566,8 @@ def test_a_range_sensors_ros_frame_has_the_beam_along_x_and_a_multizone_one_is_a
     at a floor, every zone's point, taken to base_link through /tf_static as a ROS node would, lies on
     that floor, and a zone that measured nothing is NaN."""
     import goggles_lcm
-    from goggles.config import parse_run_config
     from goggles.frames import transform
+    from goggles.rig.runfile import parse_run_config
     from goggles.transport.ros2.topics import Ros2Topics
 
     ts = typestore["humble"]

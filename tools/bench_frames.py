@@ -3,7 +3,7 @@ a client's arrays, against bare pyzmq moving the same bytes, in one run.
 
 goggles' path: ``messages.image_message`` and ``Outputs.publish`` (one frame per image, sent by the
 engine's ``ZmqBus``), then ``Client.receive`` and ``image_array``; timed first with the C allocator
-as it comes, then as every ``goggles`` command sets it (``goggles.host_memory``). The peer: a PUB
+as it comes, then as every ``goggles`` command sets it (``goggles.runtime.host_memory``). The peer: a PUB
 socket sending frames of the same size and a SUB socket receiving them with ``copy=False`` (the
 transfer alone). All over TCP on loopback in this process. Prints the percentiles of each; the last
 line is ``width= height= p50_ms= p99_ms= bare_p50_ms= ratio_p50=`` (goggles' path as tuned).
@@ -22,11 +22,11 @@ import zmq
 
 from goggles.cli.common import at_least
 from goggles.client import Client, image_array
+from goggles.engine.outputs import Outputs
+from goggles.engine.status import Counters, StageTimes
 from goggles.errors import GogglesError
-from goggles.host_memory import keep_large_allocations
-from goggles.outputs import Outputs
 from goggles.render import CameraModel
-from goggles.status import Counters, StageTimes
+from goggles.runtime.host_memory import keep_large_allocations
 from goggles.transport import messages
 from goggles.transport.buses import ZmqBus, ZmqEndpoints
 

@@ -30,11 +30,11 @@ def _label(picture: np.ndarray, text: str) -> np.ndarray:
 
 def demo(out: Path, seconds: float = 7.0) -> Path:
     """The demo's stereo colour, its depth and the third-person view, as one 2 x 2 picture."""
-    from goggles.config import load_run_config
     from goggles.engine import Engine
     from goggles.paths import default_run, default_scene
     from goggles.preview.server import FrameSource
     from goggles.render.files import depth_preview
+    from goggles.rig.runfile import load_run_config
     from goggles.scene import load_static_scene
 
     config = load_run_config(default_run())

@@ -22,7 +22,7 @@ from goggles.cli.common import (
     telling_slow_steps,
 )
 from goggles.errors import GogglesError
-from goggles.host_memory import keep_large_allocations
+from goggles.runtime.host_memory import keep_large_allocations
 
 __all__ = ["build_parser", "check_device", "main"]
 

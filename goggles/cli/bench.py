@@ -153,7 +153,7 @@ def add_parser(commands) -> None:
 
 
 def cmd_bench_render(args) -> int:
-    from goggles.bench import bench_render
+    from goggles.bench.measure import bench_render
     from goggles.paths import default_scene
 
     if args.terrain is not None:
@@ -196,7 +196,7 @@ def cmd_bench_render(args) -> int:
 
 
 def cmd_bench_dynamics(args) -> int:
-    from goggles.bench import bench_dynamics
+    from goggles.bench.measure import bench_dynamics
 
     batch = bench_dynamics(args.preset, vehicles=args.batch, device=args.device, seconds=args.seconds)
     single = bench_dynamics(args.preset, vehicles=1, device=args.device, seconds=args.seconds, threads=1)
@@ -211,7 +211,7 @@ def cmd_bench_dynamics(args) -> int:
 
 
 def cmd_bench_latency(args) -> int:
-    from goggles.bench import bench_latency
+    from goggles.bench.measure import bench_latency
 
     transports = ["zmq", "ros2"] if args.transport == "ros2" else ["zmq"]
     for transport in transports:
@@ -243,7 +243,7 @@ def cmd_bench_latency(args) -> int:
 
 
 def cmd_bench_dataset(args) -> int:
-    from goggles.bench import bench_dataset
+    from goggles.bench.measure import bench_dataset
     from goggles.errors import require
 
     require("ray", "ray", "goggles bench dataset")
@@ -261,7 +261,7 @@ def cmd_bench_dataset(args) -> int:
 
 
 def cmd_bench_lidar(args) -> int:
-    from goggles.bench import bench_lidar
+    from goggles.bench.measure import bench_lidar
     from goggles.sensors.lidar import lidar_model
 
     lidar_model(args.model)  # a one-line error for an unknown preset
@@ -280,7 +280,7 @@ def cmd_bench_lidar(args) -> int:
 
 
 def cmd_bench_envs(args) -> int:
-    from goggles.bench import bench_envs
+    from goggles.bench.measure import bench_envs
     from goggles.errors import require
 
     require("torch", "learning", "goggles bench envs")

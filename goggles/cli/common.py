@@ -252,7 +252,7 @@ def quiet_warp_init() -> None:
     """Initialise Warp without its CUDA-driver warning on machines without a GPU (``-v`` shows it)."""
     import warp as wp
 
-    from goggles.c_stderr import captured_c_stderr
+    from goggles.runtime.c_stderr import captured_c_stderr
 
     with captured_c_stderr():
         wp.init()
@@ -347,7 +347,7 @@ def stop_on_signals(stop=None):
     return stop
 
 
-#: How long a step (``goggles.busy``) goes on before a person is told what they wait for, and how
+#: How long a step (``goggles.runtime.progress``) goes on before a person is told what they wait for, and how
 #: often again while it lasts, seconds.
 SLOW_STEP_S = 2.0
 SLOW_STEP_AGAIN_S = 5.0
@@ -357,7 +357,7 @@ SLOW_STEP_AGAIN_S = 5.0
 def telling_slow_steps(after_s: float = SLOW_STEP_S, again_s: float = SLOW_STEP_AGAIN_S):
     """While the enclosed command runs, a line on stderr for each step that has lasted ``after_s``
     (a first run compiling Warp's kernels, a large scene's import), and again every ``again_s``."""
-    from goggles.busy import current
+    from goggles.runtime.progress import current
 
     done = threading.Event()
 

@@ -31,8 +31,8 @@ def add_parser(commands) -> None:
 
 
 def cmd_dataset(args) -> int:
-    from goggles.dataset import load_dataset_spec, run_dataset
     from goggles.errors import ConfigError
+    from goggles.logs.dataset import load_dataset_spec, run_dataset
 
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers {args.workers}: at least 1")

@@ -67,10 +67,10 @@ def cmd_preview(args) -> int:
     import threading
 
     from goggles.client import Client
-    from goggles.config import load_run_config
     from goggles.errors import ConfigError
     from goggles.paths import default_scene
     from goggles.preview.server import FrameSource, PreviewServer, previewed_camera
+    from goggles.rig.runfile import load_run_config
     from goggles.scene import load_static_scene
 
     if args.no_third_person:

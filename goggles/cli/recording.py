@@ -25,7 +25,7 @@ def add_parser(commands) -> None:
 
 
 def cmd_repair(args) -> int:
-    from goggles.repair import repair_recording, repaired_name
+    from goggles.logs.repair import repair_recording, repaired_name
 
     out = args.out or repaired_name(args.recording)
     if out.exists() and not args.overwrite:

@@ -54,7 +54,7 @@ def add_parser(commands) -> None:
 
 
 def cmd_replay(args) -> int:
-    from goggles.replay import MAX_GAP_S, check_record_path, replay_file, replay_folder
+    from goggles.logs.replay import MAX_GAP_S, check_record_path, replay_file, replay_folder
 
     speed = None if args.as_fast_as_possible else args.speed
     max_gap_s = MAX_GAP_S if args.max_gap is None else args.max_gap

@@ -132,8 +132,8 @@ def run_config(args):
     import dataclasses
 
     from goggles.clock import ClockMode
-    from goggles.config import check_channels, check_ros2_name, load_run_config
     from goggles.paths import default_run
+    from goggles.rig.runfile import check_channels, check_ros2_name, load_run_config
 
     config = load_run_config(args.config or default_run())
     changes = {}
@@ -217,7 +217,7 @@ def cmd_run(args) -> int:
     recorder = None
     stop = threading.Event()
     if args.record is not None:
-        from goggles.record import Recorder
+        from goggles.logs.record import Recorder
 
         refuse_existing(args.record, args.overwrite)
 

@@ -15,14 +15,14 @@ from collections.abc import Sequence
 import numpy as np
 import warp as wp
 
-from goggles.busy import load_kernels
 from goggles.checks import poses as checked_poses
 from goggles.dynamics import kernels
 from goggles.dynamics.airframe import Airframe
 from goggles.dynamics.model import AirframeParams, SimSettings
 from goggles.dynamics.simulator import ContactReport, device_params
 from goggles.errors import ConfigError
-from goggles.host_copies import HostMirror, fetch
+from goggles.runtime.device_copies import HostMirror, fetch
+from goggles.runtime.progress import load_kernels
 from goggles.world.device_scene import DeviceScene
 
 

@@ -15,8 +15,6 @@ from pathlib import Path
 import numpy as np
 import warp as wp
 
-from goggles.busy import load_kernels
-from goggles.captured import RecordedWork, recording, struct_key
 from goggles.checks import FLOAT32_MAX, INT32_MAX, MAX_SEED, is_number, is_whole, member
 from goggles.control_modes import COMMAND_SIZE, ControlMode, control_mode
 from goggles.dynamics import kernels
@@ -36,8 +34,10 @@ from goggles.dynamics.model import (
     steps_per_sample,
 )
 from goggles.errors import ConfigError
-from goggles.host_copies import HostMirror, fetch
-from goggles.memory import check_fits
+from goggles.runtime.device_copies import HostMirror, fetch
+from goggles.runtime.device_memory import check_fits
+from goggles.runtime.progress import load_kernels
+from goggles.runtime.recorded_work import RecordedWork, recording, struct_key
 from goggles.world.device_scene import DeviceScene
 from goggles.world.queries import no_actors
 
@@ -116,7 +116,7 @@ class MultirotorSim:
         threads: CPU threads sharing a step call; default all cores. Ignored on CUDA.
         actors: collide with the world's placed actors too (False: its static mesh only, as the
             learning environments, whose actors belong to one environment each, do).
-        recorded: replay each step count's launches from a recording (``goggles.captured``: a CUDA
+        recorded: replay each step count's launches from a recording (``goggles.runtime.recorded_work``: a CUDA
             graph); None: on CUDA. The same states either way.
     """
 

@@ -11,7 +11,7 @@ the final observation is in ``info["final_obs"]``), or when the caller says (dis
 ``options={"reset_mask": ...}``, Gymnasium's way). A caller on a torch stream of its own is waited
 on, and waits, where data changes hands (``StreamOrder``). Nothing crosses to the host per step, except one
 flag checking the actions are finite, and the done mask when domain randomisation draws new
-airframes. On CUDA each step replays recordings of its device work (``goggles.captured``: CUDA
+airframes. On CUDA each step replays recordings of its device work (``goggles.runtime.recorded_work``: CUDA
 graphs of the physics steps, the resets, the scoring and the observation) instead of launching
 each kernel from Python.
 """
@@ -27,8 +27,6 @@ import torch
 import warp as wp
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from goggles.busy import load_kernels
-from goggles.captured import RecordedWork, struct_key
 from goggles.checks import INT32_MAX, MAX_SEED, is_whole, warp_device
 from goggles.dynamics.airframe import load_airframe
 from goggles.dynamics.control import ControlMode
@@ -43,6 +41,8 @@ from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL, transform
 from goggles.render import CameraModel, Renderer, Shading
 from goggles.render.projection import distortion5
+from goggles.runtime.progress import load_kernels
+from goggles.runtime.recorded_work import RecordedWork, struct_key
 from goggles.sensors.draws import NoiseDraws
 from goggles.sensors.ranges import measure_ranges_kernel, range_sensor_model
 from goggles.sensors.stereo_depth import StereoDepth, StereoDepthModel, stereo_depth_model
@@ -123,7 +123,7 @@ class DroneVectorEnv(VectorEnv):
         device: Warp device ("cpu", "cuda:0").
         backend: the cameras' primary-ray tracer (``goggles.render.BACKENDS``; ``auto``: Embree on
             the CPU, Warp on CUDA).
-        recorded: replay recordings of each step's device work (``goggles.captured``); None: on
+        recorded: replay recordings of each step's device work (``goggles.runtime.recorded_work``); None: on
             CUDA. The same observations either way; on the CPU the rendering is recorded only with
             the ``warp`` backend (Embree is called from Python) and a recording runs on one thread.
         render_mode: ``"rgb_array"``: ``render()`` returns one (H, W, 3) uint8 NumPy frame per

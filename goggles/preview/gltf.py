@@ -14,7 +14,7 @@ import io
 
 import numpy as np
 
-from goggles.held_signals import signals_held
+from goggles.runtime.signals import signals_held
 from goggles.scene.batch import StaticScene
 
 #: From goggles' Z-up frames to glTF's Y-up: (x, y, z) -> (x, z, -y).

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from goggles.busy import busy
 from goggles.errors import ConfigError
+from goggles.runtime.progress import busy
 from goggles.scene.batch import StaticScene
 
 

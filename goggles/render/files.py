@@ -82,7 +82,7 @@ def write_camera(folder: Path, images: Images, camera: int, prefix: str = "") ->
 
 
 def write_calibration(folder: Path, camera: CameraModel, name: str, prefix: str = "", baseline: float = 0.0) -> Path:
-    """Write ``<prefix>camera.yaml``: the ROS camera_info YAML of ``camera`` (``goggles.config.
+    """Write ``<prefix>camera.yaml``: the ROS camera_info YAML of ``camera`` (``goggles.rig.runfile.
     load_camera_yaml`` reads it back). ``baseline`` (m) makes it a stereo pair's right camera: its
     projection matrix carries Tx = -fx * baseline, as ROS's stereo convention has it."""
     import yaml

@@ -33,14 +33,14 @@ import numpy as np
 import warp as wp
 
 from goggles import checks
-from goggles.busy import load_kernels
-from goggles.captured import recording, struct_key
 from goggles.errors import ConfigError
-from goggles.memory import check_fits
 from goggles.render import invalid, kernels
 from goggles.render.camera import CameraModel
 from goggles.render.shading import Lighting, Shading, face_reflectivity_kernel
 from goggles.render.sunlit import sunlit_faces
+from goggles.runtime.device_memory import check_fits
+from goggles.runtime.progress import load_kernels
+from goggles.runtime.recorded_work import recording, struct_key
 from goggles.world import DeviceScene
 
 log = logging.getLogger(__name__)

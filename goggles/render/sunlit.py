@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import warp as wp
 
-from goggles.busy import load_kernels
+from goggles.runtime.progress import load_kernels
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from goggles.errors import SceneError
-from goggles.held_signals import signals_held
+from goggles.runtime.signals import signals_held
 from goggles.scene.assets import MeshPart, part_from_trimesh
 
 

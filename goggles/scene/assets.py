@@ -15,7 +15,7 @@ import numpy as np
 
 from goggles.checks import FLOAT32_MAX
 from goggles.errors import SceneError
-from goggles.held_signals import signals_held
+from goggles.runtime.signals import signals_held
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ import warp as wp
 
 from goggles.errors import ConfigError
 from goggles.frames import matrices_to_quats, quat_to_matrix
-from goggles.held_signals import signals_held
-from goggles.host_copies import HostMirror, fetch
+from goggles.runtime.device_copies import HostMirror, fetch
+from goggles.runtime.signals import signals_held
 from goggles.scene.actors import ActorShape
 from goggles.scene.assets import Material, MeshPart
 

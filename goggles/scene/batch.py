@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.busy import busy
 from goggles.checks import FLOAT32_MAX
 from goggles.errors import SceneError
+from goggles.runtime.progress import busy
 from goggles.scene.assets import MeshPart, load_asset
 from goggles.scene.scene_file import SceneSpec, load_scene_spec
 

@@ -31,7 +31,7 @@ import numpy as np
 from goggles.checks import Table, read_toml
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, transform
-from goggles.held_signals import signals_held
+from goggles.runtime.signals import signals_held
 from goggles.scene.actors import ActorShape
 from goggles.scene.assets import part_from_trimesh
 

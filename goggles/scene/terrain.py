@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from goggles.frames import quat_from_axis_angle, transform
-from goggles.held_signals import signals_held
+from goggles.runtime.signals import signals_held
 from goggles.scene.assets import part_from_trimesh
 from goggles.scene.batch import StaticScene, merge_parts
 

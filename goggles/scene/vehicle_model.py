@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from goggles.held_signals import signals_held
+from goggles.runtime.signals import signals_held
 from goggles.scene.actors import ActorShape, paint
 from goggles.scene.assets import MeshPart, part_from_trimesh
 from goggles.scene.batch import StaticScene, merge_parts

@@ -16,11 +16,11 @@ import numpy as np
 import warp as wp
 
 from goggles import checks
-from goggles.busy import load_kernels
 from goggles.errors import ConfigError
-from goggles.host_copies import HostMirror, collect
 from goggles.render.camera import CameraModel
 from goggles.render.projection import distortion5, inside_image, project_point
+from goggles.runtime.device_copies import HostMirror, collect
+from goggles.runtime.progress import load_kernels
 from goggles.sensors.draws import host_generator
 from goggles.world import Beacon, DeviceScene
 from goggles.world.queries import ActorData, Carriers, Hit, closer_actor_hit

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
-from goggles.busy import load_kernels
 from goggles.errors import ConfigError
+from goggles.runtime.progress import load_kernels
 from goggles.sensors.draws import NoiseDraws, draw_seed
 
 wp.set_module_options({"enable_backward": False})

@@ -5,7 +5,7 @@ range sensor or LiDAR its own: ``stream_of`` its channel name, or an environment
 draw's key (the measurement's sim time in µs where the engine measures, so a replay that renders the
 same instant draws the same noise whatever it rendered before; a count of draws where a learning
 environment steps). The seed and the key live in a device array, so recorded work
-(``goggles.captured``) replays a noisy sensor correctly: ``at(key)`` is a copy to the device made
+(``goggles.runtime.recorded_work``) replays a noisy sensor correctly: ``at(key)`` is a copy to the device made
 before the recorded work, ``next()`` a kernel inside it. ``draw_seed`` hashes the seed, the stream and
 both halves of the 64-bit key through Warp's PCG (``wp.rand_init``); an element's state is that seed
 with its index (``draw_state``).
@@ -18,7 +18,7 @@ import zlib
 import numpy as np
 import warp as wp
 
-from goggles.busy import load_kernels
+from goggles.runtime.progress import load_kernels
 
 wp.set_module_options({"enable_backward": False})
 

@@ -20,8 +20,8 @@ import numpy as np
 import warp as wp
 
 from goggles import checks
-from goggles.busy import load_kernels
 from goggles.errors import ConfigError
+from goggles.runtime.progress import load_kernels
 from goggles.sensors.draws import NoiseDraws, draw_state
 
 wp.set_module_options({"enable_backward": False})

@@ -14,9 +14,9 @@ import numpy as np
 import warp as wp
 
 from goggles import checks
-from goggles.busy import load_kernels
 from goggles.errors import ConfigError
-from goggles.host_copies import HostMirror, fetch
+from goggles.runtime.device_copies import HostMirror, fetch
+from goggles.runtime.progress import load_kernels
 from goggles.sensors.draws import NoiseDraws, draw_state
 from goggles.world import DeviceScene
 from goggles.world.queries import ActorData, Carriers, closer_actor_hit, static_hit

@@ -278,7 +278,7 @@ def open_lcm(url: str):
     """An ``lcm.LCM`` on ``url``, or a ConfigError naming the URL (LCM itself says only that it failed)."""
     import lcm
 
-    from goggles.c_stderr import captured_c_stderr
+    from goggles.runtime.c_stderr import captured_c_stderr
 
     error = None
     with captured_c_stderr() as said:  # LCM prints its reason there, and raises without it

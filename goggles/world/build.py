@@ -100,7 +100,7 @@ def build_world(
 def build_run_world(config, device=None, bodies: tuple = ()) -> World:
     """The world a run (``RunConfig``) flies in: its scene, and its course's gates (shifted by the
     run's ``perturb`` seed), with room for the avatars a run may bring, the props it may spawn and its
-    vehicles' ``bodies`` (``goggles.vehicles.body_shapes``)."""
+    vehicles' ``bodies`` (``goggles.rig.vehicles.body_shapes``)."""
     from goggles.scene.gates import load_course
     from goggles.world.crowd import MAX_AVATARS
     from goggles.world.props import MAX_PROPS

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from goggles.busy import load_kernels
 from goggles.clock import came_late
 from goggles.errors import ConfigError, GogglesError
+from goggles.runtime.progress import load_kernels
 from goggles.scene import avatar as skinning
 from goggles.scene.avatar import SkeletonPose, SkinnedAvatar, avatar_shape, build_avatar_mesh
 from goggles.world.device_scene import DeviceScene

@@ -11,8 +11,8 @@ import numpy as np
 import warp as wp
 
 from goggles import checks
-from goggles.busy import busy
 from goggles.errors import ConfigError
+from goggles.runtime.progress import busy
 from goggles.scene.actors import ActorShape
 from goggles.scene.batch import StaticScene, merge_parts, stack_appearance
 from goggles.world.appearance import SceneData

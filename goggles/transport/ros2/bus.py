@@ -25,7 +25,7 @@ from goggles.checks import FLOAT32_MAX
 from goggles.control_modes import ControlMode
 from goggles.errors import ConfigError, require
 from goggles.frames import quat_to_matrix
-from goggles.status import RepeatedFailure
+from goggles.runtime.failures import RepeatedFailure
 from goggles.transport.ros2 import DISTROS, LOCALHOST_ONLY_CONFIG, Ros2Settings
 from goggles.transport.ros2 import types as T
 from goggles.transport.ros2.topics import CLOCK, SENSOR, TF, TF_STATIC, Ros2Topics

@@ -1,5 +1,5 @@
 """Which ROS 2 topics, types and frames the engine's outputs become: one conversion, used by the live
-DDS bus (``bus.Ros2Bus``) and by ROS 2 recordings (``goggles.record``).
+DDS bus (``bus.Ros2Bus``) and by ROS 2 recordings (``goggles.logs.record``).
 
 Topics (ROS names; on DDS ``rt/<name>``), under a namespace (default ``/goggles``):
 

@@ -71,7 +71,7 @@ def _start_worker(warp_log_level: int | None) -> None:
     if warp_log_level is not None:  # as quiet (or not) as the parent: a spawned Warp starts at its default
         import warp as wp
 
-        from goggles.c_stderr import captured_c_stderr
+        from goggles.runtime.c_stderr import captured_c_stderr
 
         wp.config.log_level = warp_log_level
         if warp_log_level > wp.LOG_INFO:

@@ -581,11 +581,11 @@ def bench_dataset(
 
     import ray
 
-    from goggles.config import load_run_config
-    from goggles.dataset import Job, SceneWorker
     from goggles.engine import Engine
+    from goggles.logs.dataset import Job, SceneWorker
+    from goggles.logs.record import Recorder
     from goggles.paths import default_run
-    from goggles.record import Recorder
+    from goggles.rig.runfile import load_run_config
 
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from goggles.clock import came_late
-from goggles.config import IMAGE_OUTPUTS
 from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
 from goggles.errors import GogglesError
 from goggles.frames import transform
-from goggles.pilots import RoutePilot
+from goggles.rig.pilots import RoutePilot
+from goggles.rig.runfile import IMAGE_OUTPUTS
 from goggles.scene.vehicle_model import vehicle_model, vehicle_shape
 from goggles.world.viewed import ViewedActor
 

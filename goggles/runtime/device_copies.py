@@ -48,7 +48,7 @@ class HostMirror:
 
     def enqueue(self) -> None:
         """Begin the copy (asynchronous on CUDA), counted by ``collect``, which waits for it: recorded
-        work (``goggles.captured``) may hold the copy, since its replays are counted there."""
+        work (``goggles.runtime.recorded_work``) may hold the copy, since its replays are counted there."""
         if self._host is not None:
             wp.copy(self._host, self.source)
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from goggles.checks import parse_toml
 from goggles.clock import MIN_SCALE, ClockMode
-from goggles.config import load_run_config, parse_run_config
 from goggles.errors import ConfigError, GogglesError
-from goggles.processes import run_in_processes
-from goggles.record import Recorder, is_log_file, read_log, read_metadata
+from goggles.logs.record import Recorder, is_log_file, read_log, read_metadata
+from goggles.rig.runfile import load_run_config, parse_run_config
+from goggles.runtime.processes import run_in_processes
 from goggles.transport.schema import MalformedMessage, decode_any
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
 
     Args:
         engine: a ``goggles.engine.Engine`` in REPLAY mode.
-        recorded: (log time ns, channel, bytes) in time order, as ``goggles.record.read_log`` yields
+        recorded: (log time ns, channel, bytes) in time order, as ``goggles.logs.record.read_log`` yields
             them; vehicle poses come from ``<vehicle>/state`` (a simulated flight) or ``pose/<vehicle>``
             (a live one), people from ``skeleton/<name>``, props from ``scene/edit``.
         speed: play at this multiple of the recorded pace; None: as fast as possible.

@@ -15,7 +15,7 @@ scene. A worker killed mid-job is restarted by Ray and its job run again; output
 temporary name and renamed when complete, so nothing half-written is ever taken for a result.
 
 Why MCAP per job: one self-describing file with the images, poses and the run file that made them,
-which goggles replays, Foxglove shows and ``goggles.record.read_log`` (or any MCAP reader) iterates.
+which goggles replays, Foxglove shows and ``goggles.logs.record.read_log`` (or any MCAP reader) iterates.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from goggles.checks import MAX_SEED, Table, is_whole, read_toml, warp_device
-from goggles.config import IMAGE_OUTPUTS
 from goggles.errors import ConfigError, GogglesError
-from goggles.processes import run_in_processes
+from goggles.rig.runfile import IMAGE_OUTPUTS
+from goggles.runtime.processes import run_in_processes
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,8 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
     Raises:
         ConfigError: naming the file and the key.
     """
-    from goggles.config import load_run_config
-    from goggles.record import is_log_file, log_format
+    from goggles.logs.record import is_log_file, log_format
+    from goggles.rig.runfile import load_run_config
 
     path = Path(path).resolve()
     data = read_toml(path, "dataset spec")
@@ -216,7 +216,7 @@ class WorldCache:
     worlds: dict = field(default_factory=dict)
 
     def get(self, config, device):
-        from goggles.vehicles import body_shapes, drawn_airframes
+        from goggles.rig.vehicles import body_shapes, drawn_airframes
         from goggles.world.build import build_run_world
 
         airframes = tuple((v.preset, v.segmentation) for v in config.vehicles)  # their bodies are shapes of the world
@@ -235,7 +235,7 @@ class WorldCache:
 
 def render_job(job: Job, output: Path, device=None, worlds: WorldCache | None = None) -> dict:
     """Run one job; its manifest row (``status`` "done" with counts, or "failed" with the reason)."""
-    from goggles.replay import replay_config, replay_file
+    from goggles.logs.replay import replay_config, replay_file
 
     output = Path(output)
     target = output / f"{job.id}.mcap"

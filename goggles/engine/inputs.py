@@ -17,13 +17,13 @@ import numpy as np
 import goggles_lcm
 from goggles.clock import came_late
 from goggles.dynamics import ControlMode
+from goggles.engine.status import Counters
 from goggles.errors import ConfigError
 from goggles.frames import transform
+from goggles.rig.vehicles import Vehicle
 from goggles.scene.avatar import SkeletonPose
-from goggles.status import Counters
 from goggles.transport.buses import LOCKSTEP_BARRIER
 from goggles.transport.schema import MalformedMessage, decode_input
-from goggles.vehicles import Vehicle
 from goggles.world.crowd import Crowd
 from goggles.world.props import Props
 

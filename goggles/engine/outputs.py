@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from goggles.config import IMAGE_OUTPUTS
-from goggles.status import Counters, StageTimes
+from goggles.engine.status import Counters, StageTimes
+from goggles.rig.runfile import IMAGE_OUTPUTS
 from goggles.transport import messages
 from goggles.transport.buses import framed
 

@@ -1,7 +1,7 @@
 """The engine: a scheduler over one step. Read inputs, advance the vehicles to the next event, run the
 events that are due (render, IMU, state, ranges, clock), hand every output to the buses and sinks.
 
-One loop serves every mode. Work is scheduled at integer physics steps (``goggles.schedule``), so
+One loop serves every mode. Work is scheduled at integer physics steps (``goggles.engine.schedule``), so
 sensor rates are exact in sim time:
 
 * sim: the clock paces sim time at a fixed or automatic scale; built-in vehicles fly routes or
@@ -12,11 +12,11 @@ sensor rates are exact in sim time:
   arrives (at most twice its rate); if poses stop, it keeps rendering the last pose at half its rate
   (the images' pose_utime shows they are stale). A fallback at the full rate would race the pose
   stream and make fresh poses wait a whole period behind renders of old ones.
-* replay: poses come from a recording; the sensors are rendered again (``goggles.replay``).
+* replay: poses come from a recording; the sensors are rendered again (``goggles.logs.replay``).
 
 What each part does lives beside it: the world and its people in ``goggles.world``, vehicles and
-pilots in ``goggles.vehicles`` and ``goggles.pilots``, cameras in ``goggles.cameras``, inputs in
-``goggles.inputs``, message contents in ``goggles.transport.messages``, counters in ``goggles.status``.
+pilots in ``goggles.rig.vehicles`` and ``goggles.rig.pilots``, cameras in ``goggles.rig.cameras``, inputs in
+``goggles.engine.inputs``, message contents in ``goggles.transport.messages``, counters in ``goggles.engine.status``.
 """
 
 from __future__ import annotations
@@ -30,20 +30,29 @@ from collections.abc import Callable
 import numpy as np
 
 import goggles_lcm
-from goggles.cameras import Camera, CameraGroup, camera_groups
 from goggles.clock import ClockMode, PacedClock, ScaleMeter
-from goggles.config import RangeSensorConfig, RunConfig, check_simulated_starts
 from goggles.dynamics import ControlMode, PosedContacts, Swarm
+from goggles.engine.inputs import InputHandler
+from goggles.engine.outputs import Outputs
+from goggles.engine.schedule import Schedule, period_steps
+from goggles.engine.status import RateLog, StageTimes, describe_time, status_line
 from goggles.errors import ConfigError
-from goggles.host_copies import COPIES
-from goggles.inputs import InputHandler
-from goggles.outputs import Outputs
+from goggles.rig.cameras import Camera, CameraGroup, camera_groups
+from goggles.rig.runfile import RangeSensorConfig, RunConfig, check_simulated_starts
+from goggles.rig.vehicles import (
+    Fleet,
+    Vehicle,
+    body_shapes,
+    drawn_airframes,
+    make_vehicles,
+    pose_after,
+    viewed_vehicles,
+)
+from goggles.runtime.device_copies import COPIES
 from goggles.scene.bvh import load_bvh
-from goggles.schedule import Schedule, period_steps
 from goggles.sensors.draws import stream_of
 from goggles.sensors.lidar import Lidar
 from goggles.sensors.ranges import RangeSensor
-from goggles.status import RateLog, StageTimes, describe_time, status_line
 from goggles.transport import messages
 from goggles.transport.buses import (
     BARRIER_FOLLOWS,
@@ -54,15 +63,6 @@ from goggles.transport.buses import (
     open_buses,
 )
 from goggles.transport.schema import MalformedMessage, decode_input
-from goggles.vehicles import (
-    Fleet,
-    Vehicle,
-    body_shapes,
-    drawn_airframes,
-    make_vehicles,
-    pose_after,
-    viewed_vehicles,
-)
 from goggles.world.build import build_run_world
 from goggles.world.crowd import BUILD_INTERVAL_S, Crowd
 from goggles.world.props import Props
@@ -85,13 +85,13 @@ class Engine:
             rendering on CUDA keeps each small vehicle step off the GPU's launch queue.
         backend: primary-ray tracer of the cameras (``goggles.render.BACKENDS``; auto: Embree on the CPU).
         recorded: replay recordings of the physics steps and of each camera group's frame (trace, sensor
-            models, copy to the host: ``goggles.captured``, CUDA graphs); None: on CUDA. The same bytes
+            models, copy to the host: ``goggles.runtime.recorded_work``, CUDA graphs); None: on CUDA. The same bytes
             either way.
         world: a ``goggles.world.World`` built for this run's scene and course (``build_run_world``) to
             reuse instead of building one.
         status: called about once per wall second with a one-line status (the CLI prints it).
         recorder, sinks: where every published output and accepted input also goes
-            (``write(channel, data, log_time_ns)``): a ``goggles.record.Recorder``, a Foxglove server; a sink
+            (``write(channel, data, log_time_ns)``): a ``goggles.logs.record.Recorder``, a Foxglove server; a sink
             with ``set_scene(static, actors, sensor_pose, range_beams)`` is given the static scene,
             ``viewed_actors``, ``sensor_pose`` and ``range_beams`` too.
     """

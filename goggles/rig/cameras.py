@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from goggles.captured import RecordedWork
-from goggles.config import IMAGE_OUTPUTS, CameraConfig
-from goggles.host_copies import HostMirror, collect
+from goggles.engine.schedule import period_steps
 from goggles.render import Renderer, Shading, stereo_right_offset
-from goggles.schedule import period_steps
+from goggles.rig.runfile import IMAGE_OUTPUTS, CameraConfig
+from goggles.runtime.device_copies import HostMirror, collect
+from goggles.runtime.recorded_work import RecordedWork
 from goggles.sensors.beacons import BeaconSensor, Detection
 from goggles.sensors.camera_noise import CameraNoise
 from goggles.sensors.draws import stream_of
@@ -51,7 +51,7 @@ class CameraGroup:
     """The group's colour sensors (their ``noise_model``), when any has one."""
     last_render_wall: float = 0.0
     recorded: bool | None = None
-    """Replay a recording of each frame's trace, sensor models and copy (``goggles.captured``; None:
+    """Replay a recording of each frame's trace, sensor models and copy (``goggles.runtime.recorded_work``; None:
     on CUDA)."""
     _host: HostMirror | None = None
 
@@ -133,7 +133,7 @@ class CameraGroup:
         return {output: self.renderer.layout[output].view(self._host.array, start) for output in published}, detections
 
     def _trace_and_measure(self) -> None:
-        """A frame's device work after the poses: recorded on CUDA (``goggles.captured``)."""
+        """A frame's device work after the poses: recorded on CUDA (``goggles.runtime.recorded_work``)."""
         self.renderer.trace()
         self._measure()
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from goggles.errors import ConfigError, require
-from goggles.record import CHUNK_BYTES, MAX_MESSAGE_BYTES
+from goggles.logs.record import CHUNK_BYTES, MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 

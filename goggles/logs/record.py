@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from goggles.errors import ConfigError, require
-from goggles.status import RepeatedFailure
+from goggles.runtime.failures import RepeatedFailure
 from goggles.transport.schema import TYPES
 
 log = logging.getLogger(__name__)
 
-LCM_SOURCES = Path(__file__).resolve().parent / "transport" / "lcm"
+LCM_SOURCES = Path(__file__).resolve().parents[1] / "transport" / "lcm"
 #: MCAP chunk size: how much a killed recording can lose at most.
 CHUNK_BYTES = 1 << 20
 #: The largest message a recording holds and a chunk a reader decompresses: an 8192 x 8192 float32
