@@ -7,7 +7,7 @@ import pytest
 
 from goggles.errors import ConfigError
 from goggles.frames import camera_pose_from_body, quat_from_axis_angle, transform
-from goggles.render import CameraModel, Renderer, Shading
+from goggles.render import CameraModel, Renderer, RenderSettings, Shading
 from goggles.scene import box_shape
 from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of
@@ -30,7 +30,7 @@ def world(tracer):
         max_actors=4,
     )
     camera = CameraModel.from_fov(33, 33, 40.0)
-    renderer = Renderer(scene, [camera], shading=Shading.UNLIT, backend=backend)
+    renderer = Renderer(scene, [camera], RenderSettings(shading=Shading.UNLIT, backend=backend))
     yield scene, renderer
     renderer.close()
 
@@ -161,7 +161,9 @@ def test_actors_render_as_the_same_boxes_built_into_the_static_scene(backend):
     baked = DeviceScene(scene_of((wall, 1), *[(crate, 7) for crate in crates]), "cpu")
     images = []
     for world in (actors, baked):
-        renderer = Renderer(world, [camera], backend=backend, outputs={"segmentation"}, shading=Shading.NONE)
+        renderer = Renderer(
+            world, [camera], RenderSettings(backend=backend, outputs={"segmentation"}, shading=Shading.NONE)
+        )
         renderer.render(np.asarray(T_WC))
         images.append(renderer.images())
         if world is actors:

@@ -14,7 +14,7 @@ from goggles.bench.measure import bench_views
 from goggles.errors import ConfigError
 from goggles.frames import camera_pose_from_body, quat_from_axis_angle, transform
 from goggles.paths import default_scene
-from goggles.render import CameraModel, Renderer, Shading, stereo_right_offset
+from goggles.render import CameraModel, Renderer, RenderSettings, Shading, stereo_right_offset
 from goggles.render.embree import embree_available
 from goggles.render.renderer import choose_backend
 from goggles.scene import box_shape, load_static_scene
@@ -31,7 +31,9 @@ TIES = 1e-3
 def render_both(world: DeviceScene, cameras, T_WC, **kwargs):
     images = {}
     for backend in ("warp", "embree"):
-        renderer = Renderer(world, cameras, backend=backend, **kwargs)
+        partner = kwargs.get("shadow_partner")
+        settings = RenderSettings(backend=backend, **{k: v for k, v in kwargs.items() if k != "shadow_partner"})
+        renderer = Renderer(world, cameras, settings, shadow_partner=partner)
         assert renderer.backend == backend
         renderer.render(np.asarray(T_WC))
         images[backend] = renderer.images()
@@ -86,7 +88,7 @@ def test_posed_renders_equal_renders_from_host_poses_with_both_backends():
     camera = CameraModel.from_fov(48, 36, 70.0)
     poses = np.stack([camera_pose_from_body(T) for T in bench_views(scene.view, 3)])
     for backend in ("warp", "embree"):
-        renderer = Renderer(world, [camera] * 3, backend=backend, outputs={"depth", "segmentation"})
+        renderer = Renderer(world, [camera] * 3, RenderSettings(backend=backend, outputs={"depth", "segmentation"}))
         renderer.render(poses)
         expected = renderer.images()
         renderer.render(np.broadcast_to(np.eye(4), poses.shape))  # elsewhere
@@ -117,7 +119,7 @@ def test_backends_agree_on_a_batch_of_small_cameras():
     for outputs in ({"segmentation"}, {"depth"}):
         images = {}
         for backend in ("warp", "embree"):
-            renderer = Renderer(world, [camera] * 10, backend=backend, outputs=outputs)
+            renderer = Renderer(world, [camera] * 10, RenderSettings(backend=backend, outputs=outputs))
             renderer.render(poses, turned)  # a rolling shutter: each row from its own pose
             images[backend] = renderer.images()
             renderer.close()
@@ -171,15 +173,15 @@ def test_only_the_outputs_asked_for_are_written():
     camera = CameraModel.from_fov(64, 48, 70.0)
     T = [camera_pose_from_body(scene.view)]
     for backend in ("warp", "embree"):
-        full = Renderer(world, [camera], backend=backend)
+        full = Renderer(world, [camera], RenderSettings(backend=backend))
         full.render(np.asarray(T))
-        depth_only = Renderer(world, [camera], backend=backend, outputs={"depth"}, shading=Shading.SUN)
+        depth_only = Renderer(world, [camera], RenderSettings(backend=backend, outputs={"depth"}, shading=Shading.SUN))
         depth_only.render(np.asarray(T))
         images = depth_only.images()
         assert images.rgb is None and images.range is None and images.segmentation is None and images.face is None
         assert depth_only.buffers.rgb.size == 3  # a placeholder: nothing allocated for the unasked
         np.testing.assert_array_equal(images.depth, full.images().depth)
-        seg = Renderer(world, [camera], backend=backend, outputs={"segmentation"})
+        seg = Renderer(world, [camera], RenderSettings(backend=backend, outputs={"segmentation"}))
         seg.render(np.asarray(T))
         np.testing.assert_array_equal(seg.images().segmentation, full.images().segmentation)
         for r in (full, depth_only, seg):
@@ -204,4 +206,4 @@ def test_backend_choice_and_its_errors():
         choose_backend("optix", _Device(cuda=False))
     world = DeviceScene(scene_of((quad([[1, 1, -1], [1, -1, -1], [1, -1, 1], [1, 1, 1]]), 1)), "cpu")
     with pytest.raises(ConfigError, match="unknown render outputs"):
-        Renderer(world, [CameraModel.from_fov(8, 8, 60.0)], outputs={"depth", "albedo"})
+        Renderer(world, [CameraModel.from_fov(8, 8, 60.0)], RenderSettings(outputs={"depth", "albedo"}))

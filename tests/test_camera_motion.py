@@ -9,7 +9,7 @@ import pytest
 import trimesh
 
 from goggles.frames import camera_pose_from_body, quat_from_axis_angle, transform
-from goggles.render import CameraModel, Renderer, Shading
+from goggles.render import CameraModel, Renderer, RenderSettings, Shading
 from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of
 
@@ -25,7 +25,9 @@ def test_a_pole_leans_as_the_readout_predicts(tracer):
     first = camera_pose_from_body(transform([0, 0, 0], quat_from_axis_angle([0, 0, 1], -0.05)))
     last_yaw = -0.05 + yaw_rate * readout
     last = camera_pose_from_body(transform([0, 0, 0], quat_from_axis_angle([0, 0, 1], last_yaw)))
-    renderer = Renderer(world, [camera], backend=backend, shading=Shading.NONE, outputs={"segmentation"})
+    renderer = Renderer(
+        world, [camera], RenderSettings(backend=backend, shading=Shading.NONE, outputs={"segmentation"})
+    )
     renderer.render(first[None], last[None])
     seen = renderer.images().segmentation[0] == 2
     renderer.close()
@@ -46,7 +48,9 @@ def test_a_global_shutter_sees_the_pole_upright(tracer):
     pole.apply_translation([5.0, 0.0, 0.0])
     world = DeviceScene(scene_of((pole, 2)), device)
     camera = CameraModel(160, 120, 140.0, 140.0, 79.5, 59.5)
-    renderer = Renderer(world, [camera], backend=backend, shading=Shading.NONE, outputs={"segmentation"})
+    renderer = Renderer(
+        world, [camera], RenderSettings(backend=backend, shading=Shading.NONE, outputs={"segmentation"})
+    )
     renderer.render(camera_pose_from_body(np.eye(4))[None])
     columns = [np.flatnonzero(row).mean() for row in renderer.images().segmentation[0] == 2]
     renderer.close()
@@ -64,7 +68,7 @@ def test_a_blurred_edge_is_as_wide_as_the_motion_during_the_exposure(tracer):
     white.visual.vertex_colors = np.tile([255, 255, 255, 255], (4, 1))
     world = DeviceScene(scene_of((black, 1), (white, 2)), device)
     camera = CameraModel(160, 40, 140.0, 140.0, 79.5, 19.5)
-    renderer = Renderer(world, [camera], backend=backend, shading=Shading.UNLIT, outputs={"rgb"})
+    renderer = Renderer(world, [camera], RenderSettings(backend=backend, shading=Shading.UNLIT, outputs={"rgb"}))
     T_open = camera_pose_from_body(transform([0, shift / 2, 0], [1, 0, 0, 0]))
     T_close = camera_pose_from_body(transform([0, -shift / 2, 0], [1, 0, 0, 0]))
     renderer.render_exposure(T_open[None], T_close[None], subframes=64)

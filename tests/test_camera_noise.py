@@ -10,7 +10,7 @@ import pytest
 
 from goggles.errors import ConfigError
 from goggles.frames import camera_pose_from_body
-from goggles.render import CameraModel, Renderer, Shading
+from goggles.render import CameraModel, Renderer, RenderSettings, Shading
 from goggles.rig.runfile import parse_run_config
 from goggles.sensors.camera_noise import GLOBAL_SHUTTER, CameraNoise
 from goggles.world import DeviceScene
@@ -27,7 +27,7 @@ def wall(texture: np.ndarray, half: float):
 
 def expose(device, texture, model, frames=1, seed=3, half=2.0):
     world = DeviceScene(scene_of((wall(texture, half), 1)), device)
-    renderer = Renderer(world, [CAMERA], shading=Shading.UNLIT)
+    renderer = Renderer(world, [CAMERA], RenderSettings(shading=Shading.UNLIT))
     noise = CameraNoise([model], renderer, seed=seed)
     out = []
     for _ in range(frames):

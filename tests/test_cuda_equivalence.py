@@ -17,7 +17,7 @@ from goggles.control_modes import ControlMode
 from goggles.dynamics import MultirotorSim, load_airframe
 from goggles.frames import camera_pose_from_body, transform
 from goggles.paths import default_scene
-from goggles.render import CameraModel, Renderer, stereo_right_offset
+from goggles.render import CameraModel, Renderer, RenderSettings, stereo_right_offset
 from goggles.scene import box_shape, load_static_scene
 from goggles.world import DeviceScene
 from tests.conftest import NO_CUDA, _require_cuda
@@ -36,7 +36,7 @@ def render_on(device: str, backend: str, scene, T_WC, actors=()):
         world.set_actors([0] * len(actors), actors)
     camera = CameraModel.from_fov(160, 120, 70.0)
     n = len(T_WC)
-    renderer = Renderer(world, [camera] * n, backend=backend, shadow_partner=[1, -1] * (n // 2))
+    renderer = Renderer(world, [camera] * n, RenderSettings(backend=backend), shadow_partner=[1, -1] * (n // 2))
     renderer.render(np.asarray(T_WC))
     images = renderer.images()
     renderer.close()

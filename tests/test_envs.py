@@ -14,7 +14,7 @@ gymnasium = pytest.importorskip("gymnasium")
 from goggles.envs import DepthFlightTask, DroneEnv, DroneVectorEnv, HoverTask, RaceTask, Randomization  # noqa: E402
 from goggles.errors import ConfigError  # noqa: E402
 from goggles.paths import default_scene  # noqa: E402
-from goggles.render import CameraModel  # noqa: E402
+from goggles.render import CameraModel, RenderSettings  # noqa: E402
 from goggles.scene import load_static_scene  # noqa: E402
 from goggles.world import DeviceScene  # noqa: E402
 from tests.conftest import NO_CUDA, _require_cuda  # noqa: E402
@@ -743,7 +743,7 @@ def test_rgb_observations_equal_the_renderers_image_from_the_same_pose(arena):
         T_WC = np.eye(4)
         T_WC[:3, :3], T_WC[:3, 3] = T_WB[:3, :3] @ env._R_BC.numpy()[i], states.position[i]
         poses.append(T_WC)
-    reference = Renderer(scene, [CAMERA] * 2, outputs={"rgb"}, shading=Shading.SUN)
+    reference = Renderer(scene, [CAMERA] * 2, RenderSettings(outputs={"rgb"}, shading=Shading.SUN))
     reference.render(np.stack(poses))
     expected = reference.images().rgb
     assert np.abs(rgb.astype(int) - expected).max() <= 1 and rgb.std() > 5

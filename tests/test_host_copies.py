@@ -7,6 +7,7 @@ import pytest
 import warp as wp
 
 from goggles.dynamics import MultirotorSim, load_airframe
+from goggles.render import RenderSettings
 from goggles.runtime.device_copies import COPIES, HostMirror, fetch
 
 
@@ -132,7 +133,9 @@ def test_published_outputs_come_in_one_copy(device):
     wall = quad([[5, 5, -5], [5, -5, -5], [5, -5, 5], [5, 5, 5]])
     asked = {"depth", "rgb", "segmentation"}
     renderer = Renderer(
-        DeviceScene(scene_of((wall, 1)), device), [CameraModel.from_fov(16, 12, 60.0)] * 2, outputs=asked
+        DeviceScene(scene_of((wall, 1)), device),
+        [CameraModel.from_fov(16, 12, 60.0)] * 2,
+        RenderSettings(outputs=asked),
     )
     pose = np.array([[0, 0, 1, 0], [-1, 0, 0, 0], [0, -1, 0, 0], [0, 0, 0, 1]], float)
     renderer.render(np.stack([pose, pose]))
@@ -171,9 +174,9 @@ def test_a_batch_of_cameras_over_two_gib_is_laid_out_and_one_output_over_it_is_r
     cameras = [CameraModel.from_fov(480, 270, 60.0)] * 2048
     monkeypatch.setattr(goggles.runtime.device_memory, "available_memory", lambda device: 4 * 2**30)
     with pytest.raises(ConfigError, match=r"rendering 2048 camera\(s\) of 480x270 needs about 4.5 GiB on cpu"):
-        Renderer(scene, cameras, outputs={"depth", "segmentation"})
+        Renderer(scene, cameras, RenderSettings(outputs={"depth", "segmentation"}))
     monkeypatch.setattr(goggles.runtime.device_memory, "available_memory", lambda device: 5 * 2**30)
-    renderer = Renderer(scene, cameras, outputs={"depth", "segmentation"})
+    renderer = Renderer(scene, cameras, RenderSettings(outputs={"depth", "segmentation"}))
     pixels = 2048 * 270 * 480
     assert sum(span.size for span in renderer.layout.values()) == 9 * pixels + 23 > 2**31  # 23: one of each unused
     block = renderer.block({"depth", "segmentation"})
@@ -183,7 +186,7 @@ def test_a_batch_of_cameras_over_two_gib_is_laid_out_and_one_output_over_it_is_r
         assert view.shape == (2048, 270, 480) and block.ptr <= view.ptr <= block.ptr + block.size - 4 * pixels
     renderer.close()
     with pytest.raises(ConfigError, match=r"need 3.0 GiB of normal_W, over the 2 GiB"):
-        Renderer(scene, cameras, outputs={"depth", "normal_W"})
+        Renderer(scene, cameras, RenderSettings(outputs={"depth", "normal_W"}))
 
 
 def test_a_groups_images_and_beacon_detections_come_in_one_synchronisation(device):

@@ -13,7 +13,7 @@ import warp as wp
 from goggles.bench.measure import bench_views
 from goggles.frames import camera_pose_from_body
 from goggles.paths import default_scene
-from goggles.render import CameraModel, Renderer, Shading
+from goggles.render import CameraModel, Renderer, RenderSettings, Shading
 from goggles.render.embree import EmbreeTracer, embree_available
 from goggles.scene import box_shape, load_static_scene
 from goggles.scene.terrain import terrain_scene
@@ -253,7 +253,9 @@ def test_bvh_backend_renders_what_the_warp_backend_renders(device, actors):
     images = {}
     for backend, shadows in (("warp", True), ("bvh", True), ("bvh", False)):
         renderer = Renderer(
-            world, [camera] * 3, backend=backend, shading=Shading.SUN, shadows=shadows, sun_W=(1.0, 0.6, 0.5)
+            world,
+            [camera] * 3,
+            RenderSettings(backend=backend, shading=Shading.SUN, shadows=shadows, sun_W=(1.0, 0.6, 0.5)),
         )
         renderer.render(T_WC)
         images[backend, shadows] = renderer.images()

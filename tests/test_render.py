@@ -11,7 +11,7 @@ import warp as wp
 
 from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL, camera_pose_from_body, quat_from_euler, transform
-from goggles.render import CameraModel, Renderer, Shading, stereo_right_offset
+from goggles.render import CameraModel, Renderer, RenderSettings, Shading, stereo_right_offset
 from goggles.render.kernels import tile_pixel
 from goggles.scene import box_shape
 from goggles.world import DeviceScene
@@ -20,7 +20,10 @@ from tests.conftest import quad, scene_of
 
 def render(scene, cameras, T_WC, tracer, **kwargs):
     device, backend = tracer
-    renderer = Renderer(DeviceScene(scene, device), cameras, backend=backend, **kwargs)
+    partner = kwargs.pop("shadow_partner", None)
+    renderer = Renderer(
+        DeviceScene(scene, device), cameras, RenderSettings(backend=backend, **kwargs), shadow_partner=partner
+    )
     renderer.render(np.asarray(T_WC))
     images = renderer.images()
     renderer.close()
@@ -263,7 +266,7 @@ def test_one_launch_renders_many_cameras_consistently(tracer):
     cameras = [camera, distorted, same, camera]
     poses = [camera_pose_from_body(transform([0, y, 0], [1, 0, 0, 0])) for y in (0.0, 0.5, 1.0, 1.5)]
     device, backend = tracer
-    renderer = Renderer(DeviceScene(scene, device), cameras, backend=backend)
+    renderer = Renderer(DeviceScene(scene, device), cameras, RenderSettings(backend=backend))
     assert renderer.rays_C.shape[0] == 2 and renderer.ray_table.numpy().tolist() == [0, 1, 0, 0]
     renderer.render(np.asarray(poses))
     together = renderer.images()
@@ -313,7 +316,9 @@ def test_tiled_pixels_render_what_rows_render(device):
     poses = np.stack([left, left @ stereo_right_offset(0.3)])
     images = {}
     for order in ("rows", "tiles"):
-        renderer = Renderer(world, [camera] * 2, shadow_partner=[1, -1], backend="warp", pixel_order=order)
+        renderer = Renderer(
+            world, [camera] * 2, RenderSettings(backend="warp", pixel_order=order), shadow_partner=[1, -1]
+        )
         assert renderer.pixel_order == order
         renderer.render(poses)
         images[order] = renderer.images()
@@ -326,10 +331,10 @@ def test_tiled_pixels_render_what_rows_render(device):
 def test_pixel_order_is_checked(device):
     world = DeviceScene(scene_of((ground_plane(), 1)), device)
     with pytest.raises(ConfigError, match="multiple of 8"):
-        Renderer(world, [CameraModel.from_fov(30, 18, 60.0)], backend="warp", pixel_order="tiles")
+        Renderer(world, [CameraModel.from_fov(30, 18, 60.0)], RenderSettings(backend="warp", pixel_order="tiles"))
     with pytest.raises(ConfigError, match="pixel order"):
-        Renderer(world, [CameraModel.from_fov(32, 18, 60.0)], backend="warp", pixel_order="diagonal")
-    auto = Renderer(world, [CameraModel.from_fov(32, 18, 60.0)], backend="warp")
+        Renderer(world, [CameraModel.from_fov(32, 18, 60.0)], RenderSettings(backend="warp", pixel_order="diagonal"))
+    auto = Renderer(world, [CameraModel.from_fov(32, 18, 60.0)], RenderSettings(backend="warp"))
     assert auto.pixel_order == ("tiles" if auto.device.is_cuda else "rows")
     auto.close()
 
@@ -345,7 +350,7 @@ def test_the_sensor_apis_refuse_what_they_cannot_use_in_one_error(monkeypatch):
 
     scene = DeviceScene(scene_of((ground_plane(), 1)), "cpu")
     camera = CameraModel.from_fov(8, 6, 60.0)
-    renderer = Renderer(scene, [camera], shading="unlit")  # a Shading's name serves too
+    renderer = Renderer(scene, [camera], RenderSettings(shading="unlit"))  # a Shading's name serves too
     ranges = RangeSensor(scene, "vl53l5cx")
     assert ranges.model is PRESETS["vl53l5cx"]
     beacons = BeaconSensor(scene, [Beacon("a/1", (0.0, 0.0, 0.0))], [camera])
@@ -364,9 +369,11 @@ def test_the_sensor_apis_refuse_what_they_cannot_use_in_one_error(monkeypatch):
         "beacon detection's camera poses must be .n, 4, 4. arrays": lambda: beacons.detect([["x"]]),
         "range sensor 'vl53l1x': a preset": lambda: RangeSensor(scene, "vl53l1x"),
         "cameras are CameraModels": lambda: Renderer(scene, ["camera"]),
-        r"shading 'glossy': one of UNLIT \(0\), SUN \(1\)": lambda: Renderer(scene, [camera], shading="glossy"),
-        "sun_W .0, 0, 0.: a direction": lambda: Renderer(scene, [camera], sun_W=(0, 0, 0)),
-        "ambient nan": lambda: Renderer(scene, [camera], ambient=float("nan")),
+        r"shading 'glossy': one of UNLIT \(0\), SUN \(1\)": lambda: Renderer(
+            scene, [camera], RenderSettings(shading="glossy")
+        ),
+        "sun_W .0, 0, 0.: a direction": lambda: Renderer(scene, [camera], RenderSettings(sun_W=(0, 0, 0))),
+        "ambient nan": lambda: Renderer(scene, [camera], RenderSettings(ambient=float("nan"))),
         "beacon b/1: position must be 3 finite": lambda: BeaconSensor(scene, [Beacon("b/1", (np.nan, 0, 0))], [camera]),
         "beacon b/2: position .* actor None or an actor's index": lambda: BeaconSensor(
             scene, [Beacon("b/2", (0, 0, 0), actor=-2)], [camera]
@@ -376,8 +383,8 @@ def test_the_sensor_apis_refuse_what_they_cannot_use_in_one_error(monkeypatch):
         r"64 cameras of 16384x16384 need 64.0 GiB of depth, over the 2 GiB one Warp array": lambda: Renderer(
             scene, [CameraModel.from_fov(16384, 16384, 60.0)] * 64
         ),
-        r"rendering 64 camera\(s\) of 2048x2048 needs about 26.5 GiB": lambda: Renderer(  # a ray table each
-            scene, [CameraModel.from_fov(2048, 2048, 40.0 + k) for k in range(64)], outputs={"depth"}
+        r"rendering 64 camera\(s\) of 2048x2048 needs about 26.5 GiB": lambda: Renderer(
+            scene, [CameraModel.from_fov(2048, 2048, 40.0 + k) for k in range(64)], RenderSettings(outputs={"depth"})
         ),
     }
     import goggles.runtime.device_memory

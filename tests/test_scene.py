@@ -13,7 +13,7 @@ from PIL import Image
 from goggles.errors import SceneError
 from goggles.frames import camera_pose_from_body, quat_from_euler, transform
 from goggles.paths import default_scene
-from goggles.render import CameraModel, Renderer, Shading
+from goggles.render import CameraModel, Renderer, RenderSettings, Shading
 from goggles.scene import load_asset, load_scene_spec, load_static_scene
 from goggles.world import DeviceScene
 
@@ -56,7 +56,7 @@ def test_ply_vertex_colours_render(tmp_path, device):
     )
     scene = load_static_scene(scene_file)
     camera = CameraModel.from_fov(9, 9, 10.0)
-    renderer = Renderer(DeviceScene(scene, device), [camera], shading=Shading.UNLIT)
+    renderer = Renderer(DeviceScene(scene, device), [camera], RenderSettings(shading=Shading.UNLIT))
     renderer.render(camera_pose_from_body(np.eye(4))[None])
     images = renderer.images()
     renderer.close()

@@ -8,7 +8,7 @@ import pytest
 import trimesh
 
 from goggles.frames import camera_pose_from_body, quat_from_axis_angle, transform
-from goggles.render import CameraModel, Renderer, Shading
+from goggles.render import CameraModel, Renderer, RenderSettings, Shading
 from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of
 
@@ -35,7 +35,7 @@ def test_a_posts_shadow_falls_where_the_sun_says(tracer):
     camera = CameraModel.from_fov(200, 200, 50.0)
     looking_down = transform([-0.6, -0.3, 5.0], quat_from_axis_angle([0, 1, 0], np.pi / 2))
     T_WC = camera_pose_from_body(looking_down)
-    renderer = Renderer(world, [camera], backend=backend, shading=Shading.SUN, sun_W=SUN, ambient=0.3)
+    renderer = Renderer(world, [camera], RenderSettings(backend=backend, shading=Shading.SUN, sun_W=SUN, ambient=0.3))
     renderer.render(T_WC[None])
     images = renderer.images()
     renderer.close()
@@ -61,9 +61,9 @@ def test_shadows_can_be_turned_off_and_the_sky_graded(device):
     world = DeviceScene(scene_of((ground, 1), (post, 2)), device)
     camera = CameraModel.from_fov(64, 64, 60.0)
     T_WC = camera_pose_from_body(transform([-6.0, 0.0, 1.0], [1, 0, 0, 0]))[None]  # level: half sky
-    flat = Renderer(world, [camera], shadows=False, sun_W=SUN)
+    flat = Renderer(world, [camera], RenderSettings(shadows=False, sun_W=SUN))
     flat.render(T_WC)
-    sky = Renderer(world, [camera], sun_W=SUN, background_rgb=(0.6, 0.7, 0.9), sky_rgb=(0.2, 0.3, 0.8))
+    sky = Renderer(world, [camera], RenderSettings(sun_W=SUN, background_rgb=(0.6, 0.7, 0.9), sky_rgb=(0.2, 0.3, 0.8)))
     sky.render(T_WC)
     top, horizon = sky.images().rgb[0][0, 32], sky.images().rgb[0][31, 32]
     assert top[2] < horizon[2] and top[0] < horizon[0]  # towards the zenith's colour, up the image
@@ -71,7 +71,7 @@ def test_shadows_can_be_turned_off_and_the_sky_graded(device):
     flat.close()
     sky.close()
     with pytest.raises(TypeError):
-        Renderer(world, [camera], shadows=False, sky=True)
+        Renderer(world, [camera], RenderSettings(shadows=False, sky=True))
 
 
 def bumpy_world(device):
@@ -128,7 +128,7 @@ def test_faces_found_sunlit_render_as_if_every_shadow_ray_were_traced(device, mo
     assert not mesh.ray.intersects_any(points + 0.6e-3 * SUN, np.tile(SUN, (len(points), 1))).any()
 
     def render():
-        renderer = Renderer(world, [camera] * 3, shading=Shading.SUN, sun_W=SUN, ambient=0.3)
+        renderer = Renderer(world, [camera] * 3, RenderSettings(shading=Shading.SUN, sun_W=SUN, ambient=0.3))
         renderer.render(T_WC)
         images = renderer.images()
         renderer.close()

@@ -10,7 +10,7 @@ import pytest
 
 from goggles.errors import ConfigError
 from goggles.frames import camera_pose_from_body
-from goggles.render import CameraModel, Renderer, Shading
+from goggles.render import CameraModel, Renderer, RenderSettings, Shading
 from goggles.rig.runfile import parse_run_config
 from goggles.sensors.stereo_depth import D435, D455, StereoDepth
 from goggles.world import DeviceScene
@@ -24,7 +24,9 @@ CAMERA = CameraModel(160, 120, 360.9, 360.9, 79.5, 59.5, max_depth=2000.0)
 def wall_depth(device, distance: float, model, seed=0, frames=1, camera=CAMERA, keys=None):
     half = 10.0 * distance  # wide enough to fill the view at any distance
     wall = quad([[distance, half, -half], [distance, -half, -half], [distance, -half, half], [distance, half, half]])
-    renderer = Renderer(DeviceScene(scene_of((wall, 1)), device), [camera], outputs={"depth"}, shading=Shading.NONE)
+    renderer = Renderer(
+        DeviceScene(scene_of((wall, 1)), device), [camera], RenderSettings(outputs={"depth"}, shading=Shading.NONE)
+    )
     noise = StereoDepth([model], renderer, [None], seed=seed)
     out = []
     for frame in range(frames):

@@ -19,7 +19,7 @@ import warp as wp
 
 from goggles.frames import camera_pose_from_body, transform
 from goggles.paths import default_scene
-from goggles.render import CameraModel, Renderer, Shading, stereo_right_offset
+from goggles.render import CameraModel, Renderer, RenderSettings, Shading, stereo_right_offset
 from goggles.scene import ActorShape, box_shape, load_static_scene, part_from_trimesh
 from goggles.world import DeviceScene
 
@@ -37,7 +37,10 @@ def main() -> None:
     left = camera_pose_from_body(transform([-4.0, 0.0, 1.5], [1, 0, 0, 0]))
     poses = np.stack([left, left @ stereo_right_offset(0.32)])
     renderer = Renderer(
-        world, [camera, camera], shadow_partner=[1, -1], backend="embree", outputs={"depth"}, shading=Shading.NONE
+        world,
+        [camera, camera],
+        RenderSettings(backend="embree", outputs={"depth"}, shading=Shading.NONE),
+        shadow_partner=[1, -1],
     )
 
     def render_ms() -> float:

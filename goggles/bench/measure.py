@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from goggles.errors import ConfigError, GogglesError
+from goggles.render import RenderSettings
 from goggles.scene import StaticScene
 
 
@@ -145,12 +146,14 @@ def bench_render(
             renderer = Renderer(
                 world,
                 [camera] * views,
-                threads=threads,
-                backend=backend,
-                outputs=chosen,
-                shading=shading,
-                shadows=shadows,
-                pixel_order=pixel_order if backend != "embree" else "auto",
+                RenderSettings(
+                    threads=threads,
+                    backend=backend,
+                    outputs=chosen,
+                    shading=shading,
+                    shadows=shadows,
+                    pixel_order=pixel_order if backend != "embree" else "auto",
+                ),
             )
             if backend != "embree":
                 warp_order = renderer.pixel_order

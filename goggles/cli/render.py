@@ -6,6 +6,7 @@ from pathlib import Path
 
 from goggles.cli.common import add_backend_arg, add_camera_args, camera_model, floats, positive
 from goggles.errors import ConfigError
+from goggles.render import RenderSettings
 
 
 def add_parser(commands) -> None:
@@ -125,11 +126,10 @@ def cmd_render(args) -> int:
         renderer = Renderer(
             world,
             [camera] * len(T_WC),
+            RenderSettings(
+                threads=args.threads, shadows=realistic, shading=Shading[args.shading.upper()], backend=args.backend
+            ),
             shadow_partner=partner,
-            threads=args.threads,
-            shadows=realistic,
-            shading=Shading[args.shading.upper()],
-            backend=args.backend,
         )
         renderer.render(np.stack(T_WC))
         if depth_model != "ideal":

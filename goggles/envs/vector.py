@@ -39,7 +39,7 @@ from goggles.envs.streams import StreamOrder
 from goggles.envs.tasks import Episodes, HoverTask
 from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL, transform
-from goggles.render import CameraModel, Renderer, Shading
+from goggles.render import CameraModel, Renderer, RenderSettings, Shading
 from goggles.render.projection import distortion5
 from goggles.runtime.progress import load_kernels
 from goggles.runtime.recorded_work import RecordedWork, struct_key
@@ -412,7 +412,9 @@ class DroneVectorEnv(VectorEnv):
         n, d = self.num_envs, self.device
         self.camera_outputs, self._camera = tuple(outputs), camera
         shading = Shading.SUN if "rgb" in outputs else Shading.NONE
-        self.renderer = Renderer(self.scene, [camera] * n, outputs=set(outputs), shading=shading, backend=backend)
+        self.renderer = Renderer(
+            self.scene, [camera] * n, RenderSettings(outputs=set(outputs), shading=shading, backend=backend)
+        )
         if isinstance(depth_model, str):
             depth_model = stereo_depth_model(depth_model)
         if depth_model is not None:

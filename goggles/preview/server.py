@@ -28,6 +28,7 @@ import numpy as np
 
 from goggles.errors import ConfigError, require
 from goggles.frames import R_BODY_OPTICAL, look_at, transform
+from goggles.render import RenderSettings
 from goggles.transport.endpoints import PREVIEW_PORT
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,9 @@ class FrameSource:
             shape = vehicle_shape(load_airframe(airframe))
             world = DeviceScene(scene, device, shapes=[shape], max_actors=1)
             self._world = world
-            self._third = Renderer(world, [CameraModel.from_fov(*third_size, 60.0)], outputs={"rgb", "segmentation"})
+            self._third = Renderer(
+                world, [CameraModel.from_fov(*third_size, 60.0)], RenderSettings(outputs={"rgb", "segmentation"})
+            )
 
     def next_frames(self, timeout: float = 0.5) -> list[tuple[int, bytes]]:
         """The newest stereo pair (and third-person view) as JPEG messages, or [] if none came."""

@@ -6,7 +6,7 @@ Contract:
       per-pixel ray table, so every camera model costs the same to trace (a LiDAR is a table too).
     * ``goggles.world.DeviceScene(static_scene, device)`` uploads a ``goggles.scene.StaticScene`` once
       (BVH build); the renderer, the sensors and the simulator all query it.
-    * ``Renderer(device_scene, cameras, shadow_partner=..., outputs=..., backend=...)`` owns every
+    * ``Renderer(device_scene, cameras, RenderSettings(outputs=..., backend=...), shadow_partner=...)`` owns every
       device buffer; ``render(T_WC[, T_WC_last_row])`` and ``render_exposure`` only launch and trace,
       and leave the outputs on the device (``buffers``); ``images()`` copies the asked outputs
       (depth, range, rgb, segmentation, normal, face, status) to the host.
@@ -15,7 +15,18 @@ Contract:
 """
 
 from goggles.render.camera import CameraModel, stereo_right_offset
-from goggles.render.renderer import PIXEL_ORDERS, Images, Renderer
+from goggles.render.renderer import Images, Renderer
+from goggles.render.settings import BACKENDS, OUTPUTS, PIXEL_ORDERS, RenderSettings
 from goggles.render.shading import Shading
 
-__all__ = ["PIXEL_ORDERS", "CameraModel", "Images", "Renderer", "Shading", "stereo_right_offset"]
+__all__ = [
+    "BACKENDS",
+    "OUTPUTS",
+    "PIXEL_ORDERS",
+    "CameraModel",
+    "Images",
+    "RenderSettings",
+    "Renderer",
+    "Shading",
+    "stereo_right_offset",
+]

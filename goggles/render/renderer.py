@@ -36,6 +36,7 @@ from goggles import checks
 from goggles.errors import ConfigError
 from goggles.render import invalid, kernels
 from goggles.render.camera import CameraModel
+from goggles.render.settings import BACKENDS, OUTPUTS, RenderSettings
 from goggles.render.shading import Lighting, Shading, face_reflectivity_kernel
 from goggles.render.sunlit import sunlit_faces
 from goggles.runtime.device_memory import check_fits
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 
 
 #: Every output a render can write; ``depth`` and ``status`` are always written.
-OUTPUTS = ("depth", "range", "rgb", "segmentation", "normal_W", "face", "status")
-BACKENDS = ("auto", "warp", "bvh", "embree")
 _ALIGN = 256  # bytes between outputs in the device block (CUDA's allocation alignment)
 
 
@@ -123,26 +122,8 @@ def choose_backend(backend: str, device) -> str:
     return backend
 
 
-#: Pixel orders of the render kernel's threads (``Renderer(pixel_order=...)``).
-PIXEL_ORDERS = ("auto", "tiles", "rows")
-
-
-def _light_checked(sun_W, ambient, background_rgb, sky_rgb) -> None:
-    """The light a Renderer is given: a sun direction (not zero), ambient and colours that are numbers."""
-    sun = checks.finite_vector(sun_W, 3)
-    if sun is None or not np.linalg.norm(sun) > 0:
-        raise ConfigError(f"sun_W {sun_W!r}: a direction of 3 finite numbers, not zero")
-    if checks.finite_vector([ambient], 1) is None:
-        raise ConfigError(f"ambient {ambient!r}: a finite number")
-    for name, colour in (("background_rgb", background_rgb), ("sky_rgb", sky_rgb)):
-        if colour is not None and checks.finite_vector(colour, 3) is None:
-            raise ConfigError(f"{name} {colour!r}: 3 finite numbers (0 to 1)")
-
-
 def _pixel_order(order: str, backend: str, device, width: int) -> str:
     """The pixel order a render runs in: ``tiles`` or ``rows``."""
-    if order not in PIXEL_ORDERS:
-        raise ConfigError(f"pixel order {order!r}: use one of {', '.join(PIXEL_ORDERS)}")
     tileable = backend != "embree" and width % kernels.TILE_COLUMNS == 0
     if order == "auto":
         return "tiles" if device.is_cuda and tileable else "rows"
@@ -161,49 +142,30 @@ class Renderer:
     Args:
         scene: the uploaded static scene; the renderer uses its device.
         cameras: intrinsics of each camera (same width and height; distortion may differ).
+        settings: what it writes and how it lights and traces (``RenderSettings``; default: every
+            output, sunlit with shadows, the best tracer here).
         shadow_partner: for each camera, the index of the camera that must also see a point for this
             camera's depth of it to be valid (a stereo rig's left camera names the right one), or -1.
-        threads: CPU threads sharing a render; default all cores ($GOGGLES_RENDER_THREADS caps it).
-            Ignored on CUDA.
-        outputs: the outputs to write, from ``OUTPUTS`` (default all); depth and status are always written.
-        backend: primary-ray tracer, one of ``BACKENDS``.
-        shading: lighting of the intensity image.
-        sun_W: direction towards the sun, world frame (normalised here).
-        ambient: fraction of light that does not depend on the sun, [0, 1] (what a shadow keeps).
-        background_rgb: colour of pixels that hit nothing, [0, 1] (with a sky: at the horizon).
-        shadows: the sun casts shadows (one ray per lit point; SUN shading only).
-        sky_rgb: the sky's colour straight up, for a gradient from ``background_rgb`` at the horizon;
-            None: a uniform background.
-        pixel_order: which pixels a GPU warp's threads take together, one of ``PIXEL_ORDERS``:
-            ``tiles`` (8 x 4, rays side by side), ``rows`` (32 of one row), ``auto`` (tiles on CUDA
-            where the width is a multiple of 8). Tiles on the CPU cost a thread per pixel: for
-            comparisons only.
     """
 
     def __init__(
         self,
         scene: DeviceScene,
         cameras: Sequence[CameraModel],
+        settings: RenderSettings | None = None,
         *,
         shadow_partner: Sequence[int] | None = None,
-        threads: int | None = None,
-        shading: Shading = Shading.SUN,
-        sun_W: Sequence[float] = (0.35, 0.25, 0.9),
-        ambient: float = 0.5,
-        background_rgb: Sequence[float] = (0.62, 0.75, 0.90),
-        shadows: bool = True,
-        sky_rgb: Sequence[float] | None = None,
-        outputs: Collection[str] = OUTPUTS,
-        backend: str = "auto",
-        pixel_order: str = "auto",
     ):
+        settings = settings if settings is not None else RenderSettings()
+        if not isinstance(settings, RenderSettings):
+            raise ConfigError(f"a renderer's settings are a RenderSettings, got {settings!r}")
         if not cameras:
             raise ConfigError("a renderer needs at least one camera")
         odd = next((c for c in cameras if not hasattr(c, "ray_directions")), None)
         if odd is not None:
             raise ConfigError(f"a renderer's cameras are CameraModels (or a LiDAR's RayTable), got {odd!r}")
-        shading = checks.member(Shading, shading, "shading")
-        _light_checked(sun_W, ambient, background_rgb, sky_rgb)
+        self.settings = settings
+        shading, outputs, threads = settings.shading, settings.outputs, settings.threads
         width, height = cameras[0].width, cameras[0].height
         if any((c.width, c.height) != (width, height) for c in cameras):
             raise ConfigError("cameras rendered in one batch must share width and height; use one Renderer per size")
@@ -211,11 +173,8 @@ class Renderer:
         partner = np.full(n, -1, np.int32) if shadow_partner is None else np.asarray(shadow_partner, np.int32)
         if partner.shape != (n,) or np.any((partner < -1) | (partner >= n)) or np.any(partner == np.arange(n)):
             raise ConfigError(f"shadow_partner {partner.tolist()} must give, per camera, another camera index or -1")
-        unknown = sorted(set(outputs) - set(OUTPUTS))
-        if unknown:
-            raise ConfigError(f"unknown render outputs {unknown}; choose from {', '.join(OUTPUTS)}")
-        self.backend = choose_backend(backend, scene.device)
-        self.pixel_order = _pixel_order(pixel_order, self.backend, scene.device, width)
+        self.backend = choose_backend(settings.backend, scene.device)
+        self.pixel_order = _pixel_order(settings.pixel_order, self.backend, scene.device, width)
         self.outputs = frozenset({"depth", "status", *outputs} - ({"rgb"} if shading == Shading.NONE else set()))
         self.layout, block_bytes = _block_layout(set(outputs), self.outputs, n, height, width)
         """Where each output lies in the device block (``block``), in block order."""
@@ -269,15 +228,15 @@ class Renderer:
 
         light = Lighting()
         light.shading = int(shading if "rgb" in self.outputs else Shading.NONE)
-        sun = np.asarray(sun_W, np.float64)
+        sun = np.asarray(settings.sun_W, np.float64)
         light.sun_W = wp.vec3(*(sun / np.linalg.norm(sun)))
-        light.ambient = float(ambient)
-        light.background = wp.vec3(*background_rgb)
-        light.shadows = bool(shadows)
-        light.sky = sky_rgb is not None
-        light.zenith = wp.vec3(*(sky_rgb if sky_rgb is not None else background_rgb))
+        light.ambient = float(settings.ambient)
+        light.background = wp.vec3(*settings.background_rgb)
+        light.shadows = bool(settings.shadows)
+        light.sky = settings.sky_rgb is not None
+        light.zenith = wp.vec3(*(settings.sky_rgb if settings.sky_rgb is not None else settings.background_rgb))
         light.sunlit, light.static_faces = wp.zeros(1, dtype=wp.int8, device=d), 0
-        if shadows and light.shading == Shading.SUN:  # faces no static geometry shades skip the static ray
+        if settings.shadows and light.shading == Shading.SUN:  # faces no static geometry shades skip the static ray
             light.sunlit, light.static_faces = sunlit_faces(scene, sun / np.linalg.norm(sun)), scene.num_faces
         self._light = light
 

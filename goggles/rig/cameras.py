@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from goggles.engine.schedule import period_steps
-from goggles.render import Renderer, Shading, stereo_right_offset
+from goggles.render import Renderer, RenderSettings, Shading, stereo_right_offset
 from goggles.rig.runfile import IMAGE_OUTPUTS, CameraConfig
 from goggles.runtime.device_copies import HostMirror, collect
 from goggles.runtime.recorded_work import RecordedWork
@@ -176,10 +176,10 @@ def camera_groups(
         renderer = Renderer(
             scene,
             models,
+            RenderSettings(
+                shading=Shading.SUN if "rgb" in published else Shading.NONE, outputs=published, backend=backend
+            ),
             shadow_partner=[p for _, p in members],
-            shading=Shading.SUN if "rgb" in published else Shading.NONE,
-            outputs=published,
-            backend=backend,
         )
         detector = None
         if any("beacons" in m.config.outputs for m, _ in members):

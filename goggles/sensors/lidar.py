@@ -21,6 +21,7 @@ import warp as wp
 
 from goggles import checks
 from goggles.errors import ConfigError
+from goggles.render import RenderSettings
 from goggles.runtime.progress import load_kernels
 from goggles.sensors.draws import NoiseDraws, draw_state
 
@@ -250,12 +251,14 @@ class Lidar:
         self.renderer = Renderer(
             scene,
             [self._table],
-            shading=Shading.LIDAR,
-            background_rgb=(0.0, 0.0, 0.0),  # no return: intensity 0
-            outputs={"depth", "rgb"},
-            backend=backend,
-            threads=threads,
-            shadows=False,
+            RenderSettings(
+                shading=Shading.LIDAR,
+                background_rgb=(0.0, 0.0, 0.0),
+                outputs={"depth", "rgb"},
+                backend=backend,
+                threads=threads,
+                shadows=False,
+            ),
         )
         self._draws = NoiseDraws(seed, self.renderer.device)
         if model.pattern != "spin":  # its rays are drawn on the device each scan
