@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from goggles.dynamics import SimulatorSettings
 from goggles.errors import ConfigError
 from goggles.scene.gates import Course, Gate
 
@@ -152,11 +153,9 @@ def fly_course(
     sim = MultirotorSim(
         load_airframe("fg-quad"),
         1,
+        SimulatorSettings(seed=seed, floor_z=course.start[2], collisions=CollisionResponse.CRASH),
         device=world.device,
         world=world,
-        seed=seed,
-        floor_z=course.start[2],
-        collisions=CollisionResponse.CRASH,
     )
     sim.reset(position=course.start[:3], attitude=quat_from_euler(0.0, 0.0, course.start[3]))
     waypoints = course_waypoints(course)

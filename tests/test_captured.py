@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import warp as wp
 
-from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
+from goggles.dynamics import ControlMode, MultirotorSim, SimulatorSettings, load_airframe
 from goggles.runtime.recorded_work import RecordedWork
 from goggles.scene import box_shape
 from goggles.world import DeviceScene
@@ -62,7 +62,9 @@ def test_recorded_steps_equal_eager_steps_through_imu_samples_contacts_and_place
     sims = []
     for recorded in (False, True):
         world = _world(device)
-        sim = MultirotorSim(airframe, 3, device=device, world=world, imu_rate=480.0, recorded=recorded, seed=7)
+        sim = MultirotorSim(
+            airframe, 3, SimulatorSettings(imu_rate=480.0, recorded=recorded, seed=7), device=device, world=world
+        )
         sim.reset(position=[[0, 0, 1.5], [0, 2, 1.5], [0, -2, 1.5]], rotor_speed=airframe.hover_speed)
         sim.set_command(ControlMode.VELOCITY, [[3.0, 0, 0, 0], [4.0, 0, 0, 0], [2.0, 0, 0, 0]])
         sims.append(sim)

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from goggles.dynamics import CollisionResponse, ControlMode, MultirotorSim, Swarm, load_airframe
+from goggles.dynamics import CollisionResponse, ControlMode, MultirotorSim, SimulatorSettings, Swarm, load_airframe
 from goggles.dynamics.airframe import CollisionShape
 from goggles.errors import ConfigError
 from goggles.frames import transform
@@ -54,7 +54,9 @@ def assert_within_one_step(sim, previous_x, report, reach):
 
 @pytest.mark.parametrize("response", list(CollisionResponse))
 def test_flying_into_a_wall(device, response):
-    sim = MultirotorSim(FG, 1, device=device, world=walled_world(device), collisions=response, disturbances=False)
+    sim = MultirotorSim(
+        FG, 1, SimulatorSettings(collisions=response, disturbances=False), device=device, world=walled_world(device)
+    )
     previous_x, report = fly_at_wall(sim)
     assert_within_one_step(sim, previous_x, report, FG.collision_size[0])
     np.testing.assert_allclose(report.normal, [-1.0, 0.0, 0.0], atol=1e-3)
@@ -73,7 +75,7 @@ def test_flying_into_a_wall(device, response):
 
 def test_box_collision_shape(device):
     boxy = dataclasses.replace(FG, collision_shape=CollisionShape.BOX, collision_size=np.array([0.3, 0.2, 0.05]))
-    sim = MultirotorSim(boxy, 1, device=device, world=walled_world(device), disturbances=False)
+    sim = MultirotorSim(boxy, 1, SimulatorSettings(disturbances=False), device=device, world=walled_world(device))
     previous_x, report = fly_at_wall(sim)
     assert_within_one_step(sim, previous_x, report, 0.3)
     np.testing.assert_allclose(report.normal, [-1.0, 0.0, 0.0], atol=1e-3)
@@ -82,7 +84,7 @@ def test_box_collision_shape(device):
 def test_flying_into_an_actor(device):
     world = walled_world(device, shapes=[box_shape("crate", [0.5, 2.0, 3.0])])
     world.set_actors([0], [transform([1.5, 0.0, 1.5], [1, 0, 0, 0])])
-    sim = MultirotorSim(FG, 1, device=device, world=world, disturbances=False)
+    sim = MultirotorSim(FG, 1, SimulatorSettings(disturbances=False), device=device, world=world)
     previous_x, report = fly_at_wall(sim)
     assert_within_one_step(sim, previous_x, report, FG.collision_size[0])
     assert report.point[0] == pytest.approx(1.25, abs=1e-4)  # the crate's face, not the wall
@@ -96,7 +98,7 @@ def test_a_vehicle_flies_through_the_actors_that_are_not_obstacles(device):
     world = walled_world(device, shapes=[box_shape("crate", [0.5, 2.0, 3.0])])
     world.set_actors([0], [transform([1.5, 0.0, 1.5], [1, 0, 0, 0])], obstacles=0)
     assert world.obstacles.count == 0 and world.actors.count == 1
-    sim = MultirotorSim(FG, 1, device=device, world=world, disturbances=False)
+    sim = MultirotorSim(FG, 1, SimulatorSettings(disturbances=False), device=device, world=world)
     _, report = fly_at_wall(sim)
     assert report.point[0] == pytest.approx(WALL_X, abs=1e-4)  # the wall's face, not the crate's
     with pytest.raises(ConfigError, match="obstacles 2: the first 0 to 1"):
@@ -104,7 +106,9 @@ def test_a_vehicle_flies_through_the_actors_that_are_not_obstacles(device):
 
 
 def test_resting_on_the_ground_is_reported_but_not_a_crash(device):
-    sim = MultirotorSim(FG, 1, device=device, world=walled_world(device), floor_z=0.1, disturbances=False)
+    sim = MultirotorSim(
+        FG, 1, SimulatorSettings(floor_z=0.1, disturbances=False), device=device, world=walled_world(device)
+    )
     sim.reset(position=[0.0, 0.0, 0.1])
     sim.step(96)
     assert sim.contacts() and not sim.states().crashed[0]  # the floor mesh is 0.1 m under the centre
@@ -122,7 +126,7 @@ def test_a_vehicle_whose_centre_rests_on_a_surface_is_pushed_out_along_the_face(
     is the face's, up."""
     world = walled_world(device, shapes=[box_shape("pad", [0.5, 0.5, 0.1])])
     world.set_actors([0], [transform([0.2, 0.0, 0.05], [1, 0, 0, 0])])  # its top at 0.1 m
-    sim = MultirotorSim(FG, 1, device=device, world=world, floor_z=0.1, disturbances=False)
+    sim = MultirotorSim(FG, 1, SimulatorSettings(floor_z=0.1, disturbances=False), device=device, world=world)
     sim.reset(position=[0.3, 0.1, 0.1])
     sim.step(10)
     (report,) = sim.contacts()
@@ -139,7 +143,7 @@ def approaching_pair(device, speed):
     simulator, rotors held at hover (no floor, no noise)."""
     sims = []
     for airframe, x, v in ((FG, 0.0, speed), (HEXA, GAP, 0.0)):
-        sim = MultirotorSim(airframe, 1, device=device, floor_z=None, disturbances=False)
+        sim = MultirotorSim(airframe, 1, SimulatorSettings(floor_z=None, disturbances=False), device=device)
         sim.reset(position=[x, 0.0, 2.0], velocity=[v, 0.0, 0.0], rotor_speed=airframe.hover_speed)
         sim.set_command(ControlMode.ROTOR_SPEEDS, [airframe.hover_speed] * airframe.num_rotors)
         sims.append(sim)
@@ -192,9 +196,9 @@ def test_a_vehicle_resting_on_the_ground_still_hears_another_hit_it(device):
     """A hexa on the floor touches it at every step; a quad flown low into it is still its contact of
     that read (a contact with a vehicle takes the place of one with the world), and the quad's."""
     world = walled_world(device)
-    hexa = MultirotorSim(HEXA, 1, device=device, world=world, floor_z=0.0, disturbances=False)
+    hexa = MultirotorSim(HEXA, 1, SimulatorSettings(floor_z=0.0, disturbances=False), device=device, world=world)
     hexa.reset(position=[1.5, 0.0, 0.0])
-    quad = MultirotorSim(FG, 1, device=device, world=world, floor_z=0.0, disturbances=False)
+    quad = MultirotorSim(FG, 1, SimulatorSettings(floor_z=0.0, disturbances=False), device=device, world=world)
     quad.reset(position=[0.0, 0.0, 0.3], rotor_speed=FG.hover_speed)
     quad.set_command(ControlMode.VELOCITY, [2.0, 0.0, 0.0, 0.0])
     swarm = Swarm([quad, hexa])
@@ -211,7 +215,7 @@ def test_the_vehicles_of_one_simulator_meet_only_in_a_swarm(device):
     batch: worlds of their own) and meet in a swarm; a swarm of one vehicle steps as its simulator."""
     runs = {}
     for together in (False, True):
-        sim = MultirotorSim(FG, 2, device=device, floor_z=None, disturbances=False)
+        sim = MultirotorSim(FG, 2, SimulatorSettings(floor_z=None, disturbances=False), device=device)
         sim.reset(position=[[0.0, 0.0, 2.0], [2.0, 0.0, 2.0]], rotor_speed=FG.hover_speed)
         sim.set_command(ControlMode.VELOCITY, [[1.0, 0.0, 0.0, 0.0], [-1.0, 0.0, 0.0, 0.0]])
         step = Swarm([sim]).step if together else sim.step

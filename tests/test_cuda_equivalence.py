@@ -14,7 +14,7 @@ import pytest
 
 from goggles.bench.measure import bench_views
 from goggles.control_modes import ControlMode
-from goggles.dynamics import MultirotorSim, load_airframe
+from goggles.dynamics import MultirotorSim, SimulatorSettings, load_airframe
 from goggles.frames import camera_pose_from_body, transform
 from goggles.paths import default_scene
 from goggles.render import CameraModel, Renderer, RenderSettings, stereo_right_offset
@@ -66,7 +66,7 @@ def test_cuda_trajectories_equal_cpu_trajectories():
     airframe = load_airframe("fg-quad")
     runs = {}
     for device in ("cpu", "cuda:0"):
-        sim = MultirotorSim(airframe, 4, device=device, seed=3, imu_rate=240.0)
+        sim = MultirotorSim(airframe, 4, SimulatorSettings(seed=3, imu_rate=240.0), device=device)
         sim.reset(position=[[0, 0, 1], [1, 0, 1], [0, 1, 1], [1, 1, 1]])
         sim.set_command(ControlMode.POSITION, [[0.5, 0.5, 2.0, 0.3]] * 4)
         positions = []

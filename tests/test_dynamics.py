@@ -15,6 +15,7 @@ from goggles.dynamics import (
     GroundEffect,
     Integrator,
     MultirotorSim,
+    SimulatorSettings,
     load_airframe,
 )
 from goggles.dynamics.kernels import ground_effect_kernel
@@ -25,11 +26,11 @@ FG = load_airframe("fg-quad")
 HEXA = load_airframe("hexa-550")
 
 
-def quiet(airframe=FG, n=1, **kwargs) -> MultirotorSim:
+def quiet(airframe=FG, n=1, device=None, world=None, **settings) -> MultirotorSim:
     """A simulator with disturbances and IMU noise off (closed forms need determinism)."""
-    kwargs.setdefault("disturbances", False)
-    kwargs.setdefault("imu_noise", False)
-    return MultirotorSim(airframe, n, **kwargs)
+    settings.setdefault("disturbances", False)
+    settings.setdefault("imu_noise", False)
+    return MultirotorSim(airframe, n, SimulatorSettings(**settings), device=device, world=world)
 
 
 def test_hover_speed_holds_still(device):
@@ -203,7 +204,9 @@ def test_imu_allan_deviation_matches_preset(device, preset):
     from goggles.dynamics import load_imu_preset
 
     airframe = dataclasses.replace(FG, imu=load_imu_preset(preset))
-    sim = MultirotorSim(airframe, 32, device=device, imu_rate=160.0, disturbances=False, imu_noise=True, seed=3)
+    sim = MultirotorSim(
+        airframe, 32, SimulatorSettings(imu_rate=160.0, disturbances=False, imu_noise=True, seed=3), device=device
+    )
     accel, gyro = [], []
     for _ in range(int(40 * 160)):  # 40 s of samples on each of 32 IMUs at rest
         sim.step(6)
@@ -221,7 +224,7 @@ def test_imu_allan_deviation_matches_preset(device, preset):
 
 def test_rate_controller_tracks_a_roll_rate_step():
     """Agile rate gains (hexa-550 preset): 1 rad/s roll-rate step reached within 0.1 s, overshoot < 20 %."""
-    sim = MultirotorSim(HEXA, 1, device="cpu", floor_z=None, seed=1)
+    sim = MultirotorSim(HEXA, 1, SimulatorSettings(floor_z=None, seed=1), device="cpu")
     sim.reset(position=[0, 0, 10], rotor_speed=HEXA.hover_speed)
     thrust = HEXA.mass * GRAVITY
     sim.set_command(ControlMode.RATES, [thrust, 0, 0, 0])
@@ -240,7 +243,7 @@ def test_rate_controller_tracks_a_roll_rate_step():
 
 def test_flightgoggles_rate_mode_settles_on_the_command():
     """fg-quad keeps FlightGoggles' gains (Kp 9, Ki 3, Kd 0.3): slower, but it settles on the rate."""
-    sim = MultirotorSim(FG, 1, device="cpu", floor_z=None, seed=1)
+    sim = MultirotorSim(FG, 1, SimulatorSettings(floor_z=None, seed=1), device="cpu")
     sim.reset(position=[0, 0, 10], rotor_speed=FG.hover_speed)
     sim.set_command(ControlMode.RATES, [FG.mass * GRAVITY, 0.0, 0.0, 0.5])
     sim.step(960)
@@ -255,7 +258,9 @@ def test_a_wild_rate_command_leaves_nothing_wound_up_for_later_commands():
     thrust = FG.mass * GRAVITY
 
     def flown(wild: bool):
-        sim = MultirotorSim(FG, 1, device="cpu", floor_z=None, seed=1, disturbances=False, imu_noise=False)
+        sim = MultirotorSim(
+            FG, 1, SimulatorSettings(floor_z=None, seed=1, disturbances=False, imu_noise=False), device="cpu"
+        )
         sim.reset(position=[0, 0, 50], rotor_speed=FG.hover_speed)
         if wild:
             sim.set_command(ControlMode.RATES, [thrust, 1e6, -1e6, 1e6])
@@ -277,7 +282,7 @@ def test_a_wild_rate_command_leaves_nothing_wound_up_for_later_commands():
 
 @pytest.mark.parametrize("airframe", [FG, HEXA], ids=["fg-quad", "hexa-550"])
 def test_position_controller_flies_to_and_holds_a_setpoint(device, airframe):
-    sim = MultirotorSim(airframe, 1, device=device, seed=7)  # disturbances and IMU noise on
+    sim = MultirotorSim(airframe, 1, SimulatorSettings(seed=7), device=device)  # disturbances and IMU noise on
     sim.set_command(ControlMode.POSITION, [2.0, 0.0, 2.0, 0.3])
     sim.step(4 * 960)
     worst = 0.0
@@ -294,7 +299,7 @@ def test_position_controller_flies_to_and_holds_a_setpoint(device, airframe):
 
 
 def test_velocity_and_attitude_controllers(device):
-    sim = MultirotorSim(FG, 1, device=device, seed=2)
+    sim = MultirotorSim(FG, 1, SimulatorSettings(seed=2), device=device)
     sim.reset(position=[0, 0, 5])
     sim.set_command(ControlMode.VELOCITY, [1.0, -0.5, 0.2, 0.0])
     sim.step(3 * 960)
@@ -346,7 +351,7 @@ def test_per_rotor_thrust_interface(device):
 
 def test_same_seed_same_flight_and_batches_are_independent(device):
     def fly(n, seed):
-        sim = MultirotorSim(FG, n, device=device, seed=seed)
+        sim = MultirotorSim(FG, n, SimulatorSettings(seed=seed), device=device)
         sim.set_command(ControlMode.POSITION, [1.0, 1.0, 1.5, 0.0])
         sim.step(960)
         return sim.states()
@@ -366,7 +371,7 @@ def test_bad_commands_and_presets_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="shape"):
         sim.set_command(ControlMode.RATES, [1.0, 2.0])
     with pytest.raises(ConfigError, match="IMU rate"):
-        MultirotorSim(FG, 1, imu_rate=700.0)
+        MultirotorSim(FG, 1, SimulatorSettings(imu_rate=700.0))
     with pytest.raises(ConfigError, match="not found"):
         load_airframe("no-such-vehicle")
     text = (load_airframe.__globals__["PRESETS_DIR"] / "fg-quad.toml").read_text()
@@ -389,7 +394,8 @@ def test_bad_commands_and_presets_are_refused(tmp_path):
 )
 def test_counts_and_seeds_a_kernel_would_wrap_are_refused(arguments, message):
     with pytest.raises(ConfigError, match=message):
-        MultirotorSim(FG, **{"num_vehicles": 1, **arguments})
+        count = arguments.pop("num_vehicles", 1)
+        MultirotorSim(FG, count, SimulatorSettings(**arguments))
 
 
 def test_the_simulators_methods_refuse_what_they_cannot_use_and_keep_the_state():
@@ -400,7 +406,7 @@ def test_the_simulators_methods_refuse_what_they_cannot_use_and_keep_the_state()
     write them (a control mode's, an airframe preset's), and so do indices in a tensor."""
     import torch
 
-    sim = MultirotorSim("fg-quad", 2, seed=1)
+    sim = MultirotorSim("fg-quad", 2, SimulatorSettings(seed=1))
     sim.reset(position=[1.0, 2.0, 3.0])
     refused = {
         "velocity must be finite .in float32.": lambda: sim.reset(position=[0, 0, 0], velocity=[1e40, 0, 0]),
@@ -412,11 +418,13 @@ def test_the_simulators_methods_refuse_what_they_cannot_use_and_keep_the_state()
         r"vehicles must be indices 0..1, got \[0.5\]": lambda: sim.set_command("rates", [1, 0, 0, 0], vehicles=[0.5]),
         r"vehicles must be indices 0..1, got \['a'\]": lambda: sim.set_airframes([FG], ["a"]),
         "airframes are Airframes": lambda: sim.set_airframes(["fg-quad", "fg-quad"]),
-        "floor_z must be a finite height": lambda: MultirotorSim(FG, 1, floor_z=float("nan")),
-        "floor_z must be a finite height in m or None .no floor., got True": lambda: MultirotorSim(FG, 1, floor_z=True),
-        "imu_noise must be True or False, got 'no'": lambda: MultirotorSim(FG, 1, imu_noise="no"),
+        "floor_z must be a finite height": lambda: MultirotorSim(FG, 1, SimulatorSettings(floor_z=float("nan"))),
+        "floor_z must be a finite height in m or None .no floor., got True": lambda: MultirotorSim(
+            FG, 1, SimulatorSettings(floor_z=True)
+        ),
+        "imu_noise must be True or False, got 'no'": lambda: MultirotorSim(FG, 1, SimulatorSettings(imu_noise="no")),
         "world must be a goggles.world.DeviceScene": lambda: MultirotorSim(FG, 1, world="arena"),
-        "ground_effect 'ground': one of NONE": lambda: MultirotorSim(FG, 1, ground_effect="ground"),
+        "ground_effect 'ground': one of NONE": lambda: MultirotorSim(FG, 1, SimulatorSettings(ground_effect="ground")),
         "airframe preset 'fg-quadd' not found": lambda: MultirotorSim("fg-quadd"),
     }
     for message, call in refused.items():
@@ -426,7 +434,9 @@ def test_the_simulators_methods_refuse_what_they_cannot_use_and_keep_the_state()
     assert np.all(sim.states().velocity == 0)
     sim.set_command("rates", [9.81, 0, 0, 0], vehicles=torch.tensor([1]))
     sim.set_command(ControlMode.POSITION, [0, 0, 1, 0], vehicles=np.array([0]))
-    assert MultirotorSim(FG, 1, ground_effect="conyers").settings.ground_effect == GroundEffect.CONYERS
+    assert (
+        MultirotorSim(FG, 1, SimulatorSettings(ground_effect="conyers")).settings.ground_effect == GroundEffect.CONYERS
+    )
 
 
 def test_a_rate_divides_the_physics_rate_by_one_test_for_run_files_and_the_simulator():
@@ -438,13 +448,13 @@ def test_a_rate_divides_the_physics_rate_by_one_test_for_run_files_and_the_simul
     for rate in (700.0, 961.0, 960.0 / 2**31, 0.0, -240.0, float("nan"), 1e39):
         assert steps_per_sample(960.0, rate) is None
         with pytest.raises(ConfigError, match="must divide the physics rate"):
-            MultirotorSim(FG, 1, imu_rate=rate)
+            MultirotorSim(FG, 1, SimulatorSettings(imu_rate=rate))
 
 
 def test_a_step_count_is_a_whole_number_a_kernel_can_loop_over():
     """``step(2**32 + 1)`` looped once in the kernel (its int32 count) while the books said 2**32 + 1;
     ``step(2.5)`` stepped twice and counted 2.5."""
-    sim = MultirotorSim(FG, np.int64(2), seed=np.uint32(1))
+    sim = MultirotorSim(FG, np.int64(2), SimulatorSettings(seed=np.uint32(1)))
     for steps in (2**32 + 1, 2.5, -1, True):
         with pytest.raises(ConfigError, match="steps must be an integer from 0 to 2147483647"):
             sim.step(steps)
@@ -472,7 +482,7 @@ def test_disturbance_spectral_densities(device):
     """White force density S_F makes velocity a random walk: Var(v) = S_F T / m^2 (no drag, level);
     white moment density S_M makes body rates one: Var(w) = S_M T / J^2 (rotors off, no aero moment)."""
     force_only = dataclasses.replace(FG, drag_coefficient=0.0, moment_density=0.0)
-    sim = MultirotorSim(force_only, 512, device=device, floor_z=None, imu_noise=False, seed=11)
+    sim = MultirotorSim(force_only, 512, SimulatorSettings(floor_z=None, imu_noise=False, seed=11), device=device)
     sim.reset(position=[0, 0, 100], rotor_speed=FG.hover_speed)
     sim.set_command(ControlMode.ROTOR_SPEEDS, [FG.hover_speed] * 4)
     sim.step(960)
@@ -480,7 +490,7 @@ def test_disturbance_spectral_densities(device):
     assert variance == pytest.approx(FG.force_density * 1.0 / FG.mass**2, rel=0.1)
 
     moment_only = dataclasses.replace(FG, force_density=0.0, moment_coefficient=np.zeros(3))
-    sim = MultirotorSim(moment_only, 512, device=device, floor_z=None, imu_noise=False, seed=12)
+    sim = MultirotorSim(moment_only, 512, SimulatorSettings(floor_z=None, imu_noise=False, seed=12), device=device)
     sim.reset(position=[0, 0, 100])
     sim.step(480)
     rates = sim.states().rates

@@ -16,7 +16,7 @@ import pytest
 
 import goggles_lcm
 from goggles.client import Client, image_array
-from goggles.dynamics import CollisionResponse, ControlMode
+from goggles.dynamics import CollisionResponse, ControlMode, SimulatorSettings
 from goggles.engine import Engine
 from goggles.engine.status import OTHER_CHANNELS
 from goggles.errors import ConfigError
@@ -1186,7 +1186,9 @@ def test_a_vehicle_on_a_raised_pad_starts_at_rest_and_one_above_it_hovering():
 def test_a_command_reaches_only_its_vehicle(device):
     from goggles.dynamics import MultirotorSim, load_airframe
 
-    sim = MultirotorSim(load_airframe("fg-quad"), 3, device=device, floor_z=None, disturbances=False, seed=2)
+    sim = MultirotorSim(
+        load_airframe("fg-quad"), 3, SimulatorSettings(floor_z=None, disturbances=False, seed=2), device=device
+    )
     sim.reset(position=[[0.0, 0.0, 1.0], [2.0, 0.0, 1.0], [4.0, 0.0, 1.0]], rotor_speed=sim.airframe.hover_speed)
     sim.set_command(ControlMode.POSITION, [[0.0, 0.0, 1.0, 0.0], [2.0, 0.0, 1.0, 0.0], [4.0, 0.0, 1.0, 0.0]])
     sim.set_command(ControlMode.POSITION, [2.0, 1.5, 2.0, 0.0], vehicles=[1])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import warp as wp
 
-from goggles.dynamics import GRAVITY, ControlMode, Integrator, MultirotorSim, load_airframe
+from goggles.dynamics import GRAVITY, ControlMode, Integrator, MultirotorSim, SimulatorSettings, load_airframe
 from goggles.dynamics.airframe import allocation_matrix
 from goggles.dynamics.kernels import filter_response_kernel
 from goggles.frames import quat_from_euler, quat_to_matrix
@@ -21,8 +21,9 @@ HEXA = load_airframe("hexa-550")
 DT = 1.0 / 960.0
 
 
-def quiet(airframe=FG, **kwargs) -> MultirotorSim:
-    return MultirotorSim(airframe, 1, floor_z=None, disturbances=False, imu_noise=False, **kwargs)
+def quiet(airframe=FG, device=None, **settings) -> MultirotorSim:
+    settings = SimulatorSettings(floor_z=None, disturbances=False, imu_noise=False, **settings)
+    return MultirotorSim(airframe, 1, settings, device=device)
 
 
 def test_fg_quad_is_flown_as_flightgoggles_flies_it():
@@ -121,7 +122,7 @@ def test_accelerometer_is_the_specific_force_at_the_sample(device, integrator):
 
 
 def test_accelerometer_on_the_floor_reads_the_support():
-    sim = MultirotorSim(FG, 1, disturbances=False, imu_noise=False)
+    sim = MultirotorSim(FG, 1, SimulatorSettings(disturbances=False, imu_noise=False))
     sim.set_command(ControlMode.ROTOR_SPEEDS, [0.5 * FG.hover_speed] * 4)  # below hover: stays down
     for _ in range(20):
         sim.step(1)

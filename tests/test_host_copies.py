@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import warp as wp
 
-from goggles.dynamics import MultirotorSim, load_airframe
+from goggles.dynamics import MultirotorSim, SimulatorSettings, load_airframe
 from goggles.render import RenderSettings
 from goggles.runtime.device_copies import COPIES, HostMirror, fetch
 
@@ -25,7 +25,7 @@ def test_mirrors_copy_into_memory_allocated_once_and_count(device):
 
 
 def test_one_copy_serves_every_reader_of_a_step(device):
-    sim = MultirotorSim(load_airframe("fg-quad"), 3, device=device, seed=1)
+    sim = MultirotorSim(load_airframe("fg-quad"), 3, SimulatorSettings(seed=1), device=device)
     sim.step(5)
     before = COPIES.count
     states, contacts, again = sim.states(), sim.contacts(), sim.states()
@@ -108,7 +108,9 @@ def test_a_contact_between_state_copies_is_kept_until_read(device):
 
     floor = quad([[-5, -5, 0], [5, -5, 0], [5, 5, 0], [-5, 5, 0]])
     world = DeviceScene(scene_of((floor, 1)), device)
-    sim = MultirotorSim(load_airframe("fg-quad"), 1, device=device, world=world, floor_z=None, seed=1)
+    sim = MultirotorSim(
+        load_airframe("fg-quad"), 1, SimulatorSettings(floor_z=None, seed=1), device=device, world=world
+    )
     sim.reset(position=[0.0, 0.0, 0.3], rotor_speed=0.0)
     for _ in range(400):  # falls onto the floor mesh, nobody reading
         sim.step(1)

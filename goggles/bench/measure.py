@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from goggles.dynamics import SimulatorSettings
 from goggles.errors import ConfigError, GogglesError
 from goggles.render import RenderSettings
 from goggles.scene import StaticScene
@@ -261,7 +262,9 @@ def bench_dynamics(
 
     from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
 
-    sim = MultirotorSim(load_airframe(preset), vehicles, device=device, threads=threads, integrator=integrator)
+    sim = MultirotorSim(
+        load_airframe(preset), vehicles, SimulatorSettings(threads=threads, integrator=integrator), device=device
+    )
     sim.reset(position=[0.0, 0.0, 1.0], rotor_speed=sim.airframe.hover_speed)
     sim.set_command(ControlMode.POSITION, [1.0, -1.0, 2.0, 0.5])
     chunk = 960 if vehicles == 1 else max(1, 96_000 // vehicles)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from goggles.checks import FLOAT32_MAX
 from goggles.cli.common import floats_between, positive, report, seed
+from goggles.dynamics import SimulatorSettings
 from goggles.errors import ConfigError
 
 
@@ -127,14 +128,16 @@ def cmd_fly(args) -> int:
     sim = MultirotorSim(
         airframe,
         1,
+        SimulatorSettings(
+            dt=1.0 / args.rate,
+            integrator=None if args.integrator is None else Integrator[args.integrator.upper()],
+            ground_effect=GroundEffect[args.ground_effect.upper().replace("-", "_")],
+            imu_rate=args.imu_rate,
+            disturbances=not args.no_disturbances,
+            imu_noise=not args.no_imu_noise,
+            seed=args.seed,
+        ),
         device=args.device,
-        dt=1.0 / args.rate,
-        integrator=None if args.integrator is None else Integrator[args.integrator.upper()],
-        ground_effect=GroundEffect[args.ground_effect.upper().replace("-", "_")],
-        imu_rate=args.imu_rate,
-        disturbances=not args.no_disturbances,
-        imu_noise=not args.no_imu_noise,
-        seed=args.seed,
     )
     airborne = start[2] > 0.0  # above the floor: start hovering, rotors at hover speed
     sim.reset(

@@ -2,7 +2,7 @@
 
 Contract:
     * ``load_airframe(name_or_path)`` reads a preset (``fg-quad``, ``hexa-550`` or a TOML path).
-    * ``MultirotorSim(airframe, n, device=..., dt=1/960, integrator=..., ...)`` owns a batch of
+    * ``MultirotorSim(airframe, n, SimulatorSettings(dt=1/960, integrator=..., ...), device=...)`` owns a batch of
       vehicles on one Warp device; ``set_command(mode, values)`` sets what each controller follows;
       ``step(k)`` advances k physics steps in one launch (per CPU thread); ``states()`` copies out
       positions, velocities, attitudes (w, x, y, z), rates, rotor speeds and the latest IMU sample.
@@ -15,6 +15,7 @@ from goggles.dynamics.airframe import Airframe, ImuNoise, load_airframe, load_im
 from goggles.dynamics.control import ControlMode
 from goggles.dynamics.model import CollisionResponse, GroundEffect, Integrator
 from goggles.dynamics.posed import PosedContacts
+from goggles.dynamics.settings import SimulatorSettings
 from goggles.dynamics.simulator import GRAVITY, ContactReport, MultirotorSim, VehicleStates
 from goggles.dynamics.swarm import Swarm
 
@@ -29,6 +30,7 @@ __all__ = [
     "Integrator",
     "MultirotorSim",
     "PosedContacts",
+    "SimulatorSettings",
     "Swarm",
     "VehicleStates",
     "load_airframe",

@@ -15,16 +15,12 @@ from pathlib import Path
 import numpy as np
 import warp as wp
 
-from goggles.checks import FLOAT32_MAX, INT32_MAX, MAX_SEED, is_number, is_whole, member
+from goggles.checks import FLOAT32_MAX, INT32_MAX, is_whole
 from goggles.control_modes import COMMAND_SIZE, ControlMode, control_mode
 from goggles.dynamics import kernels
 from goggles.dynamics.airframe import MAX_ROTORS, Airframe, load_airframe
 from goggles.dynamics.model import (
-    MAX_PHYSICS_RATE,
-    MIN_PHYSICS_RATE,
     AirframeParams,
-    CollisionResponse,
-    GroundEffect,
     Integrator,
     OtherVehicles,
     SimSettings,
@@ -33,6 +29,7 @@ from goggles.dynamics.model import (
     mat86,
     steps_per_sample,
 )
+from goggles.dynamics.settings import SimulatorSettings
 from goggles.errors import ConfigError
 from goggles.runtime.device_copies import HostMirror, fetch
 from goggles.runtime.device_memory import check_fits
@@ -97,74 +94,37 @@ class MultirotorSim:
     Args:
         airframe: the vehicle type (an Airframe, or a preset's name or a TOML path for ``load_airframe``).
         num_vehicles: batch size.
+        settings: how it simulates (``SimulatorSettings``: step, integrator, floor, collisions, IMU,
+            noise, seed; default FlightGoggles' 960 Hz over a floor at z = 0).
         device: Warp device; None picks Warp's default.
-        dt: physics step, s (FlightGoggles: 1/960).
-        integrator: explicit Euler or RK4; None: the airframe's own (``fg-quad``: Euler, as FlightGoggles).
-        ground_effect: none, Cheeseman-Bennett or Conyers.
-        floor_z: height of the floor plane, m; the vehicles rest on it (None: no floor, free fall).
-        world: the scene (a ``goggles.render.DeviceScene`` on the same device, with its placed actors):
+        world: the scene (a ``goggles.world.DeviceScene`` on the same device, with its placed actors):
             the ground-effect height is a downward ray into it, and the vehicles' collision shapes are
             tested against it (its ``obstacles``: not other vehicles' bodies) every physics step. None:
             the floor plane only, no collisions.
-        collisions: what a crash does (a contact approached faster than the airframe's crash speed).
-        imu_rate: IMU samples per second; must divide the physics rate. None: every physics step.
-        imu_mount: (3, 3) rotation of the IMU frame in the body frame (R_BI); None: aligned.
-        disturbances: stochastic force and moment on (the airframe's spectral densities).
-        imu_noise: IMU white noise and bias random walk on.
-        imu_queue: IMU samples ``record_imu`` can hold on the device before ``take_imu``.
-        seed: seed of every random stream (per vehicle, reproducible on one device).
-        threads: CPU threads sharing a step call; default all cores. Ignored on CUDA.
-        actors: collide with the world's placed actors too (False: its static mesh only, as the
-            learning environments, whose actors belong to one environment each, do).
-        recorded: replay each step count's launches from a recording (``goggles.runtime.recorded_work``: a CUDA
-            graph); None: on CUDA. The same states either way.
     """
 
     def __init__(
         self,
         airframe: Airframe | str | Path,
         num_vehicles: int = 1,
+        settings: SimulatorSettings | None = None,
         *,
         device: wp.context.Devicelike = None,
-        dt: float = 1.0 / 960.0,
-        integrator: Integrator | None = None,
-        ground_effect: GroundEffect = GroundEffect.NONE,
-        floor_z: float | None = 0.0,
         world=None,
-        collisions: CollisionResponse = CollisionResponse.CRASH,
-        imu_rate: float | None = None,
-        imu_mount: np.ndarray | None = None,
-        disturbances: bool = True,
-        imu_noise: bool = True,
-        imu_queue: int = 1,
-        seed: int = 0,
-        threads: int | None = None,
-        actors: bool = True,
-        recorded: bool | None = None,
     ):
         airframe = airframe if isinstance(airframe, Airframe) else load_airframe(airframe)
+        simulation = settings if settings is not None else SimulatorSettings()
+        if not isinstance(simulation, SimulatorSettings):
+            raise ConfigError(f"a simulator's settings are a SimulatorSettings, got {simulation!r}")
         if not is_whole(num_vehicles, 1, INT32_MAX):
             raise ConfigError(f"num_vehicles must be an integer >= 1, got {num_vehicles!r}")
-        for name, flag in (("disturbances", disturbances), ("imu_noise", imu_noise), ("actors", actors)):
-            if not isinstance(flag, (bool, np.bool_)):
-                raise ConfigError(f"{name} must be True or False, got {flag!r}")
-        if floor_z is not None and not (is_number(floor_z) and abs(floor_z) <= FLOAT32_MAX):
-            raise ConfigError(f"floor_z must be a finite height in m or None (no floor), got {floor_z!r}")
         if world is not None and not isinstance(world, DeviceScene):
             raise ConfigError(f"world must be a goggles.world.DeviceScene or None, got {world!r}")
-        ground_effect = member(GroundEffect, ground_effect, "ground_effect")
-        collisions = member(CollisionResponse, collisions, "collisions")
-        integrator = None if integrator is None else member(Integrator, integrator, "integrator")
-        if not is_whole(seed, 0, MAX_SEED):  # beyond 32 bits, seeds would alias
-            raise ConfigError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
-        num_vehicles, seed = int(num_vehicles), int(seed)
-        if not 1 <= imu_queue <= 64:
-            raise ConfigError(f"imu_queue must be 1..64 samples, got {imu_queue}")
-        if not (np.isfinite(dt) and 1.0 / MAX_PHYSICS_RATE <= dt <= 1.0 / MIN_PHYSICS_RATE):
-            raise ConfigError(
-                f"physics step dt={dt:g} s must be in [{1.0 / MAX_PHYSICS_RATE:g}, {1.0 / MIN_PHYSICS_RATE:g}] "
-                f"({MIN_PHYSICS_RATE:g} Hz to {MAX_PHYSICS_RATE:g} Hz)"
-            )
+        self.simulation = simulation
+        """How it simulates (``SimulatorSettings``); ``settings`` is their Warp struct, as kernels read it."""
+        num_vehicles, seed, dt = int(num_vehicles), simulation.seed, simulation.dt
+        imu_rate, threads = simulation.imu_rate, simulation.threads
+        imu_mount = None if simulation.imu_mount is None else np.reshape(simulation.imu_mount, (3, 3))
         decimation = 1 if imu_rate is None else steps_per_sample(1.0 / dt, imu_rate)
         if decimation is None:
             raise ConfigError(f"IMU rate {imu_rate:g} Hz must divide the physics rate {1.0 / dt:g} Hz")
@@ -188,16 +148,16 @@ class MultirotorSim:
         settings = SimSettings()
         settings.dt = dt
         settings.gravity = GRAVITY
-        self.integrator = Integrator(airframe.integrator if integrator is None else integrator)
+        self.integrator = Integrator(airframe.integrator if simulation.integrator is None else simulation.integrator)
         settings.integrator = int(self.integrator)
-        settings.ground_effect = int(ground_effect)
-        settings.floor_z = 0.0 if floor_z is None else float(floor_z)
-        settings.floor_contact = 0 if floor_z is None else 1
+        settings.ground_effect = int(simulation.ground_effect)
+        settings.floor_z = 0.0 if simulation.floor_z is None else float(simulation.floor_z)
+        settings.floor_contact = 0 if simulation.floor_z is None else 1
         settings.world_mesh = wp.uint64(0) if world is None else world.mesh.id
-        settings.collision_response = int(collisions)
+        settings.collision_response = int(simulation.collisions)
         settings.imu_decimation = self.imu_decimation
-        settings.disturbances = int(disturbances)
-        settings.imu_noise = int(imu_noise)
+        settings.disturbances = int(simulation.disturbances)
+        settings.imu_noise = int(simulation.imu_noise)
         self.settings = settings
         self._imu_mount = imu_mount
         self.airframes: list[Airframe] = [airframe] * n
@@ -236,17 +196,17 @@ class MultirotorSim:
         state.clock = wp.zeros(1, dtype=wp.int32, device=d)
         self.state_arrays = state
         # The packed rows carry a queue of IMU samples (record_imu) after the state: one copy brings both.
-        self.imu_queue, self._imu_queued = imu_queue, 0
-        self.collide_actors = actors
+        self.imu_queue, self._imu_queued = simulation.imu_queue, 0
+        self.collide_actors = simulation.actors
         self._contacts_read = -1  # the host copy whose contacts were taken (and cleared on the device)
-        columns = kernels.PACKED_COLUMNS + kernels.IMU_COLUMNS * imu_queue
+        columns = kernels.PACKED_COLUMNS + kernels.IMU_COLUMNS * simulation.imu_queue
         self._packed = wp.zeros((n, columns), dtype=wp.float64, device=d)
         self._packed_host = HostMirror(self._packed)
         self._no_actors = no_actors(d)
         self.others = no_others(d)
         """The vehicles this batch meets (``meet``): none until a ``Swarm`` joins it to others."""
         load_kernels(kernels, d)
-        self._recorded = RecordedWork(self.launch_steps, d, enabled=recorded)
+        self._recorded = RecordedWork(self.launch_steps, d, enabled=simulation.recorded)
         self.seed = seed
         self.reset()
 

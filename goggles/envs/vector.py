@@ -28,6 +28,7 @@ import warp as wp
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from goggles.checks import INT32_MAX, MAX_SEED, is_whole, warp_device
+from goggles.dynamics import SimulatorSettings
 from goggles.dynamics.airframe import load_airframe
 from goggles.dynamics.control import ControlMode
 from goggles.dynamics.model import vec8
@@ -200,7 +201,9 @@ class DroneVectorEnv(VectorEnv):
         self.nominal = load_airframe(airframe)
         load_kernels(kernels, d)  # here, not in the renderer's threads (launch_rows)
         # The vehicles collide with the static scene; actors belong to one environment each (tasks).
-        self.sim = MultirotorSim(self.nominal, n, device=d, world=scene, seed=self.seed, actors=False)
+        self.sim = MultirotorSim(
+            self.nominal, n, SimulatorSettings(seed=self.seed, actors=False), device=d, world=scene
+        )
         self.scene = scene
         self.episodes = Episodes.zeros(n, d)  # every environment starts by a reset (mask 1)
         self.actors_per_camera: np.ndarray | None = None

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from goggles.clock import came_late
-from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
+from goggles.dynamics import ControlMode, MultirotorSim, SimulatorSettings, load_airframe
 from goggles.errors import GogglesError
 from goggles.frames import transform
 from goggles.rig.pilots import RoutePilot
@@ -168,15 +168,17 @@ def make_vehicles(
         sim = MultirotorSim(
             airframe,
             len(members),
+            SimulatorSettings(
+                dt=dt,
+                seed=seed,
+                imu_rate=imu_rate,
+                imu_queue=imu_batch,
+                collisions=collisions,
+                floor_z=floor_z,
+                recorded=recorded,
+            ),
             device=world.device,
-            dt=dt,
-            seed=seed,
-            imu_rate=imu_rate,
-            imu_queue=imu_batch,
             world=world,
-            collisions=collisions,
-            floor_z=floor_z,
-            recorded=recorded,
         )
         N = airframe.num_rotors
         sim.reset(
