@@ -18,6 +18,7 @@ import numpy as np
 
 from goggles.dynamics import SimulatorSettings
 from goggles.errors import ConfigError
+from goggles.rig import parts
 from goggles.scene.gates import Course, Gate
 
 BOX_INFLATION_M = 0.1
@@ -144,13 +145,13 @@ def fly_course(
     Returns:
         The result, and the flown log as (k, 5) rows t, x, y, z, crashed (every ``log_every`` steps).
     """
-    from goggles.dynamics import CollisionResponse, ControlMode, MultirotorSim, load_airframe
+    from goggles.dynamics import CollisionResponse, ControlMode, load_airframe
     from goggles.frames import quat_from_euler
     from goggles.rig.pilots import RoutePilot
     from goggles.world import build_world
 
     world = build_world(scene_path, course=course, device=device).scene
-    sim = MultirotorSim(
+    sim = parts.simulator(
         load_airframe("fg-quad"),
         1,
         SimulatorSettings(seed=seed, floor_z=course.start[2], collisions=CollisionResponse.CRASH),

@@ -964,7 +964,7 @@ def test_every_camera_of_a_render_group_reports_its_rate():
     )
     try:
         engine.run(duration=1.0)
-        assert len(engine.groups) == 1 and len(engine.groups[0].cameras) == 4  # two stereo pairs, one render
+        assert len(engine.rig.groups) == 1 and len(engine.rig.groups[0].cameras) == 4  # two stereo pairs, one render
         rates, line = engine.achieved_rates(), engine.status_line()
     finally:
         engine.close()
@@ -1008,7 +1008,7 @@ def test_a_swarm_of_one_airframe_flies_in_one_simulator(device):
             for vehicle in ("quad0", "quad1", "quad2", "hexa")
         }
         if name == "swarm":
-            assert [len(f.vehicles) for f in engine.fleets] == [3, 1]
+            assert [len(f.vehicles) for f in engine.rig.fleets] == [3, 1]
             assert engine.vehicles["quad2"].sim is engine.vehicles["quad0"].sim
             assert engine.vehicles["quad2"].row == 2
         engine.close()
@@ -1131,7 +1131,7 @@ def test_each_vehicles_sensors_see_the_others_bodies_and_never_their_own(device)
         engine = Engine(config(vehicles), device=device, sinks=[sink])
         try:
             engine.run(duration=0.6)
-            classes = [engine.world.shapes[i].segmentation for i in engine.built.bodies]
+            classes = [engine.rig.world.shapes[i].segmentation for i in engine.rig.built.bodies]
         finally:
             engine.close()
         runs[name] = sink.messages
@@ -1176,9 +1176,9 @@ def test_a_vehicle_on_a_raised_pad_starts_at_rest_and_one_above_it_hovering():
     above = dataclasses.replace(config.vehicles[0], name="quad1", start=(3.0, 0.0, 2.0, 0.0))
     engine = Engine(dataclasses.replace(config, vehicles=(config.vehicles[0], above), zmq=None), device="cpu")
     try:
-        states = engine.fleets[0].sim.states()
+        states = engine.rig.fleets[0].sim.states()
         assert np.all(states.rotor_speed[0] == 0.0)
-        assert np.allclose(states.rotor_speed[1], engine.fleets[0].sim.airframe.hover_speed)
+        assert np.allclose(states.rotor_speed[1], engine.rig.fleets[0].sim.airframe.hover_speed)
     finally:
         engine.close()
 
@@ -1269,8 +1269,8 @@ def test_recorded_steps_and_frames_publish_what_eager_ones_do(device):
         sink = _Kept()
         engine = Engine(config, device=device, backend="warp", recorded=recorded, sinks=[sink])
         engine.run(duration=3.0)
-        assert all(group._frame.recordings > 0 for group in engine.groups) == recorded
-        assert all(fleet.sim._recorded.recordings > 0 for fleet in engine.fleets) == recorded
+        assert all(group._frame.recordings > 0 for group in engine.rig.groups) == recorded
+        assert all(fleet.sim._recorded.recordings > 0 for fleet in engine.rig.fleets) == recorded
         engine.close()
         runs[recorded] = [(c, d[:16] + d[24:]) for c, d in sink.messages if c != "clock"]  # wall clocks apart
     assert runs[True] == runs[False]
@@ -1293,7 +1293,7 @@ def test_physics_on_a_world_of_its_own_flies_and_collides_as_on_the_render_world
     for name, physics_device in (("shared", None), ("own", device)):
         sink = _Kept()
         engine = Engine(config, device=device, physics_device=physics_device, sinks=[sink])
-        assert (engine.physics_world is engine.world) == (physics_device is None)
+        assert (engine.rig.physics_world is engine.rig.world) == (physics_device is None)
         engine.run(duration=4.0)
         engine.close()
         # Every message begins with its header after the 8-byte fingerprint: utime, then the wall clock's

@@ -261,12 +261,12 @@ def test_foxglove_shows_the_scene_gates_props_and_people_where_the_cameras_see_t
     config = dataclasses.replace(run_config(scale=3.0, route=False), zmq=None, course=default_course(), props=(crate,))
     sink = FoxgloveSink(port=free_port(), scene_interval_s=0.0)  # every clock message updates the actors
     engine = Engine(config, device=device, sinks=[sink])
-    static = engine.built.scene.static
+    static = engine.rig.built.scene.static
     T_crate = np.eye(4)
     T_crate[:3, :3] = [[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]  # turned 90 degrees about z
     T_crate[:3, 3] = [2.0, 1.0, 0.4]
-    assert engine.props.edit(SPAWN, "crate1", "crate", T_crate) is None
-    assert engine.crowd.offer("alice", skeleton(np.pi / 2))
+    assert engine.rig.props.edit(SPAWN, "crate1", "crate", T_crate) is None
+    assert engine.rig.crowd.offer("alice", skeleton(np.pi / 2))
     try:
         with connect(f"ws://127.0.0.1:{sink.port}", subprotocols=SUBPROTOCOLS, max_size=2**27) as socket:
             viewer = Viewer(socket)
@@ -295,7 +295,7 @@ def test_foxglove_shows_the_scene_gates_props_and_people_where_the_cameras_see_t
                 assert update.entities[0].models[0].data == model.data
 
             shown = _entities(updates["/scene"])
-            gates = [g.name for g in engine.built.course.gates]
+            gates = [g.name for g in engine.rig.built.course.gates]
             assert set(shown) == {*gates, "crate1", "alice", "quad0"}
 
             def world_corners(entity) -> np.ndarray:
@@ -308,11 +308,11 @@ def test_foxglove_shows_the_scene_gates_props_and_people_where_the_cameras_see_t
                 return local @ R.T + [p.x, p.y, p.z]
 
             def renderer_corners(shape: int, T: np.ndarray) -> np.ndarray:
-                mesh = engine.built.scene.shape_mesh(shape)
+                mesh = engine.rig.built.scene.shape_mesh(shape)
                 points = mesh.points.numpy()[mesh.indices.numpy().reshape(-1, 3)].reshape(-1, 3)
                 return points @ T[:3, :3].T + T[:3, 3]
 
-            for i, (name, T) in enumerate(zip(gates, engine.built.gate_poses)):
+            for i, (name, T) in enumerate(zip(gates, engine.rig.built.gate_poses)):
                 np.testing.assert_allclose(
                     np.sort(world_corners(shown[name]), axis=0), np.sort(renderer_corners(i, T), axis=0), atol=1e-4
                 )
@@ -321,7 +321,7 @@ def test_foxglove_shows_the_scene_gates_props_and_people_where_the_cameras_see_t
             np.testing.assert_allclose(box.max(axis=0), [2.3, 1.2, 0.8], atol=1e-5)
             (crate_mesh,) = read_glb(shown["crate1"].models[0].data).values()
             np.testing.assert_allclose(crate_mesh["rgba"][..., :3], np.broadcast_to([1.0, 0.0, 0.0], (12, 3, 3)))
-            person = engine.crowd.avatars["alice"]
+            person = engine.rig.crowd.avatars["alice"]
             np.testing.assert_allclose(
                 np.sort(world_corners(shown["alice"]), axis=0),
                 np.sort(renderer_corners(person.shape, np.eye(4)), axis=0),
@@ -330,14 +330,14 @@ def test_foxglove_shows_the_scene_gates_props_and_people_where_the_cameras_see_t
 
             vehicle = shown["quad0"]  # follows the left camera's frame, which every image moves
             assert vehicle.frame_id == "quad0/stereo_left" and vehicle.frame_locked
-            (left,) = [c for g in engine.groups for c in g.cameras if c.name == "stereo_left"]
+            (left,) = [c for g in engine.rig.groups for c in g.cameras if c.name == "stereo_left"]
             body = world_corners(vehicle) @ left.T_BC[:3, :3].T + left.T_BC[:3, 3]  # camera frame -> body
             airframe = load_airframe(config.vehicles[0].preset)
             reach = np.abs(airframe.rotor_positions[:, :2]).max(axis=0) + airframe.rotor_radius
             np.testing.assert_allclose(body[:, :2].max(axis=0), reach, atol=1e-4)  # rotor discs at the hubs
             np.testing.assert_allclose(body[:, :2].min(axis=0), -reach, atol=1e-4)
             assert abs(body[:, 2].mean()) < 0.05  # level in the body frame, not on its side
-            assert engine.props.edit(REMOVE, "crate1", "", np.eye(4)) is None
+            assert engine.rig.props.edit(REMOVE, "crate1", "", np.eye(4)) is None
             engine.run(duration=0.5)  # until 0.5 s of sim time
             deadline = time.monotonic() + 10
             while True:
@@ -546,7 +546,7 @@ def test_a_multizone_tof_shows_its_readings_where_its_beams_met_the_world():
             while got is None:
                 name, message = viewer.next(deadline)
                 got = message if name == topic else None
-            static = engine.built.scene.static
+            static = engine.rig.built.scene.static
     finally:
         engine.close()
         sink.close()

@@ -9,7 +9,8 @@ import pytest
 import trimesh
 
 from goggles.frames import transform
-from goggles.sensors.lidar import MID360, OS1_64, VLP16, Lidar
+from goggles.rig import parts
+from goggles.sensors.lidar import MID360, OS1_64, VLP16
 from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of
 
@@ -34,7 +35,7 @@ def wall_distance(origins: np.ndarray, directions: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("model", [VLP16, OS1_64], ids=["vlp16", "os1-64"])
 def test_every_beam_measures_the_wall_its_ray_meets(tracer, model):
     device, backend = tracer
-    lidar = Lidar(DeviceScene(room(), device), model, backend=backend, noise=False)
+    lidar = parts.lidar(DeviceScene(room(), device), model, backend=backend, noise=False)
     position = np.array([0.5, -0.7, 1.2])
     scan = lidar.scan(transform(position, [1, 0, 0, 0]))
     lidar.close()
@@ -52,7 +53,7 @@ def test_every_beam_measures_the_wall_its_ray_meets(tracer, model):
 def test_a_moving_sensors_points_are_smeared_by_their_firing_times(tracer):
     device, backend = tracer
     model = OS1_64
-    lidar = Lidar(DeviceScene(room(), device), model, backend=backend, noise=False)
+    lidar = parts.lidar(DeviceScene(room(), device), model, backend=backend, noise=False)
     start = np.array([0.0, 0.0, 1.0])
     speed = 20.0  # m/s along +x: 2 m over the 0.1 s scan
     last = start + [speed * (model.columns - 1) / (model.columns * model.rate_hz), 0, 0]  # at the last firing
@@ -67,7 +68,7 @@ def test_a_moving_sensors_points_are_smeared_by_their_firing_times(tracer):
 
 def test_intensity_is_albedo_times_the_cosine_of_incidence(tracer):
     device, backend = tracer
-    lidar = Lidar(DeviceScene(room(), device), VLP16, backend=backend, noise=False)
+    lidar = parts.lidar(DeviceScene(room(), device), VLP16, backend=backend, noise=False)
     scan = lidar.scan(transform([0, 0, 1], [1, 0, 0, 0]))
     lidar.close()
     d = scan.directions.astype(np.float64)
@@ -80,7 +81,7 @@ def test_intensity_is_albedo_times_the_cosine_of_incidence(tracer):
     assert np.ptp(albedo[lit]) < 0.02 and albedo[lit].mean() > 0.5  # one albedo, whatever the angle
     # Over an open floor, the beams above the horizon return nothing: range +inf, intensity 0.
     floor = quad([[-99, -99, 0], [99, -99, 0], [99, 99, 0], [-99, 99, 0]])  # -1 degree meets it at 57 m
-    open_air = Lidar(DeviceScene(scene_of((floor, 1)), device), VLP16, backend=backend, noise=False)
+    open_air = parts.lidar(DeviceScene(scene_of((floor, 1)), device), VLP16, backend=backend, noise=False)
     scan = open_air.scan(transform([0, 0, 1], [1, 0, 0, 0]))
     open_air.close()
     missed = np.isinf(scan.range)
@@ -95,7 +96,7 @@ def test_an_actor_added_after_the_first_scan_returns_its_own_albedo(tracer):
 
     device, backend = tracer
     world = DeviceScene(room(), device)
-    lidar = Lidar(world, VLP16, backend=backend, noise=False)
+    lidar = parts.lidar(world, VLP16, backend=backend, noise=False)
     walls = lidar.scan(transform([0, 0, 1], [1, 0, 0, 0]))
     shape = world.add_shape(box_shape("box", (0.5, 6.0, 6.0), rgb=(0.3, 0.3, 0.3)))
     world.set_actors([shape], transform([3.0, 0.0, 1.0], [1, 0, 0, 0])[None])  # its face at x = 2.75
@@ -113,7 +114,7 @@ def test_an_actor_added_after_the_first_scan_returns_its_own_albedo(tracer):
 def test_a_rosette_drawn_on_the_device_is_the_models_pattern(device):
     """The scan's directions come from a kernel; they are the model's own (``LidarModel.rays``), late
     into a long run too, where the pattern's index is in the billions."""
-    lidar = Lidar(DeviceScene(room(), device), MID360)
+    lidar = parts.lidar(DeviceScene(room(), device), MID360)
     for scan in (0, 1, 123_456):
         lidar._scan = scan
         drawn = lidar.scan(transform([0, 0, 1], [1, 0, 0, 0])).directions
@@ -122,7 +123,7 @@ def test_a_rosette_drawn_on_the_device_is_the_models_pattern(device):
 
 
 def test_a_rosette_does_not_repeat_and_keeps_to_its_field(device):
-    lidar = Lidar(DeviceScene(room(), device), MID360, noise=False)
+    lidar = parts.lidar(DeviceScene(room(), device), MID360, noise=False)
     first = lidar.scan(transform([0, 0, 1], [1, 0, 0, 0]))
     second = lidar.scan(transform([0, 0, 1], [1, 0, 0, 0]))
     lidar.close()
@@ -139,11 +140,11 @@ def test_range_noise_is_the_datasheets_and_a_function_of_the_scans_time(device, 
     """Each return carries N(0, range_sigma); the noise and a rosette's stretch of its pattern follow
     the scan's time (µs), so a replay that scans the same instant gets the same scan."""
     world = DeviceScene(room(), device)
-    exact, noisy = Lidar(world, model, noise=False, seed=3), Lidar(world, model, seed=3, stream=7)
+    exact, noisy = parts.lidar(world, model, noise=False, seed=3), parts.lidar(world, model, seed=3, stream=7)
     pose = transform([0.5, -0.7, 1.2], [1, 0, 0, 0])
     truth = exact.scan(pose, utime=200_000)
     scans = [noisy.scan(pose, utime=t) for t in (100_000, 200_000, 200_000)]
-    again = Lidar(world, model, seed=3, stream=7).scan(pose, utime=200_000)
+    again = parts.lidar(world, model, seed=3, stream=7).scan(pose, utime=200_000)
     for lidar in (exact, noisy):
         lidar.close()
     np.testing.assert_array_equal(truth.directions, scans[1].directions)
@@ -159,7 +160,7 @@ def test_a_lidar_takes_a_presets_name_and_refuses_a_pose_it_cannot_use_without_m
     end, and the rosette does not advance for a scan that was refused."""
     from goggles.errors import ConfigError
 
-    lidar = Lidar(DeviceScene(room(), "cpu"), "mid360")
+    lidar = parts.lidar(DeviceScene(room(), "cpu"), "mid360")
     assert lidar.model is MID360
     start = transform([0, 0, 1], [1, 0, 0, 0])
     with pytest.raises(ConfigError, match="LiDAR pose at the scan's end must have orthonormal rotations"):
@@ -169,7 +170,7 @@ def test_a_lidar_takes_a_presets_name_and_refuses_a_pose_it_cannot_use_without_m
     np.testing.assert_allclose(lidar.scan(start).directions, MID360.rays(0)[0], atol=2e-6)  # still scan 0
     lidar.close()
     with pytest.raises(ConfigError, match=r"LiDAR 'os2-128': choose one of"):
-        Lidar(DeviceScene(room(), "cpu"), "os2-128")
+        parts.lidar(DeviceScene(room(), "cpu"), "os2-128")
 
 
 @pytest.mark.slow

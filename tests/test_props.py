@@ -128,11 +128,11 @@ def joined(engine, client) -> int:
         client.remove("nobody")
         time.sleep(0.05)
     client.spawn("marker", "crate", [90.0, 90.0, 0.5])
-    while "marker" not in engine.props.placed:
+    while "marker" not in engine.rig.props.placed:
         assert time.monotonic() < deadline
         time.sleep(0.001)
     client.remove("marker")
-    while "marker" in engine.props.placed:
+    while "marker" in engine.rig.props.placed:
         assert time.monotonic() < deadline
         time.sleep(0.001)
     return engine.counters.received
@@ -206,8 +206,8 @@ def test_edits_spawn_move_and_remove_a_prop_the_camera_sees(tmp_path, device):
         depth = image_array(last(sink, "quad0/front/depth"))[CENTRE]
         np.testing.assert_allclose(depth, plane_depth(last(sink, "quad0/state"), 0.0, axis=2), rtol=1e-5)
         assert engine.counters.ignored == ignored and engine.counters.malformed == 0
-        assert [a.name for a in engine.viewed_actors()] == ["quad0"]  # viewers see no prop left
-        assert engine.scene_boxes() == []
+        assert [a.name for a in engine.rig.viewed_actors()] == ["quad0"]  # viewers see no prop left
+        assert engine.rig.scene_boxes() == []
 
 
 def test_a_spawned_prop_is_an_obstacle(tmp_path, device):
@@ -224,8 +224,8 @@ def test_a_spawned_prop_is_an_obstacle(tmp_path, device):
         client.step(32)
         collisions = [decode_any(d) for c, d in sink.messages if c == "quad0/collision"]
         assert len(collisions) == 1 and collisions[0].vehicle == "quad0"
-        assert [a.name for a in engine.viewed_actors()] == ["crate1", "quad0"]
-        ((name, ((T, size),)),) = engine.scene_boxes()  # the crate's box, where it was spawned
+        assert [a.name for a in engine.rig.viewed_actors()] == ["crate1", "quad0"]
+        ((name, ((T, size),)),) = engine.rig.scene_boxes()  # the crate's box, where it was spawned
         np.testing.assert_allclose(T[:3, 3], [state.position[0] + 0.5, state.position[1], state.position[2]])
         np.testing.assert_allclose(size, [1.0, 1.0, 1.0], atol=1e-6)
 
@@ -293,7 +293,7 @@ def test_a_tracked_prop_stands_where_its_mocap_body_is_and_replays_there(tmp_pat
             near = 5.0 - 0.5 if k else 3.0 - 0.5  # the lost pose left it at 5 m
             np.testing.assert_allclose(depth, plane_depth(last(sink, "quad0/state"), near), rtol=1e-5)
             assert np.all(image_array(last(sink, "quad0/front/segmentation"))[CENTRE] == 20)
-        assert [a.name for a in engine.viewed_actors()] == ["box1", "quad0"]
+        assert [a.name for a in engine.rig.viewed_actors()] == ["box1", "quad0"]
     recorder.close()
 
     def depths(path):
@@ -338,8 +338,8 @@ def test_bad_edits_are_counted_and_dropped(tmp_path, device):
             time.sleep(0.001)
         client.step(10)
         assert engine.counters.ignored - ignored == 4 and engine.counters.malformed == 6
-        assert len(engine.props.placed) == MAX_PROPS
-        assert engine.world.actors.count == MAX_PROPS
+        assert len(engine.rig.props.placed) == MAX_PROPS
+        assert engine.rig.world.actors.count == MAX_PROPS
 
 
 def test_a_flood_of_edits_that_cannot_apply_is_said_in_a_few_lines(monkeypatch, caplog):
@@ -424,17 +424,17 @@ def test_the_edit_command_reaches_a_running_engine_on_both_buses(tmp_path):
         zmq = ["--inputs", config.zmq.inputs, "--endpoint", config.zmq.publish]
         done = goggles("edit", "spawn", "crate1", "crate", "--at", "3,1,0.5,1.5708", *zmq)
         assert done.returncode == 0 and "spawn crate1 (crate)" in done.stdout and "applied" in done.stdout, done
-        T = engine.props.placed["crate1"][1]  # the answer came after it was placed: no waiting here
+        T = engine.rig.props.placed["crate1"][1]  # the answer came after it was placed: no waiting here
         np.testing.assert_allclose(T[:3, 3], [3.0, 1.0, 0.5])
         np.testing.assert_allclose(T[:3, 0], [0.0, 1.0, 0.0], atol=1e-5)  # turned 90 degrees about +z
         done = goggles("edit", "move", "crate1", "--at=-2,0,0.5", "--lcm-url", config.lcm_url)
         assert done.returncode == 0 and "applied" in done.stdout, done
-        assert engine.props.placed["crate1"][1][0, 3] == -2.0
+        assert engine.rig.props.placed["crate1"][1][0, 3] == -2.0
         typo = goggles("edit", "spawn", "crate2", "crat", "--at", "1,1,1", *zmq, check=False)
         assert typo.returncode == 1 and "not applied: no prop 'crat' to spawn" in typo.stdout, typo
-        assert "crate2" not in engine.props.placed
+        assert "crate2" not in engine.rig.props.placed
         assert goggles("edit", "remove", "crate1", *zmq).returncode == 0
-        assert "crate1" not in engine.props.placed
+        assert "crate1" not in engine.rig.props.placed
         gone = goggles("edit", "remove", "crate1", "--lcm-url", config.lcm_url, check=False)
         assert gone.returncode == 1 and "no actor 'crate1' to remove" in gone.stdout, gone
     elsewhere = f"tcp://127.0.0.1:{free_port()}"

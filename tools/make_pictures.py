@@ -42,10 +42,10 @@ def demo(out: Path, seconds: float = 7.0) -> Path:
     engine = Engine(config, device="cpu")
     try:
         engine.run(duration=seconds)
-        group = engine.groups[0]
-        poses = np.stack([engine._camera_pose(c) for c in group.cameras])
-        images, _ = group.render(poses, key=engine._utime())
-        T_WB = engine.vehicles["quad0"].pose()
+        group = engine.rig.groups[0]
+        poses = np.stack([engine.camera_pose(c) for c in group.cameras])
+        images, _ = group.render(poses, key=engine.utime())
+        T_WB = engine.rig.vehicles["quad0"].pose()
     finally:
         engine.close()
     behind = T_WB[:3, 3] - 1.8 * T_WB[:3, 0] + [0.0, 0.0, 0.8]  # over the quad's shoulder, as a chase camera

@@ -18,6 +18,7 @@ import numpy as np
 from goggles.dynamics import SimulatorSettings
 from goggles.errors import ConfigError, GogglesError
 from goggles.render import RenderSettings
+from goggles.rig import parts
 from goggles.scene import StaticScene
 
 
@@ -112,12 +113,12 @@ def bench_render(
     import warp as wp
 
     from goggles.frames import camera_pose_from_body
-    from goggles.render import CameraModel, Renderer, Shading
+    from goggles.render import CameraModel, Shading
     from goggles.render.embree import EmbreeTracer, embree_available
     from goggles.scene import load_static_scene
     from goggles.scene.gates import gate_shape
     from goggles.sensors.camera_noise import GLOBAL_SHUTTER, CameraNoise
-    from goggles.sensors.lidar import OS1_64, Lidar
+    from goggles.sensors.lidar import OS1_64
     from goggles.world import DeviceScene
 
     scene = scene_path if isinstance(scene_path, StaticScene) else load_static_scene(scene_path)
@@ -144,7 +145,7 @@ def bench_render(
             ("all+blur4", every, Shading.SUN, False),
             ("all+gates", every, Shading.SUN, False),
         ):
-            renderer = Renderer(
+            renderer = parts.renderer(
                 world,
                 [camera] * views,
                 RenderSettings(
@@ -188,7 +189,7 @@ def bench_render(
                 costs[backend, outputs] = _paired_cost(render_views, ideal, seconds)
             renderer.close()
         # An OS1-64 scan (65,536 rays at 10 Hz) of the same world, the sensor turning during the scan.
-        lidar = Lidar(world, OS1_64, backend=backend)  # on its own default thread count, as a LiDAR scans
+        lidar = parts.lidar(world, OS1_64, backend=backend)  # on its own default thread count, as a LiDAR scans
 
         def scan(lidar=lidar, start=T_WB_views[0], end=T_WB_views[1]) -> None:
             lidar.scan(start, end)
@@ -260,9 +261,9 @@ def bench_dynamics(
     disturbances, IMU) of a batch in flight."""
     import warp as wp
 
-    from goggles.dynamics import ControlMode, MultirotorSim, load_airframe
+    from goggles.dynamics import ControlMode, load_airframe
 
-    sim = MultirotorSim(
+    sim = parts.simulator(
         load_airframe(preset), vehicles, SimulatorSettings(threads=threads, integrator=integrator), device=device
     )
     sim.reset(position=[0.0, 0.0, 1.0], rotor_speed=sim.airframe.hover_speed)
@@ -660,11 +661,11 @@ def bench_lidar(
     from goggles.paths import default_scene
     from goggles.render.embree import embree_available, tracer_for
     from goggles.scene import load_static_scene
-    from goggles.sensors.lidar import Lidar, lidar_model
+    from goggles.sensors.lidar import lidar_model
     from goggles.world import DeviceScene
 
     scene = load_static_scene(default_scene())
-    lidar = Lidar(DeviceScene(scene, device), lidar_model(model_name), backend=backend, threads=threads)
+    lidar = parts.lidar(DeviceScene(scene, device), lidar_model(model_name), backend=backend, threads=threads)
     poses = bench_views(scene.view if scene.view is not None else np.eye(4), scans + 1)
     lidar.scan(poses[0], poses[1])  # warm-up
     wall, cpu = time.perf_counter(), time.process_time()

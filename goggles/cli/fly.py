@@ -7,7 +7,6 @@ from pathlib import Path
 
 from goggles.checks import FLOAT32_MAX
 from goggles.cli.common import floats_between, positive, report, seed
-from goggles.dynamics import SimulatorSettings
 from goggles.errors import ConfigError
 
 
@@ -111,10 +110,11 @@ def _setpoint(args, airframe) -> list[float]:
 def cmd_fly(args) -> int:
     import numpy as np
 
-    from goggles.dynamics import ControlMode, GroundEffect, Integrator, MultirotorSim, load_airframe
+    from goggles.dynamics import ControlMode, GroundEffect, Integrator, SimulatorSettings, load_airframe
     from goggles.dynamics.model import MAX_PHYSICS_RATE, MIN_PHYSICS_RATE
     from goggles.dynamics.trajectory import TrajectoryWriter, trajectory_row
     from goggles.frames import quat_from_euler
+    from goggles.rig import parts
 
     if not (args.duration > 0 and args.decimate >= 1):
         raise ConfigError("--duration must be > 0 s and --decimate >= 1")
@@ -125,7 +125,7 @@ def cmd_fly(args) -> int:
     airframe = load_airframe(args.preset)
     setpoint = _setpoint(args, airframe)
     start = [0.0, 0.0, 0.0, 0.0] if args.start is None else list(args.start) + [0.0] * (4 - len(args.start))
-    sim = MultirotorSim(
+    sim = parts.simulator(
         airframe,
         1,
         SimulatorSettings(

@@ -6,7 +6,6 @@ from pathlib import Path
 
 from goggles.cli.common import add_backend_arg, add_camera_args, camera_model, floats, positive
 from goggles.errors import ConfigError
-from goggles.render import RenderSettings
 
 
 def add_parser(commands) -> None:
@@ -86,8 +85,9 @@ def cmd_render(args) -> int:
 
     from goggles.frames import camera_pose_from_body, overview_pose, parse_pose
     from goggles.paths import default_course, default_scene
-    from goggles.render import Renderer, Shading, stereo_right_offset
+    from goggles.render import RenderSettings, Shading, stereo_right_offset
     from goggles.render.files import remove_earlier_render, write_calibration, write_camera
+    from goggles.rig import parts
     from goggles.scene import load_static_scene
     from goggles.scene.gates import load_course
     from goggles.world import build_world
@@ -123,7 +123,7 @@ def cmd_render(args) -> int:
     depth_model = args.depth_model or ("d435" if realistic else "ideal")
     noise_model = args.noise_model or ("global-shutter" if realistic else "ideal")
     if "images" in outputs:
-        renderer = Renderer(
+        renderer = parts.renderer(
             world,
             [camera] * len(T_WC),
             RenderSettings(

@@ -22,6 +22,7 @@ import warp as wp
 
 from goggles.checks import INT32_MAX
 from goggles.dynamics.airframe import Integrator
+from goggles.errors import ConfigError
 from goggles.world.queries import ActorData, closest_hit, nearest_surface
 
 vec6 = wp.types.vector(length=6, dtype=wp.float32)
@@ -65,6 +66,15 @@ def steps_per_sample(physics_rate: float, rate: float) -> int | None:
     ratio = physics_rate / rate if rate > 0 else 0.0
     count = round(ratio) if 1 <= ratio <= INT32_MAX + 0.5 else 0
     return count if count >= 1 and abs(ratio - count) <= 1e-9 * ratio else None
+
+
+def period_steps(physics_rate: float, rate: float, what: str) -> int:
+    """Physics steps between two samples of ``what`` at ``rate`` Hz; a rate that does not divide the
+    physics rate (possible in a RunConfig made in Python, not read from a file) is refused."""
+    steps = steps_per_sample(physics_rate, rate)
+    if steps is None:
+        raise ConfigError(f"{what}: rate {rate:g} Hz does not divide the physics rate {physics_rate:g} Hz")
+    return steps
 
 
 #: Downward ray length for the ground-effect height when a world is given, m.

@@ -9,9 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from goggles.dynamics.model import steps_per_sample
-from goggles.errors import ConfigError
-
 
 @dataclass
 class Event:
@@ -60,12 +57,3 @@ class Schedule:
             due = self.next_due()
             at(due)
             self.run_due(due)
-
-
-def period_steps(physics_rate: float, rate: float, what: str) -> int:
-    """Physics steps between two samples of ``what`` at ``rate`` Hz; a rate that does not divide the
-    physics rate (possible in a RunConfig made in Python, not read from a file) is refused."""
-    steps = steps_per_sample(physics_rate, rate)
-    if steps is None:
-        raise ConfigError(f"{what}: rate {rate:g} Hz does not divide the physics rate {physics_rate:g} Hz")
-    return steps

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from goggles.frames import look_at
-from goggles.render import CameraModel, Renderer, RenderSettings, Shading
+from goggles.render import CameraModel, RenderSettings, Shading
+from goggles.rig import parts
 from goggles.scene.actors import box_shape
 from goggles.scene.assets import Material, MeshPart
 from goggles.scene.batch import StaticScene, merge_parts
@@ -92,7 +93,9 @@ class ChaseView:
             max_actors=(0 if scene is None else scene.max_actors) + things + 2 * num_envs,
         )
         camera = CameraModel.from_fov(width, height, VFOV_DEG)
-        self.renderer = Renderer(self.world, [camera] * num_envs, RenderSettings(outputs={"rgb"}, shading=Shading.SUN))
+        self.renderer = parts.renderer(
+            self.world, [camera] * num_envs, RenderSettings(outputs={"rgb"}, shading=Shading.SUN)
+        )
         self.num_envs = num_envs
 
     def frames(

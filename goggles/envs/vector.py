@@ -32,7 +32,7 @@ from goggles.dynamics import SimulatorSettings
 from goggles.dynamics.airframe import load_airframe
 from goggles.dynamics.control import ControlMode
 from goggles.dynamics.model import vec8
-from goggles.dynamics.simulator import GRAVITY, MultirotorSim
+from goggles.dynamics.simulator import GRAVITY
 from goggles.envs import kernels
 from goggles.envs.chase import ChaseView
 from goggles.envs.randomization import DEFAULTS, Randomization, randomized_airframe
@@ -40,8 +40,9 @@ from goggles.envs.streams import StreamOrder
 from goggles.envs.tasks import Episodes, HoverTask
 from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL, transform
-from goggles.render import CameraModel, Renderer, RenderSettings, Shading
+from goggles.render import CameraModel, RenderSettings, Shading
 from goggles.render.projection import distortion5
+from goggles.rig import parts
 from goggles.runtime.progress import load_kernels
 from goggles.runtime.recorded_work import RecordedWork, struct_key
 from goggles.sensors.draws import NoiseDraws
@@ -201,7 +202,7 @@ class DroneVectorEnv(VectorEnv):
         self.nominal = load_airframe(airframe)
         load_kernels(kernels, d)  # here, not in the renderer's threads (launch_rows)
         # The vehicles collide with the static scene; actors belong to one environment each (tasks).
-        self.sim = MultirotorSim(
+        self.sim = parts.simulator(
             self.nominal, n, SimulatorSettings(seed=self.seed, actors=False), device=d, world=scene
         )
         self.scene = scene
@@ -415,7 +416,7 @@ class DroneVectorEnv(VectorEnv):
         n, d = self.num_envs, self.device
         self.camera_outputs, self._camera = tuple(outputs), camera
         shading = Shading.SUN if "rgb" in outputs else Shading.NONE
-        self.renderer = Renderer(
+        self.renderer = parts.renderer(
             self.scene, [camera] * n, RenderSettings(outputs=set(outputs), shading=shading, backend=backend)
         )
         if isinstance(depth_model, str):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from goggles.checks import parse_toml
 from goggles.clock import MIN_SCALE, ClockMode
+from goggles.engine.drivers import Replayed
 from goggles.errors import ConfigError, GogglesError
 from goggles.logs.record import Recorder, is_log_file, read_log, read_metadata
 from goggles.rig.runfile import load_run_config, parse_run_config
@@ -168,49 +169,40 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
     Returns:
         The number of recorded poses used.
     """
-    if engine.mode != ClockMode.REPLAY:
-        raise MalformedMessage("replay needs an engine built in REPLAY mode")
+    driver = Replayed(engine)  # refuses an engine in another mode
     if speed is not None and not speed >= MIN_SCALE:
         raise ConfigError(f"replay speed {speed} must be >= {MIN_SCALE:g} (its waits would overflow the clock)")
-    inputs = engine.inputs
+    inputs = driver.inputs
     used, start_wall, last_progress = 0, time.perf_counter(), time.perf_counter()
     t_first, skipped_ns = None, 0
     anchor_ns, last_step, last_t_ns = 0, 0, 0  # log time minus stamp time at the newest pose; its step, log time
-    max_gap = max(1, int(round(max_gap_s / engine.dt)))
+    max_gap = max(1, int(round(max_gap_s / driver.dt)))
     pauses, restarts = Tally("pauses skipped"), Tally("clock restarts replayed on")
     stamped = _agreeing_start(_stamped(recorded, inputs), inputs, max_gap_s * 1e6)
     for t_ns, channel, data, stamp in _without_stamp_spikes(stamped, inputs, max_gap_s * 1e6, restarts):
         if stamp is None:  # an edit or a tracked prop, as the run applied it: after the events of the step it came at
             if t_first is not None:  # its log time on the stamps' clock (exact for goggles' own logs,
                 # where both are sim time; lcm-logger's receipt times land within a pose period)
-                edit_step = max(int(round((t_ns - anchor_ns) * 1e-9 / engine.dt)), last_step)
-                engine.run_events_before(edit_step + 1)
-            try:
-                inputs.apply(channel, data)
-            except MalformedMessage as exc:
-                inputs.count_malformed(channel, exc)
+                edit_step = max(int(round((t_ns - anchor_ns) * 1e-9 / driver.dt)), last_step)
+                driver.run_until(edit_step + 1)
+            driver.edit(channel, data)
             continue
-        step = int(round(stamp * 1e-6 / engine.dt))
+        step = int(round(stamp * 1e-6 / driver.dt))
         if t_first is None:
-            engine.start_at(step)
-        elif step - engine.step > max_gap:
+            driver.start_at(step)
+        elif step - driver.step > max_gap:
             pauses.warn(
-                (step - engine.step) * engine.dt,
+                (step - driver.step) * driver.dt,
                 "the poses pause for %.6g s of sim time (from %.3f s): skipped ahead without rendering it",
-                (step - engine.step) * engine.dt,
-                engine.step * engine.dt,
+                (step - driver.step) * driver.dt,
+                driver.step * driver.dt,
             )
-            engine.start_at(step)
+            driver.start_at(step)
             skipped_ns += max(t_ns - last_t_ns, 0)
         anchor_ns, last_step, last_t_ns = t_ns - stamp * 1000, step, t_ns
-        engine.run_events_before(step)
+        driver.run_until(step)
         try:
-            if channel.endswith("/state"):
-                taken = inputs.apply_recorded_state(channel[: -len("/state")], data)
-            else:
-                taken = inputs.apply(channel, data)
-            engine.update_people()
-            engine.touch_posed()
+            taken = driver.place(channel, data)
         except MalformedMessage as exc:
             inputs.count_malformed(channel, exc)
             continue
@@ -223,7 +215,7 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
         if progress is not None and time.perf_counter() - last_progress > 1.0:
             last_progress = time.perf_counter()
             progress((t_ns - t_first) * 1e-9)
-    engine.run_events_before(engine.step + 1)
+    driver.finish()
     pauses.close()
     restarts.close()
     return used

@@ -90,13 +90,14 @@ class FoxgloveSink:
         """The static scene's SceneUpdate once encoded."""
         self._static_lock = threading.Lock()
 
-    def set_scene(self, static, actors, sensor_pose=None, range_beams=None) -> None:
-        """What the 3D view shows: ``static`` (a ``StaticScene``, or None), encoded now in a thread;
-        ``actors``, a callable returning the ``ViewedActor``s now (``Engine.viewed_actors``);
-        ``sensor_pose``, a callable giving a LiDAR's or range sensor's (4, 4) pose in the world now, or
-        None (``Engine.sensor_pose``), which places its scans; and ``range_beams``, a callable giving a
-        range sensor's beam directions (``Engine.range_beams``), which turns its readings into points."""
-        self._actors, self._sensor_pose, self._range_beams = actors, sensor_pose, range_beams
+    def set_scene(self, rig) -> None:
+        """What the 3D view shows, read from ``rig`` (a ``goggles.rig.Rig``, or anything with the same
+        four): its ``static`` scene (a ``StaticScene``, or None), encoded now in a thread; its
+        ``viewed_actors()`` now; ``sensor_pose(name)``, a LiDAR's or range sensor's (4, 4) pose in the
+        world now, or None, which places its scans; and ``range_beams(name)``, a range sensor's beam
+        directions, which turn its readings into points."""
+        self._actors, self._sensor_pose, self._range_beams = rig.viewed_actors, rig.sensor_pose, rig.range_beams
+        static = rig.static
         if static is not None:
             threading.Thread(target=self._encode_static, args=(static,), name="foxglove-static", daemon=True).start()
 

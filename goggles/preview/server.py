@@ -28,7 +28,6 @@ import numpy as np
 
 from goggles.errors import ConfigError, require
 from goggles.frames import R_BODY_OPTICAL, look_at, transform
-from goggles.render import RenderSettings
 from goggles.transport.endpoints import PREVIEW_PORT
 
 log = logging.getLogger(__name__)
@@ -94,14 +93,15 @@ class FrameSource:
         self._third = None
         if scene is not None:
             from goggles.dynamics.airframe import load_airframe
-            from goggles.render import CameraModel, Renderer
+            from goggles.render import CameraModel, RenderSettings
+            from goggles.rig import parts
             from goggles.scene.vehicle_model import vehicle_shape
             from goggles.world import DeviceScene
 
             shape = vehicle_shape(load_airframe(airframe))
             world = DeviceScene(scene, device, shapes=[shape], max_actors=1)
             self._world = world
-            self._third = Renderer(
+            self._third = parts.renderer(
                 world, [CameraModel.from_fov(*third_size, 60.0)], RenderSettings(outputs={"rgb", "segmentation"})
             )
 

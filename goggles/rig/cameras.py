@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from goggles.engine.schedule import period_steps
+from goggles.dynamics.model import period_steps
 from goggles.render import Renderer, RenderSettings, Shading, stereo_right_offset
+from goggles.rig import parts
 from goggles.rig.runfile import IMAGE_OUTPUTS, CameraConfig
 from goggles.runtime.device_copies import HostMirror, collect
 from goggles.runtime.recorded_work import RecordedWork
@@ -173,7 +174,7 @@ def camera_groups(
         models = [m.config.model for m, _ in members]
         published = {o for m, _ in members for o in m.config.outputs if o in IMAGE_OUTPUTS}
         streams = [stream_of(m.channel_prefix) for m, _ in members]  # each eye's noise its own
-        renderer = Renderer(
+        renderer = parts.renderer(
             scene,
             models,
             RenderSettings(

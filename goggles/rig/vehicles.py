@@ -15,6 +15,7 @@ from goggles.clock import came_late
 from goggles.dynamics import ControlMode, MultirotorSim, SimulatorSettings, load_airframe
 from goggles.errors import GogglesError
 from goggles.frames import transform
+from goggles.rig import parts
 from goggles.rig.pilots import RoutePilot
 from goggles.rig.runfile import IMAGE_OUTPUTS
 from goggles.scene.vehicle_model import vehicle_model, vehicle_shape
@@ -165,7 +166,7 @@ def make_vehicles(
         return vehicles, fleets
     for (preset, floor_z, imu_rate, imu_batch), members in groups.items():
         airframe = load_airframe(preset)
-        sim = MultirotorSim(
+        sim = parts.simulator(
             airframe,
             len(members),
             SimulatorSettings(

@@ -21,7 +21,6 @@ import warp as wp
 
 from goggles import checks
 from goggles.errors import ConfigError
-from goggles.render import RenderSettings
 from goggles.runtime.progress import load_kernels
 from goggles.sensors.draws import NoiseDraws, draw_state
 
@@ -217,49 +216,28 @@ class LidarScan:
 
 class Lidar:
     """A LiDAR on a world: ``scan`` from the sensor's pose at the start and at the end of the scan.
+    ``goggles.rig.parts.lidar(scene, model)`` makes one.
 
     Args:
-        scene: the world (``goggles.world.DeviceScene``).
+        renderer: a renderer (``goggles.render.Renderer``, LIDAR shading, depth and rgb written) whose
+            one camera is ``model``'s ``RayTable``.
         model: your own, or a preset's name (``PRESETS``).
-        backend: the renderer's primary-ray tracer (``auto``: Embree on the CPU).
-        threads: CPU threads per scan (None: all cores). One by default: a scan's 65,536 rays are too
-            few to share well (two threads: 1.5x faster, 1.2x the CPU time per scan on the development
-            machine), and a scan's latency is its 0.1 s sweep anyway.
         seed, stream: the range noise's seed and this sensor's stream (``draws.stream_of`` its name).
         noise: False for exact ranges.
     """
 
-    def __init__(
-        self,
-        scene,
-        model: LidarModel | str,
-        *,
-        backend: str = "auto",
-        threads: int | None = 1,
-        seed: int = 0,
-        stream: int = 0,
-        noise: bool = True,
-    ):
-        from goggles.render import Renderer, Shading
-
+    def __init__(self, renderer, model: LidarModel | str, *, seed: int = 0, stream: int = 0, noise: bool = True):
         self.model = model = lidar_model(model)
         self._scan = 0
         self._sigma = model.range_sigma if noise else 0.0
         self._stream = int(stream)
-        directions, self._times = model.rays(0)
-        self._table = RayTable(directions, model.min_range, model.max_range)
-        self.renderer = Renderer(
-            scene,
-            [self._table],
-            RenderSettings(
-                shading=Shading.LIDAR,
-                background_rgb=(0.0, 0.0, 0.0),
-                outputs={"depth", "rgb"},
-                backend=backend,
-                threads=threads,
-                shadows=False,
-            ),
-        )
+        self._table, self._times = renderer.cameras[0], model.rays(0)[1]
+        if not isinstance(self._table, RayTable) or self._table.ray_directions().shape[:2] != (
+            len(self._times),
+            model.beams,
+        ):
+            raise ConfigError(f"LiDAR {model.name}: its renderer's one camera must be the model's RayTable")
+        self.renderer = renderer
         self._draws = NoiseDraws(seed, self.renderer.device)
         if model.pattern != "spin":  # its rays are drawn on the device each scan
             load_kernels(rosette_rays_kernel.module, self.renderer.device)
