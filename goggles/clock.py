@@ -62,6 +62,27 @@ TIMER_SLACK = 0.02
 #: Slowest scale accepted, sim seconds per wall second: a millionth (a physics step of 1/960 s takes
 #: 17 wall minutes); below it the wall times to wait overflow the system's clock.
 MIN_SCALE = 1e-6
+#: The scale that follows the renders: as fast as they keep up, never above ``max_scale``.
+AUTO = "auto"
+
+
+def parse_scale(value, where: str, *, auto: bool = True) -> float | None:
+    """A clock's scale as a run file or the command line gives it: ``"auto"`` (None: automatic; where
+    ``auto`` allows it) or sim seconds per wall second, at least ``MIN_SCALE``. The one reading of a
+    scale, for ``[clock] scale``, ``goggles run --scale`` and ``goggles replay --scale``; ``where``
+    names the key or flag in the error."""
+    if auto and value == AUTO:
+        return None
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not MIN_SCALE <= number < float("inf"):
+        accepted = f"'{AUTO}' or a number" if auto else "a number"
+        raise ConfigError(f"{where} must be {accepted} of sim seconds per wall second >= {MIN_SCALE:g}, got {value!r}")
+    return float(number)
 
 
 class PacedClock:

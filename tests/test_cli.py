@@ -47,7 +47,7 @@ def test_render_writes_each_cameras_calibration_as_ros_camera_yaml(tmp_path):
     import cv2
     import yaml
 
-    from goggles.rig.runfile import load_camera_yaml
+    from goggles.render.calibration import load_camera_yaml
 
     args = ["render", "--width", "64", "--height", "48", "--intrinsics", "50,51,31.5,23", "--baseline", "0.32"]
     goggles(*args, "--out", str(tmp_path))

@@ -704,7 +704,7 @@ def test_a_rate_made_in_python_that_does_not_divide_the_physics_rate_is_refused(
 
 
 def test_camera_calibration_yaml(tmp_path):
-    from goggles.rig.runfile import load_camera_yaml
+    from goggles.render.calibration import load_camera_yaml
 
     path = tmp_path / "cam.yaml"
     path.write_text(
@@ -721,7 +721,7 @@ def test_a_calibration_opencv_wrote_is_read_as_opencv_wrote_it(tmp_path):
     "not valid YAML"; older OpenCV writes the header as %YAML:1.0, which PyYAML refuses too."""
     import cv2
 
-    from goggles.rig.runfile import load_camera_yaml
+    from goggles.render.calibration import load_camera_yaml
 
     K = np.array([[500.0, 0.0, 319.5], [0.0, 501.0, 239.5], [0.0, 0.0, 1.0]])
     distortion = np.array([[0.1, -0.05, 0.001, 0.002, 0.01]])
@@ -756,7 +756,7 @@ def test_a_calibration_opencv_wrote_is_read_as_opencv_wrote_it(tmp_path):
     ],
 )
 def test_a_calibration_a_camera_model_cannot_hold_is_refused_by_file_and_key(tmp_path, change, message):
-    from goggles.rig.runfile import load_camera_yaml
+    from goggles.render.calibration import load_camera_yaml
 
     text = (
         "image_width: 640\nimage_height: 480\ncamera_name: front\n"
@@ -779,7 +779,7 @@ def test_shipped_calibration_is_flightgoggles_camera():
     from pathlib import Path
 
     from goggles.render import CameraModel
-    from goggles.rig.runfile import load_camera_yaml
+    from goggles.render.calibration import load_camera_yaml
 
     model = load_camera_yaml(Path(__file__).resolve().parents[1] / "calib/flightgoggles_1024x768.yaml")
     expected = CameraModel.from_fov(1024, 768, 70.0)

@@ -75,23 +75,26 @@ def positive(text: str) -> float:
 
 
 def scale(text: str) -> float:
-    """argparse type: sim seconds per wall second (a replay's speed too), from ``clock.MIN_SCALE``."""
-    from goggles.clock import MIN_SCALE
-
-    value = positive(text)
-    if value < MIN_SCALE:
-        raise argparse.ArgumentTypeError(f"must be at least {MIN_SCALE:g} (sim seconds per wall second), got {text!r}")
-    return value
+    """argparse type: sim seconds per wall second (``clock.parse_scale``, without 'auto')."""
+    return _scale(text, auto=False)
 
 
-def auto_or_scale(text: str) -> str | float:
-    """argparse type: 'auto' or a ``scale``."""
-    if text == "auto":
-        return text
+def auto_or_scale(text: str) -> float | None:
+    """argparse type: 'auto' (None) or a ``scale`` (``clock.parse_scale``)."""
+    return _scale(text, auto=True)
+
+
+def _scale(text: str, auto: bool) -> float | None:
+    from goggles.clock import parse_scale
+
     try:
-        return scale(text)
-    except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or {str(exc).removeprefix('must be ')}") from None
+        return parse_scale(text, "it", auto=auto)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("it ")) from None
+
+
+#: What an option the command line was not given holds (its argparse default), where None means something.
+NOT_GIVEN = object()
 
 
 #: Longest wait a command-line timeout may ask for, s: longer ones overflow the system's timers.

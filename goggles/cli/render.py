@@ -86,7 +86,8 @@ def cmd_render(args) -> int:
     from goggles.frames import camera_pose_from_body, overview_pose, parse_pose
     from goggles.paths import default_course, default_scene
     from goggles.render import RenderSettings, Shading, stereo_right_offset
-    from goggles.render.files import remove_earlier_render, write_calibration, write_camera
+    from goggles.render.calibration import write_calibration
+    from goggles.render.files import remove_earlier_render, write_camera
     from goggles.rig import parts
     from goggles.scene import load_static_scene
     from goggles.scene.gates import load_course

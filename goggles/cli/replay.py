@@ -35,7 +35,14 @@ def add_parser(commands) -> None:
         "--record", type=Path, default=None, help="record the new outputs here (a folder when replaying a folder)"
     )
     pace = replay.add_mutually_exclusive_group()
-    pace.add_argument("--speed", type=scale, default=None, help="play at this multiple of the recorded pace")
+    pace.add_argument(
+        "--scale",
+        "--speed",
+        dest="scale",
+        type=scale,
+        default=None,
+        help="sim seconds per wall second: play at this multiple of the recorded pace (--speed: the same)",
+    )
     pace.add_argument("--as-fast-as-possible", action="store_true", help="no pacing (the default)")
     replay.add_argument(
         "--max-gap",
@@ -56,7 +63,7 @@ def add_parser(commands) -> None:
 def cmd_replay(args) -> int:
     from goggles.logs.replay import MAX_GAP_S, check_record_path, replay_file, replay_folder
 
-    speed = None if args.as_fast_as_possible else args.speed
+    speed = None if args.as_fast_as_possible else args.scale
     max_gap_s = MAX_GAP_S if args.max_gap is None else args.max_gap
     if args.log.is_dir():
         if args.foxglove is not None:

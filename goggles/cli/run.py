@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from goggles.cli.common import (
+    NOT_GIVEN,
     add_backend_arg,
     add_foxglove_args,
     add_overwrite_arg,
@@ -43,7 +44,7 @@ def add_parser(commands) -> None:
     run.add_argument(
         "--scale",
         type=auto_or_scale,
-        default=None,
+        default=NOT_GIVEN,
         help="'auto' or sim seconds per wall second (overrides the run file)",
     )
     run.add_argument(
@@ -139,8 +140,8 @@ def run_config(args):
     changes = {}
     if args.mode is not None:
         changes["mode"] = {"sim": ClockMode.SIM, "lockstep": ClockMode.LOCKSTEP, "live": ClockMode.LIVE}[args.mode]
-    if args.scale is not None:
-        changes["scale"] = None if args.scale == "auto" else args.scale
+    if args.scale is not NOT_GIVEN:
+        changes["scale"] = args.scale
     if args.expose is not None:
         if args.keys is None:
             raise ConfigError("--expose needs --keys DIR (make them with: goggles keys DIR)")
@@ -182,7 +183,8 @@ def unused_options(args, config) -> list[str]:
     lines = []
     if config.mode != ClockMode.SIM:
         how = "advances on step requests" if config.mode == ClockMode.LOCKSTEP else "runs on the wall clock"
-        lines += unused({"--scale": args.scale}, f": {config.mode.name.lower()} mode {how}")
+        given = None if args.scale is NOT_GIVEN else "given"
+        lines += unused({"--scale": given}, f": {config.mode.name.lower()} mode {how}")
     if args.record is None:
         recording = {"--overwrite": args.overwrite, "--record-compression": args.record_compression}
         recording |= {"--record-profile": args.record_profile, "--on-record-error": args.on_record_error}

@@ -216,8 +216,8 @@ class WorldCache:
     worlds: dict = field(default_factory=dict)
 
     def get(self, config, device):
+        from goggles.rig.rig import build_run_world
         from goggles.rig.vehicles import body_shapes, drawn_airframes
-        from goggles.world.build import build_run_world
 
         airframes = tuple((v.preset, v.segmentation) for v in config.vehicles)  # their bodies are shapes of the world
         key = (config.scene, config.course, config.perturb, airframes, str(device))

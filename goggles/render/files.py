@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.render.camera import CameraModel
 from goggles.render.renderer import Images
 
 
@@ -79,30 +78,3 @@ def write_camera(folder: Path, images: Images, camera: int, prefix: str = "") ->
             raise OSError(f"cannot write {path}")
         written.append(path)
     return written
-
-
-def write_calibration(folder: Path, camera: CameraModel, name: str, prefix: str = "", baseline: float = 0.0) -> Path:
-    """Write ``<prefix>camera.yaml``: the ROS camera_info YAML of ``camera`` (``goggles.rig.runfile.
-    load_camera_yaml`` reads it back). ``baseline`` (m) makes it a stereo pair's right camera: its
-    projection matrix carries Tx = -fx * baseline, as ROS's stereo convention has it."""
-    import yaml
-
-    fx, fy, cx, cy = (float(v) for v in (camera.fx, camera.fy, camera.cx, camera.cy))
-    calibration = {
-        "image_width": camera.width,
-        "image_height": camera.height,
-        "camera_name": name,
-        "camera_matrix": {"rows": 3, "cols": 3, "data": [fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0]},
-        "distortion_model": "plumb_bob",
-        "distortion_coefficients": {"rows": 1, "cols": 5, "data": [float(c) for c in camera.distortion]},
-        "rectification_matrix": {"rows": 3, "cols": 3, "data": [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]},
-        "projection_matrix": {
-            "rows": 3,
-            "cols": 4,
-            "data": [fx, 0.0, cx, -fx * baseline, 0.0, fy, cy, 0.0, 0.0, 0.0, 1.0, 0.0],
-        },
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{prefix}camera.yaml"
-    path.write_text(yaml.safe_dump(calibration, sort_keys=False, default_flow_style=None))
-    return path

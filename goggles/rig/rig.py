@@ -21,11 +21,12 @@ from goggles.rig.cameras import camera_groups
 from goggles.rig.runfile import RunConfig, check_simulated_starts
 from goggles.rig.vehicles import body_shapes, drawn_airframes, make_vehicles, viewed_vehicles
 from goggles.scene.bvh import load_bvh
+from goggles.scene.gates import load_course
 from goggles.sensors.draws import stream_of
 from goggles.sensors.ranges import RangeSensor
-from goggles.world.build import build_run_world
-from goggles.world.crowd import BUILD_INTERVAL_S, Crowd
-from goggles.world.props import Props
+from goggles.world.build import World, build_world
+from goggles.world.crowd import BUILD_INTERVAL_S, MAX_AVATARS, Crowd
+from goggles.world.props import MAX_PROPS, Props
 
 log = logging.getLogger(__name__)
 
@@ -180,3 +181,16 @@ class Rig:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def build_run_world(config: RunConfig, device=None, bodies: tuple = ()) -> World:
+    """The world a run (``RunConfig``) flies in: its scene, and its course's gates (shifted by the
+    run's ``perturb`` seed), with room for the avatars a run may bring, the props it may spawn and its
+    vehicles' ``bodies`` (``goggles.rig.vehicles.body_shapes``)."""
+    course = load_course(config.course) if config.course is not None else None
+    if course is not None and config.perturb is not None:
+        course = course.perturbed(config.perturb)
+    spare = MAX_AVATARS + (MAX_PROPS if config.props else 0) + len(bodies)
+    return build_world(
+        config.scene, course=course, device=device, spare_actors=spare, props=config.props, bodies=tuple(bodies)
+    )

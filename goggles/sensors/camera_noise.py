@@ -36,10 +36,6 @@ class CameraNoiseModel:
     """0: none; 1: the full natural cos⁴ falloff."""
     source: str
 
-    @property
-    def gain_dn_per_e(self) -> float:
-        return (2**self.adc_bits - 1) / self.full_well_e
-
 
 #: A global-shutter machine-vision camera (Sony IMX264-class, as in FLIR Blackfly S and Basler ace): EMVA
 #: 1288 reports of those cameras give ≈ 10.4 ke- saturation and ≈ 2.3 e- temporal dark noise, 12-bit ADC;

@@ -95,20 +95,3 @@ def build_world(
     first = len(gates) + len(props)
     place = {id(b): first + i for i, b in enumerate(unique)}
     return World(device_scene, course, poses, beacons, tuple(props), tuple(place[id(b)] for b in bodies))
-
-
-def build_run_world(config, device=None, bodies: tuple = ()) -> World:
-    """The world a run (``RunConfig``) flies in: its scene, and its course's gates (shifted by the
-    run's ``perturb`` seed), with room for the avatars a run may bring, the props it may spawn and its
-    vehicles' ``bodies`` (``goggles.rig.vehicles.body_shapes``)."""
-    from goggles.scene.gates import load_course
-    from goggles.world.crowd import MAX_AVATARS
-    from goggles.world.props import MAX_PROPS
-
-    course = load_course(config.course) if config.course is not None else None
-    if course is not None and config.perturb is not None:
-        course = course.perturbed(config.perturb)
-    spare = MAX_AVATARS + (MAX_PROPS if config.props else 0) + len(bodies)
-    return build_world(
-        config.scene, course=course, device=device, spare_actors=spare, props=config.props, bodies=tuple(bodies)
-    )
