@@ -8,6 +8,7 @@ import pytest
 from goggles.errors import ConfigError
 from goggles.race import RunEnd, score_flight
 from goggles.scene.gates import Course, Gate, gate_shape, load_course
+from tests.support import goggles
 
 
 def straight_course(timeout=30.0) -> Course:
@@ -124,7 +125,6 @@ def test_bad_course_files(tmp_path, text, message):
 
 @pytest.mark.slow
 def test_race_cli_flies_the_default_course_and_scores_its_log(tmp_path):
-    from tests.test_cli import goggles
 
     log = tmp_path / "flight.csv"
     flown = goggles("race", "--out", str(log)).stdout.strip().splitlines()[-1]

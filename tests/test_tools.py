@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_engine import free_port
+from tests.support import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 

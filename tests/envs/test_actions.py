@@ -1,0 +1,83 @@
+"""Actions through the physics, against closed forms: free fall, hover at action 0, rotor speeds
+in units of hover speed, and the attitude as a rotation matrix in the state observation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+gymnasium = pytest.importorskip("gymnasium")
+
+from goggles.envs import DroneVectorEnv, HoverTask  # noqa: E402
+from goggles.errors import ConfigError  # noqa: E402
+
+
+def test_free_fall_at_zero_thrust_and_hover_at_zero_action():
+    """Action thrust -1 commands zero collective thrust: the rotors spin down as a first-order lag
+    to their minimum speed, w(t) = w_min + (w_hover - w_min) exp(-t / tau_down), and the vehicle falls
+    with acceleration g ((w / w_hover)^2 - 1) (drag negligible over 0.25 s); action 0 is the vehicle's
+    hover thrust: it holds its height."""
+    env = DroneVectorEnv(2, task=HoverTask(spawn_radius=0.0, target_radius=0.0, max_distance=10.0), device="cpu")
+    observations, _ = env.reset(seed=0)
+    z0 = env.sim.states().position[:, 2].copy()
+    action = torch.tensor([[-1.0, 0, 0, 0], [0.0, 0, 0, 0]])
+    for _ in range(30):  # 30 x 8 physics steps = 0.25 s
+        env.step(action)
+    z = env.sim.states().position[:, 2]
+    af = env.nominal
+    t = np.linspace(0.0, 30 * 8 / 960, 20001)
+    w = af.min_speed + (af.hover_speed - af.min_speed) * np.exp(-t / af.time_constant_down)
+    acceleration = 9.81 * ((w / af.hover_speed) ** 2 - 1.0)
+    velocity = np.concatenate([[0.0], np.cumsum((acceleration[1:] + acceleration[:-1]) / 2 * np.diff(t))])
+    drop = np.sum((velocity[1:] + velocity[:-1]) / 2 * np.diff(t))
+    assert z[0] - z0[0] == pytest.approx(drop, rel=0.03)
+    assert abs(z[1] - z0[1]) < 0.01
+    env.close()
+
+
+@pytest.mark.parametrize("airframe, rotors", [("fg-quad", 4), ("hexa-550", 6)])
+def test_rotor_speed_actions_one_per_rotor_in_units_of_hover_speed(airframe, rotors):
+    """``control="rotors"``: one action per rotor, 0 the vehicle's hover speed (it holds its height),
+    -1 zero speed (the motors spin down as a first-order lag: the same fall as zero thrust)."""
+    task = HoverTask(spawn_radius=0.0, target_radius=0.0, max_distance=10.0)
+    env = DroneVectorEnv(2, task=task, airframe=airframe, control="rotors", device="cpu")
+    assert env.single_action_space.shape == (rotors,)
+    env.reset(seed=0)
+    z0 = env.sim.states().position[:, 2].copy()
+    action = torch.zeros(2, rotors)
+    action[0] = -1.0
+    for _ in range(30):
+        env.step(action)
+    states = env.sim.states()
+    af = env.nominal
+    np.testing.assert_allclose(states.rotor_speed[1], af.hover_speed, rtol=1e-3)
+    assert abs(states.position[1, 2] - z0[1]) < 0.01
+    t = np.linspace(0.0, 30 * 8 / 960, 20001)
+    w = af.min_speed + (af.hover_speed - af.min_speed) * np.exp(-t / af.time_constant_down)
+    acceleration = 9.81 * ((w / af.hover_speed) ** 2 - 1.0)
+    velocity = np.concatenate([[0.0], np.cumsum((acceleration[1:] + acceleration[:-1]) / 2 * np.diff(t))])
+    assert states.position[0, 2] - z0[0] == pytest.approx(
+        np.sum((velocity[1:] + velocity[:-1]) / 2 * np.diff(t)), rel=0.03
+    )
+    with pytest.raises(ConfigError, match=f"shape \\(2, {rotors}\\)"):
+        env.step(torch.zeros(2, 4 if rotors != 4 else 6))
+    env.close()
+
+
+def test_state_observation_holds_the_attitude_as_a_rotation_matrix():
+    """Columns 6..14 are R_WB row-major, checked against trimesh's quaternion matrix of the simulator's
+    attitude; columns 0..2 are target - position."""
+    from trimesh.transformations import quaternion_matrix
+
+    env = DroneVectorEnv(4, device="cpu")
+    env.reset(seed=2)
+    for _ in range(5):
+        observations, *_ = env.step(torch.tensor([[0.0, 1.0, -0.5, 0.3]] * 4))
+    states = env.sim.states()
+    state = observations["state"].numpy()
+    for i in range(4):
+        R = quaternion_matrix(states.attitude[i])[:3, :3]  # (w, x, y, z)
+        np.testing.assert_allclose(state[i, 6:15].reshape(3, 3), R, atol=1e-5)
+        np.testing.assert_allclose(state[i, :3], env.episodes.target.numpy()[i] - states.position[i], atol=1e-5)
+    env.close()
