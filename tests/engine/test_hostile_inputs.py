@@ -179,12 +179,12 @@ def test_skeletons_are_bounded_and_cannot_stall_the_outputs(engine):
     while engine_.avatars and time.monotonic() < deadline:
         time.sleep(0.1)
     assert engine_.avatars == {}
-    shapes = len(engine_.world.shapes)
+    shapes = len(engine_.rig.world.shapes)
     client.send("skeleton/newcomer", _skeleton(20))
     deadline = time.monotonic() + 5
     while "newcomer" not in engine_.avatars and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert "newcomer" in engine_.avatars and len(engine_.world.shapes) == shapes
+    assert "newcomer" in engine_.avatars and len(engine_.rig.world.shapes) == shapes
 
 
 @pytest.mark.slow
