@@ -9,6 +9,7 @@ from .clock_t import clock_t as clock_t
 from .collision_t import collision_t as collision_t
 from .command_t import command_t as command_t
 from .edit_result_t import edit_result_t as edit_result_t
+from .events_t import events_t as events_t
 from .header_t import header_t as header_t
 from .image_t import image_t as image_t
 from .imu_t import imu_t as imu_t

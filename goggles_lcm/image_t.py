@@ -12,11 +12,11 @@ import goggles_lcm
 class image_t(object):
     """ One rendered image with the camera model and the pose it was rendered from. """
 
-    __slots__ = ["header", "pose_utime", "camera", "width", "height", "encoding", "fx", "fy", "cx", "cy", "distortion", "position", "orientation", "data_size", "data"]
+    __slots__ = ["header", "pose_utime", "camera", "width", "height", "encoding", "lens", "fx", "fy", "cx", "cy", "distortion", "position", "orientation", "data_size", "data"]
 
-    __typenames__ = ["goggles_lcm.header_t", "int64_t", "string", "int32_t", "int32_t", "int8_t", "double", "double", "double", "double", "double", "double", "double", "int32_t", "byte"]
+    __typenames__ = ["goggles_lcm.header_t", "int64_t", "string", "int32_t", "int32_t", "int8_t", "string", "double", "double", "double", "double", "double", "double", "double", "int32_t", "byte"]
 
-    __dimensions__ = [None, None, None, None, None, None, None, None, None, None, [5], [3], [4], None, ["data_size"]]
+    __dimensions__ = [None, None, None, None, None, None, None, None, None, None, None, [5], [3], [4], None, ["data_size"]]
 
     def __init__(self):
         self.header = goggles_lcm.header_t()
@@ -39,9 +39,16 @@ class image_t(object):
         """ LCM Type: int32_t """
         self.encoding = 0
         """ LCM Type: int8_t """
+        self.lens = ""
+        """
+        0 depth float32 m (z; along the ray for every lens but pinhole), 1 range
+        float32 m, 2 rgb8, 3 segmentation int32
+        LCM Type: string
+        """
+
         self.fx = 0.0
         """
-        0 depth float32 m (z), 1 range float32 m, 2 rgb8, 3 segmentation int32
+        "pinhole", "fisheye", "unified", "double-sphere", "eucm" (goggles.render.lenses)
         LCM Type: double
         """
 
@@ -59,7 +66,8 @@ class image_t(object):
         """ LCM Type: double[5] """
         self.position = [ 0.0 for dim0 in range(3) ]
         """
-        OpenCV k1, k2, p1, p2, k3
+        the lens's coefficients, zero-padded: pinhole OpenCV k1 k2 p1 p2 k3;
+        fisheye k1..k4; unified xi k1 k2 p1 p2; double-sphere xi alpha; eucm alpha beta
         LCM Type: double[3]
         """
 
@@ -92,7 +100,12 @@ class image_t(object):
         buf.write(struct.pack('>I', len(__camera_encoded)+1))
         buf.write(__camera_encoded)
         buf.write(b"\0")
-        buf.write(struct.pack(">iibdddd", self.width, self.height, self.encoding, self.fx, self.fy, self.cx, self.cy))
+        buf.write(struct.pack(">iib", self.width, self.height, self.encoding))
+        __lens_encoded = self.lens.encode('utf-8')
+        buf.write(struct.pack('>I', len(__lens_encoded)+1))
+        buf.write(__lens_encoded)
+        buf.write(b"\0")
+        buf.write(struct.pack(">dddd", self.fx, self.fy, self.cx, self.cy))
         buf.write(struct.pack('>5d', *self.distortion[:5]))
         buf.write(struct.pack('>3d', *self.position[:3]))
         buf.write(struct.pack('>4d', *self.orientation[:4]))
@@ -116,7 +129,10 @@ class image_t(object):
         self.pose_utime = struct.unpack(">q", buf.read(8))[0]
         __camera_len = struct.unpack('>I', buf.read(4))[0]
         self.camera = buf.read(__camera_len)[:-1].decode('utf-8', 'replace')
-        self.width, self.height, self.encoding, self.fx, self.fy, self.cx, self.cy = struct.unpack(">iibdddd", buf.read(41))
+        self.width, self.height, self.encoding = struct.unpack(">iib", buf.read(9))
+        __lens_len = struct.unpack('>I', buf.read(4))[0]
+        self.lens = buf.read(__lens_len)[:-1].decode('utf-8', 'replace')
+        self.fx, self.fy, self.cx, self.cy = struct.unpack(">dddd", buf.read(32))
         self.distortion = struct.unpack('>5d', buf.read(40))
         self.position = struct.unpack('>3d', buf.read(24))
         self.orientation = struct.unpack('>4d', buf.read(32))
@@ -128,7 +144,7 @@ class image_t(object):
     def _get_hash_recursive(parents):
         if image_t in parents: return 0
         newparents = parents + [image_t]
-        tmphash = (0x9c4fdb68eee833f8+ goggles_lcm.header_t._get_hash_recursive(newparents)) & 0xffffffffffffffff
+        tmphash = (0xc4ac38b72f4d7f10+ goggles_lcm.header_t._get_hash_recursive(newparents)) & 0xffffffffffffffff
         tmphash  = (((tmphash<<1)&0xffffffffffffffff) + (tmphash>>63)) & 0xffffffffffffffff
         return tmphash
     _packed_fingerprint = None

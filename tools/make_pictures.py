@@ -44,7 +44,7 @@ def demo(out: Path, seconds: float = 7.0) -> Path:
         engine.run(duration=seconds)
         group = engine.rig.groups[0]
         poses = np.stack([engine.camera_pose(c) for c in group.cameras])
-        images, _ = group.render(poses, key=engine.utime())
+        images, _, _ = group.render(poses, key=engine.utime())
         T_WB = engine.rig.vehicles["quad0"].pose()
     finally:
         engine.close()

@@ -34,11 +34,7 @@ from goggles.errors import ConfigError
 from goggles.rig.cameras import Camera, CameraGroup
 from goggles.rig.rig import Rig
 from goggles.rig.runfile import RangeSensorConfig, RunConfig
-from goggles.rig.vehicles import (
-    Fleet,
-    Vehicle,
-    pose_after,
-)
+from goggles.rig.vehicles import Fleet, Vehicle, pose_after
 from goggles.runtime.device_copies import COPIES
 from goggles.sensors.ranges import RangeSensor
 from goggles.transport.buses import (
@@ -141,7 +137,7 @@ class Engine:
                 period = period_steps(rate, v.state_rate, f"{v.name}/state")
                 schedule.every(period, lambda x=vehicle: self._publish_state(x), f"{v.name}/state")
         for group in self.rig.groups if cameras else ():
-            schedule.every(group.period_steps, lambda g=group: self.render(g), group.name)
+            schedule.every(group.period_steps, lambda g=group: self._render_due(g), group.name)
         for c, sensor in self.rig.range_sensors:
             schedule.every(period_steps(rate, c.rate, c.name), lambda c=c, s=sensor: self._publish_ranges(c, s), c.name)
         for c, lidar in self.rig.lidars:
@@ -207,6 +203,8 @@ class Engine:
             group.render(
                 poses, T_WA=self.rig.built.gate_poses, carriers=self._carriers(c.vehicle for c in group.cameras)
             )
+            if group.events is not None:  # a warm-up's pixels are not the run's
+                group.events.reset()
             cost += (time.perf_counter() - t) * self.config.physics_rate / group.period_steps
         return cost or None
 
@@ -300,7 +298,7 @@ class Engine:
         carriers = self._carriers(c.vehicle for c in group.cameras)
         poses = np.stack([self.camera_pose(c) for c in group.cameras])
         utime = self.utime() if self.mode != ClockMode.LIVE else time.time_ns() // 1000
-        images, detections = group.render(
+        images, detections, events = group.render(
             poses, lambda dt: self._camera_poses_after(group, poses, dt), self.rig.built.gate_poses, carriers, key=utime
         )
         self.times.add("render", time.perf_counter() - t)
@@ -309,9 +307,17 @@ class Engine:
             for c in group.cameras
         ]
         self.outputs.camera_frame(group.cameras, poses, images, detections, utime, pose_utimes)
+        if events is not None:
+            start, end = group.events.window
+            self.outputs.events(group.cameras, events, start // 1000, end // 1000)
         for name in group.names:  # every camera of the group, each under its own name
             self.rates.note(name, self.step * self.dt)
         self.times.add("frame", time.perf_counter() - t)
+
+    def _render_due(self, group: CameraGroup) -> int:
+        """Render ``group``; the steps to its next render (``CameraGroup.next_steps``)."""
+        self.render(group)
+        return group.next_steps(self.dt)
 
     def _publish_ranges(self, config: RangeSensorConfig, sensor: RangeSensor) -> None:
         carriers = self._carriers([config.vehicle])

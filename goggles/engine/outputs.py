@@ -52,12 +52,22 @@ class Outputs:
                     self.seq(channel),
                     camera=name,
                     output=output,
-                    model=camera.config.model,
+                    model=camera.model,
                     T_WC=T_WC[i],
                     pose_utime=pose_utimes[i],
                     pixels=images[output][i],
                 )
                 self.publish(channel, image, pixels)
+
+    def events(self, cameras, events, start_utime: int, end_utime: int) -> None:
+        """Each event camera's events of the window [start, end) (sim time, µs), one packet each."""
+        for camera, fired in zip(cameras, events):
+            name = camera.channel_prefix
+            channel = f"{name}/events"
+            packet, data = messages.events_message(
+                start_utime, self.seq(channel), name, camera.model, fired, end_utime=end_utime
+            )
+            self.publish(channel, packet, data)
 
     def ranges(self, sensor: str, model, readings: np.ndarray, utime: int) -> None:
         channel = f"{sensor}/ranges"

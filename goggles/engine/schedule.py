@@ -1,7 +1,8 @@
 """Periodic work at integer physics steps: the one "run what is due" loop of every mode.
 
 A camera at 30 Hz with 960 Hz physics is due every 32 steps, so sensor rates are exact in sim time
-whatever the machine. Events due at the same step run in the order they were added.
+whatever the machine. Events due at the same step run in the order they were added. An action may
+return the steps to its own next run (an event camera renders when its events say).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ class Event:
     name: str
     period: int
     """Physics steps between two runs (>= 1)."""
-    action: Callable[[], None]
+    action: Callable[[], int | None]
+    """Returns None, or the steps to its next run (>= 1) when that is not ``period``."""
     due: int = 0
     """The next step it runs at."""
 
@@ -24,8 +26,8 @@ class Schedule:
     def __init__(self) -> None:
         self.events: list[Event] = []
 
-    def every(self, period: int, action: Callable[[], None], name: str) -> None:
-        """Run ``action`` at step 0 and every ``period`` steps after."""
+    def every(self, period: int, action: Callable[[], int | None], name: str) -> None:
+        """Run ``action`` at step 0 and every ``period`` steps after (or as many as it returns)."""
         self.events.append(Event(name, max(1, int(period)), action))
 
     def next_due(self) -> int:
@@ -35,8 +37,8 @@ class Schedule:
         """Run every event due at ``step`` and move it to its next step."""
         for event in self.events:
             if event.due == step:
-                event.action()
-                event.due += event.period
+                steps = event.action()
+                event.due += event.period if steps is None else max(1, int(steps))
 
     def start_at(self, step: int) -> None:
         """Move every event to its first due step at or after ``step`` (a replayed log starts late)."""

@@ -5,7 +5,7 @@ import warp as wp
 
 from goggles.dynamics.kernels import VehicleState
 from goggles.dynamics.model import vec8
-from goggles.render.projection import distortion5
+from goggles.render.projection import lens_coefficients
 from goggles.sensors.beacons import detect_beacon
 from goggles.world.queries import ActorData
 
@@ -472,7 +472,8 @@ def observe_beacons_kernel(
     R_WC: wp.array2d(dtype=wp.mat33),
     p_WC: wp.array2d(dtype=wp.vec3),
     intrinsics: wp.vec4,
-    distortion: distortion5,
+    lens: int,
+    coefficients: lens_coefficients,
     size: wp.vec2i,
     beacons_W: wp.array2d(dtype=wp.vec3),
     out: wp.array3d(dtype=wp.float32),
@@ -492,7 +493,8 @@ def observe_beacons_kernel(
         R_WC[i, 0],
         p_WC[i, 0],
         intrinsics,
-        distortion,
+        lens,
+        coefficients,
         size,
         beacons_W[i, b],
     )

@@ -41,11 +41,12 @@ from goggles.envs.tasks import Episodes, HoverTask
 from goggles.errors import ConfigError
 from goggles.frames import R_BODY_OPTICAL, transform
 from goggles.render import CameraModel, RenderSettings, Shading
-from goggles.render.projection import distortion5
+from goggles.render.projection import lens_coefficients
 from goggles.rig import parts
 from goggles.runtime.progress import load_kernels
 from goggles.runtime.recorded_work import RecordedWork, struct_key
 from goggles.sensors.draws import NoiseDraws
+from goggles.sensors.events import EventCameraModel, EventSensor
 from goggles.sensors.ranges import measure_ranges_kernel, range_sensor_model
 from goggles.sensors.stereo_depth import StereoDepth, StereoDepthModel, stereo_depth_model
 from goggles.world import DeviceScene
@@ -74,7 +75,7 @@ CONTROLS = {
     "position": Control(ControlMode.POSITION, (5.0, 5.0, 5.0, np.pi), (0.0, 0.0, 0.0, 0.0)),
 }
 #: What a camera can observe.
-IMAGES = ("depth", "segmentation", "rgb")
+IMAGES = ("depth", "segmentation", "rgb", "events")
 
 
 class DroneVectorEnv(VectorEnv):
@@ -96,7 +97,12 @@ class DroneVectorEnv(VectorEnv):
         camera: a camera on each vehicle (looking along body +x), or None.
         camera_outputs: what the camera observes (names, or one name), one render for all: ``depth`` (N, H, W) float32
             metres, 0 where nothing was measured; ``segmentation`` (N, H, W) int32 class ids (0:
-            nothing hit); ``rgb`` (N, H, W, 3) uint8, lit by the sun.
+            nothing hit); ``rgb`` (N, H, W, 3) uint8, lit by the sun; ``events`` (N, 2, H, W) float32,
+            the event frame: the ON and OFF events each pixel fired since the last step
+            (``goggles.sensors.events``; an episode's first observation has none). With events the
+            observation's device work runs eagerly (not recorded).
+        event_camera: the event camera's pixels (``goggles.sensors.events.EventCameraModel``; None:
+            its defaults), with ``events`` in ``camera_outputs``.
         depth_model: how the depth camera measures (``goggles.sensors.stereo_depth``: a preset name such
             as ``d435`` or a ``StereoDepthModel``): noise and quantisation in the disparity domain,
             out-of-range pixels 0; None: exact depth. No stereo occlusion (one eye is rendered).
@@ -146,6 +152,7 @@ class DroneVectorEnv(VectorEnv):
         camera: CameraModel | None = None,
         camera_outputs: tuple[str, ...] = ("depth",),
         depth_model=None,
+        event_camera=None,
         range_sensor=None,
         beacons: bool = False,
         scene=None,
@@ -217,7 +224,7 @@ class DroneVectorEnv(VectorEnv):
         self._episode_host = np.zeros(n, np.int64)  # episodes drawn per environment (randomisation)
 
         spaces = {"state": gymnasium.spaces.Box(-np.inf, np.inf, (kernels.STATE_SIZE,), np.float32)}
-        spaces |= self._set_up_camera(camera, camera_outputs, depth_model, backend)
+        spaces |= self._set_up_camera(camera, camera_outputs, depth_model, backend, event_camera)
         self._prepared = self.task.prepare(self)
         self.max_steps = max(1, int(round(self.task.time_limit(self._prepared) / (self.sim.dt * physics_per_action))))
         spaces |= self._set_up_ranges(range_sensor)
@@ -240,6 +247,8 @@ class DroneVectorEnv(VectorEnv):
         for name in ("segmentation", "rgb"):  # the renderer's own buffers, rewritten by each render
             if name in spaces:
                 self._observations[name] = wp.to_torch(getattr(self.renderer.buffers, name))
+        if self._events is not None:
+            self._observations["events"] = wp.to_torch(self._events.frame)
         e = self.episodes
         self._outputs = (wp.to_torch(e.reward), wp.to_torch(e.terminated), wp.to_torch(e.truncated))
         self._final = None
@@ -268,6 +277,8 @@ class DroneVectorEnv(VectorEnv):
             self.episodes.episode.zero_()
             if self._stereo is not None:
                 self._stereo.reseed(self.seed)
+            if self._events is not None:
+                self._events.reseed(self.seed)
             if self.range_sensor is not None:
                 self._range_draws.reseed(self.seed)
             self._episode_host[:] = 0
@@ -284,6 +295,8 @@ class DroneVectorEnv(VectorEnv):
                 mask.copy_(chosen.to(mask.dtype))
                 kept = {name: value.clone() for name, value in self._observations.items()}
             self._start_episodes(np.ones(self.num_envs, bool) if only is None else only)
+            if self._events is not None:  # their pixels' levels start anew
+                self._events.reset(None if only is None else np.flatnonzero(np.asarray(only)))
             if only is None:
                 mask.zero_()
             else:
@@ -322,6 +335,8 @@ class DroneVectorEnv(VectorEnv):
                 self._final[name].copy_(value)
             self._streams.warp_waits_for_caller()
             self._start_episodes(self._resetting())
+            if self._events is not None:
+                self._events.reset(np.flatnonzero(ended.cpu().numpy()))
             self.episodes.mask.zero_()
             self._observe_recorded(key=self._scene_key)
             info = self._info() | {
@@ -364,7 +379,8 @@ class DroneVectorEnv(VectorEnv):
         """A step's device work in four parts, each recorded (or run eagerly): what lies between them
         runs on the host (drawing new airframes, keeping the same-step final observations)."""
         d = self.device
-        observable = enabled if self.renderer is None or self.renderer.recordable else False
+        recordable = self.renderer is None or (self.renderer.recordable and self._events is None)
+        observable = enabled if recordable else False
         self._physics_recorded = RecordedWork(self._advance, d, enabled=enabled)
         self._restart_recorded = RecordedWork(self._restart, d, enabled=enabled)
         self._score_recorded = RecordedWork(self._score, d, enabled=observable)
@@ -399,9 +415,9 @@ class DroneVectorEnv(VectorEnv):
         flagged = np.array([self._in_units[j] for j in range(self.action_size)]) != 0
         self.sim.set_command(c.mode, np.where(flagged, at_zero * units, at_zero))
 
-    def _set_up_camera(self, camera, outputs, depth_model, backend) -> dict:
+    def _set_up_camera(self, camera, outputs, depth_model, backend, event_camera=None) -> dict:
         """One camera per vehicle in one renderer; its observation spaces."""
-        self.renderer, self.camera_outputs, self._stereo = None, (), None
+        self.renderer, self.camera_outputs, self._stereo, self._events = None, (), None, None
         if camera is None:
             return {}
         if not isinstance(camera, CameraModel):
@@ -415,10 +431,18 @@ class DroneVectorEnv(VectorEnv):
             raise ConfigError(f"depth_model must be a preset name or a StereoDepthModel, got {depth_model!r}")
         n, d = self.num_envs, self.device
         self.camera_outputs, self._camera = tuple(outputs), camera
-        shading = Shading.SUN if "rgb" in outputs else Shading.NONE
+        if not (event_camera is None or isinstance(event_camera, EventCameraModel)):
+            raise ConfigError(f"event_camera must be a goggles.sensors.events.EventCameraModel, got {event_camera!r}")
+        rendered = set(outputs) - {"events"} | ({"rgb", "range"} if "events" in outputs else set())
+        shading = Shading.SUN if "rgb" in rendered else Shading.NONE
         self.renderer = parts.renderer(
-            self.scene, [camera] * n, RenderSettings(outputs=set(outputs), shading=shading, backend=backend)
+            self.scene, [camera] * n, RenderSettings(outputs=rendered, shading=shading, backend=backend)
         )
+        if "events" in outputs:
+            model = event_camera or EventCameraModel()
+            streams = range(self.first_env, self.first_env + n)
+            self._events = EventSensor([model] * n, self.renderer, self.seed, streams, frame=True)
+            self._event_clock = 0
         if isinstance(depth_model, str):
             depth_model = stereo_depth_model(depth_model)
         if depth_model is not None:
@@ -431,6 +455,8 @@ class DroneVectorEnv(VectorEnv):
             spaces["segmentation"] = gymnasium.spaces.Box(0, np.iinfo(np.int32).max, image, np.int32)
         if "rgb" in outputs:
             spaces["rgb"] = gymnasium.spaces.Box(0, 255, (*image, 3), np.uint8)
+        if "events" in outputs:
+            spaces["events"] = gymnasium.spaces.Box(0.0, np.inf, (2, *image), np.float32)
         return spaces
 
     def _set_up_ranges(self, model) -> dict:
@@ -464,7 +490,12 @@ class DroneVectorEnv(VectorEnv):
         own = self.actors_per_camera if self.actors_per_camera is not None else np.zeros((n, 0), np.int32)
         self._candidates = wp.array(own, dtype=wp.int32, device=d)
         c = self._camera
-        self._beacon_camera = (wp.vec4(c.fx, c.fy, c.cx, c.cy), distortion5(*c.distortion), wp.vec2i(c.width, c.height))
+        self._beacon_camera = (
+            wp.vec4(c.fx, c.fy, c.cx, c.cy),
+            c.lens_id,
+            lens_coefficients(*c.kernel_coefficients()),
+            wp.vec2i(c.width, c.height),
+        )
         low = np.tile(np.float32([-0.5, -0.5, 0.0]), (count, 1))
         high = np.tile(np.float32([c.width - 0.5, c.height - 0.5, np.inf]), (count, 1))
         return {
@@ -611,6 +642,10 @@ class DroneVectorEnv(VectorEnv):
                 device=d,
             )
             self.renderer.render_posed(self.actors_per_camera)
+            if self._events is not None:  # one step's events, its time the steps so far
+                self._event_clock += 1
+                step_ns = round(self._event_clock * self.sim.dt * self.physics_per_action * 1e9)
+                self._events.update(step_ns, self.episodes.mask)  # a new episode's first frame sets levels
             if self._beacons_W is not None:
                 self._detect_beacons(R_WC, p_WC)
             b = self.renderer.buffers

@@ -22,10 +22,15 @@ import goggles_lcm
 from goggles.errors import ConfigError, require
 from goggles.frames import matrix_to_quat
 from goggles.preview.gltf import mesh_glb
+from goggles.render.lenses import LENSES
 from goggles.transport.endpoints import FOXGLOVE_PORT
 from goggles.transport.schema import Encoding, MalformedMessage, decode_any
 
 log = logging.getLogger(__name__)
+
+#: Foxglove's name of each lens (its CameraCalibration knows plumb_bob and kannala_brandt, the OpenCV
+#: fisheye); the others go by goggles' name, which Foxglove's panels do not undistort.
+FOXGLOVE_DISTORTION_MODELS = {"pinhole": "plumb_bob", "fisheye": "kannala_brandt"}
 
 _IMAGE_ENCODINGS = {
     Encoding.DEPTH_F32: ("32FC1", 4),
@@ -281,8 +286,8 @@ class FoxgloveSink:
                 frame_id=frame,
                 width=image.width,
                 height=image.height,
-                distortion_model="plumb_bob",
-                D=list(image.distortion),
+                distortion_model=FOXGLOVE_DISTORTION_MODELS.get(image.lens, image.lens),
+                D=list(image.distortion[: len(LENSES.get(image.lens, image.distortion))]),
                 K=K,
                 R=[1.0, 0, 0, 0, 1.0, 0, 0, 0, 1.0],
                 P=P,

@@ -1,9 +1,11 @@
-"""Camera models: pinhole intrinsics with OpenCV radial-tangential distortion, and stereo rigs.
+"""Camera models: intrinsics, a lens (pinhole with OpenCV's radial-tangential distortion, or a
+fisheye, unified, double-sphere or extended unified one: ``goggles.render.lenses``), and stereo rigs.
 
 A camera is turned into a table of unit ray directions, one per pixel, in its optical frame
 (x right, y down, z forward). The renderer only reads that table, so every camera model costs the
-same to trace, and distortion is exact: each ray is the inverse of ``cv2.projectPoints`` at the
-pixel centre (OpenCV convention: pixel (u, v) = (column, row), centre of the top-left pixel at (0, 0)).
+same to trace, and a lens is exact: each ray is the inverse of the lens's projection at the pixel
+centre (OpenCV convention: pixel (u, v) = (column, row), centre of the top-left pixel at (0, 0)); a
+pinhole's is ``cv2.projectPoints``'s.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from goggles.checks import FLOAT32_MAX, is_number, is_whole
 from goggles.errors import ConfigError
+from goggles.render import lenses
 
 #: Largest image side goggles renders, pixels: a run file's, a calibration's and a camera model's
 #: bound (a typo's 320000 fails where it is written, not in a kernel).
@@ -37,12 +40,18 @@ class CameraModel:
     """Principal point x, pixels (OpenCV convention)."""
     cy: float
     """Principal point y, pixels (OpenCV convention)."""
-    distortion: tuple[float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0)
-    """OpenCV radial-tangential coefficients (k1, k2, p1, p2, k3)."""
+    distortion: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 0.0)
+    """The lens's coefficients (``lenses.LENSES``): a pinhole's OpenCV (k1, k2, p1, p2, k3)."""
     min_depth: float = 0.0
-    """Closest valid z-depth, metres; closer hits read -inf (REP 118)."""
+    """Closest valid depth, metres; closer hits read -inf (REP 118)."""
     max_depth: float = 1000.0
-    """Farthest z-depth traced, metres; beyond it a pixel reads +inf (REP 118)."""
+    """Farthest depth traced, metres; beyond it a pixel reads +inf (REP 118)."""
+    lens: str = "pinhole"
+    """The lens model (``lenses.LENSES``). Depth is the z-depth along the optical axis for a pinhole,
+    the range along the ray for every other lens (they see beyond 90 degrees)."""
+    fov_deg: float | None = None
+    """The lens's field of view, degrees: what lies farther than half of it from the optical axis is
+    outside the lens (a 200-degree fisheye's black corners); None: whatever the model reaches."""
 
     def __post_init__(self) -> None:
         if not (is_whole(self.width, 1, MAX_IMAGE_SIDE) and is_whole(self.height, 1, MAX_IMAGE_SIDE)):
@@ -61,12 +70,12 @@ class CameraModel:
                 raise ConfigError(f"camera {name}={getattr(self, name)} must be finite")
         if self.fx <= 0 or self.fy <= 0:
             raise ConfigError(f"camera focal lengths fx={self.fx}, fy={self.fy} must be positive (pixels)")
-        try:  # a tuple of floats: hashable, as a renderer keys its ray tables on camera models
-            object.__setattr__(self, "distortion", tuple(float(c) for c in self.distortion))
-        except (TypeError, ValueError):
-            raise ConfigError(f"camera distortion {self.distortion!r} must be five numbers (k1 k2 p1 p2 k3)") from None
-        if len(self.distortion) != 5 or not all(math.isfinite(c) for c in self.distortion):
-            raise ConfigError(f"camera distortion {self.distortion} must be five finite numbers (k1, k2, p1, p2, k3)")
+        # A tuple of floats: hashable, as a renderer keys its ray tables on camera models.
+        object.__setattr__(self, "distortion", lenses.check_coefficients(self.lens, self.distortion))
+        if self.fov_deg is not None:
+            if not (is_number(self.fov_deg) and 0.0 < self.fov_deg <= 360.0):
+                raise ConfigError(f"camera fov_deg={self.fov_deg!r} must be a field of view in (0, 360] degrees")
+            object.__setattr__(self, "fov_deg", float(self.fov_deg))
         if not (0.0 <= self.min_depth < self.max_depth and math.isfinite(self.max_depth)):
             raise ConfigError(f"camera depth limits [{self.min_depth}, {self.max_depth}] m need 0 <= min < max < inf")
 
@@ -85,6 +94,18 @@ class CameraModel:
         f = (height / 2.0) / math.tan(math.radians(vfov_deg) / 2.0)
         return cls(width, height, f, f, (width - 1) / 2.0, (height - 1) / 2.0, **kwargs)
 
+    @classmethod
+    def fisheye(cls, width: int, height: int, fov_deg: float, **kwargs) -> CameraModel:
+        """An equidistant fisheye (Kannala-Brandt with k = 0: r = f theta) whose ``fov_deg`` circle, up
+        to 360 degrees, fills the image's shorter side; square pixels, principal point at the centre.
+        Pixels outside the circle see nothing (``STATUS_OUTSIDE_LENS``)."""
+        if not 0.0 < fov_deg <= 360.0:
+            raise ConfigError(f"fisheye field of view {fov_deg} deg must be in (0, 360]")
+        f = (min(width, height) / 2.0) / (math.radians(fov_deg) / 2.0)
+        kwargs.setdefault("distortion", (0.0, 0.0, 0.0, 0.0))
+        kwargs.setdefault("fov_deg", fov_deg)
+        return cls(width, height, f, f, (width - 1) / 2.0, (height - 1) / 2.0, lens="fisheye", **kwargs)
+
     @property
     def K(self) -> np.ndarray:
         """(3, 3) float64 OpenCV camera matrix."""
@@ -92,18 +113,58 @@ class CameraModel:
 
     @property
     def has_distortion(self) -> bool:
-        return any(c != 0.0 for c in self.distortion)
+        return self.lens != "pinhole" or any(c != 0.0 for c in self.distortion)
+
+    @property
+    def radial(self) -> bool:
+        """Depth and limits along the ray (every lens but a pinhole sees beyond 90 degrees)."""
+        return self.lens != "pinhole"
+
+    @property
+    def lens_id(self) -> int:
+        """The lens's number in the kernels (``goggles.render.projection``)."""
+        return lenses.LENS_IDS[self.lens]
+
+    @property
+    def max_angle(self) -> float:
+        """The largest angle from the optical axis the lens images, radians (``lenses.max_angle``)."""
+        return lenses.max_angle(self.lens, self.distortion, self.fov_deg)
+
+    def kernel_coefficients(self) -> tuple[float, ...]:
+        """The lens's coefficients as the kernels take them: zero-padded to five, then its largest angle."""
+        padded = (*self.distortion, *(0.0,) * (5 - len(self.distortion)))
+        return (*padded, self.max_angle)
+
+    def project(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pixels (n, 2) of points (n, 3) in the optical frame, and whether the lens images each (n,)."""
+        intrinsics = (self.fx, self.fy, self.cx, self.cy)
+        return lenses.project(self.lens, self.distortion, intrinsics, points, self.max_angle)
 
     def ray_directions(self) -> np.ndarray:
         """Unit ray direction of every pixel centre in the optical frame.
 
         Returns:
-            (height, width, 3) float32; every ray has z > 0.
+            (height, width, 3) float32; a pinhole's rays have z > 0; a pixel other lenses reach no ray
+            through is the zero vector.
 
         Raises:
             ConfigError: if the distortion cannot be inverted inside the image (rays would fold back).
         """
         u, v = np.meshgrid(np.arange(self.width, dtype=np.float64), np.arange(self.height, dtype=np.float64))
+        if self.lens != "pinhole":
+            pixels = np.stack([u.ravel(), v.ravel()], axis=1)
+            intrinsics = (self.fx, self.fy, self.cx, self.cy)
+            rays = lenses.unproject(self.lens, self.distortion, intrinsics, pixels, self.max_angle)
+            seen = np.any(rays != 0.0, axis=1)
+            back, imaged = self.project(rays[seen])
+            error = np.abs(back - pixels[seen]).max() if seen.any() else 0.0
+            if not (imaged.all() and error < 1e-3):
+                names = ", ".join(lenses.LENSES[self.lens])
+                raise ConfigError(
+                    f"{self.lens} lens {self.distortion} cannot be inverted inside the {self.width}x{self.height} "
+                    f"image (round-trip error {error:.3g} px); check the coefficients ({names})"
+                )
+            return rays.reshape(self.height, self.width, 3).astype(np.float32)
         if self.has_distortion:
             import cv2
 

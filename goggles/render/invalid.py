@@ -1,6 +1,6 @@
 """REP 118 invalid values from the status mask, in a module compiled with IEEE semantics.
 
-+inf: nothing within max range; -inf: closer than min range; NaN: invalid (stereo shadow).
++inf: nothing within max range; -inf: closer than min range; NaN: invalid (stereo shadow, outside the lens).
 Kept apart from ``goggles.render.kernels``, which is compiled assuming no NaNs.
 """
 

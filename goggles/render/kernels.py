@@ -11,7 +11,7 @@ import functools
 
 import warp as wp
 
-from goggles.render.projection import distortion5, inside_image, project_point
+from goggles.render.projection import inside_image, lens_coefficients, project
 from goggles.render.shading import SHADING_LIDAR, SHADING_UNLIT, Lighting, albedo, shade, sky_colour
 from goggles.render.sunlit import SHADOW_GRAZING, SHADOW_START_M, SHADOW_START_PER_M, whole_face_lit
 from goggles.world.appearance import SceneData
@@ -46,6 +46,8 @@ STATUS_TOO_CLOSE = wp.constant(2)
 """A surface closer than min_depth: depth and range read -inf."""
 STATUS_SHADOW = wp.constant(3)
 """Stereo occlusion shadow (the partner camera cannot see the point): depth and range read NaN."""
+STATUS_OUTSIDE_LENS = wp.constant(4)
+"""A pixel no ray of the lens reaches (outside a fisheye's circle): depth and range read NaN, colour black."""
 
 #: A point is hidden from the partner camera when the partner sees a surface closer than the point
 #: by more than this fraction of the point's depth, plus SHADOW_TOLERANCE_M, at every one of the
@@ -79,8 +81,10 @@ class CameraBatch:
     """Camera that must also see a point for this camera's depth of it to be valid (stereo), or -1."""
     intrinsics: wp.array(dtype=wp.vec4)
     """fx, fy, cx, cy (pixels)."""
-    distortion: wp.array(dtype=distortion5)
-    """OpenCV k1, k2, p1, p2, k3."""
+    lens: wp.array(dtype=wp.int32)
+    """The lens model (``goggles.render.projection``)."""
+    coefficients: wp.array(dtype=lens_coefficients)
+    """The lens's coefficients and bound (``CameraModel.kernel_coefficients``)."""
     min_depth: wp.array(dtype=float)
     max_depth: wp.array(dtype=float)
     radial: wp.array(dtype=wp.int32)
@@ -299,6 +303,20 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
         for column in range(span):
             x = first_column + column
             ray_C = cameras.rays_C[table, y, x]
+            if ray_C[0] == 0.0 and ray_C[1] == 0.0 and ray_C[2] == 0.0:  # outside the lens: no ray
+                out.status[c, y, x] = wp.int8(STATUS_OUTSIDE_LENS)
+                out.depth[c, y, x] = wp.inf  # NaN, written by ``invalid``
+                if wanted.segmentation:
+                    out.segmentation[c, y, x] = SEGMENT_NONE
+                if wanted.face:
+                    out.face[c, y, x] = FACE_NONE
+                if wanted.normal:
+                    out.normal_W[c, y, x] = wp.vec3(0.0)
+                if wp.static(use_shading):
+                    out.rgb[c, y, x, 0] = wp.uint8(0)
+                    out.rgb[c, y, x, 1] = wp.uint8(0)
+                    out.rgb[c, y, x, 2] = wp.uint8(0)
+                continue
             direction = R * ray_C
             along = ray_C[2]  # depth per metre of ray: the optical axis component, or 1 for a radial sensor
             if radial:
@@ -425,8 +443,10 @@ def make_rays_kernel(
             origin[(i * rows + k) * direction.shape[2] + x] = p
         if radial:
             reach[c, y, x] = max_depth
-        else:
+        elif ray_C[2] > 0.0:
             reach[c, y, x] = max_depth / ray_C[2]
+        else:  # outside the lens: no ray, nothing to trace
+            reach[c, y, x] = 0.0
 
 
 @wp.func
@@ -452,16 +472,24 @@ def mark_stereo_shadow_kernel(cameras: CameraBatch, row_stride: int, row_offset:
     width = status.shape[2]
     height = status.shape[1]
     table = cameras.ray_table[c]
+    radial = cameras.radial[c] != 0
+    partner_radial = cameras.radial[partner] != 0
     for column in range(span):
         x = block * span + column
         if int(status[c, y, x]) != STATUS_HIT:
             continue
         ray_C = cameras.rays_C[table, y, x]
-        p_W = cameras.p_WC[c, y] + cameras.R_WC[c, y] * (ray_C * (depth[c, y, x] / ray_C[2]))
+        metres = depth[c, y, x]  # along the ray: a range, or a z-depth over the ray's axis component
+        if not radial:
+            metres = metres / ray_C[2]
+        p_W = cameras.p_WC[c, y] + cameras.R_WC[c, y] * (ray_C * metres)
         p_P = wp.transpose(cameras.R_WC[partner, y]) * (p_W - cameras.p_WC[partner, y])  # the partner's same row
+        seen_at = p_P[2]  # what the partner's depth would read there
+        if partner_radial:
+            seen_at = wp.length(p_P)
         visible = False
-        if p_P[2] > 0.0:
-            uv = project_point(p_P, cameras.intrinsics[partner], cameras.distortion[partner])
+        uv = project(p_P, cameras.intrinsics[partner], cameras.lens[partner], cameras.coefficients[partner])
+        if seen_at > 0.0:
             if inside_image(uv, width, height):
                 u0 = wp.max(int(wp.floor(uv[0])), 0)
                 v0 = wp.max(int(wp.floor(uv[1])), 0)
@@ -472,7 +500,7 @@ def mark_stereo_shadow_kernel(cameras: CameraBatch, row_stride: int, row_offset:
                 d01 = partner_depth(status, depth, partner, u0, v1)
                 d11 = partner_depth(status, depth, partner, u1, v1)
                 farthest = wp.max(wp.max(d00, d10), wp.max(d01, d11))
-                visible = farthest >= p_P[2] * (1.0 - SHADOW_TOLERANCE) - SHADOW_TOLERANCE_M
+                visible = farthest >= seen_at * (1.0 - SHADOW_TOLERANCE) - SHADOW_TOLERANCE_M
         if not visible:
             status[c, y, x] = wp.int8(STATUS_SHADOW)
 

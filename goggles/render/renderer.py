@@ -196,6 +196,7 @@ class Renderer:
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="goggles-render") if self.threads > 1 else None
 
         tables = np.stack([model.ray_directions() for model in models])  # (m, H, W, 3)
+        self._has_outside = bool(np.any(~np.any(tables != 0.0, axis=-1)))  # a lens's pixels that see nothing
         batch = kernels.CameraBatch()
         batch.rays_C = wp.array(tables, dtype=wp.vec3, device=d)
         batch.ray_table = wp.array(ray_table, dtype=wp.int32, device=d)
@@ -203,10 +204,12 @@ class Renderer:
         batch.p_WC = wp.zeros((n, height), dtype=wp.vec3, device=d)
         batch.partner = wp.array(partner, dtype=wp.int32, device=d)
         batch.intrinsics = wp.array([(c.fx, c.fy, c.cx, c.cy) for c in cameras], dtype=wp.vec4, device=d)
-        batch.distortion = wp.array([c.distortion for c in cameras], dtype=kernels.distortion5, device=d)
+        batch.lens = wp.array([getattr(c, "lens_id", 0) for c in cameras], dtype=wp.int32, device=d)
+        coefficients = [c.kernel_coefficients() if hasattr(c, "kernel_coefficients") else (0.0,) * 6 for c in cameras]
+        batch.coefficients = wp.array(coefficients, dtype=kernels.lens_coefficients, device=d)
         batch.min_depth = wp.array([c.min_depth for c in cameras], dtype=float, device=d)
         batch.max_depth = wp.array([c.max_depth for c in cameras], dtype=float, device=d)
-        self._radial = np.array([bool(getattr(c, "radial", False)) for c in cameras])
+        self._radial = np.array([bool(getattr(c, "radial", False)) for c in cameras])  # a LiDAR's, a wide lens
         batch.radial = wp.array(self._radial.astype(np.int32), dtype=wp.int32, device=d)
         self._cameras = batch
         rays = tables.reshape(len(tables), -1, 3)
@@ -431,8 +434,9 @@ class Renderer:
             wp.launch(self._kernel, dim=(n, h, w), inputs=inputs, outputs=[self.buffers], device=self.device)
         else:
             self._launch_all(self._kernel, [*self._render_inputs(self._untraced), False, 0], [self.buffers])
-        if self._has_partners:  # the stereo shadow: NaN, written by a kernel compiled for IEEE NaNs
+        if self._has_partners:  # the stereo shadow
             self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras], [self.buffers])
+        if self._has_partners or self._has_outside:  # NaN, written by a kernel compiled for IEEE NaNs
             b = self.buffers
             self._launch_all(invalid.write_invalid_kernel, [b.status], [b.depth, b.range, self._wanted.range])
 

@@ -1,7 +1,8 @@
 """The run's cameras, grouped so that cameras of one size and rate render in one launch.
 
 A stereo camera ``stereo`` becomes ``stereo_left`` and ``stereo_right`` (its right eye at −baseline
-along the body y axis), the left one invalidated where the right one cannot see (the stereo shadow).
+along the body y axis, or where a calibrated pair's extrinsics put it), the left one invalidated
+where the right one cannot see (the stereo shadow).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from goggles.dynamics.model import period_steps
-from goggles.render import Renderer, RenderSettings, Shading, stereo_right_offset
+from goggles.render import CameraModel, Renderer, RenderSettings, Shading
 from goggles.rig import parts
 from goggles.rig.runfile import IMAGE_OUTPUTS, CameraConfig
 from goggles.runtime.device_copies import HostMirror, collect
@@ -19,6 +20,7 @@ from goggles.runtime.recorded_work import RecordedWork
 from goggles.sensors.beacons import BeaconSensor, Detection
 from goggles.sensors.camera_noise import CameraNoise
 from goggles.sensors.draws import stream_of
+from goggles.sensors.events import EventSensor
 from goggles.sensors.stereo_depth import StereoDepth
 from goggles.world import Beacon, DeviceScene
 
@@ -31,6 +33,8 @@ class Camera:
     config: CameraConfig
     T_BC: np.ndarray
     """Optical frame in the vehicle's body frame."""
+    model: CameraModel
+    """Its lens and intrinsics (a calibrated stereo pair's eyes may differ)."""
 
     @property
     def channel_prefix(self) -> str:
@@ -50,14 +54,18 @@ class CameraGroup:
     """How the group's depth cameras measure depth (their ``depth_model``), when any has one."""
     noise: CameraNoise | None = None
     """The group's colour sensors (their ``noise_model``), when any has one."""
+    events: EventSensor | None = None
+    """The group's event cameras (``outputs = ["events"]``): it renders when their events say."""
     last_render_wall: float = 0.0
     recorded: bool | None = None
     """Replay a recording of each frame's trace, sensor models and copy (``goggles.runtime.recorded_work``; None:
     on CUDA)."""
     _host: HostMirror | None = None
+    _poses: np.ndarray | None = None
+    _previous_poses: np.ndarray | None = None
 
     def __post_init__(self):
-        enabled = self.recorded if self.renderer.recordable else False
+        enabled = self.recorded if self.renderer.recordable and self.events is None else False
         self._frame = RecordedWork(self._trace_and_measure, self.renderer.device, enabled=enabled)
 
     @property
@@ -79,6 +87,21 @@ class CameraGroup:
     def outputs(self) -> set[str]:
         return {o for c in self.cameras for o in c.config.outputs if o in IMAGE_OUTPUTS}
 
+    def next_steps(self, dt: float) -> int:
+        """Physics steps (of ``dt`` s) to the group's next render: its period, or, for event cameras,
+        the interval their motion asks for (``EventSensor.next_interval``) within their rates. Their
+        motion is that between their last two renders' poses: what a replay renders again."""
+        if self.events is None:
+            return self.period_steps
+        config = self.cameras[0].config
+        motions = [(0.0, 0.0)] * len(self.cameras)
+        window = self.events.window
+        if self._previous_poses is not None and window is not None and window[1] > window[0]:
+            seconds = (window[1] - window[0]) * 1e-9
+            motions = [_motion(T0, T1, seconds) for T0, T1 in zip(self._previous_poses, self._poses)]
+        interval = self.events.next_interval(self.period_steps * dt, 1.0 / config.min_rate, motions)
+        return max(self.period_steps, int(interval / dt + 1e-9))
+
     def render(
         self,
         T_WC: np.ndarray,
@@ -86,11 +109,13 @@ class CameraGroup:
         T_WA: np.ndarray | None = None,
         carriers: np.ndarray | None = None,
         key: int | None = None,
-    ) -> tuple[dict[str, np.ndarray], list[Detection]]:
+    ) -> tuple[dict[str, np.ndarray], list[Detection], list[np.ndarray] | None]:
         """Render every camera from its (n, 4, 4) pose. Returns the image outputs any of them publishes,
         (n, H, W[, 3]) each, on the host (copied into memory allocated once, pinned on CUDA, valid until
-        the next render), and the beacon detections (``BeaconSensor.detect``; ``T_WA``: the actors'
-        poses, for beacons on gates), both with one synchronisation.
+        the next render), the beacon detections (``BeaconSensor.detect``; ``T_WA``: the actors'
+        poses, for beacons on gates), both with one synchronisation, and, for event cameras, each
+        one's events since its last render (``EventSensor.events``; None on the first render and for
+        other cameras). ``key``: the frame's time, µs (the noise's draw; the events' window's end).
 
         ``moving(dt)`` gives the (n, 4, 4) poses ``dt`` seconds from the frame's time (dt an (n,)
         array, <= 0), for cameras with an exposure time (motion blur) or a rolling shutter: the last
@@ -126,12 +151,19 @@ class CameraGroup:
             else:
                 self.renderer.set_poses(moving(-readout), moving(np.zeros_like(readout)), carriers)
             self._frame(key=self.renderer.trace_key)
+        events = None
+        if self.events is not None:
+            first = self.events.window is None
+            self._previous_poses, self._poses = (None if first else self._poses), np.array(T_WC[: len(self.cameras)])
+            self.events.update(int(key if key is not None else 0) * 1000)
+            events = None if first else self.events.events()
         collect([m for m in (self._host, beacons) if m is not None])
         detections = self.beacons.read() if self.beacons is not None else []
-        if not published:  # beacons only
-            return {}, detections
+        if not published:  # beacons or events only
+            return {}, detections, events
         start = min(self.renderer.layout[o].offset for o in published)
-        return {output: self.renderer.layout[output].view(self._host.array, start) for output in published}, detections
+        images = {output: self.renderer.layout[output].view(self._host.array, start) for output in published}
+        return images, detections, events
 
     def _trace_and_measure(self) -> None:
         """A frame's device work after the poses: recorded on CUDA (``goggles.runtime.recorded_work``)."""
@@ -148,6 +180,12 @@ class CameraGroup:
             self._host.enqueue()
 
 
+def _motion(T0: np.ndarray, T1: np.ndarray, seconds: float) -> tuple[float, float]:
+    """Speed (m/s) and turn rate (rad/s) of a camera that went from pose ``T0`` to ``T1`` in ``seconds``."""
+    cos = np.clip((np.trace(T1[:3, :3] @ T0[:3, :3].T) - 1.0) / 2.0, -1.0, 1.0)
+    return float(np.linalg.norm(T1[:3, 3] - T0[:3, 3]) / seconds), float(np.arccos(cos) / seconds)
+
+
 def camera_groups(
     scene: DeviceScene,
     configs,
@@ -161,24 +199,26 @@ def camera_groups(
     primary-ray tracer, ``goggles.render.BACKENDS``) that writes only the outputs the group publishes;
     ``recorded``: replay recorded frames (``CameraGroup.recorded``; None: on CUDA)."""
     by_key: dict[tuple, list[tuple[Camera, int]]] = {}
-    for c in configs:
-        cameras = by_key.setdefault((c.model.width, c.model.height, c.rate), [])
+    for c in configs:  # event cameras render at their own times: a group of their own each
+        own = f"{c.vehicle}/{c.name}" if c.events is not None else ""
+        cameras = by_key.setdefault((c.model.width, c.model.height, c.rate, own), [])
         if c.baseline is None:
-            cameras.append((Camera(c.vehicle, c.eyes[0], c, c.T_BC), -1))
+            cameras.append((Camera(c.vehicle, c.eyes[0], c, c.T_BC, c.model), -1))
         else:
             left, right = c.eyes
-            cameras.append((Camera(c.vehicle, left, c, c.T_BC), len(cameras) + 1))
-            cameras.append((Camera(c.vehicle, right, c, c.T_BC @ stereo_right_offset(c.baseline)), -1))
+            cameras.append((Camera(c.vehicle, left, c, c.T_BC, c.model), len(cameras) + 1))
+            cameras.append((Camera(c.vehicle, right, c, c.T_BR, c.right), -1))
     groups = []
-    for (_, _, rate), members in by_key.items():
-        models = [m.config.model for m, _ in members]
+    for (_, _, rate, own), members in by_key.items():
+        models = [m.model for m, _ in members]
         published = {o for m, _ in members for o in m.config.outputs if o in IMAGE_OUTPUTS}
+        rendered = published | ({"rgb", "range"} if own else set())  # an event camera's light and reach
         streams = [stream_of(m.channel_prefix) for m, _ in members]  # each eye's noise its own
         renderer = parts.renderer(
             scene,
             models,
             RenderSettings(
-                shading=Shading.SUN if "rgb" in published else Shading.NONE, outputs=published, backend=backend
+                shading=Shading.SUN if "rgb" in rendered else Shading.NONE, outputs=rendered, backend=backend
             ),
             shadow_partner=[p for _, p in members],
         )
@@ -191,8 +231,15 @@ def camera_groups(
             baselines = [m.config.baseline for m, _ in members]
             depth = StereoDepth(models, renderer, baselines, seed=seed, streams=streams)
         noise = None
-        if "rgb" in published and any(m.config.noise_model is not None for m, _ in members):
+        if "rgb" in rendered and any(m.config.noise_model is not None for m, _ in members):
             noise = CameraNoise([m.config.noise_model for m, _ in members], renderer, seed=seed, streams=streams)
-        period = period_steps(physics_rate, rate, f"camera {members[0][0].vehicle}/{members[0][0].config.name}")
-        groups.append(CameraGroup([m for m, _ in members], renderer, period, detector, depth, noise, recorded=recorded))
+        name = f"camera {members[0][0].vehicle}/{members[0][0].config.name}"
+        events = None
+        if own:  # its fastest rate sets the shortest interval, in whole steps
+            events = EventSensor([m.config.events for m, _ in members], renderer, seed=seed, streams=streams)
+            period = max(1, int(physics_rate / rate + 1e-9))
+        else:
+            period = period_steps(physics_rate, rate, name)
+        cameras = [m for m, _ in members]
+        groups.append(CameraGroup(cameras, renderer, period, detector, depth, noise, events, recorded=recorded))
     return groups

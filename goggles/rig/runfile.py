@@ -1,14 +1,16 @@
 """Run files: TOML naming the scene, vehicles, cameras, clock and buses, loaded into frozen dataclasses.
 
-Every error names the file and the key. Camera intrinsics come inline (width, height, vfov_deg) or
-from a calibration file in OpenCV/ROS camera YAML (``calib/*.yaml``). See ``assets/run-demo.toml``.
+Every error names the file and the key. Camera intrinsics come inline (width, height and vfov_deg,
+fov_deg for a fisheye, or intrinsics with a lens and its distortion) or from a calibration file: a ROS
+camera_info or OpenCV YAML (``calib/*.yaml``), or a Kalibr camchain (a stereo pair from cam0 and
+cam1, the mount from T_cam_imu). See ``assets/run-demo.toml``.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,13 +22,15 @@ from goggles.dynamics.airframe import load_airframe
 from goggles.dynamics.model import MAX_PHYSICS_RATE, MIN_PHYSICS_RATE, CollisionResponse, steps_per_sample
 from goggles.errors import ConfigError
 from goggles.frames import quat_from_euler, quat_to_matrix
-from goggles.render.calibration import load_camera_yaml
-from goggles.render.camera import MAX_IMAGE_SIDE, CameraModel
+from goggles.render.calibration import load_calibration
+from goggles.render.camera import MAX_IMAGE_SIDE, CameraModel, stereo_right_offset
+from goggles.render.lenses import LENSES
 from goggles.scene.actors import PropSpec
 from goggles.scene.assets import UNITS_M, UP_AXES
 from goggles.scene.vehicle_model import VEHICLE_CLASS
 from goggles.sensors.camera_noise import PRESETS as CAMERA_NOISE_MODELS
 from goggles.sensors.camera_noise import CameraNoiseModel
+from goggles.sensors.events import EventCameraModel
 from goggles.sensors.lidar import PRESETS as LIDAR_PRESETS
 from goggles.sensors.lidar import LidarModel
 from goggles.sensors.ranges import PRESETS as RANGE_PRESETS
@@ -39,7 +43,7 @@ from goggles.transport.schema import MAX_EDIT_NAME
 
 log = logging.getLogger(__name__)
 
-CAMERA_OUTPUTS = ("depth", "range", "rgb", "segmentation", "beacons")
+CAMERA_OUTPUTS = ("depth", "range", "rgb", "segmentation", "beacons", "events")
 IMAGE_OUTPUTS = ("depth", "range", "rgb", "segmentation")
 
 
@@ -75,7 +79,7 @@ class CameraConfig:
     T_BC: np.ndarray
     """(4, 4) pose of the (left) camera's optical frame in the body frame."""
     baseline: float | None
-    """m: a stereo rig's right camera sits at -baseline along body y; None for a mono camera."""
+    """m: a stereo rig's right camera sits at -baseline along body y (or at ``T_LR``); None for a mono camera."""
     rate: float
     """Hz of sim time."""
     outputs: tuple[str, ...]
@@ -88,6 +92,30 @@ class CameraConfig:
     blur_subframes: int = 8
     readout_s: float = 0.0
     """Rolling shutter: time from the first row's exposure to the last's, s; 0: a global shutter."""
+    right_model: CameraModel | None = None
+    """A stereo rig's right camera, when it is not the left one's twin (a calibrated pair)."""
+    T_LR: np.ndarray | None = None
+    """(4, 4) a stereo rig's right optical frame in the left's, when not ``baseline`` along x (a calibrated pair)."""
+    events: EventCameraModel | None = None
+    """An event camera's pixels (``outputs = ["events"]``): it renders at times its events choose,
+    from ``min_rate`` to ``rate``."""
+    min_rate: float = 0.0
+    """An event camera's slowest render rate, Hz of sim time."""
+
+    @property
+    def right(self) -> CameraModel:
+        """A stereo rig's right camera."""
+        return self.right_model if self.right_model is not None else self.model
+
+    @property
+    def T_BR(self) -> np.ndarray:
+        """(4, 4) a stereo rig's right optical frame in the body frame."""
+        return self.T_BC @ (self.T_LR if self.T_LR is not None else stereo_right_offset(self.baseline))
+
+    @property
+    def rectified(self) -> bool:
+        """A stereo rig whose right eye is the left's twin moved along x: its disparity is f·B/Z."""
+        return self.right_model is None and self.T_LR is None
 
     @property
     def eyes(self) -> tuple[str, ...]:
@@ -460,9 +488,14 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
             "vehicle",
             "name",
             "calibration",
+            "calibration_camera",
             "width",
             "height",
             "vfov_deg",
+            "lens",
+            "fov_deg",
+            "intrinsics",
+            "distortion",
             "position",
             "rpy_deg",
             "baseline",
@@ -475,6 +508,11 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
             "exposure_s",
             "blur_subframes",
             "readout_s",
+            "contrast_threshold",
+            "threshold_sigma",
+            "refractory_s",
+            "noise_rate_hz",
+            "min_rate",
         },
     )
     vehicle = r.text("vehicle", required=True)
@@ -484,17 +522,30 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
     limits["max_depth"] = r.number("max_depth", 100.0, positive=True, unit="m")
     if limits["max_depth"] <= limits["min_depth"]:
         raise r.error("max_depth", f"greater than min_depth ({limits['min_depth']:g} m)")
+    calibration = None
     if "calibration" in r.table:
-        if any(k in r.table for k in ("width", "height", "vfov_deg")):
-            raise ConfigError(f"{path}: {r.where}: give 'calibration' or width/height/vfov_deg, not both")
-        model = load_camera_yaml(base / r.text("calibration"), **limits)
+        inline = [k for k in ("width", "height", "vfov_deg", "lens", "intrinsics", "distortion") if k in r.table]
+        if inline:
+            raise ConfigError(f"{path}: {r.where}: give 'calibration' or {inline[0]!r}, not both")
+        calibration = load_calibration(
+            base / r.text("calibration"),
+            r.text("calibration_camera") if "calibration_camera" in r.table else None,
+            **limits,
+        )
+        if "fov_deg" in r.table:  # a lens's field of view, which calibration files do not hold
+            fov = r.number("fov_deg", positive=True)
+            if not fov <= 360.0:
+                raise r.error("fov_deg", "a field of view in (0, 360] degrees")
+            try:
+                right = None if calibration.right is None else replace(calibration.right, fov_deg=fov)
+                calibration = replace(calibration, model=replace(calibration.model, fov_deg=fov), right=right)
+            except ConfigError as exc:
+                raise ConfigError(f"{path}: {r.where}: {exc}") from exc
+        model = calibration.model
     else:
-        width = r.integer("width", 320, low=1, high=MAX_IMAGE_SIDE, meaning="pixels")
-        height = r.integer("height", 240, low=1, high=MAX_IMAGE_SIDE, meaning="pixels")
-        vfov = r.number("vfov_deg", 60.0, positive=True)
-        if vfov >= 180.0:
-            raise r.error("vfov_deg", "a vertical field of view in (0, 180) degrees")
-        model = CameraModel.from_fov(width, height, vfov, **limits)
+        if "calibration_camera" in r.table:
+            raise r.error("calibration_camera", "given with a calibration (a Kalibr camchain's cam0, cam1, ...)")
+        model = _inline_camera(r, limits)
     outputs = r.get("outputs", ["depth"])
     if not isinstance(outputs, list) or not outputs or any(o not in CAMERA_OUTPUTS for o in outputs):
         raise r.error("outputs", f"a list drawn from {list(CAMERA_OUTPUTS)}")
@@ -504,8 +555,23 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
     roll, pitch, yaw = np.radians(r.vector("rpy_deg", 3, [0.0, 0.0, 0.0]))
     T_BC[:3, :3] = quat_to_matrix(quat_from_euler(roll, pitch, yaw)) @ R_BODY_OPTICAL
     T_BC[:3, 3] = r.vector("position", 3, [0.0, 0.0, 0.0])
+    if calibration is not None and calibration.T_IC is not None and not {"position", "rpy_deg"} & set(r.table):
+        T_BC = calibration.T_IC  # Kalibr's T_cam_imu: the vehicle's body frame is its IMU's
     baseline = r.get("baseline")
-    rate = _divides(r, "rate", r.number("rate", 30.0, positive=True), physics_rate)
+    stereo = {}
+    if calibration is not None and calibration.right is not None:
+        if baseline is not None:
+            raise r.error("baseline", f"left out: {r.text('calibration')} is a stereo pair and gives its own")
+        baseline = float(np.linalg.norm(calibration.T_LR[:3, 3]))
+        stereo = {"right_model": calibration.right, "T_LR": calibration.T_LR}
+    events = _event_camera(r, outputs, physics_rate)
+    if events is None:
+        rate = _divides(r, "rate", r.number("rate", 30.0, positive=True), physics_rate)
+    else:
+        events, rate, min_rate = events
+        if stereo or baseline is not None:
+            raise ConfigError(f"{path}: {r.where}: an event camera is one camera: leave out baseline")
+        stereo = {"events": events, "min_rate": min_rate}
     # A sensor exposes a row at most once per frame and reads one frame at a time: neither time can
     # exceed the frame period (and the poses between are extrapolated along the motion, sound over a frame).
     timing = {}
@@ -518,14 +584,83 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
         name=_name(r),
         model=model,
         T_BC=T_BC,
-        baseline=None if baseline is None else r.number("baseline", positive=True),
+        baseline=baseline if baseline is None or "T_LR" in stereo else r.number("baseline", positive=True),
         rate=rate,
         outputs=tuple(outputs),
-        depth_model=_depth_model(r),
+        depth_model=_depth_model(r, model, bool(stereo)),
         noise_model=_noise_model(r),
         blur_subframes=r.integer("blur_subframes", 8, low=1, high=256),
         **timing,
+        **stereo,
     )
+
+
+def _event_camera(r: Table, outputs: list, physics_rate: float) -> tuple[EventCameraModel, float, float] | None:
+    """An event camera's pixels and render rates (fastest, slowest), when ``outputs`` is ["events"]."""
+    keys = ("contrast_threshold", "threshold_sigma", "refractory_s", "noise_rate_hz", "min_rate")
+    if "events" not in outputs:
+        given = [k for k in keys if k in r.table]
+        if given:
+            raise r.error(given[0], 'left out: it is an event camera\'s (outputs = ["events"])')
+        return None
+    if len(outputs) > 1:
+        why = '["events"] alone: an event camera renders when its events say; its frames go on another [[camera]]'
+        raise r.error("outputs", why)
+    threshold = r.get("contrast_threshold", 0.2)
+    pair = (
+        r.vector("contrast_threshold", 2) if isinstance(threshold, list) else [r.number("contrast_threshold", 0.2)] * 2
+    )
+    try:
+        model = EventCameraModel(
+            float(pair[0]),
+            float(pair[1]),
+            threshold_sigma=r.number("threshold_sigma", 0.0, minimum=0.0),
+            refractory_s=r.number("refractory_s", 0.0, minimum=0.0, unit="s"),
+            noise_rate_hz=r.number("noise_rate_hz", 0.0, minimum=0.0, unit="Hz"),
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{r.path}: {r.where}: {exc}") from exc
+    fastest = r.number("rate", min(1000.0, physics_rate), positive=True, unit="Hz")
+    if fastest > physics_rate:
+        raise r.error("rate", f"at most the physics rate, {physics_rate:g} Hz: an event camera renders between steps")
+    slowest = r.number("min_rate", min(50.0, fastest), positive=True, unit="Hz")
+    if not 0.5 <= slowest <= fastest:
+        raise r.error("min_rate", f"from 0.5 Hz (a packet spans at most 2 s) to its rate, {fastest:g} Hz")
+    return model, fastest, slowest
+
+
+def _inline_camera(r: Table, limits: dict) -> CameraModel:
+    """A camera written in the run file: width and height, and vfov_deg (a pinhole), fov_deg (an
+    equidistant fisheye filling the shorter side), or intrinsics [fx, fy, cx, cy] with any lens and
+    its distortion coefficients (``goggles.render.lenses.LENSES``)."""
+    width = r.integer("width", 320, low=1, high=MAX_IMAGE_SIDE, meaning="pixels")
+    height = r.integer("height", 240, low=1, high=MAX_IMAGE_SIDE, meaning="pixels")
+    lens = r.choice("lens", LENSES, "pinhole")
+    names = LENSES[lens]
+    distortion = tuple(r.vector("distortion", len(names), [0.0] * len(names)))
+    fov = r.number("fov_deg", None, positive=True) if "fov_deg" in r.table else None
+    if fov is not None and not fov <= 360.0:
+        raise r.error("fov_deg", "a field of view in (0, 360] degrees")
+    if "intrinsics" in r.table:
+        if "vfov_deg" in r.table:
+            raise ConfigError(f"{r.path}: {r.where}: give 'intrinsics' or 'vfov_deg', not both")
+        fx, fy, cx, cy = r.vector("intrinsics", 4)
+        try:
+            return CameraModel(width, height, fx, fy, cx, cy, distortion, lens=lens, fov_deg=fov, **limits)
+        except ConfigError as exc:
+            raise ConfigError(f"{r.path}: {r.where}: {exc}") from exc
+    if lens == "fisheye":
+        if "vfov_deg" in r.table:
+            raise r.error("vfov_deg", "left out for a fisheye: its fov_deg circle fills the image's shorter side")
+        return CameraModel.fisheye(width, height, fov if fov is not None else 180.0, distortion=distortion, **limits)
+    if lens != "pinhole":
+        raise r.error("intrinsics", f"[fx, fy, cx, cy] in pixels: a {lens} lens has no field-of-view default")
+    if fov is not None:
+        raise r.error("fov_deg", "left out for a pinhole: its field of view is vfov_deg")
+    vfov = r.number("vfov_deg", 60.0, positive=True)
+    if vfov >= 180.0:
+        raise r.error("vfov_deg", "a vertical field of view in (0, 180) degrees")
+    return CameraModel.from_fov(width, height, vfov, distortion=distortion, **limits)
 
 
 def _noise_model(r: Table) -> CameraNoiseModel | None:
@@ -533,8 +668,15 @@ def _noise_model(r: Table) -> CameraNoiseModel | None:
     return None if name is None else CAMERA_NOISE_MODELS[name]
 
 
-def _depth_model(r: Table) -> StereoDepthModel | None:
+def _depth_model(r: Table, model: CameraModel, calibrated_pair: bool) -> StereoDepthModel | None:
+    """A stereo depth model measures a rectified pinhole pair's disparity: a wide lens's depth (a range)
+    or a calibrated pair's raw images have none to measure."""
     name = r.choice("depth_model", STEREO_DEPTH_MODELS, None)
+    if name is not None and name != "ideal" and (model.lens != "pinhole" or calibrated_pair):
+        what = f"a {model.lens} lens" if model.lens != "pinhole" else "a calibrated pair's unrectified images"
+        raise r.error(
+            "depth_model", f"'ideal' or left out: a stereo depth model works on rectified pinhole images, not {what}"
+        )
     return None if name is None else STEREO_DEPTH_MODELS[name]
 
 

@@ -100,24 +100,34 @@ class Vehicle:
         return extrapolated(self, extrapolate, time.time() if now is None else now)
 
 
-def pose_after(vehicle: Vehicle, T_WB: np.ndarray, dt: float) -> np.ndarray:
-    """``T_WB`` moved ``dt`` seconds along the vehicle's present motion (velocity and body rates of a
-    simulated vehicle, or of its recorded state in a replay; a live one's last two poses): the poses a
-    camera sees during an exposure, and a live pose carried forward."""
+def twist(vehicle: Vehicle, T_WB: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The vehicle's present motion at ``T_WB``: its velocity and its turn rate (rad/s), both in the
+    world frame, of a simulated vehicle, of its recorded state in a replay, or of a live one's last
+    two poses; None when nothing says."""
     import cv2
 
     if vehicle.sim is not None:
         s = vehicle.sim.states()
-        velocity, turn_W = s.velocity[vehicle.row], T_WB[:3, :3] @ s.rates[vehicle.row]
-    elif vehicle.motion is not None:
-        velocity, turn_W = vehicle.motion[0], T_WB[:3, :3] @ vehicle.motion[1]
-    elif vehicle.previous is not None and vehicle.pose_utime > vehicle.previous[1]:
+        return s.velocity[vehicle.row], T_WB[:3, :3] @ s.rates[vehicle.row]
+    if vehicle.motion is not None:
+        return np.asarray(vehicle.motion[0]), T_WB[:3, :3] @ vehicle.motion[1]
+    if vehicle.previous is not None and vehicle.pose_utime > vehicle.previous[1]:
         T0, u0 = vehicle.previous
         span = (vehicle.pose_utime - u0) * 1e-6
         velocity = (vehicle.T_WB[:3, 3] - T0[:3, 3]) / span
-        turn_W = cv2.Rodrigues(vehicle.T_WB[:3, :3] @ T0[:3, :3].T)[0].ravel() / span
-    else:
+        return velocity, cv2.Rodrigues(vehicle.T_WB[:3, :3] @ T0[:3, :3].T)[0].ravel() / span
+    return None
+
+
+def pose_after(vehicle: Vehicle, T_WB: np.ndarray, dt: float) -> np.ndarray:
+    """``T_WB`` moved ``dt`` seconds along the vehicle's present motion (``twist``): the poses a
+    camera sees during an exposure, and a live pose carried forward."""
+    import cv2
+
+    motion = twist(vehicle, T_WB)
+    if motion is None:
         return T_WB
+    velocity, turn_W = motion
     T = T_WB.copy()
     T[:3, 3] += velocity * dt
     T[:3, :3] = cv2.Rodrigues(np.asarray(turn_W, dtype=np.float64) * dt)[0] @ T_WB[:3, :3]

@@ -18,7 +18,7 @@ import warp as wp
 from goggles import checks
 from goggles.errors import ConfigError
 from goggles.render.camera import CameraModel
-from goggles.render.projection import distortion5, inside_image, project_point
+from goggles.render.projection import inside_image, lens_coefficients, project
 from goggles.runtime.device_copies import HostMirror, collect
 from goggles.runtime.progress import load_kernels
 from goggles.sensors.draws import host_generator
@@ -66,7 +66,8 @@ def detect_beacon(
     R_WC: wp.mat33,
     p_WC: wp.vec3,
     intrinsics: wp.vec4,
-    distortion: distortion5,
+    lens: int,
+    coefficients: lens_coefficients,
     size: wp.vec2i,
     beacon_W: wp.vec3,
 ) -> wp.vec3:
@@ -75,9 +76,7 @@ def detect_beacon(
     ``candidates`` (but ``carrier``, the camera's own vehicle; -1: none) lies between; (0, 0, 0)
     otherwise."""
     p_C = wp.transpose(R_WC) * (beacon_W - p_WC)
-    if p_C[2] <= 0.0:
-        return wp.vec3(0.0)
-    uv = project_point(p_C, intrinsics, distortion)
+    uv = project(p_C, intrinsics, lens, coefficients)  # imaged by the camera's lens (a pinhole's: in front)
     if not inside_image(uv, size[0], size[1]):
         return wp.vec3(0.0)
     to_camera = p_WC - beacon_W
@@ -105,7 +104,8 @@ def detect_beacons_kernel(
     R_WC: wp.array(dtype=wp.mat33),
     p_WC: wp.array(dtype=wp.vec3),
     intrinsics: wp.array(dtype=wp.vec4),
-    distortion: wp.array(dtype=distortion5),
+    lens: wp.array(dtype=wp.int32),
+    coefficients: wp.array(dtype=lens_coefficients),
     sizes: wp.array(dtype=wp.vec2i),
     carriers: wp.array(dtype=wp.int32),
     beacons_W: wp.array(dtype=wp.vec3),
@@ -123,7 +123,8 @@ def detect_beacons_kernel(
         R_WC[c],
         p_WC[c],
         intrinsics[c],
-        distortion[c],
+        lens[c],
+        coefficients[c],
         sizes[c],
         beacons_W[b],
     )
@@ -137,7 +138,7 @@ class BeaconSensor:
     Args:
         scene: the world; actors must be placed (``set_actors``) before ``detect``.
         beacons: the beacons; ids must be unique.
-        cameras: the cameras (any sizes and distortions).
+        cameras: the cameras (any sizes and lenses: each beacon projected with its camera's).
         noise: optional detector noise.
         seed: seed of the noise (reproducible).
         streams: per camera, its noise stream (``draws.stream_of`` its name); None: the cameras' indices.
@@ -178,7 +179,8 @@ class BeaconSensor:
         d = scene.device
         n, m = len(cameras), max(1, len(self.beacons))
         self._intrinsics = wp.array([(c.fx, c.fy, c.cx, c.cy) for c in cameras], dtype=wp.vec4, device=d)
-        self._distortion = wp.array([c.distortion for c in cameras], dtype=distortion5, device=d)
+        self._lens = wp.array([c.lens_id for c in cameras], dtype=wp.int32, device=d)
+        self._coefficients = wp.array([c.kernel_coefficients() for c in cameras], dtype=lens_coefficients, device=d)
         self._sizes = wp.array([(c.width, c.height) for c in cameras], dtype=wp.vec2i, device=d)
         self._R = wp.zeros(n, dtype=wp.mat33, device=d)
         self._p = wp.zeros(n, dtype=wp.vec3, device=d)
@@ -240,7 +242,8 @@ class BeaconSensor:
                 self._R,
                 self._p,
                 self._intrinsics,
-                self._distortion,
+                self._lens,
+                self._coefficients,
                 self._sizes,
                 carried_by,
                 self._beacons_W,

@@ -6,7 +6,9 @@ electrons it collects are Poisson-distributed (shot noise), the readout adds Gau
 the gain maps the full well onto the ADC's range, and the ADC rounds to its bits; the image keeps 8
 bits. So the noise variance in ADC units follows the photon transfer curve, var = g·mean + (g·σ_read)²
 (g the gain in DN per electron). Natural vignetting darkens a pixel by cos⁴ of its ray's angle to the
-optical axis, scaled by the lens's strength. Applied on the device right after the render, seeded per
+optical axis, scaled by the lens's strength (cos⁴ is a rectilinear lens's law; rays past 90 degrees
+of a fisheye are taken as fully darkened, and a fisheye's rim is darker than the law: lower
+``vignetting`` for one). Applied on the device right after the render, seeded per
 frame.
 """
 
@@ -85,7 +87,7 @@ def camera_noise_kernel(
     table = ray_table[c]
     for column in range(span):
         x = block * span + column
-        cos_theta = rays_C[table, y, x][2]
+        cos_theta = wp.max(rays_C[table, y, x][2], 0.0)  # rays past 90 degrees: fully darkened
         falloff = 1.0 - vignetting[c] * (1.0 - cos_theta * cos_theta * cos_theta * cos_theta)
         state = wp.rand_init(seed, y * width + x)
         # Three standard normals from one random word: three 10-bit indices into a table of the normal

@@ -2,7 +2,7 @@
 
 Channels (the same names on LCM and ZeroMQ): ``clock``, ``<vehicle>/state``, ``<vehicle>/imu``,
 ``<vehicle>/collision``, ``<vehicle>/<camera>/<output>`` (depth, range, rgb, segmentation),
-``<vehicle>/<camera>/beacons``, ``<vehicle>/<sensor>/ranges``.
+``<vehicle>/<camera>/beacons``, ``<vehicle>/<camera>/events``, ``<vehicle>/<sensor>/ranges``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 
 import goggles_lcm
 from goggles.frames import matrix_to_quat
-from goggles.transport.schema import EDIT_ACTIONS, Encoding, header
+from goggles.transport.schema import EDIT_ACTIONS, EVENT_DTYPE, Encoding, header
 
 #: ``image_t.encoding`` of each image output.
 ENCODINGS = {
@@ -42,12 +42,33 @@ def image_message(
     image.width, image.height = model.width, model.height
     image.encoding = int(ENCODINGS[output])
     image.fx, image.fy, image.cx, image.cy = model.fx, model.fy, model.cx, model.cy
-    image.distortion = list(model.distortion)
+    image.lens = model.lens
+    image.distortion = [*model.distortion, *(0.0,) * (5 - len(model.distortion))]
     image.position = T_WC[:3, 3].tolist()
     image.orientation = matrix_to_quat(T_WC[:3, :3]).tolist()
     image.data = b""
     image.data_size = len(payload)
     return image, payload
+
+
+def events_message(
+    utime: int, seq: int, camera: str, model, events: np.ndarray, *, end_utime: int
+) -> tuple[goggles_lcm.events_t, memoryview]:
+    """An event camera's events of the window [utime, end_utime) (``goggles.sensors.events.EVENTS``,
+    absolute times in ns), as the events_t without its records and the records' bytes (framed as
+    ``image_message``'s pixels are)."""
+    records = np.zeros(len(events), EVENT_DTYPE)
+    records["x"], records["y"], records["polarity"] = events["x"], events["y"], events["polarity"]
+    records["t"] = events["t"] - int(utime) * 1000
+    packet = goggles_lcm.events_t()
+    packet.header = header(utime, seq)
+    packet.end_utime = int(end_utime)
+    packet.camera = camera
+    packet.width, packet.height = model.width, model.height
+    packet.num_events = len(records)
+    packet.data = b""
+    packet.data_size = records.nbytes
+    return packet, memoryview(records.view(np.uint8))
 
 
 def beacons_message(utime: int, seq: int, camera: str, detections) -> goggles_lcm.beacons_t:

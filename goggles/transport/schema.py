@@ -4,7 +4,7 @@ names, decoding by fingerprint, and validation of inputs.
 Channels (the same names on LCM and ZeroMQ):
     outputs  ``clock``, ``<vehicle>/state``, ``<vehicle>/imu``, ``<vehicle>/<camera>/depth``,
              ``<vehicle>/<camera>/rgb``, ``<vehicle>/<camera>/range``, ``<vehicle>/<camera>/segmentation``,
-             ``<vehicle>/collision``
+             ``<vehicle>/<camera>/events`` (events_t), ``<vehicle>/collision``
     inputs   ``<vehicle>/command`` (command_t), ``pose/<body>`` (pose_t), ``skeleton/<name>`` (skeleton_t),
              ``scene/edit`` (scene_edit_t); lockstep requests (step_t) on the ZeroMQ control socket
 """
@@ -15,6 +15,8 @@ import math
 import time
 from enum import IntEnum
 from io import BytesIO
+
+import numpy as np
 
 import goggles_lcm
 from goggles.checks import FLOAT32_MAX
@@ -28,6 +30,7 @@ TYPES = {
         goggles_lcm.collision_t,
         goggles_lcm.command_t,
         goggles_lcm.edit_result_t,
+        goggles_lcm.events_t,
         goggles_lcm.header_t,
         goggles_lcm.image_t,
         goggles_lcm.imu_t,
@@ -71,6 +74,17 @@ class Encoding(IntEnum):
     RANGE_F32 = 1
     RGB8 = 2
     SEGMENTATION_I32 = 3
+
+
+#: One event of an ``events_t`` packet's ``data``: ``numpy.frombuffer(packet.data, EVENT_DTYPE)``.
+EVENT_DTYPE = np.dtype(
+    {
+        "names": ["x", "y", "t", "polarity"],
+        "formats": ["<u2", "<u2", "<i4", "i1"],
+        "offsets": [0, 2, 4, 8],
+        "itemsize": 12,
+    }
+)
 
 
 class MalformedMessage(ValueError):

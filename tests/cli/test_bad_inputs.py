@@ -161,7 +161,10 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["replay", "x.mcap", "--max-gap", "0"], "argument --max-gap: must be a positive number"),
         (["replay", str(tmp), "--foxglove"], "--foxglove shows one log at a time"),
         (["replay", "x.mcap", "--foxglove", "99999"], "argument --foxglove: must be a port number"),
-        (["run", "--scale", "0"], "argument --scale: must be 'auto' or a positive number, got '0'"),
+        (
+            ["run", "--scale", "0"],
+            "argument --scale: must be 'auto' or a number of sim seconds per wall second >= 1e-06, got '0'",
+        ),
         (["run", "--ros2", "my-lab"], "--ros2 my-lab: 'my-lab' cannot be part of a ROS 2 topic name"),
         (
             ["run", variant("ros2.toml", 'name = "stereo"', 'name = "stereo-1"'), "--ros2"],

@@ -252,3 +252,43 @@ def test_beacon_observations_match_the_engines_beacon_sensor(arena):
     with pytest.raises(ConfigError, match="beacons need a camera"):
         DroneVectorEnv(1, beacons=True, device="cpu")
     env.close()
+
+
+def test_event_frames_count_each_pixels_threshold_crossings_since_the_last_step(arena):
+    """``events``: (N, 2, H, W) ON and OFF counts. After a reset each pixel's reference is its level, so
+    the next step's counts are floor(|L1 - L0| / C) of the two colour observations' log luminance
+    (L = ln(I + eps), Rec. 709), ON where it rose; the episode's first observation has none."""
+    from goggles.sensors.events import EventCameraModel
+
+    scene = DeviceScene(arena, "cpu")
+    c = 0.15
+    env = DroneVectorEnv(
+        2,
+        camera=CAMERA,
+        camera_outputs=("rgb", "events"),
+        event_camera=EventCameraModel(c, c),
+        scene=scene,
+        control="velocity",
+        physics_per_action=96,  # 10 Hz: room to turn
+        device="cpu",
+    )
+    observations, _ = env.reset(seed=2)
+    assert observations["events"].shape == (2, 2, 24, 32) and float(observations["events"].sum()) == 0.0
+
+    def level(rgb):
+        luminance = (rgb.astype(np.float64) @ np.array([0.2126, 0.7152, 0.0722])) / 255.0
+        return np.log(luminance + 1e-3)
+
+    before = level(observations["rgb"].numpy())
+    action = torch.tensor([[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, -1.0]])  # turn both, opposite ways
+    observations, *_ = env.step(action)
+    after = level(observations["rgb"].numpy())
+    counts = observations["events"].numpy()
+    change = after - before
+    expected_on = np.floor(np.maximum(change, 0.0) / c + 1e-4)
+    expected_off = np.floor(np.maximum(-change, 0.0) / c + 1e-4)
+    near_a_step = np.abs(np.abs(change) / c - np.round(np.abs(change) / c)) < 1e-3  # float32 at a threshold
+    assert counts.sum() > 50
+    np.testing.assert_array_equal(counts[:, 0][~near_a_step], expected_on[~near_a_step])
+    np.testing.assert_array_equal(counts[:, 1][~near_a_step], expected_off[~near_a_step])
+    env.close()

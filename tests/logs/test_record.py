@@ -88,7 +88,16 @@ def payloads(path) -> dict:
     """Every image, beacon list, range reading and scan of a recording, by (channel, sim time)."""
     out = {}
     for _, channel, data in read_log(path):
-        if channel.rsplit("/", 1)[-1] in ("depth", "rgb", "range", "segmentation", "beacons", "ranges", "lidar"):
+        if channel.rsplit("/", 1)[-1] in (
+            "depth",
+            "rgb",
+            "range",
+            "segmentation",
+            "beacons",
+            "ranges",
+            "lidar",
+            "events",
+        ):
             message = decode_any(data)
             message.header.wall_utime = message.header.seq = 0  # when it was made, and its number
             out[(channel, message.header.utime)] = message.encode()
@@ -122,6 +131,70 @@ def test_record_replay_with_every_sensor_model_on_gives_identical_payloads(tmp_p
     assert set(first) == set(second)
     differing = sorted(key for key in first if first[key] != second[key])
     assert not differing, f"{len(differing)} of {len(first)} payloads differ, first {differing[:3]}"
+
+
+WIDE = """
+[[camera]]
+vehicle = "quad0"
+name = "fisheye"
+width = 48
+height = 40
+lens = "fisheye"
+fov_deg = 190.0
+rate = 30.0
+outputs = ["depth", "rgb"]
+noise_model = "global-shutter"
+[[camera]]
+vehicle = "quad0"
+name = "dvs"
+width = 48
+height = 36
+position = [0.1, 0.0, 0.05]
+outputs = ["events"]
+threshold_sigma = 0.03
+refractory_s = 0.0005
+noise_rate_hz = 2.0
+rate = 480.0
+min_rate = 30.0
+"""
+
+
+@pytest.mark.slow
+def test_record_replay_of_a_fisheye_and_an_event_camera_gives_identical_payloads(tmp_path):
+    """The event camera's renders follow its motion; a replay renders at the same instants from the
+    same poses (the state recorded at every physics step), so its events are the run's, byte for
+    byte; its packets tile sim time ([start, end) each, the next starting where one ends)."""
+    from goggles.rig.runfile import load_run_config
+    from goggles.transport.schema import EVENT_DTYPE
+
+    run_file = tmp_path / "run.toml"
+    text = RUN_FILE.replace("[run]", f'[run]\nscene = "{REPO / "assets/arena.toml"}"')
+    run_file.write_text(text.replace("floor_z = 0.1", "floor_z = 0.1\nstate_rate = 960.0") + WIDE)
+    original = tmp_path / "flight.mcap"
+    recorder = Recorder(original, metadata={"run_file": run_file.read_text(), "run_file_path": str(run_file)})
+    engine = Engine(load_run_config(run_file), device="cpu", recorder=recorder)
+    engine.run(duration=0.4)
+    engine.close()
+    recorder.close()
+    replayed = tmp_path / "replayed.mcap"
+    replay_file(original, record=replayed, device="cpu")
+    first, second = payloads(original), payloads(replayed)
+    assert {channel for channel, _ in first} >= {"quad0/dvs/events", "quad0/fisheye/depth", "quad0/fisheye/rgb"}
+    assert set(first) == set(second)
+    differing = sorted(key for key in first if first[key] != second[key])
+    assert not differing, f"{len(differing)} of {len(first)} payloads differ, first {differing[:3]}"
+    packets = [decode_any(d) for _, c, d in read_log(original) if c == "quad0/dvs/events"]
+    assert len(packets) > 12  # faster than min_rate once it flies
+    assert all(a.end_utime == b.header.utime for a, b in zip(packets, packets[1:]))
+    fired = 0
+    for packet in packets:
+        events = np.frombuffer(packet.data, EVENT_DTYPE)
+        fired += len(events)
+        assert np.all(np.diff(events["t"]) >= 0) and np.all(
+            events["t"] < (packet.end_utime - packet.header.utime) * 1000
+        )
+        assert packet.width == 48 and np.all(events["x"] < 48) and np.all(np.isin(events["polarity"], (-1, 1)))
+    assert fired > 100
 
 
 @pytest.mark.slow

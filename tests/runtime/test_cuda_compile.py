@@ -22,6 +22,7 @@ MODULES = [
     "goggles.sensors.ranges",
     "goggles.sensors.stereo_depth",
     "goggles.sensors.camera_noise",
+    "goggles.sensors.events",
     "goggles.sensors.lidar",
     "goggles.sensors.draws",
     "goggles.scene.avatar",

@@ -199,7 +199,7 @@ def test_a_groups_images_and_beacon_detections_come_in_one_synchronisation(devic
     (group,) = camera_groups(scene, [config], 240.0, beacons, seed=0)
     pose = np.array([[[0, 0, 1, 0], [-1, 0, 0, 0], [0, -1, 0, 0], [0, 0, 0, 1]]], float)
     copies, syncs = COPIES.count, COPIES.syncs
-    images, detections = group.render(pose)
+    images, detections, _ = group.render(pose)
     assert (COPIES.count - copies, COPIES.syncs - syncs) == (2, 1)
     alone = BeaconSensor(scene, beacons, [model]).detect(pose)
     assert [d.id for d in detections] == ["post/1", "post/2"] == [d.id for d in alone]  # the wall hides the third

@@ -47,6 +47,32 @@ def test_pixels_equal_cv2_project_points(device):
     assert [d.id for d in detections] == sorted(d.id for d in detections)  # stable order by id
 
 
+def test_a_fisheye_camera_sees_beacons_where_cv2_fisheye_projects_them_and_behind_its_image_plane(device):
+    """Beacons through a 200-degree Kannala-Brandt lens: cv2.fisheye.projectPoints within 85 degrees of
+    the axis, r = f theta_d beyond 90 (where OpenCV's fisheye stops)."""
+    k = (-0.012, 0.004, -0.001, 0.0002)
+    camera = CameraModel.fisheye(640, 480, 200.0, distortion=k)
+    rng = np.random.default_rng(2)
+    T_WC = camera_pose_from_body(transform([0.5, -0.3, 1.2], quat_from_euler(0.05, -0.1, 0.2)))
+    angle = np.radians(rng.uniform(0.0, 85.0, 150))
+    phi = rng.uniform(0, 2 * np.pi, 150)
+    rays = np.column_stack([np.sin(angle) * np.cos(phi), np.sin(angle) * np.sin(phi), np.cos(angle)])
+    behind = np.array([[np.sin(np.radians(95.0)), 0.0, np.cos(np.radians(95.0))]])  # 5 degrees behind
+    points_C = np.vstack([rays * rng.uniform(2.0, 15.0, (150, 1)), behind * 4.0])
+    points_W = points_C @ T_WC[:3, :3].T + T_WC[:3, 3]
+    sensor = BeaconSensor(world(device), [Beacon(f"cloud/{i:03d}", tuple(p)) for i, p in enumerate(points_W)], [camera])
+    found = {int(d.id.split("/")[1]): (d.u, d.v) for d in sensor.detect(T_WC[None])}
+    expected, _ = cv2.fisheye.projectPoints(points_C[None, :150], np.zeros(3), np.zeros(3), camera.K, np.array(k))
+    expected = expected[0]
+    inside = (expected[:, 0] >= -0.5) & (expected[:, 0] < 639.5) & (expected[:, 1] >= -0.5) & (expected[:, 1] < 479.5)
+    assert set(found) - {150} == set(np.flatnonzero(inside)) and inside.sum() > 100
+    for i in np.flatnonzero(inside):
+        assert np.hypot(*(np.array(found[i]) - expected[i])) < 0.01
+    theta = np.radians(95.0)
+    theta_d = theta * (1 + theta**2 * (k[0] + theta**2 * (k[1] + theta**2 * (k[2] + theta**2 * k[3]))))
+    assert found[150] == pytest.approx((camera.cx + camera.fx * theta_d, camera.cy), abs=0.01)
+
+
 def test_occluded_beacon_reappears_when_the_occluder_moves(device):
     scene = world(device)
     sensor = BeaconSensor(scene, [Beacon("post/0", (10.0, 0.0, 0.0)), Beacon("post/1", (10.0, 3.0, 0.0))], [CAMERA])

@@ -25,7 +25,13 @@ from goggles.transport.ros2 import types as T  # noqa: E402
 from tests.support import Running, arena_run_file, goggles_result, run_config  # noqa: E402
 
 PEER = Path(__file__).with_name("ros2_peer.py")
-MSG = Path(__file__).resolve().parents[2] / "goggles" / "transport" / "ros2" / "msg"
+MSG = Path(__file__).resolve().parents[2] / "goggles" / "transport" / "ros2" / "msg" / "goggles_msgs"
+
+
+DVS_MSGS = {
+    "Event": "uint16 x\nuint16 y\nbuiltin_interfaces/Time ts\nbool polarity\n",
+    "EventArray": "std_msgs/Header header\nuint32 height\nuint32 width\ndvs_msgs/Event[] events\n",
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +43,8 @@ def typestore():
         ts = get_typestore(store)
         for name in ("Beacons", "RatesThrust"):
             ts.register(get_types_from_msg((MSG / f"{name}.msg").read_text(), f"goggles_msgs/msg/{name}"))
+        for name in ("Event", "EventArray"):  # rpg_dvs_ros' definitions, written out here
+            ts.register(get_types_from_msg(DVS_MSGS[name], f"dvs_msgs/msg/{name}"))
         stores[distro] = ts
     return stores
 
@@ -188,6 +196,52 @@ def test_every_message_is_byte_for_byte_rosbags_cdr(typestore):
     frame = "quad0/stereo_left_optical_frame"
     ours = cdr.beacons(utime, frame, ["Gate1/1", "Gate1/2"], [10.5, 20.25], [30, 40], [5, 6])
     assert_same(ts, ours, beacons, "goggles_msgs/msg/Beacons")
+
+    # An event camera's packet, for 0, 1, 2 and many events (CDR pads events after the first to 16 bytes).
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 2, 7):
+        times = np.sort(rng.integers(utime * 1000, utime * 1000 + 10_000_000, n))
+        events = {"x": rng.integers(0, 346, n), "y": rng.integers(0, 260, n), "t": times}
+        events["polarity"] = rng.choice([-1, 1], n)
+        array = ros(
+            ts,
+            "dvs_msgs/msg/EventArray",
+            header=header(ts, utime, "quad0/dvs_optical_frame"),
+            height=260,
+            width=346,
+            events=[
+                ts.types["dvs_msgs/msg/Event"](
+                    x=int(x),
+                    y=int(y),
+                    ts=ros(ts, "builtin_interfaces/msg/Time", sec=int(t // 10**9), nanosec=int(t % 10**9)),
+                    polarity=bool(p > 0),
+                )
+                for x, y, t, p in zip(events["x"], events["y"], events["t"], events["polarity"])
+            ],
+        )
+        ours = cdr.event_array(utime, "quad0/dvs_optical_frame", 346, 260, events)
+        assert_same(ts, ours, array, "dvs_msgs/msg/EventArray")
+
+    # A fisheye's CameraInfo: ROS's equidistant model, its four coefficients.
+    k = [-0.0066, 0.0439, -0.0415, 0.0077]
+    info = ros(
+        ts,
+        "sensor_msgs/msg/CameraInfo",
+        header=header(ts, utime, "quad0/fisheye_left_optical_frame"),
+        height=800,
+        width=848,
+        distortion_model="equidistant",
+        d=np.array(k),
+        k=np.array([285.7, 0, 419.0, 0, 285.9, 405.3, 0, 0, 1.0]),
+        r=np.eye(3).ravel(),
+        p=np.array([285.7, 0, 419.0, 0, 0, 285.9, 405.3, 0, 0, 0, 1, 0]),
+        binning_x=0,
+        binning_y=0,
+        roi=ros(ts, "sensor_msgs/msg/RegionOfInterest", x_offset=0, y_offset=0, height=0, width=0, do_rectify=False),
+    )
+    frame = "quad0/fisheye_left_optical_frame"
+    ours = cdr.camera_info(utime, frame, 848, 800, 285.7, 285.9, 419.0, 405.3, k, 0.0, "equidistant")
+    assert_same(ts, ours, info, "sensor_msgs/msg/CameraInfo")
 
 
 def test_inputs_decode_what_rosbags_writes(typestore):

@@ -42,6 +42,7 @@ DDS_TYPES = {
     "tf2_msgs/msg/TFMessage": T.TFMessage,
     "rosgraph_msgs/msg/Clock": T.Clock,
     "goggles_msgs/msg/Beacons": T.Beacons,
+    "dvs_msgs/msg/EventArray": T.EventArray,
     "sensor_msgs/msg/PointCloud2": T.PointCloud2,
 }
 

@@ -90,13 +90,16 @@ def image(utime: int, frame_id: str, width: int, height: int, encoding: str, ste
     return bytes(w)
 
 
-def camera_info(utime: int, frame_id: str, width: int, height: int, fx, fy, cx, cy, distortion, tx: float) -> bytes:
-    """sensor_msgs/CameraInfo, plumb_bob; ``tx`` = -fx * baseline for a stereo right camera, else 0."""
+def camera_info(
+    utime: int, frame_id: str, width: int, height: int, fx, fy, cx, cy, distortion, tx: float, model: str = "plumb_bob"
+) -> bytes:
+    """sensor_msgs/CameraInfo of distortion ``model`` (its coefficients ``distortion``); ``tx`` = -fx *
+    baseline for a rectified stereo pair's right camera, else 0."""
     w = CdrWriter()
     header(w, utime, frame_id)
     w.scalar("I", height)
     w.scalar("I", width)
-    w.string("plumb_bob")
+    w.string(model)
     w.sequence("d", list(distortion))
     w.array("d", [fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0])
     w.array("d", [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])
@@ -236,6 +239,58 @@ def beacons(utime: int, frame_id: str, ids: Sequence[str], u, v, ranges) -> byte
     w.sequence("d", list(u))
     w.sequence("d", list(v))
     w.sequence("d", list(ranges))
+    return bytes(w)
+
+
+def event_array(utime: int, frame_id: str, width: int, height: int, events) -> bytes:
+    """dvs_msgs/EventArray (``msg/dvs_msgs``) of ``events`` (``goggles.sensors.events.EVENTS``: x, y,
+    t in ns, polarity), built as one array: each dvs_msgs/Event is uint16 x, uint16 y, int32 sec,
+    uint32 nanosec, bool polarity, and CDR aligns its sec to 4 bytes, so every event after the first
+    takes 16 bytes (x y, 2 bytes of padding, sec nanosec polarity, 1 byte of padding) and the first 14."""
+    w = CdrWriter()
+    header(w, utime, frame_id)
+    w.scalar("I", height)
+    w.scalar("I", width)
+    n = len(events["t"])
+    w.scalar("I", n)  # the sequence's count: its first event starts 4-aligned
+    if n:
+        sec, nanosec = np.divmod(np.asarray(events["t"], np.int64), 1_000_000_000)
+        on = np.asarray(events["polarity"]) > 0
+        block = np.zeros(16 * n, np.uint8)
+        first = np.dtype(
+            {
+                "names": ["x", "y", "sec", "nanosec", "on"],
+                "formats": ["<u2", "<u2", "<i4", "<u4", "u1"],
+                "offsets": [0, 2, 4, 8, 12],
+                "itemsize": 14,
+            }
+        )
+        head = block[:14].view(first)
+        head["x"], head["y"], head["sec"], head["nanosec"], head["on"] = (
+            events["x"][0],
+            events["y"][0],
+            sec[0],
+            nanosec[0],
+            on[0],
+        )
+        if n > 1:
+            rest = np.dtype(
+                {
+                    "names": ["x", "y", "sec", "nanosec", "on"],
+                    "formats": ["<u2", "<u2", "<i4", "<u4", "u1"],
+                    "offsets": [0, 2, 6, 10, 14],
+                    "itemsize": 16,
+                }
+            )
+            tail = block[14 : 14 + 16 * (n - 1)].view(rest)
+            tail["x"], tail["y"], tail["sec"], tail["nanosec"], tail["on"] = (
+                events["x"][1:],
+                events["y"][1:],
+                sec[1:],
+                nanosec[1:],
+                on[1:],
+            )
+        w._put(block[: 16 * n - 3].tobytes())  # the last event's trailing padding is not written
     return bytes(w)
 
 

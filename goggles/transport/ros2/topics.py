@@ -5,8 +5,12 @@ Topics (ROS names; on DDS ``rt/<name>``), under a namespace (default ``/goggles`
 
     <ns>/<vehicle>/<camera>[/left|/right]/image_depth  sensor_msgs/Image 32FC1, metres, REP 118
     .../image_color, image_range, image_segmentation   rgb8, 32FC1 metres, 32SC1 class ids
-    .../camera_info                                    sensor_msgs/CameraInfo (plumb_bob; right: P[3] = -fx B)
+    .../camera_info                                    sensor_msgs/CameraInfo (plumb_bob, equidistant, ...: the
+                                                       lens, ``render.calibration.ROS_DISTORTION_MODELS``;
+                                                       a rectified pair's right: P[3] = -fx B)
     .../beacons                                        goggles_msgs/Beacons
+    .../events                                         dvs_msgs/EventArray (an event camera's packet, stamped
+                                                       at its window's end; each event its own time)
     <ns>/<vehicle>/imu                                 sensor_msgs/Imu (body FLU axes, no orientation)
     <ns>/<vehicle>/odom                                nav_msgs/Odometry (ground truth, map -> base_link)
     <ns>/<vehicle>/<range sensor>                      sensor_msgs/Range (single-zone sensors)
@@ -28,9 +32,10 @@ import numpy as np
 
 import goggles_lcm
 from goggles.frames import R_BODY_OPTICAL, matrix_to_quat, quat_to_matrix
-from goggles.render.camera import stereo_right_offset
+from goggles.render.calibration import ROS_DISTORTION_MODELS
+from goggles.render.lenses import LENSES
 from goggles.transport.ros2 import Ros2Settings, cdr
-from goggles.transport.schema import Encoding
+from goggles.transport.schema import EVENT_DTYPE, Encoding
 
 #: The fixed world frame (ENU), as REP 105 names it.
 WORLD_FRAME = "map"
@@ -98,8 +103,9 @@ class Ros2Topics:
             if c.baseline is None:
                 eyes = [(c.eyes[0], "", c.T_BC, 0.0)]
             else:
-                T_BR, tx = c.T_BC @ stereo_right_offset(c.baseline), -c.model.fx * c.baseline
-                eyes = [(c.eyes[0], "/left", c.T_BC, 0.0), (c.eyes[1], "/right", T_BR, tx)]
+                # A calibrated pair's raw images have no rectified P: their extrinsics are in /tf_static.
+                tx = -c.model.fx * c.baseline if c.rectified else 0.0
+                eyes = [(c.eyes[0], "/left", c.T_BC, 0.0), (c.eyes[1], "/right", c.T_BR, tx)]
             for channel_name, suffix, T_BC, tx in eyes:
                 frame = f"{c.vehicle}/{channel_name}_optical_frame"
                 self._cameras[f"{c.vehicle}/{channel_name}"] = _Camera(f"{ns}/{c.vehicle}/{c.name}{suffix}", frame, tx)
@@ -135,11 +141,23 @@ class Ros2Topics:
             out = [RosMessage(f"{camera.path}/{leaf}", "sensor_msgs/msg/Image", SENSOR, pixels)]
             if self._info_sent.get(m.camera) != utime:  # once per frame, whatever the outputs
                 self._info_sent[m.camera] = utime
+                lens = m.lens if m.lens in LENSES else "pinhole"
+                coefficients = m.distortion[: len(LENSES[lens])]
+                model = ROS_DISTORTION_MODELS[lens]
                 info = cdr.camera_info(
-                    utime, camera.frame_id, m.width, m.height, m.fx, m.fy, m.cx, m.cy, m.distortion, camera.tx
+                    utime, camera.frame_id, m.width, m.height, m.fx, m.fy, m.cx, m.cy, coefficients, camera.tx, model
                 )
                 out.append(RosMessage(f"{camera.path}/camera_info", "sensor_msgs/msg/CameraInfo", SENSOR, info))
             return out
+        if isinstance(m, goggles_lcm.events_t):
+            camera = self._cameras.get(m.camera)
+            if camera is None:
+                return []
+            records = np.frombuffer(m.data, EVENT_DTYPE)
+            events = {"x": records["x"], "y": records["y"], "polarity": records["polarity"]}
+            events["t"] = records["t"].astype(np.int64) + m.header.utime * 1000
+            payload = cdr.event_array(m.end_utime, camera.frame_id, m.width, m.height, events)
+            return [RosMessage(f"{camera.path}/events", "dvs_msgs/msg/EventArray", SENSOR, payload)]
         if isinstance(m, goggles_lcm.imu_t):
             payload = cdr.imu(m.header.utime, base_link(m.vehicle), m.angular_velocity, m.linear_acceleration)
             return [RosMessage(f"{ns}/{m.vehicle}/imu", "sensor_msgs/msg/Imu", SENSOR, payload)]

@@ -209,6 +209,22 @@ class Beacons(IdlStruct, typename="goggles_msgs::msg::dds_::Beacons_"):
 
 
 @dataclass
+class Event(IdlStruct, typename="dvs_msgs::msg::dds_::Event_"):
+    x: t.uint16
+    y: t.uint16
+    ts: Time
+    polarity: bool
+
+
+@dataclass
+class EventArray(IdlStruct, typename="dvs_msgs::msg::dds_::EventArray_"):
+    header: Header
+    height: t.uint32
+    width: t.uint32
+    events: t.sequence[Event]
+
+
+@dataclass
 class RatesThrust(IdlStruct, typename="goggles_msgs::msg::dds_::RatesThrust_"):
     header: Header
     thrust: t.float64
