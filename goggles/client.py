@@ -47,7 +47,7 @@ from goggles.transport.buses import (
     split_frame,
 )
 from goggles.transport.messages import scene_edit_message
-from goggles.transport.schema import EDIT_ACTIONS, MAX_STEPS, Encoding, decode_any, header
+from goggles.transport.schema import EDIT_ACTIONS, EVENT_DTYPE, MAX_STEPS, Encoding, decode_any, header
 
 #: Receive queue bound per subscription socket: newer frames replace nothing, older ones are dropped.
 RECEIVE_HWM = 16
@@ -415,6 +415,12 @@ _ENUM_FIELDS = {
 _ENUM_FIELDS["edit_result_t", "action"] = _ENUM_FIELDS["scene_edit_t", "action"]
 
 
+def event_array(message) -> np.ndarray:
+    """An ``events_t`` packet's events as a NumPy record array (``EVENT_DTYPE``: x, y, t in ns after
+    ``header.utime``, polarity +1/-1), a view of its bytes."""
+    return np.frombuffer(message.data, EVENT_DTYPE, count=message.num_events)
+
+
 def describe(message) -> str:
     """One line per message for ``goggles echo``: every field, images summarised, enums by name."""
     kind = type(message).__name__
@@ -426,7 +432,15 @@ def describe(message) -> str:
             f"image_t utime={message.header.utime} seq={message.header.seq} camera={message.camera} "
             f"{message.width}x{message.height} encoding={_ENUM_FIELDS[kind, 'encoding'](message.encoding)} "
             f"values {span} "
-            f"pose_utime={message.pose_utime} position={np.round(message.position, 3).tolist()}"
+            f"pose_utime={message.pose_utime} position={np.round(message.position, 3).tolist()} lens={message.lens}"
+        )
+    if isinstance(message, goggles_lcm.events_t):
+        events = event_array(message)
+        on = int(np.count_nonzero(events["polarity"] > 0))
+        return (
+            f"events_t utime={message.header.utime} seq={message.header.seq} camera={message.camera} "
+            f"{message.width}x{message.height} window {message.header.utime}..{message.end_utime} "
+            f"events={len(events)} (on {on}, off {len(events) - on})"
         )
     fields = []
     for name in message.__slots__:

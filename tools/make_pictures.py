@@ -4,7 +4,9 @@
 
 ``demo``: the demo run (assets/run-demo.toml) a few seconds into its flight: the left and right colour
 images and the left depth as its D435 model measures it, and the preview page's third-person view of
-the quad. Deterministic on one machine: the flight is the engine's, in sim time.
+the quad. ``wide``: the same flight through assets/run-wide.toml's cameras: the T265-like fisheye's
+left colour and depth (range along each ray), and the event camera's events of the last 20 ms (ON
+white, OFF blue). Deterministic on one machine: the flight is the engine's, in sim time.
 """
 
 from __future__ import annotations
@@ -62,7 +64,59 @@ def demo(out: Path, seconds: float = 7.0) -> Path:
     return path
 
 
-PICTURES = {"demo": demo}
+def wide(out: Path, seconds: float = 4.0, window_s: float = 0.02) -> Path:
+    """The fisheye pair's left colour and depth and the event camera's last events, side by side."""
+    from goggles.engine import Engine
+    from goggles.paths import assets_dir
+    from goggles.render.files import depth_preview
+    from goggles.rig.runfile import load_run_config
+    from goggles.transport.schema import EVENT_DTYPE, decode_any
+
+    config = load_run_config(assets_dir() / "run-wide.toml")
+    config = dataclasses.replace(config, zmq=None, lcm_url=None, scale=1000.0)
+
+    class Events:
+        """The events of the run's last ``window_s``."""
+
+        packets: list = []
+
+        def write(self, channel: str, data, log_time_ns: int) -> None:
+            if channel.endswith("/events"):
+                packet = decode_any(data)
+                Events.packets = [p for p in Events.packets if p.end_utime > packet.end_utime - window_s * 1e6]
+                Events.packets.append(packet)
+
+    engine = Engine(config, device="cpu", sinks=[Events()])
+    try:
+        engine.run(duration=seconds)
+        group = next(g for g in engine.rig.groups if g.events is None)
+        poses = np.stack([engine.camera_pose(c) for c in group.cameras])
+        images, _, _ = group.render(poses, key=engine.utime())
+    finally:
+        engine.close()
+    height = 300
+    colour = cv2.resize(images["rgb"][0][:, :, ::-1], None, fx=height / 800, fy=height / 800)
+    depth = cv2.resize(depth_preview(images["depth"][0]), None, fx=height / 800, fy=height / 800)
+    first = Events.packets[0]
+    frame = np.full((first.height, first.width, 3), 60, np.uint8)
+    for packet in Events.packets:
+        events = np.frombuffer(packet.data, EVENT_DTYPE)
+        on = events["polarity"] > 0
+        frame[events["y"][on], events["x"][on]] = (255, 255, 255)
+        frame[events["y"][~on], events["x"][~on]] = (255, 140, 40)  # BGR: blue
+    scale = height / first.height
+    frame = cv2.resize(frame, None, fx=scale, fy=scale, interpolation=cv2.INTER_NEAREST)
+    path = out / "wide.png"
+    pictures = [
+        _label(colour, "fisheye colour (163 deg)"),
+        _label(depth, "fisheye depth (range)"),
+        _label(frame, f"events, last {window_s * 1000:.0f} ms"),
+    ]
+    cv2.imwrite(str(path), np.hstack(pictures))
+    return path
+
+
+PICTURES = {"demo": demo, "wide": wide}
 
 
 def main() -> None:

@@ -103,7 +103,9 @@ def bench_render(
     are (one launch on CUDA). Each backend renders: every output (closest hit, depth, range, normal,
     segmentation, shaded texture), depth only (a depth camera), every output with the sun's shadows,
     with a global-shutter camera's noise and vignetting (``GLOBAL_SHUTTER``), with both, motion blur
-    of four sub-frames, and every output with a racing gate 4 m ahead of each view (the actors' path);
+    of four sub-frames, every output with a racing gate 4 m ahead of each view (the actors' path),
+    and every output through a 200-degree equidistant fisheye whose circle reaches the image's
+    corners (every pixel a ray; its rays per second against the pinhole's);
     and an OS1-64 LiDAR scans the same world (its cost too against the ideal
     render). Embree alone only finds the closest hits, on the same number of threads (where embreex is
     installed). A backend the device cannot run (Embree on CUDA, or without embreex) is left out.
@@ -126,6 +128,9 @@ def bench_render(
     T_WB_views = bench_views(T_WB, views)
     T_WC = np.stack([camera_pose_from_body(T) for T in T_WB_views])
     camera = CameraModel.from_fov(width, height, vfov_deg)
+    corner = np.hypot(width - 1, height - 1) / 2.0  # the 200-degree circle through the corners
+    f = corner / np.radians(100.0)
+    fisheye = CameraModel(width, height, f, f, (width - 1) / 2.0, (height - 1) / 2.0, (0.0,) * 4, lens="fisheye")
     world = DeviceScene(scene, device, bvh=bvh, shapes=[gate_shape((1.6, 1.6))])
     gates_T_WA = T_WB_views.copy()  # "all+gates": a racing gate 4 m ahead of each view, seen through
     gates_T_WA[:, :3, 3] += 4.0 * T_WB_views[:, :3, 0]
@@ -144,10 +149,12 @@ def bench_render(
             ("all+shadows+noise", every, Shading.SUN, True),
             ("all+blur4", every, Shading.SUN, False),
             ("all+gates", every, Shading.SUN, False),
+            ("all+fisheye", every, Shading.SUN, False),
         ):
+            lens = fisheye if outputs.endswith("fisheye") else camera
             renderer = parts.renderer(
                 world,
-                [camera] * views,
+                [lens] * views,
                 RenderSettings(
                     threads=threads,
                     backend=backend,
@@ -225,6 +232,68 @@ def bench_render(
         device=str(world.device),
         pixel_order=warp_order,
     )
+
+
+@dataclass(frozen=True)
+class EventBench:
+    """Result of ``bench_events``: an event camera on the demo flight."""
+
+    sim_seconds: float
+    wall_seconds: float
+    renders: int
+    events: int
+    width: int
+    height: int
+    device: str
+
+    @property
+    def renders_per_sim_s(self) -> float:
+        return self.renders / self.sim_seconds
+
+    @property
+    def events_per_sim_s(self) -> float:
+        return self.events / self.sim_seconds
+
+    @property
+    def events_per_wall_s(self) -> float:
+        return self.events / self.wall_seconds
+
+
+def bench_events(run_file: Path, seconds: float, device: str | None = None) -> EventBench:
+    """Fly ``run_file`` (its event cameras alone, no buses, as fast as the machine goes) for
+    ``seconds`` of sim time: the event cameras' renders and events, per sim and per wall second."""
+    import dataclasses
+
+    from goggles.clock import ClockMode
+    from goggles.engine import Engine
+    from goggles.errors import ConfigError
+    from goggles.rig.runfile import load_run_config
+    from goggles.transport.schema import decode_any
+
+    config = load_run_config(run_file)
+    cameras = [c for c in config.cameras if c.events is not None]
+    if not cameras:
+        raise ConfigError(f'{run_file}: no event camera (a [[camera]] with outputs = ["events"])')
+    config = dataclasses.replace(
+        config, cameras=tuple(cameras), lidars=(), range_sensors=(), lcm_url=None, zmq=None, ros2=None
+    )
+    config = dataclasses.replace(config, mode=ClockMode.SIM, scale=1e6, max_scale=1e6)
+
+    class Count:
+        renders = events = 0
+
+        def write(self, channel: str, data, log_time_ns: int) -> None:
+            if channel.endswith("/events"):
+                Count.renders += 1
+                Count.events += decode_any(data).num_events
+
+    with Engine(config, device=device, sinks=[Count()]) as engine:
+        start = time.perf_counter()
+        engine.run(duration=seconds)
+        wall = time.perf_counter() - start
+        model = engine.rig.groups[0].cameras[0].model
+        device = str(engine.rig.world.device)
+        return EventBench(seconds, wall, Count.renders, Count.events, model.width, model.height, device)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,13 @@ def add_parser(commands) -> None:
         default="all",
         help="which goggles backends to time: one, both (warp and embree) or all (default; Embree is left out on CUDA)",
     )
+    bench_render.add_argument(
+        "--event-seconds",
+        type=float,
+        default=1.0,
+        help="sim seconds of the demo flight an event camera flies (run-wide.toml's): its renders and events "
+        "per second (0: skip)",
+    )
     bench_render.set_defaults(run=cmd_bench_render)
 
     bench_dynamics = benches.add_parser(
@@ -192,6 +199,17 @@ def cmd_bench_render(args) -> int:
     if result.embree_rays_per_s is None:
         print("no Embree peer: embreex is not installed (pip install embreex); ratios are nan")
     print(f"embree_rays_per_s={result.embree_rays_per_s or float('nan'):.0f}")
+    if args.event_seconds > 0:
+        from goggles.bench.measure import bench_events
+        from goggles.paths import assets_dir
+
+        events = bench_events(assets_dir() / "run-wide.toml", args.event_seconds, device=args.device)
+        print(
+            f"event camera ({events.width}x{events.height}, run-wide.toml's demo flight, "
+            f"{events.sim_seconds:g} sim s): "
+            f"renders_per_sim_s={events.renders_per_sim_s:.0f} events_per_sim_s={events.events_per_sim_s:.0f} "
+            f"events_per_wall_s={events.events_per_wall_s:.0f}"
+        )
     return 0
 
 

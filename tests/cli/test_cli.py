@@ -100,12 +100,30 @@ def test_render_bad_input_is_a_clear_error(tmp_path, args, message):
 def test_bench_render_reports_every_backend_and_bare_embree():
     pytest.importorskip("embreex")
     result = goggles(
-        "bench", "render", "--width", "32", "--height", "24", "--views", "2", "--seconds", "0.05", "--device", "cpu"
+        "bench",
+        "render",
+        "--width",
+        "32",
+        "--height",
+        "24",
+        "--views",
+        "2",
+        "--seconds",
+        "0.05",
+        "--device",
+        "cpu",
+        "--event-seconds",
+        "0.05",
     )
-    lines = [dict(item.split("=") for item in line.split()) for line in result.stdout.splitlines() if "=" in line]
+    out = result.stdout.splitlines()
+    events = next(line for line in out if line.startswith("event camera (346x260"))
+    figures = dict(item.split("=") for item in events.split(": ", 1)[1].split())
+    assert all(float(figures[k]) > 0 for k in ("renders_per_sim_s", "events_per_sim_s", "events_per_wall_s"))
+    lines = [dict(item.split("=") for item in line.split()) for line in out if "=" in line and line != events]
     assert float(lines[-1]["embree_rays_per_s"]) > 1e4
     renders = {(f["backend"], f["outputs"]): f for f in lines[:-1]}
-    kinds = ("all", "depth", "all+shadows", "all+noise", "all+shadows+noise", "all+blur4", "all+gates", "lidar-os1-64")
+    kinds = ("all", "depth", "all+shadows", "all+noise", "all+shadows+noise", "all+blur4", "all+gates")
+    kinds += ("all+fisheye", "lidar-os1-64")
     assert set(renders) == {(b, o) for b in ("warp", "bvh", "embree") for o in kinds}
     for fields in renders.values():
         # Every render traced rays and reports its rate over Embree's on the same rays and threads. How
@@ -147,6 +165,7 @@ def test_bench_render_without_embree_still_reports_goggles_backends(monkeypatch,
 
     monkeypatch.setattr(goggles.render.embree, "embree_available", lambda: False)
     argv = ["bench", "render", "--width", "32", "--height", "24", "--views", "2", "--seconds", "0.02"]
+    argv += ["--event-seconds", "0"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     lines = [dict(item.split("=") for item in line.split()) for line in out.splitlines() if "=" in line]

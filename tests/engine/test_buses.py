@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import goggles_lcm
-from goggles.client import Client, image_array
+from goggles.client import Client, describe, event_array, image_array
 from goggles.dynamics import ControlMode
 from goggles.engine.status import OTHER_CHANNELS
 from goggles.transport.buses import ZmqEndpoints
@@ -22,7 +22,11 @@ from tests.support import Running, endpoints, free_port, run_config
 @pytest.mark.slow
 def test_every_output_reaches_both_buses(device):
     lcm_port = free_port()
-    config = run_config(lcm_port=lcm_port, scale=4.0)
+    stereo = {"vehicle": "quad0", "name": "stereo", "width": 48, "height": 32, "baseline": 0.32}
+    stereo |= {"outputs": ["depth", "rgb"], "max_depth": 60.0}
+    fisheye = {"vehicle": "quad0", "name": "fisheye", "width": 40, "height": 40, "lens": "fisheye", "fov_deg": 190.0}
+    events = {"vehicle": "quad0", "name": "dvs", "width": 40, "height": 30, "outputs": ["events"], "rate": 240.0}
+    config = run_config(lcm_port=lcm_port, scale=4.0, cameras=[stereo, fisheye | {"outputs": ["range"]}, events])
     lcm_messages = {}
     bus = lcm.LCM(config.lcm_url)
     bus.subscribe("(clock|quad0/.*)", lambda channel, data: lcm_messages.setdefault(channel, decode_any(data)))
@@ -48,6 +52,8 @@ def test_every_output_reaches_both_buses(device):
         "quad0/stereo_left/rgb": goggles_lcm.image_t,
         "quad0/stereo_right/depth": goggles_lcm.image_t,
         "quad0/stereo_right/rgb": goggles_lcm.image_t,
+        "quad0/fisheye/range": goggles_lcm.image_t,
+        "quad0/dvs/events": goggles_lcm.events_t,
     }
     for received in (zmq_messages, lcm_messages):
         for channel, message_type in expected.items():
@@ -57,6 +63,12 @@ def test_every_output_reaches_both_buses(device):
     assert image_array(lcm_messages["quad0/stereo_right/rgb"]).shape == (32, 48, 3)
     imu = zmq_messages["quad0/imu"]
     assert 5.0 < imu.linear_acceleration[2] < 25.0  # at rest or taking off: roughly +g up
+    fisheye = zmq_messages["quad0/fisheye/range"]
+    assert fisheye.lens == "fisheye" and np.isnan(image_array(fisheye)[0, 0])  # a corner outside the lens
+    packet = lcm_messages["quad0/dvs/events"]
+    fired = event_array(packet)
+    assert packet.end_utime > packet.header.utime and len(fired) == packet.num_events
+    assert "events_t" in describe(packet) and f"events={len(fired)}" in describe(packet)
 
 
 @pytest.mark.slow
