@@ -34,7 +34,7 @@ import warp as wp
 
 from goggles import checks
 from goggles.errors import ConfigError
-from goggles.render import invalid, kernels
+from goggles.render import invalid, kernels, splats
 from goggles.render.camera import CameraModel
 from goggles.render.settings import BACKENDS, OUTPUTS, RenderSettings
 from goggles.render.shading import Lighting, Shading, face_reflectivity_kernel
@@ -272,6 +272,8 @@ class Renderer:
         # render kernel without actors, and with them when the scene has actor shapes.
         load_kernels(kernels, d)
         load_kernels(invalid, d)
+        if scene.splats is not None:
+            load_kernels(splats, d)
         if shading == Shading.LIDAR:
             load_kernels(face_reflectivity_kernel.module, d)
         self._loaded: set[wp.Kernel] = set()
@@ -434,6 +436,10 @@ class Renderer:
             wp.launch(self._kernel, dim=(n, h, w), inputs=inputs, outputs=[self.buffers], device=self.device)
         else:
             self._launch_all(self._kernel, [*self._render_inputs(self._untraced), False, 0], [self.buffers])
+        if self.scene.splats is not None:  # the splats, in front of what the meshes gave
+            shaded = int(self._light.shading != Shading.NONE)
+            inputs = [self._cameras, self.scene.splats.data, shaded, self._wanted]
+            self._launch_all(splats.splat_pass_kernel, inputs, [self.buffers])
         if self._has_partners:  # the stereo shadow
             self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras], [self.buffers])
         if self._has_partners or self._has_outside:  # NaN, written by a kernel compiled for IEEE NaNs

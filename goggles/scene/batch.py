@@ -16,8 +16,9 @@ import numpy as np
 from goggles.checks import FLOAT32_MAX
 from goggles.errors import SceneError
 from goggles.runtime.progress import busy
-from goggles.scene.assets import MeshPart, load_asset
+from goggles.scene.assets import UNITS_M, UP_AXES, Material, MeshPart, load_asset
 from goggles.scene.scene_file import SceneSpec, load_scene_spec
+from goggles.scene.splats import SplatCloud, merge_splats, read_splat_file
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class StaticScene:
     """Texture table: (h, w, 3) uint8 RGB images, row 0 at the top."""
     view: np.ndarray | None = None
     """(4, 4) default body pose T_WB for a first look, from the scene file, or None."""
+    splats: SplatCloud | None = None
+    """The scene's Gaussian splats in the world (``[[splat]]`` tables), or None."""
 
     @property
     def num_faces(self) -> int:
@@ -99,9 +102,30 @@ def batch_scene(spec: SceneSpec) -> StaticScene:
             faces,
             time.perf_counter() - start,
         )
+    if not placed:  # a scene of splats alone: the tracers need a mesh, so one triangle far below the world
+        far = np.array([[0.0, 0.0, -1e5], [1.0, 0.0, -1e5], [0.0, 1.0, -1e5]], np.float32)
+        nothing = MeshPart(
+            "nothing", far, np.array([[0, 1, 2]]), None, None, Material("nothing", (0.0, 0.0, 0.0), None)
+        )
+        placed.append((nothing, np.eye(4), 1))
     scene = merge_parts(spec.name, placed)
     scene.view = spec.view
+    scene.splats = merge_splats([_placed_splat(spec, i, splat) for i, splat in enumerate(spec.splats)])
     return scene
+
+
+def _placed_splat(spec: SceneSpec, index: int, splat) -> SplatCloud:
+    """A ``[[splat]]``'s Gaussians in the world: the file's units and up axis, its scale and pose."""
+    with busy(f"reading splat {splat.name} ({index + 1} of {len(spec.splats)}): {splat.path}"):
+        cloud = read_splat_file(splat.path)
+    T = splat.T_WA.copy()
+    T[:3, :3] = T[:3, :3] @ UP_AXES[splat.up]
+    placed = cloud.placed(T, splat.scale * UNITS_M[splat.units], splat.segmentation)
+    reach = float(np.abs(placed.positions).max())
+    if not reach < FLOAT32_MAX / 2:
+        raise SceneError(f"{spec.source}: splat {splat.name!r} placed reaches {reach:.3g} m; check its scale and units")
+    log.info("read splat %s: %d Gaussians, SH degree %d", splat.name, len(placed), placed.degree)
+    return placed
 
 
 def _reach(parts: list[MeshPart], T: np.ndarray) -> float:

@@ -1,4 +1,5 @@
-"""Scene files: a TOML list of mesh assets with poses, scale, units, up axis and segmentation class.
+"""Scene files: a TOML list of mesh assets and Gaussian splats with poses, scale, units, up axis and
+segmentation class.
 
 Example::
 
@@ -17,7 +18,17 @@ Example::
     scale = 1.0                          # extra uniform scale
     segmentation = 1                     # class id in the segmentation image, >= 1
 
-A path to a single mesh file is also a scene: one asset at the origin with the format's own units.
+    [[splat]]                            # a 3D Gaussian splat (INRIA PLY or .splat), the same keys
+    name = "plant"
+    file = "splats/houseplant/plant.splat"
+    units = "m"                          # what one unit of the file is (a capture's scale: see ``scale``)
+    up = "-y"
+    position = [2.0, -1.0, 0.6]
+    scale = 1.0
+    segmentation = 8
+
+A path to a single mesh or splat file is also a scene: one asset at the origin with the format's own
+units (metres, +Z up, but glTF's +Y).
 """
 
 from __future__ import annotations
@@ -31,10 +42,11 @@ from goggles.checks import Table, read_toml
 from goggles.errors import SceneError
 from goggles.frames import quat_from_euler, transform
 from goggles.scene.assets import MESH_SUFFIXES, UNITS_M, UP_AXES, default_frame
+from goggles.scene.splats import SPLAT_SUFFIXES, is_splat_file
 
 _ASSET_KEYS = {"name", "file", "units", "up", "position", "orientation", "rpy_deg", "scale", "segmentation"}
 _SCENE_KEYS = {"name", "description", "view"}
-_TOP_KEYS = {"scene", "asset"}
+_TOP_KEYS = {"scene", "asset", "splat"}
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,8 @@ class SceneSpec:
     assets: tuple[AssetSpec, ...]
     view: np.ndarray | None = None
     """(4, 4) default body pose T_WB for a first look at the scene (FLU body, camera along +x), or None."""
+    splats: tuple[AssetSpec, ...] = ()
+    """The Gaussian splats it places (``[[splat]]``), as assets are placed."""
 
 
 def load_scene_spec(path: str | Path) -> SceneSpec:
@@ -76,6 +90,8 @@ def load_scene_spec(path: str | Path) -> SceneSpec:
     path = Path(path).resolve()
     if not path.is_file():
         raise SceneError(f"{path}: scene file not found")
+    if is_splat_file(path):
+        return SceneSpec(path.stem, path, (), splats=(AssetSpec(path.stem, path, "m", "+z", np.eye(4), 1.0, 1),))
     if path.suffix.lower() in MESH_SUFFIXES:
         units, up = default_frame(path)
         asset = AssetSpec(path.stem, path, units, up, np.eye(4), 1.0, 1)
@@ -86,21 +102,22 @@ def load_scene_spec(path: str | Path) -> SceneSpec:
 
     Table(path, "top level", data, _TOP_KEYS, SceneError)
     scene = Table(path, "[scene]", data.get("scene", {}), _SCENE_KEYS, SceneError)
-    entries = data.get("asset", [])
-    if not isinstance(entries, list) or not entries:
-        raise SceneError(f"{path}: needs at least one [[asset]] table with a 'file' key")
+    entries, splat_entries = data.get("asset", []), data.get("splat", [])
+    if not isinstance(entries, list) or not isinstance(splat_entries, list) or not (entries or splat_entries):
+        raise SceneError(f"{path}: needs at least one [[asset]] or [[splat]] table with a 'file' key")
     assets = tuple(_asset(path, i, entry) for i, entry in enumerate(entries))
+    splats = tuple(_asset(path, i, entry, "splat") for i, entry in enumerate(splat_entries))
     view = None
     if "view" in scene.table:
         pose = scene.vector("view", 7, unit="x, y, z m and a quaternion w, x, y, z")
         if np.linalg.norm(pose[3:]) < 1e-9:
             raise SceneError(f"{path}: [scene]: 'view' quaternion (last four numbers) must be non-zero")
         view = transform(pose[:3], pose[3:])
-    return SceneSpec(scene.text("name", path.stem), path, assets, view)
+    return SceneSpec(scene.text("name", path.stem), path, assets, view, splats)
 
 
-def _asset(path: Path, index: int, entry: dict) -> AssetSpec:
-    where = f"[[asset]] #{index + 1}"
+def _asset(path: Path, index: int, entry: dict, kind: str = "asset") -> AssetSpec:
+    where = f"[[{kind}]] #{index + 1}"
     table = Table(path, where, entry, _ASSET_KEYS, SceneError)
     for key in ("file", "units", "up"):
         if key not in entry:
@@ -122,8 +139,13 @@ def _asset(path: Path, index: int, entry: dict) -> AssetSpec:
     scale = table.number("scale", 1.0, positive=True)
     segmentation = table.integer("segmentation", 1, low=1, high=2**31 - 1, meaning="a class id")
     name = table.text("name", file.stem)
+    what = "mesh" if kind == "asset" else "splat"
     if not file.is_file():  # after the keys: a typo is named before the file it may have caused
-        raise SceneError(f"{path}: {numbered}: 'file' {entry['file']!r}: mesh file not found ({file.resolve()})")
+        raise SceneError(f"{path}: {numbered}: 'file' {entry['file']!r}: {what} file not found ({file.resolve()})")
+    if kind == "splat" and file.suffix.lower() not in SPLAT_SUFFIXES:
+        raise SceneError(
+            f"{path}: {numbered}: 'file' {entry['file']!r}: a splat is a {' or '.join(SPLAT_SUFFIXES)} file"
+        )
     return AssetSpec(
         name,
         file,

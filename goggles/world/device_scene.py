@@ -19,6 +19,7 @@ from goggles.world.appearance import SceneData
 from goggles.world.bvh_cache import cached_ray_bvh
 from goggles.world.queries import ActorData
 from goggles.world.ray_bvh import RayBvh, upload
+from goggles.world.splats import DeviceSplats, check_splats_fit
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,11 @@ class DeviceScene:
             self._append_shape(shape)
         wp.synchronize_device(d)
         log.info("BVH built in %.2f s (%d actor shapes)", time.perf_counter() - start, len(shapes))
+        self.splats = None
+        """The scene's Gaussian splats on the device (``goggles.world.splats.DeviceSplats``), or None."""
+        if scene.splats is not None:
+            check_splats_fit(scene.splats, d, f"the scene's {len(scene.splats):,} Gaussians")
+            self.splats = DeviceSplats(scene.splats, d)
         self.data = SceneData()
         self.data.mesh = self.mesh.id
         actors = ActorData()

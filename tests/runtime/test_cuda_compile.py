@@ -23,6 +23,8 @@ MODULES = [
     "goggles.sensors.stereo_depth",
     "goggles.sensors.camera_noise",
     "goggles.sensors.events",
+    "goggles.render.splats",
+    "goggles.world.splats",
     "goggles.sensors.lidar",
     "goggles.sensors.draws",
     "goggles.scene.avatar",

@@ -1,0 +1,96 @@
+"""The splats' pass of a render: after the meshes, each pixel's ray is traced through the world's
+Gaussian splats up to the opaque surface it hit (``goggles.world.splats.trace_splats``), from the same
+origin and direction (every lens, every row's pose of a rolling shutter, each sub-frame of a blur).
+
+What the splats composite goes in front of what the meshes gave: colour = splats + transmittance x
+the mesh's (or the sky's) colour. Where their opacity reached one half before the mesh, the pixel's
+depth, range, segmentation class and normal are the splats' (``SplatTrace.t_half``; the normal
+faces the camera, the face is none): so a mesh in front of a splat hides it, and a splat hides the
+mesh behind it. Splats carry their own light (the capture's): the sun neither shades nor shadows
+them, and they cast no shadow on the meshes. A LiDAR's renderer runs the same pass: its beams stop
+where the splats' opacity reaches one half, their intensity the splats' luminance.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from goggles.render.kernels import (
+    FACE_NONE,
+    STATUS_HIT,
+    STATUS_OUTSIDE_LENS,
+    STATUS_TOO_CLOSE,
+    CameraBatch,
+    ImageBuffers,
+    OutputFlags,
+)
+from goggles.world.splats import SplatData, trace_splats
+
+wp.set_module_options({"enable_backward": False})
+
+
+@wp.func
+def to_byte(value: float) -> wp.uint8:
+    return wp.uint8(wp.clamp(value * 255.0 + 0.5, 0.0, 255.0))
+
+
+@wp.kernel
+def splat_pass_kernel(
+    cameras: CameraBatch,
+    splats: SplatData,
+    shaded: int,
+    wanted: OutputFlags,
+    row_stride: int,
+    row_offset: int,
+    span: int,
+    out: ImageBuffers,
+):
+    """Composite the splats over every pixel of rows ``row_offset + k * row_stride``."""
+    c, k, block = wp.tid()
+    y = row_offset + k * row_stride
+    table = cameras.ray_table[c]
+    R = cameras.R_WC[c, y]
+    origin = cameras.p_WC[c, y]
+    radial = cameras.radial[c] != 0
+    for column in range(span):
+        x = block * span + column
+        status = int(out.status[c, y, x])
+        if status == STATUS_OUTSIDE_LENS:
+            continue
+        ray_C = cameras.rays_C[table, y, x]
+        along = ray_C[2]
+        if radial:
+            along = 1.0
+        direction = R * ray_C
+        end = cameras.max_depth[c] / along  # nothing opaque before the camera's reach
+        if status == STATUS_HIT:
+            end = out.depth[c, y, x] / along
+        elif status == STATUS_TOO_CLOSE:
+            end = cameras.min_depth[c] / along
+        hit = trace_splats(splats, origin, direction, 0.0, end)
+        if hit.transmittance >= 1.0:
+            continue
+        if shaded != 0:
+            keep = hit.transmittance
+            for channel in range(3):
+                behind = float(out.rgb[c, y, x, channel]) / 255.0
+                out.rgb[c, y, x, channel] = to_byte(hit.rgb[channel] + keep * behind)
+        if hit.t_half < 0.0:
+            continue
+        depth = hit.t_half * along
+        distance = hit.t_half
+        status = STATUS_HIT
+        if depth < cameras.min_depth[c]:
+            status = STATUS_TOO_CLOSE
+            depth = -wp.inf
+            distance = -wp.inf
+        out.status[c, y, x] = wp.int8(status)
+        out.depth[c, y, x] = depth
+        if wanted.range:
+            out.range[c, y, x] = distance
+        if wanted.segmentation:
+            out.segmentation[c, y, x] = hit.segment
+        if wanted.face:
+            out.face[c, y, x] = FACE_NONE
+        if wanted.normal:
+            out.normal_W[c, y, x] = -direction

@@ -1,0 +1,332 @@
+"""3D Gaussian splats from files: the INRIA/graphdeco PLY (as gsplat, nerfstudio, Brush, Postshot and
+splat-transform write it) and the antimatter15 ``.splat``, read as they are written, checked, and
+placed in the world.
+
+A file is memory-mapped and read a property at a time, so what is kept is the one copy in memory.
+Each Gaussian keeps its mean, the standard deviations along its local axes (PLY's ``scale_*`` are
+their logarithms), its rotation (w, x, y, z; PLY's ``rot_*`` need not be unit), its opacity (PLY's is
+a logit) and its colour's real spherical-harmonic coefficients (PLY's ``f_dc_*``, then ``f_rest_*``
+channel-major: every red coefficient, then green, then blue; Kerbl et al. 2023). Gaussians whose
+opacity is under 1/255 can never show and are left out. A Gaussian's colour is evaluated in its
+file's own frame (``frames``), so placing a splat turns its view-dependent colour with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from goggles.errors import SceneError
+
+log = logging.getLogger(__name__)
+
+#: The degree-0 real spherical harmonic, 1 / (2 sqrt(pi)): colour = 0.5 + SH_C0 * f_dc.
+SH_C0 = 0.28209479177387814
+MAX_SH_DEGREE = 3
+#: The least opacity a Gaussian can show with (one 8-bit step, as the rasterizers cut).
+MIN_OPACITY = 1.0 / 255.0
+#: What a file must hold, PLY property names.
+_REQUIRED = ("x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "scale_1", "scale_2")
+_ROTATION = ("rot_0", "rot_1", "rot_2", "rot_3")
+_PLY_TYPES = {
+    "char": "i1",
+    "int8": "i1",
+    "uchar": "u1",
+    "uint8": "u1",
+    "short": "i2",
+    "int16": "i2",
+    "ushort": "u2",
+    "uint16": "u2",
+    "int": "i4",
+    "int32": "i4",
+    "uint": "u4",
+    "uint32": "u4",
+    "float": "f4",
+    "float32": "f4",
+    "double": "f8",
+    "float64": "f8",
+}
+SPLAT_SUFFIXES = (".ply", ".splat")
+
+
+@dataclass
+class SplatCloud:
+    """Gaussians in the world (or in their file's frame, before ``placed``), host memory."""
+
+    positions: np.ndarray
+    """(N, 3) float32 means, metres."""
+    scales: np.ndarray
+    """(N, 3) float32 standard deviations along each Gaussian's own axes, metres."""
+    rotations: np.ndarray
+    """(N, 4) float32 unit quaternions (w, x, y, z): each Gaussian's axes in the world."""
+    opacity: np.ndarray
+    """(N,) float32 peak opacity in (0, 1)."""
+    sh: np.ndarray
+    """(N, (degree + 1)^2, 3) float32 real spherical-harmonic coefficients of the colour (RGB)."""
+    segment: np.ndarray
+    """(N,) int32 segmentation class."""
+    frame: np.ndarray
+    """(N,) int32 index into ``frames``: the frame its colour's directions are measured in."""
+    frames: np.ndarray
+    """(F, 3, 3) float32 rotations, world to each file's frame (the colours' frames)."""
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @property
+    def degree(self) -> int:
+        return int(round(np.sqrt(self.sh.shape[1]))) - 1
+
+    def placed(self, T_WA: np.ndarray, scale: float, segment: int) -> SplatCloud:
+        """The cloud moved by ``T_WA`` (a rigid (4, 4) pose) after a uniform ``scale``, of class ``segment``."""
+        R = np.asarray(T_WA[:3, :3], np.float64)
+        positions = (self.positions.astype(np.float64) * scale) @ R.T + T_WA[:3, 3]
+        turn = _matrix_to_quat(R)
+        rotations = _quat_multiply(turn, self.rotations.astype(np.float64))
+        frames = np.einsum("fij,jk->fik", self.frames.astype(np.float64), R.T)  # world -> file
+        return SplatCloud(
+            positions.astype(np.float32),
+            (self.scales * scale).astype(np.float32),
+            rotations.astype(np.float32),
+            self.opacity,
+            self.sh,
+            np.full(len(self), segment, np.int32),
+            self.frame,
+            frames.astype(np.float32),
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.positions, self.scales, self.rotations, self.opacity, self.sh, self.segment))
+
+
+def merge_splats(clouds: list[SplatCloud]) -> SplatCloud | None:
+    """One cloud of several (their SH padded with zeros to the highest degree), or None for none."""
+    if not clouds:
+        return None
+    if len(clouds) == 1:
+        return clouds[0]
+    width = max(c.sh.shape[1] for c in clouds)
+    sh = np.zeros((sum(len(c) for c in clouds), width, 3), np.float32)
+    start = 0
+    for c in clouds:
+        sh[start : start + len(c), : c.sh.shape[1]] = c.sh
+        start += len(c)
+    offsets = np.cumsum([0] + [len(c.frames) for c in clouds[:-1]])
+    return SplatCloud(
+        np.concatenate([c.positions for c in clouds]),
+        np.concatenate([c.scales for c in clouds]),
+        np.concatenate([c.rotations for c in clouds]),
+        np.concatenate([c.opacity for c in clouds]),
+        sh,
+        np.concatenate([c.segment for c in clouds]),
+        np.concatenate([c.frame + o for c, o in zip(clouds, offsets)]).astype(np.int32),
+        np.concatenate([c.frames for c in clouds]),
+    )
+
+
+def is_splat_file(path: Path) -> bool:
+    """A ``.splat``, or a PLY whose vertices carry Gaussians (``f_dc_0`` and ``opacity``), not a mesh."""
+    suffix = path.suffix.lower()
+    if suffix == ".splat":
+        return True
+    if suffix != ".ply" or not path.is_file():
+        return False
+    try:
+        names = {name for name, _ in _ply_header(path)[1]}
+    except SceneError:
+        return False
+    return {"f_dc_0", "opacity"} <= names
+
+
+def read_splat_file(path: str | Path) -> SplatCloud:
+    """The Gaussians of a ``.ply`` or ``.splat`` file, in the file's frame and units.
+
+    Raises:
+        SceneError: one line naming the file and what is wrong (a missing property, NaN or infinite
+            values, zero quaternions, a truncated or unknown format).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SceneError(f"{path}: splat file not found")
+    suffix = path.suffix.lower()
+    if suffix == ".splat":
+        cloud = _read_dot_splat(path)
+    elif suffix == ".ply":
+        cloud = _read_ply(path)
+    else:
+        raise SceneError(f"{path}: unknown splat format {suffix!r}; use {' or '.join(SPLAT_SUFFIXES)}")
+    kept = cloud.opacity >= MIN_OPACITY
+    if not kept.all():
+        log.info("%s: %d of %d Gaussians are under 1/255 opacity: left out", path, (~kept).sum(), len(kept))
+        cloud = SplatCloud(*(a[kept] for a in _per_gaussian(cloud)), cloud.frames)
+    if len(cloud) == 0:
+        raise SceneError(f"{path}: no Gaussian with an opacity of 1/255 or more: nothing to see")
+    return cloud
+
+
+def _per_gaussian(c: SplatCloud) -> tuple[np.ndarray, ...]:
+    return c.positions, c.scales, c.rotations, c.opacity, c.sh, c.segment, c.frame
+
+
+def _ply_header(path: Path) -> tuple[int, list[tuple[str, str]], int, str]:
+    """(vertex count, [(property, numpy type)], header bytes, format) of a PLY's vertex element."""
+    with path.open("rb") as f:
+        head = f.read(65536)
+    end = head.find(b"end_header")
+    if not head.startswith(b"ply") or end < 0:
+        raise SceneError(f"{path}: not a PLY file (no 'ply' magic and 'end_header' in its first 64 KiB)")
+    stop = head.index(b"\n", end) + 1
+    lines = head[:stop].decode("ascii", errors="replace").splitlines()
+    fmt, count, properties, element = "", 0, [], None
+    for line in lines[1:]:
+        words = line.split()
+        if not words or words[0] in ("comment", "obj_info"):
+            continue
+        if words[0] == "format":
+            fmt = words[1] if len(words) > 1 else ""
+        elif words[0] == "element":
+            if element == "vertex":
+                break  # the vertices come first; what follows is another element's
+            element = words[1] if len(words) > 1 else ""
+            if element == "vertex":
+                count = int(words[2]) if len(words) > 2 and words[2].isdigit() else -1
+        elif words[0] == "property" and element == "vertex":
+            if len(words) != 3 or words[1] not in _PLY_TYPES:
+                raise SceneError(f"{path}: vertex property {' '.join(words[1:])!r}: a list or an unknown type")
+            properties.append((words[2], _PLY_TYPES[words[1]]))
+    if count < 0 or element is None:
+        raise SceneError(f"{path}: no 'element vertex <count>' in its header")
+    return count, properties, stop, fmt
+
+
+def _read_ply(path: Path) -> SplatCloud:
+    count, properties, header, fmt = _ply_header(path)
+    if fmt not in ("binary_little_endian", "binary_big_endian"):
+        raise SceneError(f"{path}: PLY format {fmt!r}: splats are read from binary PLY (little or big endian)")
+    names = [name for name, _ in properties]
+    missing = [name for name in (*_REQUIRED, *_ROTATION) if name not in names]
+    if missing:
+        raise SceneError(
+            f"{path}: not a Gaussian splat PLY: missing property {missing[0]!r} (and {len(missing) - 1} more)"
+        )
+    rest = sorted((n for n in names if re.fullmatch(r"f_rest_\d+", n)), key=lambda n: int(n[7:]))
+    degrees = {3 * ((d + 1) ** 2 - 1): d for d in range(MAX_SH_DEGREE + 1)}
+    if len(rest) not in degrees or rest != [f"f_rest_{i}" for i in range(len(rest))]:
+        raise SceneError(
+            f"{path}: {len(rest)} f_rest_* properties: spherical harmonics of degree 0 to 3 have 0, 9, 24 or 45, "
+            "numbered from f_rest_0"
+        )
+    order = "<" if fmt == "binary_little_endian" else ">"
+    dtype = np.dtype([(name, order + kind) for name, kind in properties])
+    needed = header + count * dtype.itemsize
+    size = path.stat().st_size
+    if size < needed:
+        raise SceneError(
+            f"{path}: truncated: {count} Gaussians of {dtype.itemsize} bytes need {needed} bytes, the file has {size}"
+        )
+    records = np.memmap(path, dtype=dtype, mode="r", offset=header, shape=(count,))
+
+    def column(name: str) -> np.ndarray:
+        values = np.asarray(records[name], dtype=np.float32)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            raise SceneError(
+                f"{path}: property {name!r} has {int(bad.sum())} NaN or infinite values (first at Gaussian "
+                f"{int(np.argmax(bad))})"
+            )
+        return values
+
+    positions = np.stack([column(n) for n in ("x", "y", "z")], axis=1)
+    log_scales = np.stack([column(f"scale_{i}") for i in range(3)], axis=1)
+    scales = np.exp(np.clip(log_scales, -30.0, 30.0)).astype(np.float32)
+    rotations = _unit_quaternions(path, np.stack([column(n) for n in _ROTATION], axis=1))
+    opacity = (1.0 / (1.0 + np.exp(-np.clip(column("opacity"), -60.0, 60.0)))).astype(np.float32)
+    degree = degrees[len(rest)]
+    per_channel = (degree + 1) ** 2 - 1
+    sh = np.empty((count, per_channel + 1, 3), np.float32)
+    for c in range(3):
+        sh[:, 0, c] = column(f"f_dc_{c}")
+        for k in range(per_channel):
+            sh[:, k + 1, c] = column(f"f_rest_{c * per_channel + k}")
+    return SplatCloud(
+        positions,
+        scales,
+        rotations,
+        opacity,
+        sh,
+        np.ones(count, np.int32),
+        np.zeros(count, np.int32),
+        np.eye(3, dtype=np.float32)[None],
+    )
+
+
+def _read_dot_splat(path: Path) -> SplatCloud:
+    """antimatter15's layout: 32 bytes per Gaussian: position 3 x f32, linear scale 3 x f32, RGBA u8,
+    rotation w x y z as u8 (q = (b - 128) / 128)."""
+    size = path.stat().st_size
+    if size == 0 or size % 32:
+        raise SceneError(f"{path}: a .splat file is 32-byte records; {size} bytes is not a whole number of them")
+    record = np.dtype([("position", "<f4", 3), ("scale", "<f4", 3), ("rgba", "u1", 4), ("rotation", "u1", 4)])
+    records = np.memmap(path, dtype=record, mode="r")
+    positions = np.array(records["position"], dtype=np.float32)
+    scales = np.array(records["scale"], dtype=np.float32)
+    for name, values in (("position", positions), ("scale", scales)):
+        bad = ~np.isfinite(values).all(axis=1)
+        if bad.any():
+            raise SceneError(
+                f"{path}: {name} has {int(bad.sum())} NaN or infinite values (first at Gaussian {int(np.argmax(bad))})"
+            )
+    if (scales <= 0).any():
+        raise SceneError(f"{path}: scale: {int((scales <= 0).any(axis=1).sum())} Gaussians have a scale <= 0")
+    rgba = np.asarray(records["rgba"], dtype=np.float32) / 255.0
+    rotations = _unit_quaternions(path, (np.asarray(records["rotation"], dtype=np.float32) - 128.0) / 128.0)
+    sh = ((rgba[:, :3] - 0.5) / SH_C0)[:, None, :].astype(np.float32)
+    count = len(positions)
+    del records
+    return SplatCloud(
+        positions,
+        scales,
+        rotations,
+        rgba[:, 3].copy(),
+        sh,
+        np.ones(count, np.int32),
+        np.zeros(count, np.int32),
+        np.eye(3, dtype=np.float32)[None],
+    )
+
+
+def _unit_quaternions(path: Path, q: np.ndarray) -> np.ndarray:
+    norm = np.linalg.norm(q, axis=1)
+    zero = norm < 1e-12
+    if zero.any():
+        raise SceneError(
+            f"{path}: rotation: {int(zero.sum())} zero quaternions (first at Gaussian {int(np.argmax(zero))}): "
+            "a Gaussian's axes must be a rotation"
+        )
+    return (q / norm[:, None]).astype(np.float32)
+
+
+def _matrix_to_quat(R: np.ndarray) -> np.ndarray:
+    from goggles.frames import matrix_to_quat
+
+    return np.asarray(matrix_to_quat(R), np.float64)
+
+
+def _quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a * b for one quaternion ``a`` and (N, 4) ``b``, (w, x, y, z)."""
+    w1, x1, y1, z1 = a
+    w2, x2, y2, z2 = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
+    return np.stack(
+        [
+            w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
+            w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+            w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+            w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2,
+        ],
+        axis=1,
+    )

@@ -1,0 +1,304 @@
+"""Gaussian splats on the device, and what a ray meets in them (3DGRT, Moenne-Loccoz et al. 2024).
+
+Each Gaussian is bounded by the box of its ellipsoid where its response falls to 1/255 (a BVH over
+the boxes, Warp's); a ray's response to a Gaussian is its largest along the ray, at the point of
+closest Mahalanobis approach: alpha = opacity * exp(-d_min^2 / 2), met at that point's distance t
+along the ray. ``trace_splats`` gathers the nearest hits ``HITS`` at a time (the BVH query's
+``max_dist`` shrinks to the farthest kept, so a full buffer prunes what lies beyond it), composites
+them front to back (C = sum c_i alpha_i T_i, T the transmittance; alpha at most 0.99), and starts
+the next gathering after the last one composited, until the transmittance falls under 1e-4 or
+nothing is left before ``t_end`` (an opaque mesh's hit). Each Gaussian's colour is its spherical
+harmonics (degree 0-3, Kerbl et al. 2023's real basis) for the direction from the ray's origin to
+its mean, in the frame of the file it came from (rasterizers' convention: one colour per Gaussian
+per view).
+
+A ray is taken to stop in the splats where their accumulated opacity first reaches one half: the
+depth of a pixel, a LiDAR's range, and the segmentation class are those of the Gaussian that took it
+past one half (the median of the ray's termination distribution, which a depth camera or a LiDAR's
+return reports, rather than the mean, which blurs foreground and background at an edge).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import warp as wp
+
+from goggles.errors import ConfigError
+from goggles.runtime.progress import busy, load_kernels
+from goggles.scene.splats import MIN_OPACITY, SplatCloud
+
+_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
+# Compiled for the CPU as the render kernels are (no NaN here: their BVH traversal is ~1.8x faster).
+wp.set_module_options(
+    {"cpu_compiler_flags": _CPU_FLAGS + " -menable-no-nans -Wno-nan-infinity-disabled", "enable_backward": False}
+)
+
+#: Hits gathered per BVH pass.
+HITS = 64
+#: Most passes per ray (a ray through a very dense cloud stops there: 16 x 64 Gaussians).
+MAX_PASSES = 64
+#: Compositing stops when the light left is under this (the reference rasterizer's 1e-4).
+MIN_TRANSMITTANCE = wp.constant(1e-4)
+MAX_ALPHA = wp.constant(0.99)
+CUT_ALPHA = wp.constant(MIN_OPACITY)
+#: Device bytes per Gaussian besides its colour's coefficients: mean, inverse axes, opacity, class,
+#: frame, box and the BVH's share (two nodes of 32 bytes per item).
+BYTES_PER_GAUSSIAN = 12 + 36 + 4 + 4 + 4 + 24 + 64
+
+hits_t = wp.types.vector(length=HITS, dtype=wp.float32)
+items_t = wp.types.vector(length=HITS, dtype=wp.int32)
+
+SH_C0 = wp.constant(0.28209479177387814)
+SH_C1 = wp.constant(0.4886025119029199)
+
+
+@wp.struct
+class SplatData:
+    bvh: wp.uint64
+    mean: wp.array(dtype=wp.vec3)
+    to_unit: wp.array(dtype=wp.mat33)
+    """S^-1 R^T: a world offset from the mean into the Gaussian's unit-sphere frame."""
+    opacity: wp.array(dtype=float)
+    sh: wp.array2d(dtype=wp.vec3)
+    degree: int
+    segment: wp.array(dtype=wp.int32)
+    frame: wp.array(dtype=wp.int32)
+    frames: wp.array(dtype=wp.mat33)
+    count: int
+
+
+@wp.struct
+class SplatTrace:
+    rgb: wp.vec3
+    """The splats' colour, composited front to back (the light they let through not added)."""
+    transmittance: float
+    """The light they let through, of what lies behind them."""
+    t_half: float
+    """Distance along the ray where their accumulated opacity reached one half; -1: it never did."""
+    segment: int
+    """The class of the Gaussian that took it past one half (0: none)."""
+
+
+@wp.func
+def sh_colour(sh: wp.array2d(dtype=wp.vec3), i: int, degree: int, d: wp.vec3) -> wp.vec3:
+    """The colour of Gaussian ``i`` seen along unit direction ``d`` (real SH basis to degree 3), + 0.5,
+    clamped at 0, as the reference's ``eval_sh``."""
+    c = SH_C0 * sh[i, 0]
+    if degree > 0:
+        x = d[0]
+        y = d[1]
+        z = d[2]
+        c = c - SH_C1 * y * sh[i, 1] + SH_C1 * z * sh[i, 2] - SH_C1 * x * sh[i, 3]
+        if degree > 1:
+            xx = x * x
+            yy = y * y
+            zz = z * z
+            c = c + 1.0925484305920792 * x * y * sh[i, 4]
+            c = c - 1.0925484305920792 * y * z * sh[i, 5]
+            c = c + 0.31539156525252005 * (2.0 * zz - xx - yy) * sh[i, 6]
+            c = c - 1.0925484305920792 * x * z * sh[i, 7]
+            c = c + 0.5462742152960396 * (xx - yy) * sh[i, 8]
+            if degree > 2:
+                c = c - 0.5900435899266435 * y * (3.0 * xx - yy) * sh[i, 9]
+                c = c + 2.890611442640554 * x * y * z * sh[i, 10]
+                c = c - 0.4570457994644658 * y * (4.0 * zz - xx - yy) * sh[i, 11]
+                c = c + 0.3731763325901154 * z * (2.0 * zz - 3.0 * xx - 3.0 * yy) * sh[i, 12]
+                c = c - 0.4570457994644658 * x * (4.0 * zz - xx - yy) * sh[i, 13]
+                c = c + 1.445305721320277 * z * (xx - yy) * sh[i, 14]
+                c = c - 0.5900435899266435 * x * (xx - 3.0 * yy) * sh[i, 15]
+    c = c + wp.vec3(0.5)
+    return wp.vec3(wp.max(c[0], 0.0), wp.max(c[1], 0.0), wp.max(c[2], 0.0))
+
+
+@wp.func
+def response(s: SplatData, i: int, origin: wp.vec3, direction: wp.vec3) -> wp.vec2:
+    """(t, alpha): where along the ray Gaussian ``i`` answers most, and how much (0: not at all)."""
+    M = s.to_unit[i]
+    o = M * (origin - s.mean[i])
+    d = M * direction
+    dd = wp.dot(d, d)
+    if dd <= 0.0:
+        return wp.vec2(0.0)
+    t = -wp.dot(o, d) / dd
+    closest = o + d * t
+    alpha = wp.min(MAX_ALPHA, s.opacity[i] * wp.exp(-0.5 * wp.dot(closest, closest)))
+    if alpha < CUT_ALPHA:
+        return wp.vec2(t, 0.0)
+    return wp.vec2(t, alpha)
+
+
+@wp.func
+def trace_splats(s: SplatData, origin: wp.vec3, direction: wp.vec3, t_start: float, t_end: float) -> SplatTrace:
+    """What a ray (unit ``direction``) meets in the splats between ``t_start`` and ``t_end``."""
+    out = SplatTrace()
+    out.rgb = wp.vec3(0.0)
+    out.transmittance = 1.0
+    out.t_half = -1.0
+    out.segment = 0
+    if s.count == 0:
+        return out
+    after = t_start
+    passes = int(0)  # noqa: UP018 (Warp: a variable the loop below changes)
+    more = bool(True)  # noqa: UP018 (Warp: a variable the loop below changes)
+    while more and passes < MAX_PASSES and out.transmittance > MIN_TRANSMITTANCE:
+        passes += 1
+        ts = hits_t()
+        alphas = hits_t()
+        items = items_t()
+        kept = int(0)  # noqa: UP018
+        full = bool(False)  # noqa: UP018
+        reach = t_end
+        query = wp.bvh_query_ray(s.bvh, origin, direction)
+        i = int(0)  # noqa: UP018
+        while wp.bvh_query_next(query, i, reach):
+            hit = response(s, i, origin, direction)
+            t = hit[0]
+            if hit[1] <= 0.0 or t <= after or t >= t_end:
+                continue
+            if kept == HITS:
+                if t >= ts[HITS - 1]:
+                    continue
+                full = True
+                kept = HITS - 1  # the farthest makes room
+            j = kept
+            while j > 0 and ts[j - 1] > t:  # sorted insertion, nearest first
+                ts[j] = ts[j - 1]
+                alphas[j] = alphas[j - 1]
+                items[j] = items[j - 1]
+                j -= 1
+            ts[j] = t
+            alphas[j] = hit[1]
+            items[j] = i
+            kept += 1
+            if kept == HITS:
+                full = True
+                reach = ts[HITS - 1]  # nothing beyond the farthest kept can enter
+        for k in range(kept):
+            g = items[k]
+            alpha = alphas[k]
+            seen = s.frames[s.frame[g]] * wp.normalize(s.mean[g] - origin)
+            out.rgb = out.rgb + sh_colour(s.sh, g, s.degree, seen) * (alpha * out.transmittance)
+            before = out.transmittance
+            out.transmittance = before * (1.0 - alpha)
+            if before > 0.5 and out.transmittance <= 0.5:
+                out.t_half = ts[k]
+                out.segment = s.segment[g]
+            after = ts[k]
+            if out.transmittance <= MIN_TRANSMITTANCE:
+                break
+        more = full
+    return out
+
+
+class DeviceSplats:
+    """A splat cloud on a device: its arrays, its BVH and the ``SplatData`` kernels read."""
+
+    def __init__(self, cloud: SplatCloud, device):
+        d = wp.get_device(device)
+        count = len(cloud)
+        R = _rotation_matrices(cloud.rotations.astype(np.float64))  # (N, 3, 3) axes in the world
+        scales = np.maximum(cloud.scales.astype(np.float64), 1e-9)
+        to_unit = (R / scales[:, None, :]).transpose(0, 2, 1)  # S^-1 R^T
+        # The box of the ellipsoid where alpha reaches 1/255: k sigma along each axis, k^2 = 2 ln(255 opacity).
+        k = np.sqrt(2.0 * np.log(np.maximum(cloud.opacity.astype(np.float64) / MIN_OPACITY, 1.0 + 1e-6)))
+        covariance_diagonal = np.einsum("nij,nj->ni", R**2, scales**2)
+        half = k[:, None] * np.sqrt(covariance_diagonal)
+        mean = cloud.positions.astype(np.float64)
+        self.device = d
+        self.count = count
+        self.degree = cloud.degree
+        self.nbytes = count * (BYTES_PER_GAUSSIAN + cloud.sh.shape[1] * 12)
+        self.lowers = wp.array((mean - half).astype(np.float32), dtype=wp.vec3, device=d)
+        self.uppers = wp.array((mean + half).astype(np.float32), dtype=wp.vec3, device=d)
+        with busy(f"building the splats' BVH ({count:,} Gaussians on {d})"):
+            self.bvh = wp.Bvh(self.lowers, self.uppers)
+        data = SplatData()
+        data.bvh = self.bvh.id
+        data.mean = wp.array(cloud.positions, dtype=wp.vec3, device=d)
+        data.to_unit = wp.array(to_unit.astype(np.float32), dtype=wp.mat33, device=d)
+        data.opacity = wp.array(cloud.opacity, dtype=float, device=d)
+        data.sh = wp.array(cloud.sh, dtype=wp.vec3, device=d)
+        data.degree = cloud.degree
+        data.segment = wp.array(cloud.segment, dtype=wp.int32, device=d)
+        data.frame = wp.array(cloud.frame, dtype=wp.int32, device=d)
+        data.frames = wp.array(cloud.frames, dtype=wp.mat33, device=d)
+        data.count = count
+        self.data = data
+        self.bounds = np.stack([(mean - half).min(axis=0), (mean + half).max(axis=0)])
+        """(2, 3) the cloud's world box, m."""
+        load_kernels(trace_kernel.module, d)
+
+
+def no_splats(device) -> SplatData:
+    """An empty ``SplatData`` (kernels that take splats, in a world without any)."""
+    d = wp.get_device(device)
+    data = SplatData()
+    data.bvh = wp.uint64(0)
+    data.mean = wp.zeros(0, dtype=wp.vec3, device=d)
+    data.to_unit = wp.zeros(0, dtype=wp.mat33, device=d)
+    data.opacity = wp.zeros(0, dtype=float, device=d)
+    data.sh = wp.zeros((0, 1), dtype=wp.vec3, device=d)
+    data.degree = 0
+    data.segment = wp.zeros(0, dtype=wp.int32, device=d)
+    data.frame = wp.zeros(0, dtype=wp.int32, device=d)
+    data.frames = wp.zeros(0, dtype=wp.mat33, device=d)
+    data.count = 0
+    return data
+
+
+def check_splats_fit(cloud: SplatCloud, device, what: str) -> None:
+    """Refuse, before any upload, a cloud the device cannot hold (with the GiB it needs)."""
+    from goggles.runtime.device_memory import check_fits
+
+    need = len(cloud) * (BYTES_PER_GAUSSIAN + cloud.sh.shape[1] * 12)
+    check_fits(wp.get_device(device), need, what, "use a smaller splat (fewer Gaussians or a lower SH degree)")
+
+
+@wp.kernel
+def trace_kernel(
+    s: SplatData,
+    origins: wp.array(dtype=wp.vec3),
+    directions: wp.array(dtype=wp.vec3),
+    t_end: float,
+    rgb: wp.array(dtype=wp.vec3),
+    transmittance: wp.array(dtype=float),
+    t_half: wp.array(dtype=float),
+    segment: wp.array(dtype=wp.int32),
+):
+    i = wp.tid()
+    hit = trace_splats(s, origins[i], wp.normalize(directions[i]), 0.0, t_end)
+    rgb[i] = hit.rgb
+    transmittance[i] = hit.transmittance
+    t_half[i] = hit.t_half
+    segment[i] = hit.segment
+
+
+def trace_rays(splats: DeviceSplats, origins: np.ndarray, directions: np.ndarray, t_end: float = 1e30) -> dict:
+    """What rays meet in the splats, on the host: ``rgb`` (n, 3), ``transmittance``, ``t_half`` (-1:
+    their opacity never reached one half) and ``segment`` (n,). For tests and tools; the renderer
+    composites the same in its own pass."""
+    if origins.shape != directions.shape or origins.ndim != 2 or origins.shape[1] != 3:
+        raise ConfigError("origins and directions must be (n, 3) each")
+    d, n = splats.device, len(origins)
+    out = {
+        "rgb": wp.zeros(n, dtype=wp.vec3, device=d),
+        "transmittance": wp.zeros(n, dtype=float, device=d),
+        "t_half": wp.zeros(n, dtype=float, device=d),
+        "segment": wp.zeros(n, dtype=wp.int32, device=d),
+    }
+    inputs = [splats.data, wp.array(origins, dtype=wp.vec3, device=d), wp.array(directions, dtype=wp.vec3, device=d)]
+    wp.launch(trace_kernel, dim=n, inputs=[*inputs, float(t_end)], outputs=list(out.values()), device=d)
+    return {k: v.numpy() for k, v in out.items()}
+
+
+def _rotation_matrices(q: np.ndarray) -> np.ndarray:
+    """(N, 3, 3) rotation matrices of (N, 4) unit quaternions (w, x, y, z)."""
+    w, x, y, z = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
+    return np.stack(
+        [
+            np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], axis=1),
+            np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], axis=1),
+            np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=1),
+        ],
+        axis=1,
+    )
