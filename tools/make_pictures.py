@@ -6,7 +6,9 @@
 images and the left depth as its D435 model measures it, and the preview page's third-person view of
 the quad. ``wide``: the same flight through assets/run-wide.toml's cameras: the T265-like fisheye's
 left colour and depth (range along each ray), and the event camera's events of the last 20 ms (ON
-white, OFF blue). Deterministic on one machine: the flight is the engine's, in sim time.
+white, OFF blue). ``splats``: the arena's captured houseplant (a Gaussian splat) close up, its colour
+and depth among the meshes, and the PLAYBOT capture where ../shared holds it. Deterministic on one
+machine: the flight is the engine's, in sim time.
 """
 
 from __future__ import annotations
@@ -116,7 +118,52 @@ def wide(out: Path, seconds: float = 4.0, window_s: float = 0.02) -> Path:
     return path
 
 
-PICTURES = {"demo": demo, "wide": wide}
+def splats(out: Path) -> Path:
+    """The houseplant among the arena's meshes (colour and depth), and the robot capture alone."""
+    from goggles.bench.measure import SPLAT_CAPTURES, splat_capture
+    from goggles.frames import camera_pose_from_body, quat_from_euler, transform
+    from goggles.paths import default_scene
+    from goggles.render import CameraModel, Renderer, RenderSettings
+    from goggles.render.files import depth_preview
+    from goggles.scene import load_static_scene
+    from goggles.scene.batch import batch_scene
+    from goggles.scene.scene_file import AssetSpec, SceneSpec
+    from goggles.world import DeviceScene
+
+    camera = CameraModel.from_fov(320, 240, 60.0)
+    arena = DeviceScene(load_static_scene(default_scene()), "cpu")
+    T_WC = camera_pose_from_body(transform([1.3, 1.0, 1.1], quat_from_euler(0.0, 0.35, 0.2)))
+    renderer = Renderer(arena, [camera], RenderSettings(outputs={"rgb", "depth"}))
+    renderer.render(T_WC[None])
+    images = renderer.images()
+    renderer.close()
+    pictures = [
+        _label(images.rgb[0][:, :, ::-1], "captured houseplant in the arena"),
+        _label(depth_preview(images.depth[0]), "its depth (opacity 0.5)"),
+    ]
+    _, files, up = SPLAT_CAPTURES[1]
+    robot = splat_capture(files)
+    if robot is not None:
+        scene = batch_scene(
+            SceneSpec("robot", robot, (), splats=(AssetSpec("robot", robot, "m", up, np.eye(4), 1.0, 1),))
+        )
+        world = DeviceScene(scene, "cpu")
+        low, high = world.splats.bounds
+        centre = (low + high) / 2.0
+        eye = centre + np.array([-2.2, -0.6, 0.5])
+        look = centre - eye
+        yaw, pitch = np.arctan2(look[1], look[0]), -np.arctan2(look[2], np.hypot(look[0], look[1]))
+        T_WC = camera_pose_from_body(transform(eye, quat_from_euler(0.0, pitch, yaw)))
+        renderer = Renderer(world, [camera], RenderSettings(outputs={"rgb"}, background_rgb=(0.08, 0.08, 0.1)))
+        renderer.render(T_WC[None])
+        pictures.append(_label(renderer.images().rgb[0][:, :, ::-1], "PLAYBOT (SH degree 2)"))
+        renderer.close()
+    path = out / "splats.png"
+    cv2.imwrite(str(path), np.hstack(pictures))
+    return path
+
+
+PICTURES = {"demo": demo, "wide": wide, "splats": splats}
 
 
 def main() -> None:

@@ -235,6 +235,86 @@ def bench_render(
 
 
 @dataclass(frozen=True)
+class SplatBench:
+    """Result of ``bench_splats``: one capture rendered at one size."""
+
+    name: str
+    gaussians: int
+    width: int
+    height: int
+    views: int
+    frames_per_s: float
+    bytes_per_gaussian: float
+    device: str
+
+
+#: The captures ``bench_splats`` renders, where goggles or ../shared holds them: (name, files relative to
+#: the checkout, up axis).
+SPLAT_CAPTURES = (
+    (
+        "houseplant",
+        ("assets/splats/houseplant/plant.splat", "../shared/assets-real/splats/houseplant/plant.splat"),
+        "-y",
+    ),
+    ("robot", ("../shared/assets-real/splats/playbot-125k/playbot_lod2_125k.ply",), "-y"),
+)
+
+
+def splat_capture(files: tuple[str, ...]) -> Path | None:
+    """The first of ``files`` (relative to the checkout goggles runs from) that exists."""
+    from goggles.paths import REPO_ROOT
+
+    for file in files:
+        path = (REPO_ROOT / file).resolve()
+        if path.is_file():
+            return path
+    return None
+
+
+def bench_splats(
+    path: Path, up: str, *, width: int, height: int, views: int = 8, device: str | None = None, seconds: float = 2.0
+) -> SplatBench:
+    """Render a capture alone (every output but normals, from ``views`` cameras around it at a
+    distance where it fills most of a 60-degree view), a frame per camera; steady state: the BVH
+    built and the kernels compiled first."""
+    import warp as wp
+
+    from goggles.frames import camera_pose_from_body, quat_from_euler, transform
+    from goggles.render import CameraModel, Shading
+    from goggles.scene.batch import batch_scene
+    from goggles.scene.scene_file import AssetSpec, SceneSpec
+    from goggles.world import DeviceScene
+
+    splat = AssetSpec(path.stem, path, "m", up, np.eye(4), 1.0, 1)
+    scene = batch_scene(SceneSpec(path.stem, path, (), splats=(splat,)))
+    world = DeviceScene(scene, device)
+    low, high = world.splats.bounds
+    centre, size = (low + high) / 2.0, float(np.max(high - low))
+    camera = CameraModel.from_fov(width, height, 60.0)
+    distance = 1.1 * size / (2.0 * np.tan(np.radians(30.0)))
+    poses = []
+    for i in range(views):
+        yaw = 2.0 * np.pi * i / views
+        eye = centre + distance * np.array([-np.cos(yaw), -np.sin(yaw), 0.25])
+        body = transform(eye, quat_from_euler(0.0, np.arctan2(0.25, 1.0), yaw))
+        poses.append(camera_pose_from_body(body))
+    T_WC = np.stack(poses)
+    outputs = {"depth", "range", "rgb", "segmentation"}
+    renderer = parts.renderer(world, [camera] * views, RenderSettings(outputs=outputs, shading=Shading.UNLIT))
+
+    def frame() -> None:
+        renderer.render(T_WC)
+        wp.synchronize_device(renderer.device)
+
+    frames_per_s = views / _time(frame, seconds)
+    renderer.close()
+    per_gaussian = world.splats.nbytes / world.splats.count
+    return SplatBench(
+        path.stem, world.splats.count, width, height, views, frames_per_s, per_gaussian, str(world.device)
+    )
+
+
+@dataclass(frozen=True)
 class EventBench:
     """Result of ``bench_events``: an event camera on the demo flight."""
 

@@ -11,7 +11,22 @@ import signal
 import sys
 import threading
 
-from goggles.cli import bench, bridge, dataset, echo, edit, fly, keys, preview, race, recording, render, replay, run
+from goggles.cli import (
+    bench,
+    bridge,
+    dataset,
+    echo,
+    edit,
+    fly,
+    keys,
+    preview,
+    race,
+    recording,
+    render,
+    replay,
+    run,
+    splat,
+)
 from goggles.cli.common import (
     Terminated,
     check_device,
@@ -34,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress and Warp messages")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (render, bench, run, preview, keys, replay, recording, dataset, echo, edit, race, bridge, fly):
+    for module in (render, bench, run, preview, keys, replay, recording, dataset, echo, edit, race, bridge, fly, splat):
         module.add_parser(commands)
     return parser
 

@@ -1,4 +1,5 @@
-"""goggles bench render|dynamics|latency|lidar|dataset|envs: benchmarks against a peer measured in the same run."""
+"""goggles bench render|dynamics|latency|lidar|dataset|envs|splats: benchmarks against a peer measured in the same
+run."""
 
 from __future__ import annotations
 
@@ -157,6 +158,52 @@ def add_parser(commands) -> None:
         "on the CPU the observation is recorded with --backend warp or bvh only)",
     )
     bench_envs.set_defaults(run=cmd_bench_envs)
+    bench_splats = benches.add_parser(
+        "splats",
+        help="Gaussian splat captures rendered alone: frames/s and memory per Gaussian",
+        description="Render the houseplant (assets/splats) and the PLAYBOT robot (../shared/assets-real/splats, "
+        "where it is) alone, from --views cameras around each, at 320x240 and 640x480 (or --size), steady state. "
+        "A line per capture and size; the last is the houseplant at the first size: 'splats=<name> "
+        "gaussians=<n> width=<w> height=<h> frames_per_s=<f> bytes_per_gaussian=<b> device=<d>'.",
+    )
+    bench_splats.add_argument(
+        "--size", action="append", type=str, default=None, help="WIDTHxHEIGHT (repeatable; default 320x240 and 640x480)"
+    )
+    bench_splats.add_argument("--views", type=at_least(1), default=8, help="cameras rendered in one batch")
+    bench_splats.add_argument("--seconds", type=positive, default=2.0, help="minimum timing per size, s")
+    bench_splats.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
+    bench_splats.set_defaults(run=cmd_bench_splats)
+
+
+def cmd_bench_splats(args) -> int:
+    from goggles.bench.measure import SPLAT_CAPTURES, bench_splats, splat_capture
+
+    sizes = []
+    for text in args.size or ["320x240", "640x480"]:
+        width, _, height = text.partition("x")
+        if not (width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
+            raise ConfigError(f"--size {text!r}: give WIDTHxHEIGHT in pixels, e.g. 320x240")
+        sizes.append((int(width), int(height)))
+    lines = []
+    for name, files, up in SPLAT_CAPTURES:
+        path = splat_capture(files)
+        if path is None:
+            print(f"{name}: skipped: not found ({', '.join(files)}, relative to the checkout)")
+            continue
+        for width, height in sizes:
+            r = bench_splats(
+                path, up, width=width, height=height, views=args.views, device=args.device, seconds=args.seconds
+            )
+            line = (
+                f"splats={name} gaussians={r.gaussians} width={r.width} height={r.height} "
+                f"frames_per_s={r.frames_per_s:.1f} bytes_per_gaussian={r.bytes_per_gaussian:.0f} device={r.device}"
+            )
+            lines.append((name, (width, height), line))
+            print(line, flush=True)
+    first = next((line for name, size, line in lines if name == "houseplant" and size == sizes[0]), None)
+    if first is not None:
+        print(first)
+    return 0
 
 
 def cmd_bench_render(args) -> int:

@@ -26,7 +26,11 @@ from goggles.render.kernels import (
 )
 from goggles.world.splats import SplatData, trace_splats
 
-wp.set_module_options({"enable_backward": False})
+_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
+# As the render kernels: its BVH traversal ~1.8x faster on the CPU; nothing here makes or reads a NaN.
+wp.set_module_options(
+    {"cpu_compiler_flags": _CPU_FLAGS + " -menable-no-nans -Wno-nan-infinity-disabled", "enable_backward": False}
+)
 
 
 @wp.func

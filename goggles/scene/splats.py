@@ -330,3 +330,30 @@ def _quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         ],
         axis=1,
     )
+
+
+def write_splat_ply(cloud: SplatCloud, path: str | Path) -> Path:
+    """Write ``cloud`` as an INRIA/graphdeco PLY (binary little endian: x y z, nx ny nz of 0, f_dc_*,
+    f_rest_* channel-major, opacity as a logit, log scales, rot w x y z), as gsplat and nerfstudio write
+    it; colours keep the world's frame (a placed cloud's own frames are not written back)."""
+    path = Path(path)
+    rest = cloud.sh.shape[1] - 1
+    names = ["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2"]
+    names += [f"f_rest_{i}" for i in range(3 * rest)]
+    names += ["opacity", "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"]
+    records = np.zeros(len(cloud), np.dtype([(name, "<f4") for name in names]))
+    for i, axis in enumerate("xyz"):
+        records[axis] = cloud.positions[:, i]
+        records[f"scale_{i}"] = np.log(cloud.scales[:, i])
+    for c in range(3):
+        records[f"f_dc_{c}"] = cloud.sh[:, 0, c]
+        for k in range(rest):
+            records[f"f_rest_{c * rest + k}"] = cloud.sh[:, 1 + k, c]
+    p = np.clip(cloud.opacity.astype(np.float64), 1e-6, 1.0 - 1e-6)
+    records["opacity"] = np.log(p / (1.0 - p))
+    for i in range(4):
+        records[f"rot_{i}"] = cloud.rotations[:, i]
+    header = ["ply", "format binary_little_endian 1.0", f"element vertex {len(cloud)}"]
+    header += [f"property float {name}" for name in names] + ["end_header"]
+    path.write_bytes(("\n".join(header) + "\n").encode("ascii") + records.tobytes())
+    return path

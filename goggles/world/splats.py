@@ -37,8 +37,9 @@ wp.set_module_options(
 HITS = 64
 #: Most passes per ray (a ray through a very dense cloud stops there: 16 x 64 Gaussians).
 MAX_PASSES = 64
-#: Compositing stops when the light left is under this (the reference rasterizer's 1e-4).
-MIN_TRANSMITTANCE = wp.constant(1e-4)
+#: Compositing stops when the light left is under this: what lies behind could change an 8-bit colour by
+#: at most half a level (the reference rasterizer goes on to 1e-4, which no 8-bit image can show).
+MIN_TRANSMITTANCE = wp.constant(0.5 / 255.0)
 MAX_ALPHA = wp.constant(0.99)
 CUT_ALPHA = wp.constant(MIN_OPACITY)
 #: Device bytes per Gaussian besides its colour's coefficients: mean, inverse axes, opacity, class,

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from tests.conftest import REPO
-from tests.support import free_port, goggles, group_gone, kill_group, run_config
+from tests.support import free_port, goggles, goggles_result, group_gone, kill_group, run_config
 
 
 @pytest.mark.slow
@@ -669,3 +669,27 @@ def test_preview_says_what_no_third_person_leaves_unused():
         f"goggles: {option} is not used: --no-third-person draws no third-person view"
         for option in ("--viewpoint", "--preset")
     ]
+
+
+def test_splat_from_mesh_info_and_a_bad_splat_in_one_line(tmp_path):
+    out = tmp_path / "pillar.ply"
+    made = goggles("splat", "from-mesh", REPO / "assets/arena/pillar.ply", out, "--gaussians", "500")
+    assert "500 Gaussians over" in made.stdout and out.is_file()
+    info = goggles("splat", "info", out)
+    assert "500 Gaussians (opacity >= 1/255), SH degree 0" in info.stdout
+    again = goggles_result("splat", "from-mesh", REPO / "assets/arena/pillar.ply", out)
+    assert again.returncode == 2 and "exists; use --overwrite" in again.stderr and "Traceback" not in again.stderr
+    bad = tmp_path / "bad.splat"
+    bad.write_bytes(b"\0" * 31)
+    for result in (goggles_result("splat", "info", bad), goggles_result("render", "--scene", bad, "--out", tmp_path)):
+        errors = [line for line in result.stderr.splitlines() if "error" in line]
+        assert result.returncode == 2 and len(errors) == 1 and "32-byte records" in errors[0], result.stderr
+
+
+@pytest.mark.slow
+def test_bench_splats_reports_each_capture_and_size():
+    result = goggles("bench", "splats", "--size", "32x24", "--views", "1", "--seconds", "0.05", "--device", "cpu")
+    lines = [line for line in result.stdout.splitlines() if line.startswith("splats=")]
+    last = dict(item.split("=") for item in lines[-1].split())
+    assert last["splats"] == "houseplant" and last["width"] == "32" and float(last["frames_per_s"]) > 0
+    assert int(last["gaussians"]) == 113_449 and float(last["bytes_per_gaussian"]) > 100
