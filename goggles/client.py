@@ -228,6 +228,15 @@ class Client:
         message.num_values = len(message.values)
         self._send([frame(f"{vehicle}/command", message.encode())])
 
+    def send_sticks(
+        self, vehicle: str, roll=1500, pitch=1500, throttle=1000, yaw=1500, arm=False, angle_mode=True, aux=(1000, 1000)
+    ) -> None:
+        """A vehicle its firmware flies: its RC sticks and switches, 1000-2000 us (Betaflight's AETR:
+        roll right, pitch forward, throttle up and yaw right above 1500), the arm switch (AUX1) and
+        angle mode (AUX2), AUX3 and AUX4. They replace goggles' hover pilot from then on."""
+        values = [roll, pitch, throttle, yaw, 2000 if arm else 1000, 2000 if angle_mode else 1000, *aux]
+        self.send_command(vehicle, ControlMode.RC, values)
+
     def send_pose(self, name: str, position, orientation, utime: int | None = None, valid: bool = True) -> int:
         """Publish a body pose (live mode); returns the utime it carries (wall µs by default)."""
         message = goggles_lcm.pose_t()

@@ -15,6 +15,8 @@ class ControlMode(IntEnum):
     ATTITUDE = 3
     VELOCITY = 4
     POSITION = 5
+    RC = 6
+    """A flight controller's sticks (a vehicle flown by firmware): roll, pitch, throttle, yaw, AUX1-4, us."""
 
 
 #: Number of command values each mode reads (the rest of the 8-vector is ignored).
@@ -25,6 +27,7 @@ COMMAND_SIZE = {
     ControlMode.ATTITUDE: 5,
     ControlMode.VELOCITY: 4,
     ControlMode.POSITION: 4,
+    ControlMode.RC: 8,
 }
 
 

@@ -29,7 +29,8 @@ class command_t(object):
         """
         0 rotor speeds (rad/s), 1 rotor thrusts (N), 2 rates [thrust N, p, q, r rad/s],
         3 attitude [thrust N, qw, qx, qy, qz], 4 velocity [vx, vy, vz m/s, yaw rad],
-        5 position [x, y, z m, yaw rad]
+        5 position [x, y, z m, yaw rad], 6 RC sticks of a vehicle flown by firmware
+        [roll, pitch, throttle, yaw, AUX1-4 us, 1000-2000]
         LCM Type: int32_t
         """
 

@@ -13,7 +13,7 @@ LAYERS = {
     "errors": 0, "checks": 0, "frames": 0, "paths": 0, "clock": 0, "control_modes": 0, "runtime": 0,
     "scene": 1,
     "world": 2,
-    "render": 3, "sensors": 3, "dynamics": 3,
+    "render": 3, "sensors": 3, "dynamics": 3, "firmware": 3,
     "transport": 4,
     "rig": 5,
     "engine": 6,

@@ -6,7 +6,7 @@
 images and the left depth as its D435 model measures it, and the preview page's third-person view of
 the quad. ``wide``: the same flight through assets/run-wide.toml's cameras: the T265-like fisheye's
 left colour and depth (range along each ray), and the event camera's events of the last 20 ms (ON
-white, OFF blue). ``splats``: the arena's captured houseplant (a Gaussian splat) close up, its colour
+white, OFF blue). ``splats``: the demo's captured houseplant (a Gaussian splat) close up in the arena, its colour
 and depth among the meshes, and the PLAYBOT capture where ../shared holds it. Deterministic on one
 machine: the flight is the engine's, in sim time.
 """
@@ -122,17 +122,19 @@ def splats(out: Path) -> Path:
     """The houseplant among the arena's meshes (colour and depth), and the robot capture alone."""
     from goggles.bench.measure import SPLAT_CAPTURES, splat_capture
     from goggles.frames import camera_pose_from_body, quat_from_euler, transform
-    from goggles.paths import default_scene
+    from goggles.paths import default_run, default_scene
     from goggles.render import CameraModel, Renderer, RenderSettings
     from goggles.render.files import depth_preview
+    from goggles.rig.runfile import load_run_config
     from goggles.scene import load_static_scene
-    from goggles.scene.batch import batch_scene
+    from goggles.scene.batch import batch_scene, place_splats
     from goggles.scene.scene_file import AssetSpec, SceneSpec
     from goggles.world import DeviceScene
 
     camera = CameraModel.from_fov(320, 240, 60.0)
-    arena = DeviceScene(load_static_scene(default_scene()), "cpu")
-    T_WC = camera_pose_from_body(transform([1.3, 1.0, 1.1], quat_from_euler(0.0, 0.35, 0.2)))
+    demo = load_run_config(default_run())  # the demo's houseplant in the arena
+    arena = DeviceScene(place_splats(load_static_scene(default_scene()), demo.splats, demo.source), "cpu")
+    T_WC = camera_pose_from_body(transform([7.3, 2.0, 1.1], quat_from_euler(0.0, 0.35, 0.2)))
     renderer = Renderer(arena, [camera], RenderSettings(outputs={"rgb", "depth"}))
     renderer.render(T_WC[None])
     images = renderer.images()

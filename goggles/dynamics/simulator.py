@@ -330,6 +330,8 @@ class MultirotorSim:
         refused and the previous command stays.
         """
         mode = control_mode(mode)
+        if mode == ControlMode.RC:
+            raise ConfigError("RC commands are a flight controller's sticks: for a vehicle its firmware flies")
         width = COMMAND_SIZE[mode] or self.airframe.num_rotors
         chosen = np.arange(self.num_vehicles) if vehicles is None else self._indices(vehicles)
         rows = _rows_of(values, len(chosen), width, f"{mode.name} command")

@@ -46,6 +46,18 @@ from goggles.transport.buses import (
 log = logging.getLogger(__name__)
 
 
+def firmware_problem(vehicle: Vehicle) -> str | None:
+    """What the status line says of a vehicle's flight controller: stopped, or not armed and why."""
+    link = vehicle.firmware
+    if link is None:
+        return None
+    if link.firmware.lost:
+        return "FC STOPPED (motors off)"
+    if link.rc is None and not link.pilot.armed:
+        return f"DISARMED ({' '.join(link.pilot.blocked) or 'arming'})"
+    return None
+
+
 class Engine:
     """A run: its rig, buses and clock, driven by the mode's driver.
 
@@ -127,6 +139,9 @@ class Engine:
         # One achieved "imu" rate when every fleet samples at one rate (their samples of one instant are
         # one event); a rate per fleet otherwise.
         one_rate = len({fleet.sim.imu_decimation for fleet in self.rig.fleets}) <= 1
+        for vehicle in self.rig.vehicles.values():  # flight controllers' firmware, before what it makes is read
+            if vehicle.firmware is not None:
+                schedule.every(vehicle.fc_period, lambda x=vehicle: self._fly_firmware(x), f"{vehicle.name}/fc")
         for fleet in self.rig.fleets:  # the IMU first: a batch it completes comes in the copy the state then reads
             period = fleet.sim.imu_decimation  # physics steps per IMU sample
             name = f"{fleet.vehicles[0].name}/imu"
@@ -319,6 +334,14 @@ class Engine:
         self.render(group)
         return group.next_steps(self.dt)
 
+    def _fly_firmware(self, vehicle: Vehicle) -> None:
+        """A firmware tick: the vehicle's state (sim time, IMU, attitude) to its flight controller, whose
+        motor outputs become its rotors' speeds until the next tick."""
+        states = vehicle.sim.states()
+        speeds = vehicle.firmware.step(self.step * self.dt, states, vehicle.row, vehicle.fc_period * self.dt)
+        vehicle.sim.set_command(ControlMode.ROTOR_SPEEDS, speeds, vehicles=[vehicle.row])
+        self.rates.note(f"{vehicle.name}/fc", self.step * self.dt)
+
     def _publish_ranges(self, config: RangeSensorConfig, sensor: RangeSensor) -> None:
         carriers = self._carriers([config.vehicle])
         T_WS = self.rig.vehicles[config.vehicle].pose(self.config.extrapolate) @ config.T_BS
@@ -421,7 +444,8 @@ class Engine:
             problems = [(v.name, v.pose_source_problem()) for v in self.rig.vehicles.values() if v.sim is None]
         else:
             problems = [
-                (v.name, "STALE" if v.stale else "CRASHED" if v.crashed else None) for v in self.rig.vehicles.values()
+                (v.name, "STALE" if v.stale else "CRASHED" if v.crashed else firmware_problem(v))
+                for v in self.rig.vehicles.values()
             ]
         vehicle_problems = [f"{name} {problem}" for name, problem in problems if problem]
         return status_line(

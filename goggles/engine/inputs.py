@@ -218,8 +218,17 @@ class InputHandler:
         if vehicle is None or vehicle.sim is None:
             self.counters.ignored += 1
             return
+        mode = ControlMode(message.mode)
+        if (mode == ControlMode.RC) != (vehicle.firmware is not None):
+            why = (
+                "its firmware takes RC commands alone" if vehicle.firmware else "RC is for a vehicle flown by firmware"
+            )
+            raise MalformedMessage(f"{name}: {mode.name} command: {why}")
         try:
-            vehicle.sim.set_command(ControlMode(message.mode), message.values, vehicles=[vehicle.row])
+            if vehicle.firmware is not None:
+                vehicle.firmware.set_sticks(message.values)
+            else:
+                vehicle.sim.set_command(mode, message.values, vehicles=[vehicle.row])
         except Exception as exc:  # wrong value count for the mode, zero quaternion...
             raise MalformedMessage(str(exc)) from exc
         vehicle.external_control = True

@@ -175,6 +175,10 @@ class Rig:
             lidar.close()
         for fleet in self.fleets:
             fleet.sim.close()
+        for vehicle in self.vehicles.values():  # flight controllers' SITL processes stop with the rig
+            if vehicle.firmware is not None:
+                vehicle.firmware.close()
+                vehicle.firmware = None
 
     def __enter__(self) -> Rig:
         return self
@@ -191,6 +195,13 @@ def build_run_world(config: RunConfig, device=None, bodies: tuple = ()) -> World
     if course is not None and config.perturb is not None:
         course = course.perturbed(config.perturb)
     spare = MAX_AVATARS + (MAX_PROPS if config.props else 0) + len(bodies)
+    scene = config.scene
+    if config.splats:  # the run's own captures join its scene
+        from goggles.paths import default_scene
+        from goggles.scene import load_static_scene
+        from goggles.scene.batch import place_splats
+
+        scene = place_splats(load_static_scene(scene or default_scene()), config.splats, config.source)
     return build_world(
-        config.scene, course=course, device=device, spare_actors=spare, props=config.props, bodies=tuple(bodies)
+        scene, course=course, device=device, spare_actors=spare, props=config.props, bodies=tuple(bodies)
     )

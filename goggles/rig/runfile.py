@@ -20,13 +20,15 @@ from goggles.clock import AUTO, MIN_SCALE, ClockMode, parse_scale
 from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
 from goggles.dynamics.airframe import load_airframe
 from goggles.dynamics.model import MAX_PHYSICS_RATE, MIN_PHYSICS_RATE, CollisionResponse, steps_per_sample
-from goggles.errors import ConfigError
+from goggles.errors import ConfigError, SceneError
+from goggles.firmware.betaflight import BetaflightSettings
 from goggles.frames import quat_from_euler, quat_to_matrix
 from goggles.render.calibration import load_calibration
 from goggles.render.camera import MAX_IMAGE_SIDE, CameraModel, stereo_right_offset
 from goggles.render.lenses import LENSES
 from goggles.scene.actors import PropSpec
 from goggles.scene.assets import UNITS_M, UP_AXES
+from goggles.scene.scene_file import AssetSpec, asset_spec
 from goggles.scene.vehicle_model import VEHICLE_CLASS
 from goggles.sensors.camera_noise import PRESETS as CAMERA_NOISE_MODELS
 from goggles.sensors.camera_noise import CameraNoiseModel
@@ -69,6 +71,11 @@ class VehicleConfig:
     """m: height of the floor plane the vehicle rests on."""
     segmentation: int = VEHICLE_CLASS
     """Class id of its body in the segmentation images of the other vehicles' cameras."""
+    betaflight: BetaflightSettings | None = None
+    """``controller = "betaflight"``: Betaflight's SITL flies it (``goggles.firmware``); None: goggles' own
+    controllers."""
+    fc_rate: float = 0.0
+    """Hz of sim time: how often its firmware gets its state and answers with its motors."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +202,8 @@ class RunConfig:
     """None: ROS 2 off."""
     props: tuple[PropSpec, ...] = ()
     """What scene edits may spawn, by name."""
+    splats: tuple[AssetSpec, ...] = ()
+    """Gaussian splats the run places in its scene (``[[splat]]`` tables, as a scene file's)."""
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -209,7 +218,20 @@ def load_run_config(path: str | Path) -> RunConfig:
 
 def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     """Build a RunConfig from parsed TOML (``path`` only names the file in errors and anchors paths)."""
-    tables = {"run", "clock", "lcm", "zmq", "ros2", "vehicle", "camera", "range_sensor", "lidar", "avatar", "prop"}
+    tables = {
+        "run",
+        "clock",
+        "lcm",
+        "zmq",
+        "ros2",
+        "vehicle",
+        "camera",
+        "range_sensor",
+        "lidar",
+        "avatar",
+        "prop",
+        "splat",
+    }
     top = Table(path, "top level", data, tables)
     base = path.parent if path is not None else Path.cwd()
     run = Table(
@@ -285,6 +307,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         extrapolate=run.number("extrapolate", 0.0, minimum=0.0, unit="s"),
         avatars=tuple(_avatar(path, base, i, a) for i, a in enumerate(top.get("avatar", []))),
         props=_props(path, base, top.get("prop", [])),
+        splats=_splats(path, base, top.get("splat", [])),
         curve=CurveServer((base / zmq.text("curve_secret_key")).resolve(), (base / zmq.text("curve_clients")).resolve())
         if "curve_secret_key" in zmq.table
         else None,
@@ -384,9 +407,28 @@ def _vehicle(path, base: Path, index: int, table, physics_rate: float) -> Vehicl
             "state_rate",
             "floor_z",
             "segmentation",
+            "controller",
+            "betaflight_cli",
+            "betaflight_executable",
+            "fc_rate",
         },
     )
     imu_batch = r.integer("imu_batch", 1, low=1, high=64, meaning="IMU samples delivered together")
+    controller = r.choice("controller", ("goggles", "betaflight"), "goggles")
+    firmware_keys = [k for k in ("betaflight_cli", "betaflight_executable", "fc_rate") if k in r.table]
+    if controller != "betaflight" and firmware_keys:
+        raise r.error(firmware_keys[0], 'left out: it is for a vehicle with controller = "betaflight"')
+    firmware, fc_rate = None, 0.0
+    if controller == "betaflight":
+        cli, source = (), "[[vehicle]] betaflight_cli"
+        if "betaflight_cli" in r.table:
+            script = base / r.text("betaflight_cli")
+            if not script.is_file():
+                raise r.error("betaflight_cli", f"a Betaflight CLI script (a 'diff all'); {script} not found")
+            cli, source = tuple(script.read_text(errors="replace").splitlines()), str(script)
+        executable = base / r.text("betaflight_executable") if "betaflight_executable" in r.table else None
+        firmware = BetaflightSettings(executable, cli, source)
+        fc_rate = _divides(r, "fc_rate", r.number("fc_rate", physics_rate, positive=True), physics_rate)
     start = r.get("start", [0.0, 0.0, 0.0, 0.0])
     if isinstance(start, list) and len(start) == 3:
         start = [*start, 0.0]
@@ -413,6 +455,8 @@ def _vehicle(path, base: Path, index: int, table, physics_rate: float) -> Vehicl
         state_rate=_divides(r, "state_rate", r.number("state_rate", 60.0, positive=True), physics_rate),
         floor_z=r.number("floor_z", 0.0),
         segmentation=r.integer("segmentation", VEHICLE_CLASS, low=1, high=2**31 - 1, meaning="a class id"),
+        betaflight=firmware,
+        fc_rate=fc_rate,
     )
 
 
@@ -627,6 +671,17 @@ def _event_camera(r: Table, outputs: list, physics_rate: float) -> tuple[EventCa
     if not 0.5 <= slowest <= fastest:
         raise r.error("min_rate", f"from 0.5 Hz (a packet spans at most 2 s) to its rate, {fastest:g} Hz")
     return model, fastest, slowest
+
+
+def _splats(path, base: Path, entries) -> tuple[AssetSpec, ...]:
+    """A run file's ``[[splat]]`` tables: captures it adds to its scene, keyed as a scene file's."""
+    if not isinstance(entries, list):
+        raise ConfigError(f"{path}: [[splat]] must be a list of tables")
+    anchor = path if path is not None else base / "run.toml"
+    try:
+        return tuple(asset_spec(anchor, i, entry, "splat") for i, entry in enumerate(entries))
+    except SceneError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _inline_camera(r: Table, limits: dict) -> CameraModel:

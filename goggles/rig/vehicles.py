@@ -14,6 +14,8 @@ import numpy as np
 from goggles.clock import came_late
 from goggles.dynamics import ControlMode, MultirotorSim, SimulatorSettings, load_airframe
 from goggles.errors import GogglesError
+from goggles.firmware.betaflight import BetaflightSitl, motor_map
+from goggles.firmware.link import FirmwareLink
 from goggles.frames import transform
 from goggles.rig import parts
 from goggles.rig.pilots import RoutePilot
@@ -57,6 +59,10 @@ class Vehicle:
     motion: tuple[np.ndarray, np.ndarray] | None = None
     """Replay of a simulated flight: the recorded state's velocity (world, m/s) and body rates (rad/s)
     at the pose, which carry the pose through an exposure as the simulator's did."""
+    firmware: FirmwareLink | None = None
+    """Simulated and flown by flight-controller firmware (``[[vehicle]] controller = "betaflight"``)."""
+    fc_period: int = 0
+    """Physics steps between two of its firmware's ticks."""
 
     def set_pose(self, T_WB: np.ndarray, utime: int) -> None:
         """A pose from outside: a recording's, or the bus's (``take_live_pose``)."""
@@ -203,8 +209,26 @@ def make_vehicles(
             vehicle = vehicles[v.name]
             vehicle.sim, vehicle.row = sim, row
             fleet.vehicles.append(vehicle)
+            if v.betaflight is not None:
+                try:
+                    vehicle.firmware = _firmware(v, airframe)
+                except Exception:
+                    for other in vehicles.values():  # the SITLs started so far stop with the error
+                        if other.firmware is not None:
+                            other.firmware.close()
+                    raise
+                vehicle.pilot, vehicle.fc_period = None, max(1, round(1.0 / (v.fc_rate * dt)))
+                sim.set_command(ControlMode.ROTOR_SPEEDS, [0.0] * airframe.num_rotors, vehicles=[row])
         fleets.append(fleet)
     return vehicles, fleets
+
+
+def _firmware(v, airframe) -> FirmwareLink:
+    """A vehicle's firmware, started and configured: its motors mapped to the airframe's rotors."""
+    motors, props_out = motor_map(airframe.rotor_positions, airframe.rotor_spins)
+    sitl = BetaflightSitl(v.betaflight, motors, props_out)
+    height = v.route[0][2] if v.route else max(v.start[2], v.floor_z) + 1.5
+    return FirmwareLink(sitl, airframe.min_speed, airframe.max_speed, height)
 
 
 def _heading(yaw: float) -> np.ndarray:

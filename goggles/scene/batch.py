@@ -6,6 +6,7 @@ per-face material and segmentation ids and per-corner UVs and colours keep each 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -112,6 +113,14 @@ def batch_scene(spec: SceneSpec) -> StaticScene:
     scene.view = spec.view
     scene.splats = merge_splats([_placed_splat(spec, i, splat) for i, splat in enumerate(spec.splats)])
     return scene
+
+
+def place_splats(scene: StaticScene, splats, source) -> StaticScene:
+    """``scene`` with more Gaussian splats (``AssetSpec``s, as ``[[splat]]`` tables give them) placed in it."""
+    spec = SceneSpec(scene.name, source, (), splats=tuple(splats))
+    added = [_placed_splat(spec, i, splat) for i, splat in enumerate(spec.splats)]
+    clouds = ([scene.splats] if scene.splats is not None else []) + added
+    return dataclasses.replace(scene, splats=merge_splats(clouds))
 
 
 def _placed_splat(spec: SceneSpec, index: int, splat) -> SplatCloud:

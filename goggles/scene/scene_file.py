@@ -105,8 +105,8 @@ def load_scene_spec(path: str | Path) -> SceneSpec:
     entries, splat_entries = data.get("asset", []), data.get("splat", [])
     if not isinstance(entries, list) or not isinstance(splat_entries, list) or not (entries or splat_entries):
         raise SceneError(f"{path}: needs at least one [[asset]] or [[splat]] table with a 'file' key")
-    assets = tuple(_asset(path, i, entry) for i, entry in enumerate(entries))
-    splats = tuple(_asset(path, i, entry, "splat") for i, entry in enumerate(splat_entries))
+    assets = tuple(asset_spec(path, i, entry) for i, entry in enumerate(entries))
+    splats = tuple(asset_spec(path, i, entry, "splat") for i, entry in enumerate(splat_entries))
     view = None
     if "view" in scene.table:
         pose = scene.vector("view", 7, unit="x, y, z m and a quaternion w, x, y, z")
@@ -116,7 +116,9 @@ def load_scene_spec(path: str | Path) -> SceneSpec:
     return SceneSpec(scene.text("name", path.stem), path, assets, view, splats)
 
 
-def _asset(path: Path, index: int, entry: dict, kind: str = "asset") -> AssetSpec:
+def asset_spec(path: Path, index: int, entry: dict, kind: str = "asset") -> AssetSpec:
+    """An ``[[asset]]`` (or ``[[splat]]``, ``kind``) table of the file at ``path``, checked: its file,
+    frame and pose."""
     where = f"[[{kind}]] #{index + 1}"
     table = Table(path, where, entry, _ASSET_KEYS, SceneError)
     for key in ("file", "units", "up"):

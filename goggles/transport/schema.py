@@ -175,8 +175,8 @@ def _validate(message) -> None:
         _quaternion(message.orientation, "pose orientation")
     elif isinstance(message, goggles_lcm.command_t):
         _finite(message.values, "command values")
-        if not 0 <= message.mode <= 5:
-            raise MalformedMessage(f"command mode {message.mode} is not 0..5")
+        if not 0 <= message.mode <= 6:
+            raise MalformedMessage(f"command mode {message.mode} is not 0..6")
     elif isinstance(message, goggles_lcm.skeleton_t):
         if message.num_bones > MAX_BONES:
             raise MalformedMessage(f"skeleton of {message.num_bones} bones; at most {MAX_BONES}")

@@ -40,6 +40,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     out = str(tmp / "out")
     arena = repr(str(REPO / "assets/arena.toml"))
     run_file = (REPO / "assets/run-demo.toml").read_text().replace('"arena.toml"', arena)
+    run_file = run_file.replace('"splats/', f'"{REPO / "assets"}/splats/')
 
     def variant(name: str, old: str, new: str) -> str:
         assert old in run_file
@@ -221,6 +222,7 @@ def test_files_saved_by_windows_editors_load(tmp_path, capsys):
 
     demo = (REPO / "assets" / "run-demo.toml").read_text(encoding="utf-8")
     text = demo.replace('scene = "arena.toml"', f'scene = "{REPO / "assets" / "arena.toml"}"')
+    text = text.replace('"splats/', f'"{REPO / "assets"}/splats/')
     run_file = tmp_path / "run.toml"
     run_file.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
     assert load_run_config(run_file).cameras[0].model.width == 320

@@ -426,6 +426,7 @@ def _demo_run_file(tmp_path):
 
     repo = Path(__file__).resolve().parents[2]
     text = (repo / "assets/run-demo.toml").read_text().replace('"arena.toml"', repr(str(repo / "assets/arena.toml")))
+    text = text.replace('"splats/', f'"{repo / "assets"}/splats/')
     for port in ("5555", "5556", "5557"):
         text = text.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}")
     (tmp_path / "run.toml").write_text(text)

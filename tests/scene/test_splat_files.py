@@ -4,6 +4,7 @@ line naming the file and the property."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -168,3 +169,22 @@ def test_a_scene_file_places_a_splat_with_its_units_up_axis_scale_and_class(tmp_
     # The colour's frame: world directions turned back into the file's (world z is file y).
     np.testing.assert_allclose(placed.frames[0] @ [0.0, 0.0, 1.0], [0.0, 1.0, 0.0], atol=1e-6)
     assert load_static_scene(splat).splats is not None  # a splat file alone is a scene
+
+
+def test_a_run_file_places_its_own_splats_in_its_scene(tmp_path):
+    """The demo's houseplant comes from its run file's [[splat]] table, beside the arena's meshes; a bad
+    table names the run file."""
+    from goggles.errors import ConfigError
+    from goggles.paths import default_run
+    from goggles.rig.rig import build_run_world
+    from goggles.rig.runfile import load_run_config, parse_run_config
+
+    demo = load_run_config(default_run())
+    assert [s.name for s in demo.splats] == ["houseplant"]
+    world = build_run_world(dataclasses.replace(demo, props=()), device="cpu")
+    assert world.scene.splats is not None and world.scene.splats.count == 113_449
+    assert world.scene.num_faces > 100_000  # the arena's meshes too
+    with pytest.raises(ConfigError, match=r"run.toml: \[\[splat\]\] #1: missing key 'up'"):
+        parse_run_config(
+            {"vehicle": [{"name": "q"}], "splat": [{"file": "x.ply", "units": "m"}]}, tmp_path / "run.toml"
+        )

@@ -1,0 +1,247 @@
+"""Betaflight's real firmware (its SITL, built by the ``betaflight`` package) flying goggles' simulator:
+arming as Betaflight's rules say, angle mode holding level, acro rates as its "actual" rate curve says,
+yaw and motor order from the physics, a firmware that dies, and the engine flying it with its sensors."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+
+import numpy as np
+import pytest
+
+from goggles.dynamics import ControlMode, MultirotorSim, SimulatorSettings, load_airframe
+from goggles.errors import ConfigError
+from goggles.firmware import betaflight
+from goggles.firmware.betaflight import BetaflightSettings, BetaflightSitl, motor_map
+from goggles.firmware.link import FirmwareLink, HoverPilot
+from goggles.frames import quat_to_matrix
+
+
+def _ports_free() -> str | None:
+    for kind, port in ((socket.SOCK_DGRAM, 9002), (socket.SOCK_DGRAM, 9003), (socket.SOCK_STREAM, 5761)):
+        with socket.socket(socket.AF_INET, kind) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                return f"port {port} is taken (a Betaflight SITL runs here: its ports are fixed)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def firmware_available():
+    try:
+        betaflight.find_executable()
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+    why = _ports_free()
+    if why:
+        pytest.skip(why)
+
+
+class Flight:
+    """One vehicle of an airframe in goggles' simulator, flown by a fresh SITL from rest at the origin."""
+
+    def __init__(self, cli=(), preset="fg-quad", imu_noise=True):
+        self.airframe = airframe = load_airframe(preset)
+        settings = SimulatorSettings(seed=1, imu_rate=960.0, imu_noise=imu_noise)
+        self.sim = MultirotorSim(airframe, 1, settings, device="cpu")
+        motors, props_out = motor_map(airframe.rotor_positions, airframe.rotor_spins)
+        self.link = FirmwareLink(
+            BetaflightSitl(BetaflightSettings(cli=tuple(cli)), motors, props_out),
+            airframe.min_speed,
+            airframe.max_speed,
+            1.5,
+        )
+        self.sim.set_command(ControlMode.ROTOR_SPEEDS, [0.0] * 4)
+        self.t = 0.0
+        self.log: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = []  # t, position, rpy (deg), rates (deg/s)
+
+    def fly(self, seconds: float, sticks=None) -> None:
+        """``sticks(t, states)``: the RC values (8), or None for the hover pilot's."""
+        for _ in range(int(round(seconds / self.sim.dt))):
+            s = self.sim.states()
+            if sticks is not None:
+                self.link.set_sticks(sticks(self.t, s))
+            speeds = self.link.step(self.t, s, 0, self.sim.dt)
+            self.sim.set_command(ControlMode.ROTOR_SPEEDS, speeds)
+            self.sim.step(1)
+            self.t += self.sim.dt
+            R = quat_to_matrix(s.attitude[0])
+            rpy = np.degrees(
+                [np.arctan2(R[2, 1], R[2, 2]), -np.arcsin(np.clip(R[2, 0], -1, 1)), np.arctan2(R[1, 0], R[0, 0])]
+            )
+            self.log.append((self.t, s.position[0].copy(), rpy, np.degrees(s.rates[0])))
+
+    def take_off(self) -> None:
+        """The hover pilot arms it and climbs to 1.5 m in angle mode."""
+        self.fly(6.0)
+        assert self.link.pilot.armed, self.link.pilot.blocked
+
+    def close(self) -> None:
+        self.link.close()
+        self.sim.close()
+
+
+@pytest.fixture
+def flight(firmware_available):
+    made = []
+
+    def make(*args, **kwargs) -> Flight:
+        made.append(Flight(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for f in made:
+        f.close()
+
+
+def sticks(roll=1500, pitch=1500, throttle=1000, yaw=1500, arm=1000, angle=1000):
+    return [roll, pitch, throttle, yaw, arm, angle, 1000, 1000]
+
+
+@pytest.mark.slow
+def test_it_stays_disarmed_until_the_arm_switch_goes_up_with_the_throttle_low(flight):
+    """Betaflight arms on its switch only with the throttle low: held up with the throttle up it stays
+    disarmed (motors still) whatever else it waits for; goggles' pilot then arms it (switch down,
+    throttle low, switch up once the firmware allows it) and its motors spin."""
+    f = flight()
+    f.fly(1.5, lambda t, s: sticks(throttle=1000))  # calibrated, switch down: disarmed, motors still
+    armed, blocked = f.link.firmware.status()
+    assert not armed and not set(blocked) - {"THROTTLE", "ARM_SWITCH"}
+    f.fly(1.5, lambda t, s: sticks(throttle=1400, arm=2000))  # switch up with the throttle up
+    armed, _ = f.link.firmware.status()
+    assert not armed and np.all(f.link.firmware.outputs == 0.0)
+    f.link.rc = None  # the pilot's sticks from here
+    f.fly(3.0)
+    assert f.link.pilot.armed and np.all(f.link.firmware.outputs > 0.0)
+
+
+@pytest.mark.slow
+def test_angle_mode_holds_the_vehicle_level_at_hover(flight):
+    """The hover pilot's centred sticks (its throttle holding 1.5 m): roll and pitch within 2 degrees
+    over 10 s, and the height held."""
+    f = flight()
+    f.take_off()
+    start = len(f.log)
+    f.fly(10.0)
+    rpy = np.array([r for _, _, r, _ in f.log[start:]])
+    z = np.array([p[2] for _, p, _, _ in f.log[start:]])
+    assert np.abs(rpy[:, :2]).max() < 2.0
+    assert np.abs(z - 1.5).max() < 0.15
+
+
+@pytest.mark.slow
+def test_a_full_pitch_stick_in_angle_mode_tilts_to_the_angle_limit(flight):
+    """Betaflight's angle_limit (its default, 60 degrees) at a full stick; forward is nose down."""
+    f = flight(cli=("set angle_limit = 40",))
+    f.take_off()
+    f.fly(1.5, lambda t, s: sticks(pitch=2000, throttle=1600, arm=2000, angle=2000))
+    pitch = np.array([r[1] for _, _, r, _ in f.log[-300:]])
+    assert pitch.mean() == pytest.approx(40.0, abs=2.0)  # positive: nose down (FLU pitch about +y)
+
+
+def actual_rate(stick: float, center: float = 70.0, maximum: float = 670.0, expo: float = 0.0) -> float:
+    """Betaflight's "Actual" rates (the Rate Calculator of its wiki): deg/s at a stick in [-1, 1]."""
+    curve = abs(stick) * (stick**5 * expo + stick * (1.0 - expo))
+    return stick * center + max(0.0, maximum - center) * curve
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("axis", "channel", "value"), [(0, 0, 1600), (1, 1, 1650), (2, 3, 1700)])
+def test_acro_stick_steps_give_the_rate_betaflights_actual_curve_says(flight, axis, channel, value):
+    """Roll right, pitch forward (nose down) and yaw right (nose right: clockwise seen from above, a
+    negative rate about the body's up axis) at Betaflight's default rates (center 70, max 670 deg/s).
+    An ideal IMU: with FlightGoggles' own, its gyro bias wanders (1.5 deg/s in 7 s) and the body rate
+    is the curve's plus that bias, as a real quad's would be."""
+    f = flight(imu_noise=False)
+    f.take_off()
+    throttle = f.link.pilot.sticks(f.t, 1.5, 0.0, f.link.firmware, f.sim.dt)[2]
+
+    def step(t, s):
+        values = sticks(throttle=throttle, arm=2000)
+        values[channel] = value
+        return values
+
+    f.fly(0.6, step)
+    rates = np.array([r for _, _, _, r in f.log[-150:]])
+    expected = actual_rate((value - 1500) / 500.0)
+    sign = -1.0 if axis == 2 else 1.0  # FLU: yaw right is negative about +z
+    assert np.median(rates[:, axis]) * sign == pytest.approx(expected, rel=0.05)
+
+
+@pytest.mark.slow
+def test_a_firmware_that_dies_stops_its_motors_and_the_vehicle_falls(flight):
+    f = flight()
+    f.take_off()
+    f.link.firmware.process.kill()
+    f.fly(1.0)
+    assert f.link.firmware.lost and np.all(f.link.firmware.outputs == 0.0)
+    assert f.log[-1][1][2] < 1.0  # falling
+
+
+def test_bad_firmware_settings_are_one_line_errors(firmware_available, tmp_path):
+    motors, props_out = motor_map(load_airframe("fg-quad").rotor_positions, load_airframe("fg-quad").rotor_spins)
+    with pytest.raises(ConfigError, match="not found or not executable"):
+        BetaflightSitl(BetaflightSettings(executable=tmp_path / "none"), motors, props_out)
+    with pytest.raises(ConfigError, match=r"tune.txt: Betaflight refused CLI line 2: 'set no_such_setting = 3'"):
+        BetaflightSitl(
+            BetaflightSettings(cli=("set roll_rc_rate = 8", "set no_such_setting = 3"), source="tune.txt"),
+            motors,
+            props_out,
+        )
+    with pytest.raises(ConfigError, match="one rotor in each quadrant"):
+        motor_map(np.array([[1, 1, 0], [1, 1, 0], [-1, -1, 0], [1, -1, 0]]), np.ones(4))
+    with pytest.raises(ConfigError, match="diagonal rotors must turn the same way"):
+        motor_map(np.array([[-1, -1, 0], [1, -1, 0], [-1, 1, 0], [1, 1, 0]]), np.array([1, 1, 1, 1]))
+
+
+def test_the_pilot_waits_for_the_firmware_to_allow_arming():
+    pilot = HoverPilot(1.5)
+
+    class Busy:
+        def status(self):
+            return False, ["CALIBRATING"]
+
+    for k in range(20):
+        channels = pilot.sticks(k * 0.05, 0.0, 0.0, Busy(), 0.05)
+        assert channels[4] == 1000 and channels[2] == 1000
+
+
+@pytest.mark.slow
+def test_a_run_file_quad_flown_by_betaflight_hovers_in_the_arena_with_its_sensors_on_the_bus(firmware_available):
+    """``controller = "betaflight"``: the engine starts the SITL, its pilot arms and holds 1.5 m in angle
+    mode, the stereo depth and the IMU go out on ZeroMQ as any vehicle's; a client's sticks then take
+    over (full throttle: it climbs); the SITL stops with the run."""
+    from goggles.client import Client
+    from tests.support import Running, run_config
+
+    camera = {"vehicle": "quad0", "name": "stereo", "width": 32, "height": 24, "baseline": 0.32, "outputs": ["depth"]}
+    config = run_config(scale=50.0, cameras=[camera], controller="betaflight", imu_rate=960.0, route=False)
+    config = dataclasses.replace(
+        config, vehicles=(dataclasses.replace(config.vehicles[0], route=((0.0, 0.0, 1.5, 0.0),)),)
+    )
+    client = Client(config.zmq)
+    client.subscribe("quad0/")
+    running = Running(config, duration=10.0)
+    seen, heights = set(), []
+    while running.thread.is_alive():
+        item = client.receive(timeout=0.2)
+        if item is None:
+            continue
+        channel, message = item
+        seen.add(channel)
+        if channel == "quad0/state":
+            heights.append((message.header.utime * 1e-6, message.position[2]))
+            if message.header.utime > 8_000_000 and len(seen) and not getattr(client, "_took_over", False):
+                client.send_sticks("quad0", throttle=1900, arm=True)
+                client._took_over = True
+    process = running.engine.rig.vehicles["quad0"].firmware
+    running.finish()
+    client.close()
+    assert {"quad0/stereo_left/depth", "quad0/imu", "quad0/state"} <= seen
+    hover = [z for t, z in heights if 6.0 < t < 8.0]
+    assert hover and np.abs(np.array(hover) - 1.5).max() < 0.2
+    assert heights[-1][1] > 1.8  # the client's full throttle
+    assert process is None or process.firmware.process is None  # stopped with the run
