@@ -1,11 +1,12 @@
-"""goggles bench render|dynamics|latency|lidar|dataset|envs|splats: benchmarks against a peer measured in the same
-run."""
+"""goggles bench render|dynamics|latency|lidar|dataset|envs|splats|peers: benchmarks against a peer measured in the
+same run."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from goggles.cli.common import add_backend_arg, add_camera_args, add_recorded_arg, at_least, positive
 from goggles.errors import ConfigError
@@ -158,6 +159,24 @@ def add_parser(commands) -> None:
         "on the CPU the observation is recorded with --backend warp or bvh only)",
     )
     bench_envs.set_defaults(run=cmd_bench_envs)
+    bench_peers = benches.add_parser(
+        "peers",
+        help="goggles beside NVIDIA Newton and MuJoCo Warp: the same mesh, the same cameras, frames/s",
+        description="Render the default scene's mesh (or --scene's) as z-depth from the same camera poses, a camera "
+        "per world, with goggles' backends, Newton's SensorCamera and MuJoCo Warp's renderer (where installed: "
+        "pip install 'goggles[bench]'), one render thread each on the CPU, steady state (builds and compiles "
+        "reported apart as build_s), each peer's depth checked against goggles' (agree: the fraction of pixels "
+        "within 1 cm). A line per renderer and configuration: 'renderer=<r> worlds=<n> width=<w> height=<h> "
+        "frames_per_s=<f> rays_per_s=<r> ratio=<goggles' best over this> agree=<a> build_s=<s>'.",
+    )
+    bench_peers.add_argument(
+        "--worlds", default=None, help="comma-separated world counts (default 64,512 on the CPU; 4096,8192 on CUDA)"
+    )
+    bench_peers.add_argument("--size", default="64x64", help="WIDTHxHEIGHT of each camera (default 64x64)")
+    bench_peers.add_argument("--scene", type=Path, default=None, help="scene file or mesh (default: the arena)")
+    bench_peers.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
+    bench_peers.add_argument("--seconds", type=positive, default=2.0, help="minimum timing per renderer, s")
+    bench_peers.set_defaults(run=cmd_bench_peers)
     bench_splats = benches.add_parser(
         "splats",
         help="Gaussian splat captures rendered alone: frames/s and memory per Gaussian",
@@ -173,6 +192,45 @@ def add_parser(commands) -> None:
     bench_splats.add_argument("--seconds", type=positive, default=2.0, help="minimum timing per size, s")
     bench_splats.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
     bench_splats.set_defaults(run=cmd_bench_splats)
+
+
+def cmd_bench_peers(args) -> int:
+    import warp as wp
+
+    from goggles.bench.peers import bench_peers
+    from goggles.paths import default_scene
+    from goggles.scene import load_static_scene
+
+    width, _, height = args.size.partition("x")
+    if not (width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
+        raise ConfigError(f"--size {args.size!r}: give WIDTHxHEIGHT in pixels, e.g. 64x64")
+    cuda = wp.get_device(args.device).is_cuda
+    counts = args.worlds or ("4096,8192" if cuda else "64,512")
+    try:
+        worlds = [int(n) for n in counts.split(",")]
+    except ValueError:
+        worlds = []
+    if not worlds or min(worlds) < 1:
+        raise ConfigError(f"--worlds {counts!r}: give world counts, e.g. 64,512")
+    scene = load_static_scene(args.scene or default_scene())
+    print(f"scene: {scene.num_faces} triangles; z-depth of {args.size} per world, device {wp.get_device(args.device)}")
+    for n in worlds:
+        runs = bench_peers(
+            scene, worlds=n, width=int(width), height=int(height), device=args.device, seconds=args.seconds
+        )
+        best = max(r.frames_per_s for r in runs if r.renderer.startswith("goggles") and r.frames_per_s)
+        for r in runs:
+            if r.frames_per_s is None:
+                print(f"renderer={r.renderer} worlds={n} skipped: {r.why}")
+                continue
+            agree = "reference" if r.agree is None else f"{r.agree:.6f}"
+            print(
+                f"renderer={r.renderer} worlds={n} width={width} height={height} frames_per_s={r.frames_per_s:.1f} "
+                f"rays_per_s={r.frames_per_s * int(width) * int(height):.0f} ratio={best / r.frames_per_s:.2f} "
+                f"agree={agree} build_s={r.build_s:.2f}" + (f"  ({r.why})" if r.why else ""),
+                flush=True,
+            )
+    return 0
 
 
 def cmd_bench_splats(args) -> int:

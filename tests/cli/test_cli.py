@@ -694,3 +694,28 @@ def test_bench_splats_reports_each_capture_and_size():
     last = dict(item.split("=") for item in lines[-1].split())
     assert last["splats"] == "houseplant" and last["width"] == "32" and float(last["frames_per_s"]) > 0
     assert int(last["gaussians"]) == 113_449 and float(last["bytes_per_gaussian"]) > 100
+
+
+@pytest.mark.slow
+def test_bench_peers_renders_beside_newton_and_mujoco_warp_and_says_when_one_is_missing(monkeypatch, capsys):
+    """The same mesh and cameras in goggles' backends and both peers (their depths agree with goggles'
+    within 1 cm); a peer not installed is one line saying so."""
+    from goggles.cli import main
+
+    pytest.importorskip("newton")
+    pytest.importorskip("mujoco_warp")
+    argv = ["bench", "peers", "--worlds", "4", "--size", "16x16", "--seconds", "0.05", "--device", "cpu"]
+    assert main(argv) == 0
+    lines = [
+        dict(i.split("=", 1) for i in line.split())
+        for line in capsys.readouterr().out.splitlines()
+        if "frames_per_s=" in line
+    ]
+    renderers = {line["renderer"]: line for line in lines}
+    assert {"goggles-warp", "goggles-bvh", "newton", "mujoco-warp"} <= set(renderers)
+    for name in ("newton", "mujoco-warp", "goggles-bvh"):
+        assert float(renderers[name]["agree"]) >= 0.999 and float(renderers[name]["frames_per_s"]) > 0
+    monkeypatch.setitem(sys.modules, "newton", None)  # as if not installed
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "renderer=newton worlds=4 skipped: not installed" in out and "renderer=mujoco-warp worlds=4 width=16" in out
