@@ -68,9 +68,13 @@ RC_MID, RC_LOW, RC_HIGH = 1500, 1000, 2000
 #: The switches goggles configures: AUX1 arms, AUX2 selects angle mode (high: on).
 ARM_CHANNEL, ANGLE_CHANNEL = 4, 5
 #: How long to wait for the firmware's answer to one state packet (wall time), and how many missed
-#: answers in a row mean it stopped.
+#: answers in a row mean it stopped: 10 s (a loaded machine kept a freshly started firmware silent for
+#: over 2 s; a firmware that exits is seen at once).
 REPLY_TIMEOUT_S = 0.05
-MISSES_BEFORE_LOST = 40
+MISSES_BEFORE_LOST = 200
+#: How long a CLI line's answer may take (wall time): its CLI runs in the firmware's loop, which a
+#: loaded machine slows (an answer once took over 5 s while the tests ran beside other work).
+CLI_TIMEOUT_S = 20.0
 
 #: Betaflight's arming-disable flags, by bit (``src/main/fc/runtime_config.h``).
 ARMING_DISABLE_FLAGS = (
@@ -395,10 +399,10 @@ class BetaflightSitl:
     @staticmethod
     def _read_prompt(cli: socket.socket, prompt: bytes) -> str:
         data = b""
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + CLI_TIMEOUT_S
         while not data.endswith(prompt) and not data.rstrip().endswith(b"#"):
             if time.monotonic() > deadline:
-                raise ConfigError("Betaflight's CLI did not answer within 5 s")
+                raise ConfigError(f"Betaflight's CLI did not answer within {CLI_TIMEOUT_S:g} s")
             try:
                 chunk = cli.recv(65536)
             except TimeoutError:

@@ -17,6 +17,9 @@ from goggles.firmware.betaflight import BetaflightSettings, BetaflightSitl, moto
 from goggles.firmware.link import FirmwareLink, HoverPilot
 from goggles.frames import quat_to_matrix
 
+#: Betaflight's ports are fixed by its firmware: its tests run one at a time, on one worker.
+pytestmark = pytest.mark.xdist_group("betaflight")
+
 
 def _ports_free() -> str | None:
     for kind, port in ((socket.SOCK_DGRAM, 9002), (socket.SOCK_DGRAM, 9003), (socket.SOCK_STREAM, 5761)):
