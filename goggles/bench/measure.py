@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +93,7 @@ def bench_render(
     views: int = 8,
     threads: int | None = None,
     device: str | None = None,
-    backends: tuple[str, ...] = ("warp", "bvh", "embree"),
+    backends: tuple[str, ...] = ("warp", "bvh", "wide", "embree"),
     bvh: str | None = None,
     pixel_order: str = "auto",
     seconds: float = 2.0,
@@ -110,7 +111,7 @@ def bench_render(
     render). Embree alone only finds the closest hits, on the same number of threads (where embreex is
     installed). A backend the device cannot run (Embree on CUDA, or without embreex) is left out.
     ``bvh`` picks Warp's BVH builder for the static mesh (``goggles.world.BVH_BUILDERS``; default per
-    device), ``pixel_order`` the warp and bvh backends' (``goggles.render.PIXEL_ORDERS``).
+    device), ``pixel_order`` the warp, bvh and wide backends' (``goggles.render.PIXEL_ORDERS``).
     """
     import warp as wp
 
@@ -746,12 +747,15 @@ def bench_dataset(
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         text = Path(default_run()).read_text(encoding="utf-8")
+        home = Path(default_run()).parent
+
+        def absolute(match: re.Match) -> str:  # the run's files stay where they are; its copy moves
+            key, value = match.group(1), match.group(2)
+            return f'{key} = "{value if Path(value).is_absolute() else (home / value).as_posix()}"'
+
+        text = re.sub(r'^(scene|file|mesh|calibration) = "([^"]+)"', absolute, text, flags=re.MULTILINE)
         rig = folder / "rig.toml"
-        rig.write_text(
-            text.replace('scene = "arena.toml"', f'scene = "{Path(default_run()).parent / "arena.toml"}"')
-            .replace("width = 320", f"width = {width}")
-            .replace("height = 240", f"height = {height}")
-        )
+        rig.write_text(text.replace("width = 320", f"width = {width}").replace("height = 240", f"height = {height}"))
         flight = folder / "flight.mcap"
         recorder = Recorder(flight, metadata={"run_file": rig.read_text(encoding="utf-8"), "run_file_path": str(rig)})
         config = dataclasses.replace(load_run_config(rig), zmq=None, lcm_url=None, scale=None, max_scale=1e9)

@@ -50,7 +50,7 @@ def bench_peers(
     vfov_deg: float = 60.0,
     device: str | None = None,
     seconds: float = 2.0,
-    backends: tuple[str, ...] = ("warp", "bvh", "embree"),
+    backends: tuple[str, ...] = ("warp", "bvh", "wide", "embree"),
 ) -> list[PeerRun]:
     """Render ``scene`` (a StaticScene) in ``worlds`` worlds at ``width`` x ``height``: goggles' backends,
     then Newton and MuJoCo Warp; returns a ``PeerRun`` each (goggles' first backend is the reference)."""

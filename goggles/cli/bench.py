@@ -11,6 +11,9 @@ from pathlib import Path
 from goggles.cli.common import add_backend_arg, add_camera_args, add_recorded_arg, at_least, positive
 from goggles.errors import ConfigError
 
+#: ``bench render --backend``'s groups.
+BENCH_BACKENDS = {"both": ("warp", "embree"), "all": ("warp", "bvh", "wide", "embree")}
+
 
 def add_parser(commands) -> None:
     bench = commands.add_parser("bench", help="benchmarks against a peer measured in the same run")
@@ -54,7 +57,7 @@ def add_parser(commands) -> None:
     )
     bench_render.add_argument(
         "--backend",
-        choices=["warp", "bvh", "embree", "both", "all"],
+        choices=["warp", "bvh", "wide", "embree", "both", "all"],
         default="all",
         help="which goggles backends to time: one, both (warp and embree) or all (default; Embree is left out on CUDA)",
     )
@@ -177,6 +180,26 @@ def add_parser(commands) -> None:
     bench_peers.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
     bench_peers.add_argument("--seconds", type=positive, default=2.0, help="minimum timing per renderer, s")
     bench_peers.set_defaults(run=cmd_bench_peers)
+    bench_bvh = benches.add_parser(
+        "bvh",
+        help="goggles' binary BVH and its 8-wide compressed collapse on the same rays: steps per ray and rays/s",
+        description="Trace the camera rays of --views views of the scene (or a --terrain) through goggles' binary "
+        "BVH and through the same tree collapsed into 8-wide nodes with byte-quantized boxes (the wide backend). A "
+        "counting build of each traversal gives the inner nodes visited and triangles tested per ray; a plain "
+        "build, timed in back-to-back pairs, its rays per second (one launch: one thread on the CPU). A line per "
+        "layout: 'layout=<l> nodes_per_ray=<n> triangles_per_ray=<t> megabytes=<m> build_s=<s> rays_per_s=<r>' "
+        "(the wide one adds ratio=<its rays/s over the binary's>); the last line 'same_faces=<fraction>' compares "
+        "their closest hits ray by ray.",
+    )
+    bench_bvh.add_argument("--scene", type=Path, default=None, help="scene TOML or mesh (default: the arena)")
+    bench_bvh.add_argument("--terrain", type=int, default=None, metavar="TRIANGLES", help="a generated terrain instead")
+    bench_bvh.add_argument("--width", type=at_least(1), default=320, help="image width, pixels (default %(default)s)")
+    bench_bvh.add_argument("--height", type=at_least(1), default=240, help="image height, pixels (default %(default)s)")
+    bench_bvh.add_argument("--vfov", type=positive, default=60.0, help="vertical field of view, degrees")
+    bench_bvh.add_argument("--views", type=at_least(1), default=8, help="views around the viewpoint (default 8)")
+    bench_bvh.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
+    bench_bvh.add_argument("--seconds", type=positive, default=2.0, help="minimum timing, s")
+    bench_bvh.set_defaults(run=cmd_bench_bvh)
     bench_splats = benches.add_parser(
         "splats",
         help="Gaussian splat captures rendered alone: frames/s and memory per Gaussian",
@@ -264,18 +287,48 @@ def cmd_bench_splats(args) -> int:
     return 0
 
 
-def cmd_bench_render(args) -> int:
-    from goggles.bench.measure import bench_render
+def _bench_scene(args):
+    """The scene a benchmark renders: a generated terrain of --terrain triangles, or --scene's."""
     from goggles.paths import default_scene
+    from goggles.scene import load_static_scene
 
     if args.terrain is not None:
         from goggles.scene.terrain import terrain_scene
 
         if args.terrain < 2:
             raise ConfigError(f"--terrain {args.terrain}: give a number of triangles, at least 2")
-        scene = terrain_scene(args.terrain)
-    else:
-        scene = args.scene or default_scene()
+        return terrain_scene(args.terrain)
+    return load_static_scene(args.scene or default_scene())
+
+
+def cmd_bench_bvh(args) -> int:
+    from goggles.bench.bvh import bench_bvh
+
+    scene = _bench_scene(args)
+    result = bench_bvh(
+        scene, width=args.width, height=args.height, views=args.views, vfov_deg=args.vfov, device=args.device,
+        seconds=args.seconds,
+    )  # fmt: skip
+    print(
+        f"scene: {scene.num_faces} triangles, {args.views} views of {args.width}x{args.height} ({result.rays} rays, "
+        f"{result.hit:.0%} hit), device {result.device}, one launch each"
+    )
+    for figures in result.layouts:
+        ratio = f" ratio={result.speedup:.2f}" if figures.layout == "wide" else ""
+        print(
+            f"layout={figures.layout} nodes_per_ray={figures.nodes_per_ray:.2f} "
+            f"triangles_per_ray={figures.triangles_per_ray:.2f} megabytes={figures.megabytes:.1f} "
+            f"build_s={figures.build_s:.2f} rays_per_s={figures.rays_per_s:.0f}{ratio}",
+            flush=True,
+        )
+    print(f"same_faces={result.same_faces:.6f}")
+    return 0
+
+
+def cmd_bench_render(args) -> int:
+    from goggles.bench.measure import bench_render
+
+    scene = _bench_scene(args)
     result = bench_render(
         scene,
         width=args.width,
@@ -284,7 +337,7 @@ def cmd_bench_render(args) -> int:
         views=args.views,
         threads=args.threads,
         device=args.device,
-        backends={"both": ("warp", "embree"), "all": ("warp", "bvh", "embree")}.get(args.backend, (args.backend,)),
+        backends=BENCH_BACKENDS.get(args.backend, (args.backend,)),
         bvh=args.bvh,
         pixel_order=args.pixel_order,
         seconds=args.seconds,

@@ -156,11 +156,11 @@ def add_camera_args(parser: argparse.ArgumentParser, width: int, height: int) ->
 def add_backend_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend",
-        choices=["auto", "warp", "bvh", "embree"],
+        choices=["auto", "warp", "bvh", "wide", "embree"],
         default="auto",
         help="primary-ray tracer: warp (Warp's BVH, CPU or CUDA), bvh (goggles' own BVH in the same kernel, CPU "
-        "or CUDA), embree (Intel Embree, CPU, 2-3x faster there), auto (default: embree on the CPU when embreex "
-        "is installed, else warp)",
+        "or CUDA), wide (goggles' BVH in 8-wide compressed nodes, made for GPUs), embree (Intel Embree, CPU, "
+        "2-3x faster there), auto (default: embree on the CPU when embreex is installed, else warp)",
     )
 
 

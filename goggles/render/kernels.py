@@ -26,17 +26,19 @@ from goggles.world.queries import (
     static_hit,
 )
 from goggles.world.ray_bvh import bvh_any_hit, bvh_closest_hit
+from goggles.world.wide_bvh import wide_any_hit, wide_closest_hit
 
 _DEFAULT_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
-_OPTIONS = {
+KERNEL_OPTIONS = {
     "cpu_compiler_flags": _DEFAULT_CPU_FLAGS + " -menable-no-nans -Wno-nan-infinity-disabled",
     "enable_backward": False,  # forward kernels only: no autodiff, a tenth of the compile time
 }
-wp.set_module_options(_OPTIONS)
+wp.set_module_options(KERNEL_OPTIONS)
 
 #: Where the render kernel's closest static hit comes from: Warp's BVH (``mesh_query_ray``), goggles'
-#: own (``goggles.world.ray_bvh``), or rows another tracer filled (``TracedRows``: Embree).
-TRACERS = ("warp", "bvh", "rows")
+#: own (``goggles.world.ray_bvh``), the same in wide nodes (``goggles.world.wide_bvh``), or rows another
+#: tracer filled (``TracedRows``: Embree).
+TRACERS = ("warp", "bvh", "wide", "rows")
 
 #: Pixel status codes (the validity mask of a rendered image).
 STATUS_HIT = wp.constant(0)
@@ -260,7 +262,7 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
 
     # 64 registers per thread on CUDA (measured on an H100, 1M triangles, 8 x 640x480): depth
     # 1.27 -> 1.04 ms and every output 1.54 -> 1.13 ms against the compiler's own choice (96, 105).
-    @wp.kernel(module="unique", enable_backward=False, module_options=_OPTIONS, cuda_max_registers=64)
+    @wp.kernel(module="unique", enable_backward=False, module_options=KERNEL_OPTIONS, cuda_max_registers=64)
     def render_cameras_kernel(
         scene: SceneData,
         actors: ActorData,
@@ -326,6 +328,8 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
                 hit = traced_hit(traced, c, y, i, k, x, origin, direction, reach)
             elif wp.static(tracer == "bvh"):
                 hit = bvh_closest_hit(scene.rays, origin, direction, reach)
+            elif wp.static(tracer == "wide"):
+                hit = wide_closest_hit(scene.wide, origin, direction, reach)
             else:
                 hit = static_hit(scene.mesh, origin, direction, reach)
             if wp.static(use_actors):
@@ -391,6 +395,8 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
                                 if not whole:
                                     if wp.static(tracer == "bvh"):
                                         blocked = bvh_any_hit(scene.rays, start, light.sun_W, SUN_DISTANCE)
+                                    elif wp.static(tracer == "wide"):
+                                        blocked = wide_any_hit(scene.wide, start, light.sun_W, SUN_DISTANCE)
                                     else:
                                         blocked = wp.mesh_query_ray_anyhit(scene.mesh, start, light.sun_W, SUN_DISTANCE)
                                 if wp.static(use_actors):

@@ -1,12 +1,15 @@
 """Renderer: a batch of cameras traced through the world (``goggles.world.DeviceScene``).
 
-Three primary-ray backends, one set of output kernels:
+Four primary-ray backends, one set of output kernels:
 
 * ``warp``: Warp's BVH traversal in the render kernel. On CUDA one launch covers every pixel of
   every camera. On the CPU a Warp launch runs on one thread but releases the GIL, so image rows are
   interleaved across a pool of threads (row k to thread k mod T, balancing sky rows against ground).
 * ``bvh``: the same launches, traversing goggles' own BVH of the static scene instead
   (``goggles.world.ray_bvh``: triangles in leaf order, the watertight test's shear once per ray).
+* ``wide``: the same tree collapsed into 8-wide nodes with boxes quantized to bytes
+  (``goggles.world.wide_bvh``), a third of the steps per ray: made for GPUs, opt-in until a GPU's
+  measurement says it wins (``goggles bench bvh`` counts the steps of both on the same rays).
 * ``embree`` (CPU): the rows are cut into chunks (rows of a camera, or whole cameras of a learning
   batch's small images) that a pool of threads takes in turn; per chunk
   ``make_rays_kernel`` writes the world-frame rays, Embree finds their closest static hits (SIMD
@@ -103,7 +106,7 @@ class Images:
 
 
 def choose_backend(backend: str, device) -> str:
-    """The primary-ray backend that runs: ``warp``, ``bvh`` or ``embree`` (``auto``: Embree on the CPU when
+    """The primary-ray backend that runs: ``warp``, ``bvh``, ``wide`` or ``embree`` (``auto``: Embree on the CPU when
     installed, else Warp's).
 
     Raises:
@@ -116,7 +119,9 @@ def choose_backend(backend: str, device) -> str:
     if backend == "auto":
         return "embree" if device.is_cpu and embree_available() else "warp"
     if backend == "embree" and device.is_cuda:
-        raise ConfigError(f"the embree backend traces on the CPU, not on {device}: use --backend warp, bvh or auto")
+        raise ConfigError(
+            f"the embree backend traces on the CPU, not on {device}: use --backend warp, bvh, wide or auto"
+        )
     if backend == "embree" and not embree_available():
         raise ConfigError("--backend embree needs embreex: pip install embreex (x86-64 Linux or Windows)")
     return backend
@@ -129,8 +134,8 @@ def _pixel_order(order: str, backend: str, device, width: int) -> str:
         return "tiles" if device.is_cuda and tileable else "rows"
     if order == "tiles" and not tileable:
         raise ConfigError(
-            f"pixel order tiles needs the warp or bvh backend and a width that is a multiple of {kernels.TILE_COLUMNS} "
-            f"(here {backend}, {width} px): use rows"
+            f"pixel order tiles needs the warp, bvh or wide backend and a width that is a multiple of "
+            f"{kernels.TILE_COLUMNS} (here {backend}, {width} px): use rows"
         )
     return order
 
@@ -268,6 +273,8 @@ class Renderer:
             self._prepare_embree()
         elif self.backend == "bvh":
             scene.ray_bvh()
+        elif self.backend == "wide":
+            scene.wide_bvh()
         # Compile/load before any worker thread launches, so threads never race on a module load: the
         # render kernel without actors, and with them when the scene has actor shapes.
         load_kernels(kernels, d)
@@ -424,7 +431,7 @@ class Renderer:
 
     def trace(self) -> None:
         """Trace every camera from the poses ``set_poses`` gave (device work: recordable with the
-        ``warp`` and ``bvh`` backends, ``trace_key`` saying what it passes by value)."""
+        ``warp``, ``bvh`` and ``wide`` backends, ``trace_key`` saying what it passes by value)."""
         self._kernel = self._render_kernel()
         if self._light.shading == Shading.LIDAR:
             self._fill_reflectivity()

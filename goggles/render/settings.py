@@ -14,8 +14,9 @@ from goggles.render.shading import Shading
 
 #: Every output a renderer can write (``RenderSettings.outputs``); depth and status are always written.
 OUTPUTS = ("depth", "range", "rgb", "segmentation", "normal_W", "face", "status")
-#: Primary-ray tracers: Warp's BVH, goggles' own BVH, Intel Embree (CPU), or the best one here.
-BACKENDS = ("auto", "warp", "bvh", "embree")
+#: Primary-ray tracers: Warp's BVH, goggles' own BVH (binary or wide nodes), Intel Embree (CPU), or the
+#: best one here.
+BACKENDS = ("auto", "warp", "bvh", "wide", "embree")
 #: Pixel orders of the render kernel's threads.
 PIXEL_ORDERS = ("auto", "tiles", "rows")
 

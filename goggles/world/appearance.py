@@ -4,6 +4,7 @@ over the static scene and every actor shape, read by whatever shades a hit."""
 import warp as wp
 
 from goggles.world.ray_bvh import RayBvh
+from goggles.world.wide_bvh import WideBvh
 
 
 @wp.struct
@@ -14,6 +15,9 @@ class SceneData:
     rays: RayBvh
     """goggles' own BVH of the same mesh (the renderer's ``bvh`` backend); empty until one asks for it
     (``DeviceScene.ray_bvh``)."""
+    wide: WideBvh
+    """The same tree in wide nodes (the renderer's ``wide`` backend); empty until one asks for it
+    (``DeviceScene.wide_bvh``)."""
     corner_uv: wp.array(dtype=wp.vec2)
     """(3F,) texture coordinates per face corner."""
     corner_rgb: wp.array(dtype=wp.vec3)

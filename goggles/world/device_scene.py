@@ -16,10 +16,11 @@ from goggles.runtime.progress import busy
 from goggles.scene.actors import ActorShape
 from goggles.scene.batch import StaticScene, merge_parts, stack_appearance
 from goggles.world.appearance import SceneData
-from goggles.world.bvh_cache import cached_ray_bvh
+from goggles.world.bvh_cache import cached_ray_bvh, cached_wide_bvh
 from goggles.world.queries import ActorData
 from goggles.world.ray_bvh import RayBvh, upload
 from goggles.world.splats import DeviceSplats, check_splats_fit
+from goggles.world.wide_bvh import WideBvh, upload_wide
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class DeviceScene:
         self.static = scene
         self._planes: wp.array | None = None
         self._ray_bvh: RayBvh | None = None
+        self._wide_bvh: WideBvh | None = None
         self.shapes: list[ActorShape] = []
         self._shape_scenes: list[StaticScene] = []
         self._shape_meshes: list[wp.Mesh] = []
@@ -192,6 +194,26 @@ class DeviceScene:
             how = "loaded from the cache" if loaded else "built"
             log.info("goggles' BVH %s in %.2f s (depth %d, %.1f MB)", how, seconds, tree.depth, megabytes)
         return self._ray_bvh
+
+    def wide_bvh(self) -> WideBvh:
+        """The same tree collapsed into 8-wide nodes (``goggles.world.wide_bvh``), made (or loaded from
+        the disk cache) and uploaded on first use, and kept in ``data.wide`` for the render kernels that
+        trace with it."""
+        if self._wide_bvh is None:
+            start = time.perf_counter()
+            with busy(f"building goggles' wide BVH of the scene ({self.num_faces:,} triangles)"):
+                wide, loaded = cached_wide_bvh(self.static.vertices, self.static.faces)
+            self._wide_bvh = self.data.wide = upload_wide(wide, self.device)
+            how = "loaded from the cache" if loaded else "built"
+            megabytes = wide.nbytes / 1e6
+            log.info(
+                "goggles' wide BVH %s in %.2f s (%d nodes, %.1f MB)",
+                how,
+                time.perf_counter() - start,
+                len(wide.origin),
+                megabytes,
+            )
+        return self._wide_bvh
 
     @property
     def obstacles(self) -> ActorData:

@@ -287,19 +287,24 @@ def _edge(p: wp.vec3, q: wp.vec3) -> float:
 
 
 @wp.struct
-class _Found:
+class Found:
+    """What a traversal found, and what it cost where it counts (``make_traverse(counting=True)``)."""
+
     index: int
     """The triangle's place in leaf order, or -1."""
     t: float
     u: float
     v: float
+    nodes: int
+    """Inner nodes visited (their boxes tested)."""
+    triangles: int
+    """Triangles tested."""
 
 
 @wp.func
-def _traverse(bvh: RayBvh, origin: wp.vec3, direction: wp.vec3, max_t: float, first: bool) -> _Found:
-    """The nearest triangle along a unit ray within ``max_t`` (``first``: any one, found sooner)."""
-    # The watertight test's shear, once per ray: M maps a corner minus the origin to the ray's frame
-    # (x, y sheared along the ray's major axis kz, z scaled by 1 / d[kz]).
+def ray_shear(direction: wp.vec3) -> wp.mat33:
+    """The watertight test's shear, once per ray: maps a corner minus the origin to the ray's frame
+    (x, y sheared along the ray's major axis kz, z scaled by 1 / d[kz])."""
     ax = wp.abs(direction[0])
     ay = wp.abs(direction[1])
     az = wp.abs(direction[2])
@@ -315,84 +320,118 @@ def _traverse(bvh: RayBvh, origin: wp.vec3, direction: wp.vec3, max_t: float, fi
         swap = kx
         kx = ky
         ky = swap
-    M = wp.matrix_from_rows(
+    return wp.matrix_from_rows(
         _axis(kx, 1.0) - _axis(kz, direction[kx] / dz),
         _axis(ky, 1.0) - _axis(kz, direction[ky] / dz),
         _axis(kz, 1.0 / dz),
     )
-    inverse = wp.vec3(_safe_inverse(direction[0]), _safe_inverse(direction[1]), _safe_inverse(direction[2]))
-    # Warp needs the variables a loop changes declared by type.
-    best_t = float(max_t)  # noqa: UP018
-    best = int(-1)  # noqa: UP018
-    best_u = float(0.0)  # noqa: UP018
-    best_v = float(0.0)  # noqa: UP018
-    stack = _stack_type()
-    depth = int(0)  # noqa: UP018
-    node = int(0)  # noqa: UP018
-    while True:
-        if node >= 0:
-            xy0 = bvh.boxes[node, 0]
-            xy1 = bvh.boxes[node, 1]
-            zz = bvh.boxes[node, 2]
-            x = _slab(xy0[0], xy0[1], origin[0], inverse[0])
-            y = _slab(xy0[2], xy0[3], origin[1], inverse[1])
-            z = _slab(zz[0], zz[1], origin[2], inverse[2])
-            near0 = wp.max(wp.max(x[0], y[0]), wp.max(z[0], 0.0))
-            far0 = wp.min(wp.min(x[1], y[1]), wp.min(z[1], best_t)) * ROBUST_FAR
-            x = _slab(xy1[0], xy1[1], origin[0], inverse[0])
-            y = _slab(xy1[2], xy1[3], origin[1], inverse[1])
-            z = _slab(zz[2], zz[3], origin[2], inverse[2])
-            near1 = wp.max(wp.max(x[0], y[0]), wp.max(z[0], 0.0))
-            far1 = wp.min(wp.min(x[1], y[1]), wp.min(z[1], best_t)) * ROBUST_FAR
-            child = bvh.children[node]
-            if near0 <= far0:
-                if near1 <= far1:  # both: the nearer first, the other on the stack
-                    later = child[1]
-                    node = child[0]
-                    if near1 < near0:
-                        later = child[0]
-                        node = child[1]
-                    stack[depth] = later
-                    depth += 1
-                else:
-                    node = child[0]
-                continue
-            if near1 <= far1:
-                node = child[1]
-                continue
-        else:
-            code = -node - 1
-            start = code >> LEAF_BITS
-            for k in range(start, start + (code & LEAF_MASK)):
-                a = M * (bvh.triangles[k, 0] - origin)
-                b = M * (bvh.triangles[k, 1] - origin)
-                c = M * (bvh.triangles[k, 2] - origin)
-                u = _edge(c, b)
-                v = _edge(a, c)
-                w = _edge(b, a)
-                if (u < 0.0 or v < 0.0 or w < 0.0) and (u > 0.0 or v > 0.0 or w > 0.0):
-                    continue
-                det = u + v + w
-                if det == 0.0:
-                    continue
-                t = (u * a[2] + v * b[2] + w * c[2]) / det
-                if t >= 0.0 and t < best_t:
-                    best_t = t
-                    best = k
-                    best_u = u / det
-                    best_v = v / det
-            if first and best >= 0:
-                break
-        if depth == 0:
-            break
-        depth -= 1
-        node = stack[depth]
-    found = _Found()
-    found.index = best
-    found.t = best_t
-    found.u = best_u
-    found.v = best_v
+
+
+@wp.func
+def ray_inverse(direction: wp.vec3) -> wp.vec3:
+    return wp.vec3(_safe_inverse(direction[0]), _safe_inverse(direction[1]), _safe_inverse(direction[2]))
+
+
+@wp.func
+def test_leaf(
+    triangles: wp.array2d(dtype=wp.vec3), code: int, M: wp.mat33, origin: wp.vec3, found: Found, counting: bool
+) -> Found:
+    """The leaf ``code``'s triangles against the ray (shear ``M``): ``found`` with a nearer hit, if any."""
+    leaf = -code - 1
+    start = leaf >> LEAF_BITS
+    count = leaf & LEAF_MASK
+    if counting:
+        found.triangles += count
+    for k in range(start, start + count):
+        a = M * (triangles[k, 0] - origin)
+        b = M * (triangles[k, 1] - origin)
+        c = M * (triangles[k, 2] - origin)
+        u = _edge(c, b)
+        v = _edge(a, c)
+        w = _edge(b, a)
+        if (u < 0.0 or v < 0.0 or w < 0.0) and (u > 0.0 or v > 0.0 or w > 0.0):
+            continue
+        det = u + v + w
+        if det == 0.0:
+            continue
+        t = (u * a[2] + v * b[2] + w * c[2]) / det
+        if t >= 0.0 and t < found.t:
+            found.t = t
+            found.index = k
+            found.u = u / det
+            found.v = v / det
     return found
+
+
+@wp.func
+def nothing_found(max_t: float) -> Found:
+    found = Found()
+    found.index = -1
+    found.t = max_t
+    return found
+
+
+def make_traverse(counting: bool):
+    """The traversal of the binary tree; ``counting`` compiles in the tally of nodes and triangles."""
+
+    @wp.func
+    def traverse(bvh: RayBvh, origin: wp.vec3, direction: wp.vec3, max_t: float, first: bool) -> Found:
+        """The nearest triangle along a unit ray within ``max_t`` (``first``: any one, found sooner)."""
+        M = ray_shear(direction)
+        inverse = ray_inverse(direction)
+        found = nothing_found(max_t)
+        stack = _stack_type()
+        depth = int(0)  # noqa: UP018
+        node = int(0)  # noqa: UP018
+        while True:
+            if node >= 0:
+                if wp.static(counting):
+                    found.nodes += 1
+                xy0 = bvh.boxes[node, 0]
+                xy1 = bvh.boxes[node, 1]
+                zz = bvh.boxes[node, 2]
+                x = _slab(xy0[0], xy0[1], origin[0], inverse[0])
+                y = _slab(xy0[2], xy0[3], origin[1], inverse[1])
+                z = _slab(zz[0], zz[1], origin[2], inverse[2])
+                near0 = wp.max(wp.max(x[0], y[0]), wp.max(z[0], 0.0))
+                far0 = wp.min(wp.min(x[1], y[1]), wp.min(z[1], found.t)) * ROBUST_FAR
+                x = _slab(xy1[0], xy1[1], origin[0], inverse[0])
+                y = _slab(xy1[2], xy1[3], origin[1], inverse[1])
+                z = _slab(zz[2], zz[3], origin[2], inverse[2])
+                near1 = wp.max(wp.max(x[0], y[0]), wp.max(z[0], 0.0))
+                far1 = wp.min(wp.min(x[1], y[1]), wp.min(z[1], found.t)) * ROBUST_FAR
+                child = bvh.children[node]
+                if near0 <= far0:
+                    if near1 <= far1:  # both: the nearer first, the other on the stack
+                        later = child[1]
+                        node = child[0]
+                        if near1 < near0:
+                            later = child[0]
+                            node = child[1]
+                        stack[depth] = later
+                        depth += 1
+                    else:
+                        node = child[0]
+                    continue
+                if near1 <= far1:
+                    node = child[1]
+                    continue
+            else:
+                found = test_leaf(bvh.triangles, node, M, origin, found, wp.static(counting))
+                if first and found.index >= 0:
+                    break
+            if depth == 0:
+                break
+            depth -= 1
+            node = stack[depth]
+        return found
+
+    return traverse
+
+
+_traverse = make_traverse(False)
+#: The traversal that counts what it visits (``goggles bench bvh``).
+counting_traverse = make_traverse(True)
 
 
 @wp.func
@@ -401,7 +440,7 @@ def _double(v: wp.vec3) -> wp.vec3d:
 
 
 @wp.func
-def _plane_distance(p0: wp.vec3, p1: wp.vec3, p2: wp.vec3, origin: wp.vec3, direction: wp.vec3, t: float) -> float:
+def plane_distance(p0: wp.vec3, p1: wp.vec3, p2: wp.vec3, origin: wp.vec3, direction: wp.vec3, t: float) -> float:
     """The distance along the ray to the plane of the triangle it hit, in float64 (once per ray): the
     test's ``t`` carries the rounding of the shear and of three products (up to 11 ulps on a terrain,
     as Warp's); this one is the exact distance rounded once, so a plane's depth comes out to the last
@@ -431,7 +470,7 @@ def bvh_closest_hit(bvh: RayBvh, origin: wp.vec3, direction: wp.vec3, max_t: flo
         p0 = bvh.triangles[found.index, 0]
         p1 = bvh.triangles[found.index, 1]
         p2 = bvh.triangles[found.index, 2]
-        hit.t = wp.clamp(_plane_distance(p0, p1, p2, origin, direction, found.t), 0.0, max_t)
+        hit.t = wp.clamp(plane_distance(p0, p1, p2, origin, direction, found.t), 0.0, max_t)
         hit.normal_W = wp.normalize(wp.cross(p1 - p0, p2 - p0))
     return hit
 

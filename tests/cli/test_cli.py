@@ -124,7 +124,7 @@ def test_bench_render_reports_every_backend_and_bare_embree():
     renders = {(f["backend"], f["outputs"]): f for f in lines[:-1]}
     kinds = ("all", "depth", "all+shadows", "all+noise", "all+shadows+noise", "all+blur4", "all+gates")
     kinds += ("all+fisheye", "lidar-os1-64")
-    assert set(renders) == {(b, o) for b in ("warp", "bvh", "embree") for o in kinds}
+    assert set(renders) == {(b, o) for b in ("warp", "bvh", "wide", "embree") for o in kinds}
     for fields in renders.values():
         # Every render traced rays and reports its rate over Embree's on the same rays and threads. How
         # fast is for the benchmark to judge, not a test (a loaded machine read 0.019 and 5.2x once): the
@@ -170,7 +170,7 @@ def test_bench_render_without_embree_still_reports_goggles_backends(monkeypatch,
     out = capsys.readouterr().out
     lines = [dict(item.split("=") for item in line.split()) for line in out.splitlines() if "=" in line]
     assert lines[-1] == {"embree_rays_per_s": "nan"} and "embreex is not installed" in out
-    assert {f["backend"] for f in lines[:-1]} == {"warp", "bvh"}
+    assert {f["backend"] for f in lines[:-1]} == {"warp", "bvh", "wide"}
     assert all(float(f["rays_per_s"]) > 1e4 and f["ratio"] == "nan" for f in lines[:-1])
 
 
@@ -712,10 +712,27 @@ def test_bench_peers_renders_beside_newton_and_mujoco_warp_and_says_when_one_is_
         if "frames_per_s=" in line
     ]
     renderers = {line["renderer"]: line for line in lines}
-    assert {"goggles-warp", "goggles-bvh", "newton", "mujoco-warp"} <= set(renderers)
-    for name in ("newton", "mujoco-warp", "goggles-bvh"):
+    assert {"goggles-warp", "goggles-bvh", "goggles-wide", "newton", "mujoco-warp"} <= set(renderers)
+    for name in ("newton", "mujoco-warp", "goggles-bvh", "goggles-wide"):
         assert float(renderers[name]["agree"]) >= 0.999 and float(renderers[name]["frames_per_s"]) > 0
     monkeypatch.setitem(sys.modules, "newton", None)  # as if not installed
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "renderer=newton worlds=4 skipped: not installed" in out and "renderer=mujoco-warp worlds=4 width=16" in out
+
+
+@pytest.mark.slow
+def test_bench_bvh_counts_the_steps_of_both_layouts_on_the_same_rays(capsys):
+    """The wide tree visits fewer nodes per ray than the binary one it was collapsed from (eight boxes a
+    node: about a third on the arena), tests about as many triangles (the same leaves), and both find
+    the same closest faces."""
+    from goggles.cli import main
+
+    assert main(["bench", "bvh", "--width", "64", "--height", "48", "--views", "2", "--seconds", "0.05"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = {f["layout"]: f for f in (dict(i.split("=") for i in line.split()) for line in out if "layout=" in line)}
+    binary, wide = rows["binary"], rows["wide"]
+    assert float(wide["nodes_per_ray"]) < 0.5 * float(binary["nodes_per_ray"])
+    assert float(wide["triangles_per_ray"]) < 1.5 * float(binary["triangles_per_ray"])
+    assert float(wide["ratio"]) > 0 and float(wide["rays_per_s"]) > 0 and float(binary["rays_per_s"]) > 0
+    assert out[-1].startswith("same_faces=") and float(out[-1].split("=")[1]) >= 0.999

@@ -28,6 +28,7 @@ MODULES = [
     "goggles.sensors.lidar",
     "goggles.sensors.draws",
     "goggles.scene.avatar",
+    "goggles.bench.bvh",
 ]
 
 
@@ -52,7 +53,7 @@ def test_kernels_compile_for_cuda(name, arch):
 
 #: The render kernel's variants that CUDA can run (Embree's ``rows`` are CPU-only): tracer, actors, shading, shadows.
 RENDER_VARIANTS = [
-    (t, a, s, d) for t in ("warp", "bvh") for a in (False, True) for s in (False, True) for d in (False, True)
+    (t, a, s, d) for t in ("warp", "bvh", "wide") for a in (False, True) for s in (False, True) for d in (False, True)
 ]
 
 

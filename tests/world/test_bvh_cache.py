@@ -11,8 +11,9 @@ import pytest
 
 from goggles.paths import cache_dir
 from goggles.world import bvh_cache
-from goggles.world.bvh_cache import MAX_FILES, cached_ray_bvh, tree_key
+from goggles.world.bvh_cache import MAX_FILES, cached_ray_bvh, cached_wide_bvh, tree_key
 from goggles.world.ray_bvh import build_ray_bvh
+from goggles.world.wide_bvh import build_wide_bvh
 
 
 def _terrain(n: int = 40, lift: float = 0.0):
@@ -41,6 +42,26 @@ def test_a_stored_tree_is_the_built_tree(tmp_path):
     assert loaded
     _assert_same_tree(again, build_ray_bvh(vertices, faces))
     _assert_same_tree(first, again)
+
+
+def test_a_stored_wide_tree_is_the_collapsed_tree_and_a_bad_one_is_made_again(tmp_path, caplog):
+    vertices, faces = _terrain()
+    first, loaded = cached_wide_bvh(vertices, faces, tmp_path)
+    again, loaded_again = cached_wide_bvh(vertices, faces, tmp_path)
+    assert not loaded and loaded_again
+    made = build_wide_bvh(build_ray_bvh(vertices, faces))
+    for tree in (first, again):
+        for name in ("origin", "scale", "quantized", "children", "triangles", "faces"):
+            np.testing.assert_array_equal(getattr(tree, name), getattr(made, name))
+            assert getattr(tree, name).dtype == getattr(made, name).dtype
+        assert tree.stack == made.stack
+    (wide,) = tmp_path.glob("*-wide*.npz")
+    np.savez(wide, origin=np.zeros(3), scale=np.zeros(3), quantized=np.zeros(3), children=np.zeros(3), stack=0)
+    with caplog.at_level(logging.WARNING, logger="goggles.world.bvh_cache"):
+        tree, loaded = cached_wide_bvh(vertices, faces, tmp_path)
+    assert not loaded and "building" in caplog.text and str(wide) in caplog.text
+    np.testing.assert_array_equal(tree.quantized, made.quantized)
+    assert cached_wide_bvh(vertices, faces, tmp_path)[1]
 
 
 def test_other_triangles_get_their_own_tree(tmp_path):
