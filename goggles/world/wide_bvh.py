@@ -3,21 +3,24 @@ their boxes tested together, quantized to a byte per plane (Ylitie, Karras and L
 
 Why: on an H100 the binary traversal (``goggles.world.ray_bvh``) is instruction-bound (64 registers,
 half occupancy): every step reads one node, tests two boxes and makes a data-dependent choice. A wide
-node is read once for eight boxes, a ray takes a third of the steps to reach a leaf, and with its boxes
-stored as bytes over a power-of-two grid a node is 104 bytes for eight children (the binary tree: 56
-for two). The wide tree is the binary tree collapsed (each wide node opens its largest inner child
-until it has eight), so both trace the same leaves, in the same leaf order, with the same watertight
-triangle test (and its float64 fallback) and the same float64 plane distance: their hits are the same.
+node is read once for eight boxes, a ray takes a third to a half of the steps (``goggles bench bvh``
+counts them), and with its boxes stored as bytes over a power-of-two grid a node is 104 bytes for eight
+children (the binary tree: 56 for two). The wide tree is the binary tree collapsed (each wide node
+opens its largest inner child until it has eight), so both trace the same leaves with the same
+watertight triangle test (and its float64 fallback) and the same float64 plane distance: their hits
+are the same (a ray through an edge two triangles share may take either).
 
-Quantization is conservative: each child box is the grid's cells that cover it, checked in float32
-exactly as the traversal decodes it (``origin + q * scale``, a product by a power of two, exact), so a
-ray that meets the child meets its decoded box (the binary tree's two-ulp widening of the exit keeps a
-ray along a face in). The price is boxes up to one cell (1/255 of the node) larger: a few more boxes
-entered, never a hit lost. Children are visited nearest first (a sorting network over the eight
-entries, branch-free), and a popped entry farther than the best hit so far is skipped.
+Each plane's distance along the ray is Ylitie's one multiply-add, ``start + cells * cell``, where
+``start`` is where the ray meets the node's origin plane and ``cell`` what one cell adds (a power of two
+times the inverse direction: exact). ``start`` rounds, so near planes move nearer and far ones farther
+by that rounding's bound: a ray that meets a child meets its decoded box, and quantization (each box
+rounded out to whole cells) only ever adds boxes entered, never loses a hit. The ray's signs say which
+byte of each axis is its near plane. Children sit in the slots of the octant they come first for, so
+visiting slots ``octant ^ 0 .. 7`` meets them about nearest first without sorting; every child entered
+is pushed (branch-free), and a popped entry beyond the best hit so far is skipped.
 
-The stack holds up to seven entries a node; the collapse never makes a node wider than the stack can
-hold below it (``WIDE_STACK``), so no tree overflows it.
+A node pushes up to its eight children and pops one; the collapse never makes a node wider than the
+stack (``WIDE_STACK``) can hold on the deepest path below it, so no tree overflows it.
 """
 
 from __future__ import annotations
@@ -206,9 +209,14 @@ def _octant_slots(child_lo: np.ndarray, child_hi: np.ndarray, used: np.ndarray) 
         slots[rows[open_], child[open_]] = slot[open_]
         along[rows[open_], child[open_], :] = np.inf
         along[rows[open_], :, slot[open_]] = np.inf
-    for node in np.flatnonzero((slots < 0).any(axis=1)):  # unused children fill the slots left, in order
-        left = sorted(set(range(WIDTH)) - set(slots[node][slots[node] >= 0].tolist()))
-        slots[node][slots[node] < 0] = left
+    # The unused children take the slots left, in order: as many of each.
+    taken = np.zeros((n, WIDTH), bool)
+    placed = np.nonzero(slots >= 0)
+    taken[placed[0], slots[placed]] = True
+    free = np.argsort(taken, axis=1, kind="stable")  # the free slots first, in order
+    waiting = slots < 0
+    rank = np.cumsum(waiting, axis=1) - 1
+    slots[waiting] = free[np.nonzero(waiting)[0], rank[waiting]]
     return slots
 
 
