@@ -301,10 +301,10 @@ def _abs3(v: wp.vec3) -> wp.vec3:
 
 
 @wp.func
-def _plane(words: wp.uint32, byte: int, start: float, cell: float) -> float:
-    """The distance along the ray to a child's plane: its byte in ``words`` times the node's cell, from
-    the node's origin (``start``: where the ray meets the origin's plane)."""
-    return start + float((words >> wp.uint32(8 * byte)) & wp.uint32(255)) * cell
+def _plane(words: wp.uint32, shift: int, start: float, cell: float) -> float:
+    """The distance along the ray to a child's plane: its byte of ``words`` (at ``shift`` bits) times the
+    node's cell, from the node's origin (``start``: where the ray meets the origin's plane)."""
+    return start + float((words >> wp.uint32(shift)) & wp.uint32(255)) * cell
 
 
 def make_wide_traverse(counting: bool):
@@ -322,6 +322,10 @@ def make_wide_traverse(counting: bool):
         )
         far_word = wp.vec3i(2, 10, 18) - near_word  # the other word of each pair (0-2, 4-6, 8-10)
         octant = wp.where(inverse[0] < 0.0, 1, 0) | wp.where(inverse[1] < 0.0, 2, 0) | wp.where(inverse[2] < 0.0, 4, 0)
+        # The i-th slot visited, octant ^ i, lies in word half (i >> 2) ^ flip at byte (i & 3) ^ turn.
+        flip = octant >> 2
+        turn = octant & 3
+        shifts = wp.vec4i(8 * turn, 8 * (1 ^ turn), 8 * (2 ^ turn), 8 * (3 ^ turn))
         codes_stack = _stack_codes()
         nears_stack = _stack_nears()
         depth = int(0)  # noqa: UP018
@@ -342,17 +346,32 @@ def make_wide_traverse(counting: bool):
                 # visited is popped next: slots octant, octant ^ 1, ..., octant ^ 7 (the builder put in
                 # slot s the child that comes first along octant s's diagonal). Branch-free: an entry is
                 # always written and kept (depth moves on) only where the ray entered its box.
+                # Each plane's word for the first four slots visited (a) and the last four (b): twelve loads
+                # a node, and the slots' bytes are then shifts of words held in registers.
+                q = bvh.quantized
+                nx_a = q[node, near_word[0] + flip]
+                nx_b = q[node, near_word[0] + 1 - flip]
+                ny_a = q[node, near_word[1] + flip]
+                ny_b = q[node, near_word[1] + 1 - flip]
+                nz_a = q[node, near_word[2] + flip]
+                nz_b = q[node, near_word[2] + 1 - flip]
+                fx_a = q[node, far_word[0] + flip]
+                fx_b = q[node, far_word[0] + 1 - flip]
+                fy_a = q[node, far_word[1] + flip]
+                fy_b = q[node, far_word[1] + 1 - flip]
+                fz_a = q[node, far_word[2] + flip]
+                fz_b = q[node, far_word[2] + 1 - flip]
                 for back in range(wp.static(WIDTH)):
-                    slot = (wp.static(WIDTH - 1) - back) ^ octant
-                    word = slot >> 2
-                    byte = slot & 3
-                    code = bvh.children[node, slot]
-                    near_x = _plane(bvh.quantized[node, near_word[0] + word], byte, near_start[0], cell[0])
-                    near_y = _plane(bvh.quantized[node, near_word[1] + word], byte, near_start[1], cell[1])
-                    near_z = _plane(bvh.quantized[node, near_word[2] + word], byte, near_start[2], cell[2])
-                    far_x = _plane(bvh.quantized[node, far_word[0] + word], byte, far_start[0], cell[0])
-                    far_y = _plane(bvh.quantized[node, far_word[1] + word], byte, far_start[1], cell[1])
-                    far_z = _plane(bvh.quantized[node, far_word[2] + word], byte, far_start[2], cell[2])
+                    i = wp.static(WIDTH - 1) - back
+                    first_half = i < 4
+                    shift = shifts[i & 3]
+                    code = bvh.children[node, i ^ octant]
+                    near_x = _plane(wp.where(first_half, nx_a, nx_b), shift, near_start[0], cell[0])
+                    near_y = _plane(wp.where(first_half, ny_a, ny_b), shift, near_start[1], cell[1])
+                    near_z = _plane(wp.where(first_half, nz_a, nz_b), shift, near_start[2], cell[2])
+                    far_x = _plane(wp.where(first_half, fx_a, fx_b), shift, far_start[0], cell[0])
+                    far_y = _plane(wp.where(first_half, fy_a, fy_b), shift, far_start[1], cell[1])
+                    far_z = _plane(wp.where(first_half, fz_a, fz_b), shift, far_start[2], cell[2])
                     near = wp.max(wp.max(near_x, near_y), wp.max(near_z, 0.0))
                     far = wp.min(wp.min(far_x, far_y), wp.min(far_z, found.t)) * ROBUST_FAR
                     codes_stack[depth] = code
