@@ -333,7 +333,7 @@ def ray_inverse(direction: wp.vec3) -> wp.vec3:
 
 
 @wp.func
-def test_leaf(
+def intersect_leaf(
     triangles: wp.array2d(dtype=wp.vec3), code: int, M: wp.mat33, origin: wp.vec3, found: Found, counting: bool
 ) -> Found:
     """The leaf ``code``'s triangles against the ray (shear ``M``): ``found`` with a nearer hit, if any."""
@@ -417,7 +417,7 @@ def make_traverse(counting: bool):
                     node = child[1]
                     continue
             else:
-                found = test_leaf(bvh.triangles, node, M, origin, found, wp.static(counting))
+                found = intersect_leaf(bvh.triangles, node, M, origin, found, wp.static(counting))
                 if first and found.index >= 0:
                     break
             if depth == 0:

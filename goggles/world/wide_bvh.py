@@ -37,11 +37,11 @@ from goggles.world.ray_bvh import (
     ROBUST_FAR,
     Found,
     RayBvhArrays,
+    intersect_leaf,
     nothing_found,
     plane_distance,
     ray_inverse,
     ray_shear,
-    test_leaf,
 )
 
 #: Children per node.
@@ -378,7 +378,7 @@ def make_wide_traverse(counting: bool):
                     nears_stack[depth] = near
                     depth += wp.where(near <= far and code != EMPTY, 1, 0)
             else:
-                found = test_leaf(bvh.triangles, node, M, origin, found, wp.static(counting))
+                found = intersect_leaf(bvh.triangles, node, M, origin, found, wp.static(counting))
                 if first and found.index >= 0:
                     break
             popped = bool(False)  # noqa: UP018

@@ -24,8 +24,9 @@ from tests.support import Running, endpoints, rss_mb, run_config
 
 #: Longest pause of the outputs an attack may cause, wall seconds (the clock goes out at 40 Hz here),
 #: or four times the longest pause measured before the attack on the same machine, if that is longer
-#: (a loaded two-core machine pauses on its own).
-MAX_GAP_S = 1.0
+#: (a loaded two-core machine pauses on its own: 1.15 s once, with the other test worker busy beside
+#: it, while the engine built twelve avatars).
+MAX_GAP_S = 2.0
 
 
 class OutputWatch:
