@@ -99,13 +99,17 @@ def test_live_mode_measures_ranges_and_scans_and_keeps_the_clock_by_wall_time():
     config = dataclasses.replace(
         run_config(mode="live", cameras=[]), range_sensors=sensors.range_sensors, lidars=sensors.lidars
     )
-    running = Running(config, duration=6.0)
+    running = Running(config, duration=120.0)
     client = Client(endpoints(config))
     client.subscribe("quad0/alt/ranges", "quad0/lidar/lidar", "clock")
     client.wait_for_subscriptions(30.0)
     got: dict[str, list] = {"quad0/alt/ranges": [], "quad0/lidar/lidar": [], "clock": []}
-    end = time.monotonic() + 2.5
-    while time.monotonic() < end:
+    end = time.monotonic() + 60.0  # about 2.5 s here; longer on a loaded machine
+
+    def enough() -> bool:
+        return len(got["quad0/alt/ranges"]) >= 60 and len(got["quad0/lidar/lidar"]) >= 5 and len(got["clock"]) >= 5
+
+    while time.monotonic() < end and not enough():
         client.send_pose("quad0", [0.0, 0.0, 1.6], [1.0, 0.0, 0.0, 0.0])
         stop = time.monotonic() + 0.02
         while time.monotonic() < stop:
