@@ -72,6 +72,8 @@ ARM_CHANNEL, ANGLE_CHANNEL = 4, 5
 #: over 2 s; a firmware that exits is seen at once).
 REPLY_TIMEOUT_S = 0.05
 MISSES_BEFORE_LOST = 200
+#: While it waits, the same state packet goes again this often (wall time).
+RESEND_S = 0.002
 #: How long a CLI line's answer may take (wall time): its CLI runs in the firmware's loop, which a
 #: loaded machine slows (an answer once took over 5 s while the tests ran beside other work).
 CLI_TIMEOUT_S = 20.0
@@ -432,12 +434,26 @@ class BetaflightSitl:
         self._send.sendto(_RC.pack(t, *rc), ("127.0.0.1", PORT_RC))
         self._send.sendto(state, ("127.0.0.1", PORT_STATE))
         data = None
+        deadline = time.monotonic() + REPLY_TIMEOUT_S
         try:
-            data = self._receive.recv(64)
-            self._receive.setblocking(False)
-            while True:  # the newest answer, should late ones be waiting
-                data = self._receive.recv(64)
-        except (TimeoutError, BlockingIOError):
+            while data is None:
+                left = deadline - time.monotonic()
+                if left <= 0.0:
+                    break
+                self._receive.settimeout(min(RESEND_S, left))
+                try:
+                    data = self._receive.recv(64)
+                except TimeoutError:
+                    # The same state again (the same time stamp: its clock keeps its rate). The SITL
+                    # sets its clock's rate from the wall time between two packets: waiting out the
+                    # whole timeout before the next tick's packet would slow its clock fifty-fold and
+                    # its answers with it, a spiral a loaded machine started.
+                    self._send.sendto(state, ("127.0.0.1", PORT_STATE))
+            if data is not None:
+                self._receive.setblocking(False)
+                while True:  # the newest answer, should late ones be waiting
+                    data = self._receive.recv(64)
+        except BlockingIOError:
             pass
         finally:
             self._receive.settimeout(REPLY_TIMEOUT_S)
