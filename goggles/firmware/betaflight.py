@@ -89,6 +89,7 @@ MSP_STATUS_EX = 150
 
 _FDM = struct.Struct("<d3d3d4d3d3dd")
 _RC = struct.Struct("<d16H")
+_FDM_TIME = struct.Struct("<d")  # an fdm_packet's first field
 _SERVO = struct.Struct("<4f")
 
 
@@ -431,7 +432,11 @@ class BetaflightSitl:
         answer in time, zeros once it has stopped answering (``lost``: the vehicle falls)."""
         if self.lost:
             return self.outputs
-        self._send.sendto(_RC.pack(t, *rc), ("127.0.0.1", PORT_RC))
+        # Its clock goes on from where its boot left it: a time stamp before the last one it saw is
+        # ignored (sitl.c: "don't use old packet"), unanswered until sim time caught up with the boot's.
+        stamp = self._clock + t
+        state = _FDM_TIME.pack(stamp) + state[_FDM_TIME.size :]
+        self._send.sendto(_RC.pack(stamp, *rc), ("127.0.0.1", PORT_RC))
         self._send.sendto(state, ("127.0.0.1", PORT_STATE))
         data = None
         deadline = time.monotonic() + REPLY_TIMEOUT_S
