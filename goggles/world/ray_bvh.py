@@ -458,18 +458,33 @@ def plane_distance(p0: wp.vec3, p1: wp.vec3, p2: wp.vec3, origin: wp.vec3, direc
 def bvh_closest_hit(bvh: RayBvh, origin: wp.vec3, direction: wp.vec3, max_t: float) -> Hit:
     """The nearest static surface along a unit ray within ``max_t`` metres (a miss keeps ``t`` = max_t),
     as ``queries.static_hit`` answers from Warp's BVH."""
-    found = _traverse(bvh, origin, direction, max_t, False)
+    return found_hit(
+        bvh.triangles, bvh.faces, _traverse(bvh, origin, direction, max_t, False), origin, direction, max_t
+    )
+
+
+@wp.func
+def found_hit(
+    triangles: wp.array2d(dtype=wp.vec3),
+    faces: wp.array(dtype=wp.int32),
+    found: Found,
+    origin: wp.vec3,
+    direction: wp.vec3,
+    max_t: float,
+) -> Hit:
+    """A traversal's find as a ``Hit``: the scene face, the weights, the normal, and the distance to the
+    triangle's plane in float64 (a miss keeps ``t`` = max_t)."""
     hit = Hit()
     hit.result = found.index >= 0
     hit.t = found.t
     hit.face = -1
     if hit.result:
-        hit.face = bvh.faces[found.index]
+        hit.face = faces[found.index]
         hit.u = found.u
         hit.v = found.v
-        p0 = bvh.triangles[found.index, 0]
-        p1 = bvh.triangles[found.index, 1]
-        p2 = bvh.triangles[found.index, 2]
+        p0 = triangles[found.index, 0]
+        p1 = triangles[found.index, 1]
+        p2 = triangles[found.index, 2]
         hit.t = wp.clamp(plane_distance(p0, p1, p2, origin, direction, found.t), 0.0, max_t)
         hit.normal_W = wp.normalize(wp.cross(p1 - p0, p2 - p0))
     return hit

@@ -37,9 +37,9 @@ from goggles.world.ray_bvh import (
     ROBUST_FAR,
     Found,
     RayBvhArrays,
+    found_hit,
     intersect_leaf,
     nothing_found,
-    plane_distance,
     ray_inverse,
     ray_shear,
 )
@@ -403,21 +403,9 @@ counting_wide_traverse = make_wide_traverse(True)
 def wide_closest_hit(bvh: WideBvh, origin: wp.vec3, direction: wp.vec3, max_t: float) -> Hit:
     """The nearest static surface along a unit ray within ``max_t`` metres (a miss keeps ``t`` = max_t),
     as ``ray_bvh.bvh_closest_hit`` answers."""
-    found = _traverse(bvh, origin, direction, max_t, False)
-    hit = Hit()
-    hit.result = found.index >= 0
-    hit.t = found.t
-    hit.face = -1
-    if hit.result:
-        hit.face = bvh.faces[found.index]
-        hit.u = found.u
-        hit.v = found.v
-        p0 = bvh.triangles[found.index, 0]
-        p1 = bvh.triangles[found.index, 1]
-        p2 = bvh.triangles[found.index, 2]
-        hit.t = wp.clamp(plane_distance(p0, p1, p2, origin, direction, found.t), 0.0, max_t)
-        hit.normal_W = wp.normalize(wp.cross(p1 - p0, p2 - p0))
-    return hit
+    return found_hit(
+        bvh.triangles, bvh.faces, _traverse(bvh, origin, direction, max_t, False), origin, direction, max_t
+    )
 
 
 @wp.func
