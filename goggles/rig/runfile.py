@@ -76,6 +76,9 @@ class VehicleConfig:
     controllers."""
     fc_rate: float = 0.0
     """Hz of sim time: how often its firmware gets its state and answers with its motors."""
+    command_timeout: float = 0.5
+    """s of sim time a client's command lasts (0: for ever): then a firmware's receiver hears nothing
+    (its own failsafe acts)."""
 
 
 @dataclass(frozen=True)
@@ -411,6 +414,7 @@ def _vehicle(path, base: Path, index: int, table, physics_rate: float) -> Vehicl
             "betaflight_cli",
             "betaflight_executable",
             "fc_rate",
+            "command_timeout",
         },
     )
     imu_batch = r.integer("imu_batch", 1, low=1, high=64, meaning="IMU samples delivered together")
@@ -429,6 +433,8 @@ def _vehicle(path, base: Path, index: int, table, physics_rate: float) -> Vehicl
         executable = base / r.text("betaflight_executable") if "betaflight_executable" in r.table else None
         firmware = BetaflightSettings(executable, cli, source)
         fc_rate = _divides(r, "fc_rate", r.number("fc_rate", physics_rate, positive=True), physics_rate)
+        if fc_rate < 50.0:
+            raise r.error("fc_rate", f"at least 50 Hz (the SITL's own floor for its state packets); got {fc_rate:g}")
     start = r.get("start", [0.0, 0.0, 0.0, 0.0])
     if isinstance(start, list) and len(start) == 3:
         start = [*start, 0.0]
@@ -457,6 +463,7 @@ def _vehicle(path, base: Path, index: int, table, physics_rate: float) -> Vehicl
         segmentation=r.integer("segmentation", VEHICLE_CLASS, low=1, high=2**31 - 1, meaning="a class id"),
         betaflight=firmware,
         fc_rate=fc_rate,
+        command_timeout=r.number("command_timeout", 0.5, minimum=0.0, unit="s of sim time; 0: never"),
     )
 
 

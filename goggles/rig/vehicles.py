@@ -227,8 +227,9 @@ def _firmware(v, airframe) -> FirmwareLink:
     """A vehicle's firmware, started and configured: its motors mapped to the airframe's rotors."""
     motors, props_out = motor_map(airframe.rotor_positions, airframe.rotor_spins)
     sitl = BetaflightSitl(v.betaflight, motors, props_out)
-    height = v.route[0][2] if v.route else max(v.start[2], v.floor_z) + 1.5
-    return FirmwareLink(sitl, airframe.min_speed, airframe.max_speed, height)
+    # goggles' pilot holds the first waypoint (x, y, z, yaw), else 1.5 m above where it starts.
+    hold = v.route[0][:4] if v.route else (v.start[0], v.start[1], max(v.start[2], v.floor_z) + 1.5, v.start[3])
+    return FirmwareLink(sitl, airframe.min_speed, airframe.max_speed, hold, v.command_timeout)
 
 
 def _heading(yaw: float) -> np.ndarray:

