@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import socket
 import struct
 import tempfile
@@ -395,6 +396,11 @@ class BetaflightSitl:
         except OSError:
             lines = []
         said = f"its log ends {lines[-1].strip()!r}" if lines else "it logged nothing"
+        if code is not None and code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}, {said}"
+            except ValueError:
+                pass
         return f"exit code {code}, {said}" if code is not None else said
 
     def _converse(self, cli: socket.socket, data: bytes, prompt: bytes) -> str:

@@ -369,3 +369,100 @@ def test_a_run_file_quad_flown_by_betaflight_hovers_in_the_arena_with_its_sensor
     assert hover and np.abs(np.array(hover) - 1.5).max() < 0.2
     assert heights[-1][1] > 1.8  # the client's full throttle
     assert process is None or process.firmware.process is None  # stopped with the run
+
+
+def _firmware_processes() -> list[int]:
+    """This process's children that are Betaflight SITLs."""
+    import os
+    from pathlib import Path
+
+    mine = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            comm = stat.with_name("comm").read_text()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == os.getpid() and comm.startswith("betaflight"):
+            mine.append(int(stat.parent.name))
+    return mine
+
+
+@pytest.mark.slow
+def test_a_failed_start_leaves_no_firmware_running(firmware_available):
+    """The engine's rig starts the firmware before its cameras; a camera part that cannot be built (an
+    unknown backend) stops the start with one error, and the SITL it had started is gone."""
+    from goggles.engine.engine import Engine
+    from tests.support import run_config
+
+    config = run_config(controller="betaflight", imu_rate=960.0, route=False)
+    with pytest.raises(ConfigError, match="render backend 'nope'"):
+        Engine(config, device="cpu", backend="nope")
+    assert _firmware_processes() == []
+
+
+FOUR = """
+[run]
+mode = "sim"
+seed = 4
+[clock]
+scale = "auto"
+max_scale = 20.0
+physics_rate = 960.0
+[lcm]
+enabled = false
+[zmq]
+publish = "tcp://127.0.0.1:{p0}"
+inputs = "tcp://127.0.0.1:{p1}"
+control = "tcp://127.0.0.1:{p2}"
+"""
+
+VEHICLE = """
+[[vehicle]]
+name = "quad{k}"
+start = [{x}, 0.0, 0.0, 0.0]
+controller = "betaflight"
+betaflight_cli = "tune{k}.txt"
+imu_rate = 960.0
+route = [[{x}, 0.0, {z}, 0.0]]
+"""
+
+
+@pytest.mark.slow
+def test_four_firmwares_in_one_run_fly_the_same_flight_twice_at_any_load(firmware_available, tmp_path):
+    """A run file with four Betaflight quads, each its own diff: ``goggles run`` twice, recorded, once at
+    scale auto on an idle machine and once held to real time with two processes spinning both cores. The
+    recordings are the same flight (``goggles recording compare``: every channel's bytes, wall-clock fields
+    aside), and each quad armed, holds its own height and reports on <vehicle>/fc."""
+    from goggles.logs.record import read_log
+    from goggles.transport.schema import decode_any
+    from tests.support import free_port, goggles_result
+
+    text = FOUR.format(p0=free_port(), p1=free_port(), p2=free_port())
+    for k in range(4):
+        (tmp_path / f"tune{k}.txt").write_text(f"set angle_limit = {30 + 10 * k}\nset p_pitch = {45 + k}\n")
+        text += VEHICLE.format(k=k, x=2.0 * k, z=1.0 + 0.25 * k)
+    run_file = tmp_path / "four.toml"
+    run_file.write_text(text)
+    first = goggles_result("run", str(run_file), "--duration", "5", "--record", str(tmp_path / "a.mcap"), timeout=400)
+    assert first.returncode == 0, first.stderr[-2000:]
+    spinners = [multiprocessing.Process(target=_spin, args=(120.0,), daemon=True) for _ in range(2)]
+    for p in spinners:
+        p.start()
+    try:
+        second = goggles_result(
+            "run", str(run_file), "--duration", "5", "--scale", "1", "--record", str(tmp_path / "b.mcap"), timeout=400
+        )
+    finally:
+        for p in spinners:
+            p.kill()
+    assert second.returncode == 0, second.stderr[-2000:]
+    same = goggles_result("recording", "compare", str(tmp_path / "a.mcap"), str(tmp_path / "b.mcap"))
+    assert same.returncode == 0, same.stdout
+    last = {}
+    for _, channel, data in read_log(tmp_path / "a.mcap"):
+        if channel.endswith("/fc") or channel.endswith("/state"):
+            last[channel] = decode_any(data)
+    for k in range(4):
+        assert last[f"quad{k}/fc"].armed and not last[f"quad{k}/fc"].failsafe
+        assert last[f"quad{k}/state"].position[2] == pytest.approx(1.0 + 0.25 * k, abs=0.15)
