@@ -588,6 +588,50 @@ def test_a_lidar_point_cloud_is_rosbags_cdr(typestore):
     assert np.array_equal(back["x"], x) and np.array_equal(back["ring"], ring)
 
 
+def test_a_firmwares_status_is_a_diagnostic_array_as_rosbags_writes_it(typestore):
+    """<vehicle>/fc (fc_status_t) on ROS 2: diagnostic_msgs/DiagnosticArray, one status, ERROR in failsafe."""
+    import goggles_lcm
+    from goggles.transport.ros2 import Ros2Settings
+    from goggles.transport.ros2.topics import Ros2Topics, fc_diagnostic
+
+    status = goggles_lcm.fc_status_t()
+    status.header = goggles_lcm.header_t()
+    status.header.utime = 7_500_000
+    status.vehicle, status.armed, status.failsafe, status.stopped, status.receiver_silent = (
+        "quad0",
+        True,
+        True,
+        False,
+        True,
+    )
+    status.num_flags, status.flags = 1, ["RXLOSS"]
+    level, name, said, hardware, values = fc_diagnostic(status)
+    assert (level, name, said) == (2, "quad0/fc", "FAILSAFE (receiver silent)")
+    for distro in ("humble", "jazzy"):
+        ts = typestore[distro]
+        expected = ros(
+            ts,
+            "diagnostic_msgs/msg/DiagnosticArray",
+            header=header(ts, 7_500_000, ""),
+            status=[
+                ros(
+                    ts,
+                    "diagnostic_msgs/msg/DiagnosticStatus",
+                    level=level,
+                    name=name,
+                    message=said,
+                    hardware_id=hardware,
+                    values=[ros(ts, "diagnostic_msgs/msg/KeyValue", key=k, value=v) for k, v in values],
+                )
+            ],
+        )
+        ours = cdr.diagnostic_array(7_500_000, [fc_diagnostic(status)])
+        assert_same(ts, ours, expected, "diagnostic_msgs/msg/DiagnosticArray")
+    topics = Ros2Topics(Ros2Settings(namespace="/goggles"), (), (), ())
+    (message,) = topics.convert(status)
+    assert (message.topic, message.type_name) == ("/goggles/quad0/fc", "diagnostic_msgs/msg/DiagnosticArray")
+
+
 @pytest.mark.slow
 def test_a_twist_with_an_absurd_yaw_rate_leaves_the_next_ones_in_control_of_the_yaw():
     """A finite but absurd yaw rate (1e30 rad/s) integrated into the yaw target must not leave a target

@@ -44,6 +44,7 @@ DDS_TYPES = {
     "goggles_msgs/msg/Beacons": T.Beacons,
     "dvs_msgs/msg/EventArray": T.EventArray,
     "sensor_msgs/msg/PointCloud2": T.PointCloud2,
+    "diagnostic_msgs/msg/DiagnosticArray": T.DiagnosticArray,
 }
 
 

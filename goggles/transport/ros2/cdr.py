@@ -242,6 +242,24 @@ def beacons(utime: int, frame_id: str, ids: Sequence[str], u, v, ranges) -> byte
     return bytes(w)
 
 
+def diagnostic_array(utime: int, statuses: Sequence[tuple[int, str, str, str, Sequence[tuple[str, str]]]]) -> bytes:
+    """diagnostic_msgs/DiagnosticArray: for each status its level (0 OK, 1 WARN, 2 ERROR, 3 STALE),
+    name, message, hardware id and key/value pairs."""
+    w = CdrWriter()
+    header(w, utime, "")
+    w.scalar("I", len(statuses))
+    for level, name, message, hardware_id, values in statuses:
+        w.scalar("B", level)
+        w.string(name)
+        w.string(message)
+        w.string(hardware_id)
+        w.scalar("I", len(values))
+        for key, value in values:
+            w.string(key)
+            w.string(value)
+    return bytes(w)
+
+
 def event_array(utime: int, frame_id: str, width: int, height: int, events) -> bytes:
     """dvs_msgs/EventArray (``msg/dvs_msgs``) of ``events`` (``goggles.sensors.events.EVENTS``: x, y,
     t in ns, polarity), built as one array: each dvs_msgs/Event is uint16 x, uint16 y, int32 sec,

@@ -13,6 +13,8 @@ Topics (ROS names; on DDS ``rt/<name>``), under a namespace (default ``/goggles`
                                                        at its window's end; each event its own time)
     <ns>/<vehicle>/imu                                 sensor_msgs/Imu (body FLU axes, no orientation)
     <ns>/<vehicle>/odom                                nav_msgs/Odometry (ground truth, map -> base_link)
+    <ns>/<vehicle>/fc                                  diagnostic_msgs/DiagnosticArray (its firmware's status: OK
+                                                       armed, WARN not armed, ERROR in failsafe or stopped)
     <ns>/<vehicle>/<range sensor>                      sensor_msgs/Range (single-zone sensors)
     <ns>/<vehicle>/<range sensor>/points               sensor_msgs/PointCloud2 (multizone: rows x cols, NaN: none)
     <ns>/<vehicle>/<lidar>/points                      sensor_msgs/PointCloud2 (x y z intensity time ring)
@@ -55,6 +57,27 @@ _IMAGE_TOPICS = {
     Encoding.RGB8: ("image_color", "rgb8", 3),
     Encoding.SEGMENTATION_I32: ("image_segmentation", "32SC1", 4),
 }
+
+
+def fc_diagnostic(m) -> tuple[int, str, str, str, list[tuple[str, str]]]:
+    """A firmware's status (``fc_status_t``) as one diagnostic_msgs/DiagnosticStatus."""
+    flags = " ".join(m.flags)
+    if m.stopped:
+        level, said = 2, "FC STOPPED"
+    elif m.failsafe:
+        level, said = 2, "FAILSAFE" + (" (receiver silent)" if m.receiver_silent else "")
+    elif m.armed:
+        level, said = 0, "armed"
+    else:
+        level, said = 1, f"disarmed ({flags or 'arming'})"
+    values = [
+        ("armed", str(m.armed).lower()),
+        ("failsafe", str(m.failsafe).lower()),
+        ("stopped", str(m.stopped).lower()),
+        ("receiver_silent", str(m.receiver_silent).lower()),
+        ("arming_disable_flags", flags),
+    ]
+    return level, f"{m.vehicle}/fc", said, "betaflight", values
 
 
 @dataclass(frozen=True)
@@ -173,6 +196,9 @@ class Ros2Topics:
                 RosMessage(f"{ns}/{m.vehicle}/odom", "nav_msgs/msg/Odometry", SENSOR, odom),
                 RosMessage("/tf", "tf2_msgs/msg/TFMessage", TF, tf),
             ]
+        if isinstance(m, goggles_lcm.fc_status_t):
+            payload = cdr.diagnostic_array(m.header.utime, [fc_diagnostic(m)])
+            return [RosMessage(f"{ns}/{m.vehicle}/fc", "diagnostic_msgs/msg/DiagnosticArray", SENSOR, payload)]
         if isinstance(m, goggles_lcm.pose_t) and m.valid:
             tf = cdr.tf_message([(m.header.utime, WORLD_FRAME, base_link(m.name), m.position, m.orientation)])
             return [RosMessage("/tf", "tf2_msgs/msg/TFMessage", TF, tf)]

@@ -225,6 +225,27 @@ class EventArray(IdlStruct, typename="dvs_msgs::msg::dds_::EventArray_"):
 
 
 @dataclass
+class KeyValue(IdlStruct, typename="diagnostic_msgs::msg::dds_::KeyValue_"):
+    key: str
+    value: str
+
+
+@dataclass
+class DiagnosticStatus(IdlStruct, typename="diagnostic_msgs::msg::dds_::DiagnosticStatus_"):
+    level: t.uint8
+    name: str
+    message: str
+    hardware_id: str
+    values: t.sequence[KeyValue]
+
+
+@dataclass
+class DiagnosticArray(IdlStruct, typename="diagnostic_msgs::msg::dds_::DiagnosticArray_"):
+    header: Header
+    status: t.sequence[DiagnosticStatus]
+
+
+@dataclass
 class RatesThrust(IdlStruct, typename="goggles_msgs::msg::dds_::RatesThrust_"):
     header: Header
     thrust: t.float64
