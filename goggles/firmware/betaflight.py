@@ -104,7 +104,7 @@ def dynamically_linked(path: Path) -> bool:
             if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit ELF only; others are left to the start
                 return True
             order = "<" if head[5] == 1 else ">"
-            phoff, = struct.unpack_from(order + "Q", head, 0x20)
+            (phoff,) = struct.unpack_from(order + "Q", head, 0x20)
             size, count = struct.unpack_from(order + "HH", head, 0x36)
             f.seek(phoff)
             table = f.read(size * count)
