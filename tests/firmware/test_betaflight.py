@@ -284,6 +284,9 @@ def test_a_firmware_that_dies_stops_its_motors_and_the_vehicle_falls(flight):
     f.fly(1.0)
     assert f.link.firmware.lost and np.all(f.link.firmware.outputs == 0.0)
     assert f.log[-1][1][2] < 1.0  # falling
+    f.fly(1.0)  # on the ground: what the status line says stays
+    assert f.link.problem().startswith("FC STOPPED (exited (killed by SIGKILL")
+    assert f.link.report().stopped and f.link.report().failsafe
 
 
 def test_bad_firmware_settings_are_one_line_errors(firmware_available, tmp_path):
@@ -475,3 +478,43 @@ def test_four_firmwares_in_one_run_fly_the_same_flight_twice_at_any_load(firmwar
     for k in range(4):
         assert last[f"quad{k}/fc"].armed and not last[f"quad{k}/fc"].failsafe
         assert last[f"quad{k}/state"].position[2] == pytest.approx(1.0 + 0.25 * k, abs=0.15)
+
+
+def _lockstep_firmware_flight() -> list:
+    """A lockstep run of a Betaflight quad: the client steps it 4 s (the pilot arms it), sends sticks
+    (acknowledged by the engine's input counter before the next step), steps on; the states it got."""
+    from goggles.client import Client
+    from tests.support import Running, endpoints, run_config
+
+    config = run_config(mode="lockstep", cameras=[], controller="betaflight", imu_rate=960.0, route=False)
+    running = Running(config)
+    client = Client(endpoints(config))
+    client.subscribe("quad0/state", "quad0/fc")
+    client.wait_for_subscriptions(30.0)
+    states = []
+    try:
+        for k in range(48):
+            if k >= 40:  # a client's sticks: roll right a little, climb
+                client.send_sticks("quad0", throttle=1600, roll=1560, arm=True, angle_mode=True)
+                deadline = time.monotonic() + 10.0
+                while running.engine.counters.received < k - 39 and time.monotonic() < deadline:
+                    time.sleep(0.001)
+            client.step(96)
+            while (item := client.receive(timeout=0.2)) is not None:
+                states.append(item[1].encode())
+    finally:
+        running.stop.set()
+        running.finish()
+        client.close()
+    return states
+
+
+@pytest.mark.slow
+def test_lockstep_runs_of_a_firmware_quad_are_the_same_bytes(firmware_available):
+    """Lockstep mode, a client stepping and sending sticks: two runs give the same state and status
+    messages, wall-clock fields aside."""
+    from goggles.logs.compare import wall_free
+
+    first, second = _lockstep_firmware_flight(), _lockstep_firmware_flight()
+    assert len(first) == len(second) > 200
+    assert [wall_free(m) for m in first] == [wall_free(m) for m in second]
