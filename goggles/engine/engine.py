@@ -407,6 +407,7 @@ class Engine:
         states = vehicle.sim.states()
         self.outputs.state(vehicle.name, states, self.utime(), row=vehicle.row)
         vehicle.crashed = bool(states.crashed[vehicle.row])
+        vehicle.hold_if_abandoned(self.step * self.dt, states)
         if vehicle.pilot is not None and not vehicle.external_control:
             target = vehicle.pilot.update(states.position[vehicle.row])
             if target is not None:
@@ -443,20 +444,7 @@ class Engine:
         if self.mode == ClockMode.LIVE:
             problems = [(v.name, v.pose_source_problem()) for v in self.rig.vehicles.values() if v.sim is None]
         else:
-            problems = [
-                (
-                    v.name,
-                    ", ".join(
-                        p
-                        for p in (
-                            "STALE" if v.stale else "CRASHED" if v.crashed else None,
-                            v.firmware.problem() if v.firmware else None,
-                        )
-                        if p
-                    ),
-                )
-                for v in self.rig.vehicles.values()
-            ]
+            problems = [(v.name, v.problem()) for v in self.rig.vehicles.values()]
         vehicle_problems = [f"{name} {problem}" for name, problem in problems if problem]
         return status_line(
             elapsed,

@@ -231,7 +231,7 @@ class InputHandler:
                 vehicle.sim.set_command(mode, message.values, vehicles=[vehicle.row])
         except Exception as exc:  # wrong value count for the mode, zero quaternion...
             raise MalformedMessage(str(exc)) from exc
-        vehicle.external_control = True
+        vehicle.external_control, vehicle.commanded = True, mode
 
     def _pose(self, name: str, message) -> bool:
         if self.tracks(name):

@@ -77,8 +77,9 @@ class VehicleConfig:
     fc_rate: float = 0.0
     """Hz of sim time: how often its firmware gets its state and answers with its motors."""
     command_timeout: float = 0.5
-    """s of sim time a client's command lasts (0: for ever): then a firmware's receiver hears nothing
-    (its own failsafe acts)."""
+    """s of sim time a client's velocity, attitude, rates or rotor-speed command lasts (0: for ever): then
+    the vehicle holds its position (a position command lasts: it is a place to be). A firmware's
+    vehicle: its receiver hears nothing once its sticks are that old, and the firmware's failsafe acts."""
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,52 @@ class Vehicle:
     """Simulated and flown by flight-controller firmware (``[[vehicle]] controller = "betaflight"``)."""
     fc_period: int = 0
     """Physics steps between two of its firmware's ticks."""
+    command_timeout: float = 0.5
+    """s of sim time a client's command lasts (0: for ever): then it holds where it is."""
+    commanded: ControlMode | None = None
+    """The mode of a client's command that came since ``hold_if_abandoned`` last looked."""
+    command_mode: ControlMode | None = None
+    """The mode of its client's last command."""
+    command_at: float | None = None
+    """Sim time of its client's last command (as ``hold_if_abandoned`` saw it)."""
+    holding_since: float | None = None
+    """Sim time it began holding its position because its client's commands stopped; None: not holding."""
+
+    def problem(self) -> str | None:
+        """What the status line says of a simulated vehicle: stale, crashed, its firmware's trouble, holding."""
+        said = [
+            "STALE" if self.stale else "CRASHED" if self.crashed else None,
+            self.firmware.problem() if self.firmware is not None else None,
+            None if self.holding_since is None else f"HOLDING (no command since {self.command_at:.2f} s)",
+        ]
+        return ", ".join(p for p in said if p) or None
+
+    def hold_if_abandoned(self, t: float, states) -> None:
+        """A vehicle its client flew by velocity, attitude, rates or rotor speeds, past ``command_timeout``
+        without a command, holds its position and heading, as an autopilot does when its offboard
+        setpoints stop (PX4: after 0.5 s); the client's next command flies it again. A position command
+        is a place to be: the vehicle flies there and stays, however old it is. A firmware's vehicle
+        has its own timeout (its receiver goes silent)."""
+        if self.commanded is not None:
+            self.command_at, self.command_mode, self.holding_since = t, self.commanded, None
+            self.commanded = None
+        if (
+            self.firmware is not None
+            or self.command_mode in (None, ControlMode.POSITION)
+            or self.holding_since is not None
+            or self.command_timeout <= 0
+            or t - self.command_at <= self.command_timeout + 1e-9
+        ):
+            return
+        p, (w, x, y, z) = states.position[self.row], states.attitude[self.row]
+        yaw = float(np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z)))
+        self.sim.set_command(ControlMode.POSITION, [p[0], p[1], p[2], yaw], vehicles=[self.row])
+        self.holding_since = t
+        log.warning(
+            "%s: no command for %.2f s of sim time: it holds its position (the next command flies it again)",
+            self.name,
+            t - self.command_at,
+        )
 
     def set_pose(self, T_WB: np.ndarray, utime: int) -> None:
         """A pose from outside: a recording's, or the bus's (``take_live_pose``)."""
@@ -177,6 +223,7 @@ def make_vehicles(
             None,
             pilot=RoutePilot(v.route, v.route_tolerance) if v.route else None,
             T_WB=transform(v.start[:3], start_q),
+            command_timeout=v.command_timeout,
         )
     if not simulate:
         return vehicles, fleets

@@ -181,3 +181,54 @@ def test_each_vehicles_sensors_see_the_others_bodies_and_never_their_own(device)
         assert label[12, 12] == 33
     readings = [goggles_lcm.ranges_t.decode(d).ranges[0] for c, d in runs["pair"] if c == "upper/alt/ranges"]
     assert len(readings) >= 30 and np.mean(readings) == pytest.approx(2.0 - top, abs=0.06)  # sigma 0.0949 m
+
+
+@pytest.mark.slow
+def test_a_vehicle_whose_client_stops_commanding_holds_its_position_and_the_next_command_flies_it():
+    """Lockstep (inputs acknowledged, no wall-clock windows): a client flies the quad at 1 m/s along x,
+    then says nothing. Past the run file's command_timeout (0.3 s here) it holds where it was, heading
+    kept, and the status line says so; it does not drift on at its last command. A new command flies it."""
+    import time
+
+    from goggles.client import Client
+    from goggles.dynamics import ControlMode
+    from tests.support import Running, endpoints
+
+    config = run_config(mode="lockstep", cameras=[], route=False, command_timeout=0.3)
+    running = Running(config)
+    client = Client(endpoints(config))
+    client.subscribe("quad0/state")
+    client.wait_for_subscriptions(30.0)
+    vehicle = running.engine.rig.vehicles["quad0"]
+
+    def command(values, sent: int) -> None:
+        client.send_command("quad0", ControlMode.VELOCITY, values)
+        deadline = time.monotonic() + 10.0
+        while running.engine.counters.received < sent and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    def x() -> float:
+        return float(vehicle.sim.states().position[0][0])
+
+    try:
+        client.step(960)  # take-off position is held by the start command; 1 s
+        for k in range(10):  # 1 m/s along x, climbing a little, for 1 s
+            command([1.0, 0.0, 0.2, 0.0], k + 1)
+            client.step(96)
+        moving = x()  # the last command came at 1.9 s (seen at the state tick of 1.917 s)
+        client.step(int(0.15 * 960))  # within the timeout: its last command goes on
+        assert x() > moving + 0.1 and vehicle.holding_since is None
+        client.step(960)  # past it: holds, from the first state tick after 1.917 + 0.3 s
+        assert vehicle.holding_since == pytest.approx(2.2333, abs=1e-3)
+        held = x()
+        client.step(2 * 960)
+        assert abs(x() - held) < 0.3 and np.linalg.norm(vehicle.sim.states().velocity[0]) < 0.1
+        assert "quad0 HOLDING (no command since 1.92 s)" in running.engine.status_line()
+        for k in range(5):  # commands again: they fly it
+            command([-1.0, 0.0, 0.0, 0.0], 11 + k)
+            client.step(96)
+        assert vehicle.holding_since is None and vehicle.sim.states().velocity[0][0] < -0.3
+    finally:
+        running.stop.set()
+        running.finish()
+        client.close()
