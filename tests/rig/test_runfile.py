@@ -34,6 +34,15 @@ def test_run_file_errors_name_the_key(tmp_path):
         bad.write_text(f'[[vehicle]]\nname = "q"\nsegmentation = {value}\n')
         with pytest.raises(ConfigError, match=r"bad.toml: \[\[vehicle\]\] #1: 'segmentation' must be an integer"):
             load_run_config(bad)
+    for key, value, said in (
+        ("command_timeout", "-1", "'command_timeout' must be a finite number >= 0"),
+        ("command_timeout", '"soon"', "'command_timeout' must be a finite number >= 0"),
+        ("fc_rate", "40.0", "'fc_rate' must be at least 50 Hz"),
+    ):
+        controller = 'controller = "betaflight"\n' if key == "fc_rate" else ""
+        bad.write_text(f'[[vehicle]]\nname = "q"\n{controller}{key} = {value}\n')
+        with pytest.raises(ConfigError, match=r"bad.toml: \[\[vehicle\]\] #1: " + said):
+            load_run_config(bad)
     bad.write_text('[[vehicle]]\nname = "q"\n[[camera]]\nvehicle = "x"\nname = "c"\n')
     with pytest.raises(ConfigError, match="'vehicle' must be one of the vehicles"):
         load_run_config(bad)
