@@ -102,12 +102,14 @@ class HoverPilot:
         channels[ARM_CHANNEL] = RC_HIGH
         position, velocity = np.asarray(position, float), np.asarray(velocity, float)
         error = self.hold[2] - position[2]
-        self._height_integral = float(np.clip(self._height_integral + error * dt, -2.0, 2.0))
+        if abs(error) < 0.5:  # integrated near the height only: a climb does not wind it up
+            self._height_integral = float(np.clip(self._height_integral + error * dt, -2.0, 2.0))
         throttle = 1500.0 + 250.0 * error - 120.0 * velocity[2] + 40.0 * self._height_integral
         channels[2] = int(round(np.clip(throttle, 1050.0, 1950.0)))
         # Position: the acceleration that brings it back, as a tilt in the heading's frame.
         miss = self.hold[:2] - position[:2]
-        self._integral = np.clip(self._integral + miss * dt, -3.0, 3.0)
+        if np.hypot(*miss) < 1.0:
+            self._integral = np.clip(self._integral + miss * dt, -3.0, 3.0)
         accel = POSITION_GAIN * miss - VELOCITY_GAIN * velocity[:2] + POSITION_INTEGRAL * self._integral
         yaw = heading(attitude)
         forward = math.cos(yaw) * accel[0] + math.sin(yaw) * accel[1]
