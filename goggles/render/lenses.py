@@ -97,10 +97,13 @@ def project(
             zeta = xi * d1 + z
             d2 = np.sqrt(x * x + y * y + zeta * zeta)
             denominator = alpha * d2 + (1.0 - alpha) * zeta
-            w1 = alpha / (1.0 - alpha) if alpha <= 0.5 else (1.0 - alpha) / alpha
-            w2 = (w1 + xi) / np.sqrt(2.0 * w1 * xi + xi * xi + 1.0)
-            valid = z > -w2 * d1
             mx, my = x / denominator, y / denominator
+            # The exact region: where the pixel's unprojection is this ray again. The paper's bound
+            # (z > -w2 d1) is sufficient only: for xi != 0 a ring past it projects one to one too (a
+            # TUM-VI-like calibration's image corners lie there).
+            back, valid = _double_sphere_rays(mx, my, xi, alpha)
+            back /= np.linalg.norm(back, axis=1, keepdims=True)
+            valid &= (denominator > 0.0) & (np.linalg.norm(back - p / d1[:, None], axis=1) < 1e-6)
         elif lens == "eucm":
             alpha, beta = k
             d = np.sqrt(beta * (x * x + y * y) + z * z)
@@ -138,13 +141,7 @@ def unproject(lens: str, coefficients, intrinsics, pixels: np.ndarray, max_angle
             rays = np.stack([factor * mx, factor * my, factor - xi], axis=1)
             valid &= project(lens, k, (1.0, 1.0, 0.0, 0.0), rays)[1]  # on the side the model sees
         elif lens == "double-sphere":
-            xi, alpha = k
-            r2 = mx * mx + my * my
-            root = 1.0 - (2.0 * alpha - 1.0) * r2
-            valid = root >= 0.0
-            mz = (1.0 - alpha * alpha * r2) / (alpha * np.sqrt(np.maximum(root, 0.0)) + 1.0 - alpha)
-            factor = (mz * xi + np.sqrt(mz * mz + (1.0 - xi * xi) * r2)) / (mz * mz + r2)
-            rays = np.stack([factor * mx, factor * my, factor * mz - xi], axis=1)
+            rays, valid = _double_sphere_rays(mx, my, *k)
         elif lens == "eucm":
             alpha, beta = k
             r2 = mx * mx + my * my
@@ -164,6 +161,17 @@ def unproject(lens: str, coefficients, intrinsics, pixels: np.ndarray, max_angle
     valid &= np.arccos(np.clip(rays[:, 2], -1.0, 1.0)) <= max_angle
     rays[~valid] = 0.0
     return rays
+
+
+def _double_sphere_rays(mx, my, xi: float, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """The double-sphere unprojection (the paper's eq. 47-50) of normalised coordinates: rays (n, 3),
+    not unit, and where the model reaches one."""
+    r2 = mx * mx + my * my
+    root = 1.0 - (2.0 * alpha - 1.0) * r2
+    valid = root >= 0.0
+    mz = (1.0 - alpha * alpha * r2) / (alpha * np.sqrt(np.maximum(root, 0.0)) + 1.0 - alpha)
+    factor = (mz * xi + np.sqrt(mz * mz + (1.0 - xi * xi) * r2)) / (mz * mz + r2)
+    return np.stack([factor * mx, factor * my, factor * mz - xi], axis=1), valid
 
 
 def _radtan(x, y, k1, k2, p1, p2, k3):

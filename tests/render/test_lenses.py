@@ -219,3 +219,30 @@ def test_body_frame_rays_of_a_forward_fisheye_cover_the_hemisphere_behind_the_ax
     """A 200-degree lens on a drone's nose sees 10 degrees behind its own side: the body frame's -x."""
     rays_B = CameraModel.fisheye(101, 101, 200.0).ray_directions().reshape(-1, 3).astype(np.float64) @ R_BODY_OPTICAL.T
     assert rays_B[:, 0].min() == pytest.approx(-np.sin(np.radians(10.0)), abs=0.02)
+
+
+@pytest.mark.parametrize("xi_alpha", [(-0.2, 0.63), (-0.2, 0.61), (-0.15, 0.62), (0.3, 0.6), (0.5, 0.6)])
+def test_a_tum_vi_like_double_sphere_camera_is_accepted_and_its_corners_are_exact(xi_alpha):
+    """A TUM-VI-like 512x512 double-sphere calibration was refused: the paper's region (z > -w2 d1) is a
+    sufficient bound only, and the corners' rays lie past it. Every pixel that has a ray projects back
+    onto itself through the paper's eq. 40-45 written out here, including pixels whose rays lie past the
+    bound; pixels whose rays would not come back have none."""
+    xi, alpha = xi_alpha
+    fx, fy, cx, cy = 158.28, 158.27, 254.96, 256.89
+    camera = CameraModel(512, 512, fx, fy, cx, cy, xi_alpha, lens="double-sphere")
+    rays = camera.ray_directions().reshape(-1, 3).astype(np.float64)
+    seen = np.any(rays != 0.0, axis=1)
+    assert seen.mean() > 0.95
+    x, y, z = (rays[seen] / np.linalg.norm(rays[seen], axis=1, keepdims=True)).T
+    d1 = np.sqrt(x * x + y * y + z * z)
+    d2 = np.sqrt(x * x + y * y + (xi * d1 + z) ** 2)
+    denominator = alpha * d2 + (1 - alpha) * (xi * d1 + z)
+    u, v = np.meshgrid(np.arange(512.0), np.arange(512.0))
+    pixels = np.stack([u.ravel(), v.ravel()], axis=1)[seen]
+    np.testing.assert_allclose(
+        np.stack([fx * x / denominator + cx, fy * y / denominator + cy], axis=1), pixels, atol=1e-4
+    )
+    w1 = alpha / (1 - alpha) if alpha <= 0.5 else (1 - alpha) / alpha
+    w2 = (w1 + xi) / np.sqrt(2 * w1 * xi + xi * xi + 1)
+    past_the_bound = z <= -w2 * d1
+    assert past_the_bound.any() or xi > 0  # for xi < 0 the corners are where the bound was too strict
