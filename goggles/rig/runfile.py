@@ -391,6 +391,11 @@ def check_ros2_name(token: str, where: str, advice: str) -> None:
 
 def _divides(reader: Table, key: str, rate: float, physics_rate: float) -> float:
     if steps_per_sample(physics_rate, rate) is None:
+        if key not in reader.table:  # its default: say which, and that the file may give one that does
+            raise ConfigError(
+                f"{reader.path}: {reader.where}: {key!r} is not given, and its default {rate:g} Hz does not divide "
+                f"the physics rate {physics_rate:g} Hz: give a rate that does"
+            )
         raise reader.error(key, f"a rate in Hz that divides the physics rate {physics_rate:g} Hz")
     return rate
 

@@ -34,6 +34,14 @@ def test_run_file_errors_name_the_key(tmp_path):
         bad.write_text(f'[[vehicle]]\nname = "q"\nsegmentation = {value}\n')
         with pytest.raises(ConfigError, match=r"bad.toml: \[\[vehicle\]\] #1: 'segmentation' must be an integer"):
             load_run_config(bad)
+    bad.write_text('[clock]\nphysics_rate = 1000.0\n[[vehicle]]\nname = "q"\n')
+    with pytest.raises(
+        ConfigError, match=r"'imu_rate' is not given, and its default 240 Hz does not divide the physics"
+    ):
+        load_run_config(bad)
+    bad.write_text('[clock]\nphysics_rate = 1000.0\n[[vehicle]]\nname = "q"\nimu_rate = 500.0\n')
+    with pytest.raises(ConfigError, match=r"'state_rate' is not given, and its default 60 Hz does not divide"):
+        load_run_config(bad)
     for key, value, said in (
         ("command_timeout", "-1", "'command_timeout' must be a finite number >= 0"),
         ("command_timeout", '"soon"', "'command_timeout' must be a finite number >= 0"),
