@@ -255,7 +255,8 @@ class EventSensor:
         self._draw_thresholds(seed)
         self._eps = wp.array([m.log_eps for m in active], dtype=float, device=d)
         self._refractory = wp.array([round(m.refractory_s * 1e9) for m in active], dtype=wp.int64, device=d)
-        self._noise = wp.array([m.noise_rate_hz for m in active], dtype=float, device=d)
+        noise = [0.0 if model is None else m.noise_rate_hz for model, m in zip(self.models, active)]
+        self._noise = wp.array(noise, dtype=float, device=d)  # nor noise events
         self._window = wp.array(np.zeros(2, np.int64), dtype=wp.int64, device=d)
         self._fresh = wp.ones(n, dtype=wp.int32, device=d)
         self._none = wp.zeros(0, dtype=wp.int32, device=d)
@@ -280,13 +281,16 @@ class EventSensor:
         h, w = r.height, r.width
         positive, negative = np.empty((r.num_cameras, h, w), np.float32), np.empty((r.num_cameras, h, w), np.float32)
         for c, (m, stream) in enumerate(zip(self._active, self._stream_list)):
+            if self.models[c] is None:  # not an event camera: no contrast ever reaches an endless threshold
+                positive[c] = negative[c] = np.inf
+                continue
             rng = host_generator(seed, stream, THRESHOLDS_KEY)  # each camera's own, whatever else is in the run
             floor = 0.25 * min(m.contrast_positive, m.contrast_negative)
             positive[c] = np.maximum(m.contrast_positive + m.threshold_sigma * rng.standard_normal((h, w)), floor)
             negative[c] = np.maximum(m.contrast_negative + m.threshold_sigma * rng.standard_normal((h, w)), floor)
         self._state.c_positive.assign(positive)
         self._state.c_negative.assign(negative)
-        self.smallest_threshold = float(min(positive.min(), negative.min()))
+        self.smallest_threshold = float(min(positive.min(), negative.min()))  # inf: no event camera at all
 
     def reseed(self, seed: int) -> None:
         """Draw the pixels' thresholds and the noise from ``seed`` again, and start anew (``reset``)."""

@@ -91,6 +91,22 @@ def test_a_static_scene_fires_nothing_and_a_brightening_one_fires_on_events(devi
     assert {-1, 1} <= set(np.unique(fired["polarity"]).tolist())
 
 
+def test_a_camera_whose_model_is_none_fires_nothing_beside_one_that_fires(device):
+    """``EventSensor(models=[None, model])``: None means that camera of the batch is no event camera. A
+    moving textured wall with noise asked for: the event camera fires, the other never (not even noise)."""
+    camera = CameraModel.from_fov(64, 48, 60.0)
+    settings = RenderSettings(shading=Shading.UNLIT, outputs={"rgb", "range"})
+    renderer = Renderer(DeviceScene(scene_of((textured_wall(), 1)), device), [camera, camera], settings)
+    events = EventSensor([None, EventCameraModel(noise_rate_hz=50.0)], renderer)
+    counts = np.zeros(2, int)
+    for t in np.arange(0.0, 0.2, 0.005):
+        pose = camera_pose_from_body(transform([0.0, 0.6 * t, 0.0], [1, 0, 0, 0]))
+        renderer.render(np.stack([pose, pose]))
+        events.update(int(round(t * 1e9)))
+        counts += [len(e) for e in events.events()]
+    assert counts[0] == 0 and counts[1] > 500
+
+
 def test_the_event_count_of_a_textured_scene_scales_as_one_over_c(device):
     counts = {}
     for c in (0.1, 0.2, 0.4):
