@@ -62,11 +62,11 @@ def load_calibration(path: Path, camera: str | None = None, **limits) -> Calibra
     cams = sorted((k for k in data if re.fullmatch(r"cam\d+", str(k))), key=lambda k: int(k[3:]))
     if not cams:
         if camera is not None:
-            raise ConfigError(f"{path}: calibration_camera {camera!r} is for a Kalibr camchain (cam0, cam1, ...)")
+            raise ConfigError(f"{path}: calibration_camera {_shown(camera)} is for a Kalibr camchain (cam0, cam1, ...)")
         return Calibration(_ros_camera(path, data, limits))
     if camera is not None:
         if camera not in cams:
-            raise ConfigError(f"{path}: no camera {camera!r} in this camchain (it has {', '.join(cams)})")
+            raise ConfigError(f"{path}: no camera {_shown(camera)} in this camchain (it has {', '.join(cams)})")
         model, T_CI = _kalibr_camera(path, camera, data[camera], limits)
         return Calibration(model, T_IC=_inverse(T_CI))
     left, T_LI = _kalibr_camera(path, cams[0], data[cams[0]], limits)
@@ -91,23 +91,49 @@ def load_camera_yaml(path: Path, **limits) -> CameraModel:
     return load_calibration(path, **limits).model
 
 
+#: A calibration file is a few kilobytes: larger is refused before it is parsed.
+MAX_CALIBRATION_BYTES = 1 << 20
+
+
+def _shown(value, limit: int = 80) -> str:
+    """A value from a file, for an error: its repr, cut (a file's values can be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _read_yaml(path: Path) -> dict:
     import yaml
 
     class CalibrationLoader(yaml.SafeLoader):
-        """PyYAML's safe loader, reading OpenCV's matrices as the mappings they are."""
+        """PyYAML's safe loader, reading OpenCV's matrices as the mappings they are, and refusing aliases
+        (no calibration tool writes them; nested ones expand into gigabytes)."""
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise ConfigError(
+                    f"{path}: line {mark.line + 1}: a YAML alias; a calibration file is read without them"
+                )
+            return super().compose_node(parent, index)
 
     CalibrationLoader.add_constructor(
         "tag:yaml.org,2002:opencv-matrix", lambda loader, node: loader.construct_mapping(node, deep=True)
     )
     if not path.is_file():
         raise ConfigError(f"{path}: camera calibration file not found")
+    if path.stat().st_size > MAX_CALIBRATION_BYTES:
+        raise ConfigError(
+            f"{path}: {path.stat().st_size} bytes: not a camera calibration (those are a few kilobytes; the limit is "
+            f"{MAX_CALIBRATION_BYTES >> 20} MiB)"
+        )
     text = path.read_bytes().decode(errors="replace")
     text = re.sub(r"\A%YAML:(1\.\d+)", r"%YAML \1", text)  # OpenCV's directive, which PyYAML refuses
     try:
         data = yaml.load(text, Loader=CalibrationLoader)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path}: not valid YAML: {_shown(str(exc), 300)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a camera calibration") from None
     if not isinstance(data, dict):
         raise ConfigError(
             f"{path}: not a camera calibration (a ROS camera_info: image_width, camera_matrix, ...; "
@@ -125,18 +151,23 @@ def _ros_camera(path: Path, data: dict, limits: dict) -> CameraModel:
         array = finite_vector(values, len(values)) if isinstance(values, list) and values else None
         if array is None or array.size not in sizes:
             wanted = " or ".join(str(n) for n in sizes)
-            raise ConfigError(f"{path}: {key}.data must be {wanted} finite numbers, got {values!r}")
+            raise ConfigError(f"{path}: {key}.data must be {wanted} finite numbers, got {_shown(values)}")
         return array
 
     for key in ("image_width", "image_height"):
         if not is_whole(data.get(key), 1, MAX_IMAGE_SIDE):  # as a run file's width and height
             raise ConfigError(
-                f"{path}: {key} must be a whole number of pixels from 1 to {MAX_IMAGE_SIDE}, got {data.get(key)!r}"
+                f"{path}: {key} must be a whole number of pixels from 1 to {MAX_IMAGE_SIDE}, "
+                f"got {_shown(data.get(key))}"
             )
     K = matrix("camera_matrix", (9,)).reshape(3, 3)
     if K[0, 1] != 0.0 or np.any(K[2] != (0.0, 0.0, 1.0)) or K[1, 0] != 0.0:
         raise ConfigError(f"{path}: camera_matrix must be [fx, 0, cx, 0, fy, cy, 0, 0, 1] (no skew), got {K.ravel()}")
     model_name = data.get("distortion_model", "plumb_bob")
+    if not isinstance(model_name, str):
+        raise ConfigError(
+            f"{path}: distortion_model must be a name (plumb_bob, equidistant, ...), got {_shown(model_name)}"
+        )
     lens = _LENS_OF_ROS.get(model_name)
     wanted = len(LENSES[lens]) if lens is not None else 0
     empty = isinstance(data.get("distortion_coefficients"), dict) and data["distortion_coefficients"].get("data") == []
@@ -149,7 +180,7 @@ def _ros_camera(path: Path, data: dict, limits: dict) -> CameraModel:
     if lens is None or distortion.size != wanted:
         supported = ", ".join(f"{name} ({len(LENSES[lens_])})" for lens_, name in ROS_DISTORTION_MODELS.items())
         raise ConfigError(
-            f"{path}: distortion_model {model_name!r} with {distortion.size} coefficients is not supported; "
+            f"{path}: distortion_model {_shown(model_name)} with {distortion.size} coefficients is not supported; "
             f"use one of {supported}"
         )
     fx, fy, cx, cy = (float(v) for v in (K[0, 0], K[1, 1], K[0, 2], K[1, 2]))
@@ -167,16 +198,20 @@ def _kalibr_camera(path: Path, name: str, data, limits: dict) -> tuple[CameraMod
         raise ConfigError(f"{path}: {name} must be a table (camera_model, intrinsics, distortion_model, ...)")
     projection = data.get("camera_model", "pinhole")
     distortion_model = data.get("distortion_model", "none")
+    for key, value in (("camera_model", projection), ("distortion_model", distortion_model)):
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: {name}.{key} must be a name, got {_shown(value)}")
     if projection not in _KALIBR_PROJECTIONS:
         raise ConfigError(
-            f"{path}: {name}.camera_model {projection!r} is not supported; use one of {', '.join(_KALIBR_PROJECTIONS)}"
+            f"{path}: {name}.camera_model {_shown(projection)} is not supported; "
+            f"use one of {', '.join(_KALIBR_PROJECTIONS)}"
         )
     supported = {"pinhole": ("radtan", "equidistant", "equi", "none"), "omni": ("radtan", "none")}
     if distortion_model not in supported.get(projection, ("none",)):
         allowed = ", ".join(supported.get(projection, ("none",)))
         raise ConfigError(
-            f"{path}: {name}.distortion_model {distortion_model!r} is not supported with camera_model "
-            f"{projection!r}; use {allowed}"
+            f"{path}: {name}.distortion_model {_shown(distortion_model)} is not supported with camera_model "
+            f"{_shown(projection)}; use {allowed}"
         )
     extra = _KALIBR_PROJECTIONS[projection]
     intrinsics = finite_vector(data.get("intrinsics"), 4 + extra)
@@ -186,14 +221,14 @@ def _kalibr_camera(path: Path, name: str, data, limits: dict) -> tuple[CameraMod
     coefficients = finite_vector(data.get("distortion_coeffs", []), count) if count else np.zeros(0)
     if coefficients is None:
         got = data.get("distortion_coeffs")
-        raise ConfigError(f"{path}: {name}.distortion_coeffs must be {count} finite numbers, got {got!r}")
+        raise ConfigError(f"{path}: {name}.distortion_coeffs must be {count} finite numbers, got {_shown(got)}")
     resolution = data.get("resolution")
     if not (
         isinstance(resolution, list)
         and len(resolution) == 2
         and all(is_whole(v, 1, MAX_IMAGE_SIDE) for v in resolution)
     ):
-        raise ConfigError(f"{path}: {name}.resolution must be [width, height] in pixels, got {resolution!r}")
+        raise ConfigError(f"{path}: {name}.resolution must be [width, height] in pixels, got {_shown(resolution)}")
     fx, fy, cx, cy = (float(v) for v in intrinsics[extra:])
     if projection == "pinhole":
         lens = "fisheye" if distortion_model in ("equidistant", "equi") else "pinhole"

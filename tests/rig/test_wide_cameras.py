@@ -235,3 +235,34 @@ def test_the_t265_pairs_rectified_disparity_is_f_b_over_z(device):
     measured = np.median(centre[centre > 0])
     assert baseline == pytest.approx(0.064, abs=1e-3) and expected > 5.0
     assert measured == pytest.approx(expected, rel=0.02)
+
+
+HOSTILE_CALIBRATIONS = {
+    # nested aliases (a "billion laughs"): 9^3 strings here, gigabytes a few levels on
+    "bomb.yaml": ('a: &a ["x","x","x"]\nb: &b [*a,*a,*a]\nc: [*b,*b,*b]\n', r"line 2: a YAML alias"),
+    "deep.yaml": ("[" * 10000 + "]" * 10000, "nested too deeply"),
+    "list.yaml": (
+        "cam0:\n  camera_model: [pinhole]\n  intrinsics: [100, 100, 32, 24]\n  resolution: [64, 48]\n",
+        r"cam0.camera_model must be a name, got \['pinhole'\]",
+    ),
+    "map.yaml": (
+        "image_width: 64\nimage_height: 48\n"
+        "camera_matrix: {rows: 3, cols: 3, data: [100, 0, 32, 0, 100, 24, 0, 0, 1]}\n"
+        "distortion_model: {a: 1}\n",
+        r"distortion_model must be a name \(plumb_bob, equidistant, ...\), got \{'a': 1\}",
+    ),
+    "huge.yaml": ("image_width: 64\n#" + "x" * (2 << 20) + "\n", "bytes: not a camera calibration"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_CALIBRATIONS))
+def test_hostile_calibration_files_are_one_line_errors_naming_the_file(tmp_path, name):
+    """Aliases, deep nesting, names that are lists or tables, megabytes: each refused in one line that
+    names the file (they were a 5.8 GB alias expansion, RecursionError and TypeError tracebacks), and no
+    error repeats a value whole."""
+    text, said = HOSTILE_CALIBRATIONS[name]
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=said) as caught:
+        load_calibration(path)
+    assert str(caught.value).startswith(str(path)) and len(str(caught.value)) < 400
