@@ -7,8 +7,8 @@ from goggles.errors import ConfigError
 
 
 def available_memory(device) -> int | None:
-    """Free bytes on ``device`` (CUDA: the GPU's; CPU: MemAvailable), or None if unknown."""
-    if device.is_cuda:
+    """Free bytes on ``device`` (CUDA: the GPU's; CPU or None: MemAvailable), or None if unknown."""
+    if device is not None and device.is_cuda:
         free = getattr(device, "free_memory", None)
         return int(free) if free else None
     try:
@@ -22,7 +22,8 @@ def available_memory(device) -> int | None:
 
 
 def check_fits(device, need: int, what: str, advice: str) -> None:
-    """Refuse ``what`` (needing about ``need`` bytes on ``device``) where that is more than is free.
+    """Refuse ``what`` (needing about ``need`` bytes on ``device``; None: this machine's memory) where that
+    is more than is free.
 
     Raises:
         ConfigError: "<what> needs about X GiB on <device>, but Y GiB is available: <advice>".
@@ -30,5 +31,6 @@ def check_fits(device, need: int, what: str, advice: str) -> None:
     free = available_memory(device)
     if free is not None and need > free:
         raise ConfigError(
-            f"{what} needs about {need / 2**30:.1f} GiB on {device}, but {free / 2**30:.1f} GiB is available: {advice}"
+            f"{what} needs about {need / 2**30:.1f} GiB on {device or 'this machine'}, but {free / 2**30:.1f} GiB is "
+            f"available: {advice}"
         )

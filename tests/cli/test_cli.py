@@ -680,6 +680,10 @@ def test_splat_from_mesh_info_and_a_bad_splat_in_one_line(tmp_path):
     assert "500 Gaussians (opacity >= 1/255), SH degree 0" in info.stdout
     again = goggles_result("splat", "from-mesh", REPO / "assets/arena/pillar.ply", out)
     assert again.returncode == 2 and "exists; use --overwrite" in again.stderr and "Traceback" not in again.stderr
+    huge = tmp_path / "huge.ply"  # a billion: refused before any memory is spent (it was a 7.7 GB MemoryError)
+    big = goggles_result("splat", "from-mesh", REPO / "assets/arena/pillar.ply", huge, "--gaussians", "1000000000000")
+    assert big.returncode == 2 and "GiB is available: ask for fewer" in big.stderr and "Traceback" not in big.stderr
+    assert not huge.exists()
     bad = tmp_path / "bad.splat"
     bad.write_bytes(b"\0" * 31)
     for result in (goggles_result("splat", "info", bad), goggles_result("render", "--scene", bad, "--out", tmp_path)):
