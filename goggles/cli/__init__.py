@@ -104,6 +104,13 @@ def _command(argv: list[str] | None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"goggles: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
+    except MemoryError:  # a size no check foresaw: one line, not a traceback
+        print(
+            f"goggles: error: {args.parser_.prog}: this machine's memory ran out; ask for less (fewer worlds, "
+            "triangles, Gaussians, a smaller image)",
+            file=sys.stderr,
+        )
+        return 2
     except Terminated:
         return 143
     except KeyboardInterrupt:

@@ -251,6 +251,14 @@ def cmd_bench_peers(args) -> int:
         worlds = []
     if not worlds or min(worlds) < 1:
         raise ConfigError(f"--worlds {counts!r}: give world counts, e.g. 64,512")
+    from goggles.runtime.device_memory import check_fits
+
+    # Each world's z-depth image in each renderer (goggles' backends and the peers), with their buffers:
+    # 32 bytes a pixel bounds them.
+    check_fits(
+        wp.get_device(args.device), 32 * max(worlds) * int(width) * int(height), f"--worlds {max(worlds)}",
+        "ask for fewer worlds",
+    )  # fmt: skip
     scene = load_static_scene(args.scene or default_scene())
     print(f"scene: {scene.num_faces} triangles; z-depth of {args.size} per world, device {wp.get_device(args.device)}")
     for n in worlds:
@@ -313,6 +321,11 @@ def _bench_scene(args):
 
         if args.terrain < 2:
             raise ConfigError(f"--terrain {args.terrain}: give a number of triangles, at least 2")
+        from goggles.runtime.device_memory import check_fits
+
+        # The mesh and both BVH layouts: about 60 bytes a triangle each tree (1M: 57 and 50 MB), the
+        # mesh's arrays and their device copies beside them; 500 a triangle bounds it.
+        check_fits(None, 500 * args.terrain, f"--terrain {args.terrain}", "ask for fewer triangles")
         return terrain_scene(args.terrain)
     return load_static_scene(args.scene or default_scene())
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from goggles.cli import main
+from tests.support import goggles_result
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -431,3 +432,20 @@ def test_ten_thousand_vehicles_at_one_start_are_one_warning_within_seconds(caplo
     lines = [r for r in caplog.records if "inside each other" in r.message]
     assert len(lines) == 1 and "49,995,000 pair(s)" in lines[0].getMessage()
     assert peak < 300e6, f"{peak / 1e6:.0f} MB"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("bench", "bvh", "--terrain", "1000000000000"), "--terrain 1000000000000 needs about"),
+        (("bench", "render", "--terrain", "1000000000000"), "--terrain 1000000000000 needs about"),
+        (("bench", "peers", "--worlds", "100000000"), "--worlds 100000000 needs about"),
+    ],
+)
+def test_benchmark_sizes_that_cannot_fit_are_one_line_before_any_memory_is_spent(args, said):
+    """They ended in MemoryError tracebacks after minutes of allocating."""
+    result = goggles_result(*args, timeout=120)
+    errors = [line for line in result.stderr.splitlines() if ": error:" in line]
+    assert result.returncode == 2 and len(errors) == 1 and said in errors[0] and "is available" in errors[0]
+    assert "Traceback" not in result.stderr
