@@ -301,6 +301,7 @@ def _read_dot_splat(path: Path) -> SplatCloud:
 
 
 def _unit_quaternions(path: Path, q: np.ndarray) -> np.ndarray:
+    q = np.asarray(q, dtype=np.float64)  # float32's norm of 1e20s overflows, and the rotation became zero
     norm = np.linalg.norm(q, axis=1)
     zero = norm < 1e-12
     if zero.any():

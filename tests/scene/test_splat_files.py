@@ -84,6 +84,16 @@ def test_a_dot_splat_reads_as_antimatter15_wrote_it(tmp_path):
     np.testing.assert_allclose(cloud.rotations[1], [0, 0, 1, 0], atol=1e-6)
 
 
+def test_huge_rotation_values_are_a_rotation_not_a_zero_quaternion(tmp_path):
+    """rot_* of 1e20 (unnormalised, as trainers write them): float32's norm overflowed to inf and the
+    Gaussian's rotation silently became zero."""
+    fields = gaussians(3, 0)
+    for i, value in enumerate((1e20, 1e20, 0.0, 0.0)):
+        fields[f"rot_{i}"][1] = value
+    cloud = read_splat_file(write_ply(tmp_path / "huge.ply", fields))
+    np.testing.assert_allclose(cloud.rotations[1], [np.sqrt(0.5), np.sqrt(0.5), 0.0, 0.0], atol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
