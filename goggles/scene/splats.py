@@ -154,6 +154,14 @@ def read_splat_file(path: str | Path) -> SplatCloud:
     if not path.is_file():
         raise SceneError(f"{path}: splat file not found")
     suffix = path.suffix.lower()
+    from goggles.runtime.device_memory import available_memory
+
+    need, free = 2.5 * path.stat().st_size, available_memory(None)  # reading takes about 2.2x the file
+    if free is not None and need > free:
+        raise SceneError(
+            f"{path}: reading its {path.stat().st_size / 2**30:.1f} GiB takes about {need / 2**30:.1f} GiB of "
+            f"memory, and {free / 2**30:.1f} GiB is available"
+        )
     if suffix == ".splat":
         cloud = _read_dot_splat(path)
     elif suffix == ".ply":
