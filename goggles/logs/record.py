@@ -395,9 +395,52 @@ def _from_ros2(message, topic: str, type_name: str, with_own_poses: set[str]) ->
         yield message.log_time, channel, data
 
 
+def chunk_records(chunk) -> list:
+    """The records of an MCAP chunk, inflated to at most the size it declares (a chunk that lies about
+    its size, a compression bomb, is refused before it inflates further).
+
+    Raises:
+        ValueError: it declares over ``MAX_MESSAGE_BYTES``, inflates past what it declares, or its CRC or
+            contents are damaged.
+    """
+    from mcap.records import Chunk
+    from mcap.stream_reader import breakup_chunk
+
+    size = chunk.uncompressed_size
+    if size > MAX_MESSAGE_BYTES:
+        raise ValueError(f"it declares {size / 2**30:.1f} GiB, over the {MAX_MESSAGE_BYTES >> 20} MiB a chunk may hold")
+    if chunk.compression == "lz4":
+        import lz4.frame
+
+        inflater = lz4.frame.LZ4FrameDecompressor()
+        data = inflater.decompress(chunk.data, max_length=size)
+        if not inflater.eof:
+            raise ValueError(f"it inflates past the {size} bytes it declares")
+    elif chunk.compression == "zstd":
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(chunk.data)
+        data = reader.read(size)
+        if reader.read(1):
+            raise ValueError(f"it inflates past the {size} bytes it declares")
+    elif chunk.compression == "":
+        data = chunk.data
+    else:
+        raise ValueError(f"unknown compression {chunk.compression!r}")
+    plain = Chunk(
+        compression="",
+        data=data,
+        message_start_time=chunk.message_start_time,
+        message_end_time=chunk.message_end_time,
+        uncompressed_crc=chunk.uncompressed_crc,
+        uncompressed_size=len(data),
+    )
+    return breakup_chunk(plain, validate_crc=True)
+
+
 def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
     from mcap.records import Channel, Chunk, Message, Schema
-    from mcap.stream_reader import StreamReader, breakup_chunk
+    from mcap.stream_reader import StreamReader
 
     channels, encodings, types = _summary_channels(path)
     schemas: dict[int, str] = {}
@@ -422,8 +465,8 @@ def _read_mcap(path: Path) -> Iterator[tuple[int, str, bytes]]:
                         )
                         continue
                     try:
-                        records = breakup_chunk(record, validate_crc=True)
-                    except Exception as exc:  # CRC mismatch, or garbage inside the chunk
+                        records = chunk_records(record)
+                    except Exception as exc:  # CRC mismatch, a lying size, or garbage inside the chunk
                         damaged += 1
                         log.warning(
                             "%s: chunk %d (messages %.3f-%.3f s) is damaged (%s); skipped",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from goggles.errors import ConfigError, require
-from goggles.logs.record import CHUNK_BYTES, MAX_MESSAGE_BYTES
+from goggles.logs.record import CHUNK_BYTES, chunk_records
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,9 @@ def repaired_name(path: Path) -> Path:
 def repair_recording(path: Path, out: Path) -> Repaired:
     """Copy what can be read of the MCAP recording ``path`` into ``out`` (a new file, with a summary)."""
     require("mcap", "recording", "repairing recordings")
+    from mcap.reader import make_reader
     from mcap.records import Attachment, Channel, Chunk, DataEnd, Header, Message, Metadata, Schema
-    from mcap.stream_reader import StreamReader, breakup_chunk
+    from mcap.stream_reader import StreamReader
     from mcap.writer import CompressionType, Writer
 
     path, out = Path(path), Path(out)
@@ -98,6 +99,17 @@ def repair_recording(path: Path, out: Path) -> Repaired:
                 writer.add_attachment(record.create_time, record.log_time, record.name, record.media_type, record.data)
 
         summary = False  # past the data: records there repeat what came (or index it)
+        try:  # a complete file's summary repeats every schema and channel: taken first, so messages
+            # whose channels were declared in a damaged chunk are still copied
+            with open(path, "rb") as f:
+                found = make_reader(f).get_summary()
+        except Exception:  # a killed recording has none
+            found = None
+        if found is not None:
+            for schema in found.schemas.values():
+                take(schema)
+            for channel in found.channels.values():
+                take(channel)
         try:
             for record in reader.records:
                 if isinstance(record, DataEnd):
@@ -105,12 +117,9 @@ def repair_recording(path: Path, out: Path) -> Repaired:
                 if not isinstance(record, Chunk):
                     take(record)
                     continue
-                if record.uncompressed_size > MAX_MESSAGE_BYTES:
-                    skipped += 1
-                    continue
                 try:
-                    inner = breakup_chunk(record, validate_crc=True)
-                except Exception as exc:  # CRC mismatch, garbage inside
+                    inner = chunk_records(record)  # never inflated past what it declares, nor past 256 MiB
+                except Exception as exc:  # CRC mismatch, a lying size, garbage inside
                     skipped += 1
                     log.warning("%s: a damaged chunk skipped (%s)", path, str(exc)[:120])
                     continue
