@@ -57,10 +57,8 @@ def cmd_compare(args) -> int:
     result = compare_recordings(args.first, args.second)
     total = sum(n for n, _ in result.counts.values())
     if result.same:
-        print(
-            f"goggles recording: the same flight: {total} messages on {len(result.counts)} channels "
-            "(wall-clock fields aside)"
-        )
+        channels = f"{len(result.counts)} channel" + ("s" if len(result.counts) != 1 else "")
+        print(f"goggles recording: the same flight: {total} messages on {channels} (wall-clock fields aside)")
         return 0
     print(f"goggles recording: they differ: {result.difference}")
     return 1
