@@ -172,6 +172,12 @@ def warp_device(name, what: str = "device"):
     raise ConfigError(f"{what} {name!r} is not a Warp device here; devices: {available} (or 'cuda' for the first GPU)")
 
 
+def clipped(text: str, limit: int = 80) -> str:
+    """A prefix of text someone else chose (a sender's name, a file's value), safe to log or say in an
+    error: such text can be megabytes long."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def is_number(value) -> bool:
     """A real number (Python's or NumPy's), not a boolean (``True`` is 1 to Python, never a value)."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))

@@ -10,6 +10,8 @@ Conventions (REP 103):
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from goggles.checks import finite_vector
@@ -133,6 +135,12 @@ def quat_from_euler(roll: float, pitch: float, yaw: float) -> np.ndarray:
         @ quat_to_matrix(quat_from_axis_angle([1, 0, 0], roll))
     )
     return matrix_to_quat(R)
+
+
+def quat_yaw(q) -> float:
+    """The heading (rad, about world z: the yaw of ``quat_from_euler``) of an attitude (w, x, y, z)."""
+    w, x, y, z = (float(v) for v in q)
+    return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
 
 
 def transform(p: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -12,8 +12,10 @@ from goggles.frames import (
     matrix_to_quat,
     parse_pose,
     quat_from_axis_angle,
+    quat_from_euler,
     quat_normalize,
     quat_to_matrix,
+    quat_yaw,
 )
 
 unit = st.floats(-1.0, 1.0, allow_nan=False)
@@ -62,3 +64,9 @@ def test_many_matrices_to_quaternions_at_once_against_scipy():
     np.testing.assert_allclose(matrices_to_quats(R.as_matrix()), expected, atol=1e-12)
     turned = Rotation.from_rotvec([[np.pi, 0, 0], [0, np.pi, 0], [0, 0, np.pi]]).as_matrix()  # w = 0: no trace branch
     np.testing.assert_allclose(np.abs(matrices_to_quats(turned)), np.eye(4)[1:], atol=1e-12)
+
+
+def test_quat_yaw_is_the_yaw_quat_from_euler_was_given():
+    """The heading the firmware pilot and an abandoned vehicle's hold read back from an attitude."""
+    for roll, pitch, yaw in ((0.0, 0.0, 0.0), (0.1, -0.2, -3.0), (-0.4, 0.3, 1.2), (0.2, 0.1, 3.1)):
+        assert quat_yaw(quat_from_euler(roll, pitch, yaw)) == pytest.approx(yaw, abs=1e-9)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 import goggles_lcm
+from goggles.checks import clipped
 from goggles.clock import came_late
 from goggles.dynamics import ControlMode
 from goggles.engine.status import Counters
@@ -110,7 +111,7 @@ class InputHandler:
                 self._faulted = True
                 log.exception(
                     "input on %s could not be applied (a fault in goggles; further ones are counted)",
-                    _clip(channel, 80),
+                    clipped(channel, 80),
                 )
             self.count_malformed(channel, MalformedMessage(f"{type(exc).__name__}: {exc}"))
             return
@@ -130,7 +131,10 @@ class InputHandler:
         if self.counters.malformed <= 10 or now - self._last_drop_log > 10.0:  # then one line per 10 s at most
             self._last_drop_log = now
             log.warning(
-                "dropped input on %s (%d so far): %s", _clip(channel, 80), self.counters.malformed, _clip(str(exc), 200)
+                "dropped input on %s (%d so far): %s",
+                clipped(channel, 80),
+                self.counters.malformed,
+                clipped(str(exc), 200),
             )
 
     def _is_input_channel(self, channel: str) -> bool:
@@ -203,14 +207,14 @@ class InputHandler:
         now = time.monotonic()
         if len(self._edits_refused) < TOLD_EDITS:
             self._edits_refused.add((message.actor, why))
-            log.warning("scene edit of %s ignored: %s", _clip(message.actor, 64), _clip(why, 200))
+            log.warning("scene edit of %s ignored: %s", clipped(message.actor, 64), clipped(why, 200))
         elif now - self._last_edit_log > 10.0:
             self._last_edit_log = now
             log.warning(
                 "scene edits ignored: %d so far; the latest, of %s: %s",
                 self._edits_ignored,
-                _clip(message.actor, 64),
-                _clip(why, 200),
+                clipped(message.actor, 64),
+                clipped(why, 200),
             )
 
     def _command(self, name: str, message) -> None:
@@ -259,8 +263,3 @@ class InputHandler:
     def _answer(self, message, why: str | None) -> None:
         if self._edited is not None:
             self._edited(message, why)
-
-
-def _clip(text: str, limit: int) -> str:
-    """A log-safe prefix of text a sender chose (names can be megabytes long)."""
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -426,6 +426,13 @@ class BetaflightSitl:
                 pass
         return f"exit code {code}, {said}" if code is not None else said
 
+    def _cli_tick(self) -> None:
+        """Run its clock ``CLI_TICK_NS`` on, with no packets (its CLI handles what goggles sent its TCP
+        port meanwhile); returns once it is at the new limit (a tick without a state returns then)."""
+        self.process.tick(
+            self.process.now_ns + CLI_TICK_NS, tcp_bytes=self._sent, tcp_accepts=self._accepted, timeout_s=5.0
+        )
+
     def _converse(self, cli: socket.socket, data: bytes, prompt: bytes) -> str:
         """Send ``data`` to its CLI and run its clock until the answer ends with ``prompt``."""
         self._send(cli, data)
@@ -435,10 +442,7 @@ class BetaflightSitl:
         while not answer.endswith(prompt):
             if time.monotonic() > deadline:
                 raise ConfigError(f"Betaflight's CLI did not answer within {CLI_TIMEOUT_S:g} s of wall time")
-            self.process.tick(
-                self.process.now_ns + CLI_TICK_NS, tcp_bytes=self._sent, tcp_accepts=self._accepted, timeout_s=5.0
-            )
-            self.process.settle(5.0)
+            self._cli_tick()
             try:
                 while chunk := cli.recv(65536):
                     answer += chunk
@@ -471,9 +475,7 @@ class BetaflightSitl:
             deadline = time.monotonic() + CLI_TIMEOUT_S
             try:
                 while time.monotonic() < deadline:
-                    self.process.tick(
-                        self.process.now_ns + CLI_TICK_NS, tcp_bytes=self._sent, tcp_accepts=self._accepted
-                    )
+                    self._cli_tick()
             except FirmwareGone:
                 return  # saved: it exits to reboot
             raise ConfigError(f"{source}: Betaflight did not save its configuration within {CLI_TIMEOUT_S:g} s")

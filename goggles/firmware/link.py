@@ -21,6 +21,7 @@ import numpy as np
 
 from goggles.errors import ConfigError
 from goggles.firmware.betaflight import ARM_CHANNEL, RC_HIGH, RC_LOW, RC_MID, BetaflightSitl, fdm_packet
+from goggles.frames import quat_yaw
 
 #: An RC command's values: roll, pitch, throttle, yaw, AUX1..AUX4 (us).
 RC_VALUES = 8
@@ -64,12 +65,6 @@ def tilt_stick(angle_deg: float, angle_limit_deg: float) -> int:
     return int(round(RC_MID + 500.0 * math.copysign(x, f)))
 
 
-def heading(q) -> float:
-    """The yaw (rad, about world z) of an attitude (w, x, y, z)."""
-    w, x, y, z = q
-    return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
-
-
 class HoverPilot:
     """Arms when the firmware allows it, then holds ``hold`` (x, y, z, yaw) in angle mode."""
 
@@ -111,7 +106,7 @@ class HoverPilot:
         if np.hypot(*miss) < 1.0:
             self._integral = np.clip(self._integral + miss * dt, -3.0, 3.0)
         accel = POSITION_GAIN * miss - VELOCITY_GAIN * velocity[:2] + POSITION_INTEGRAL * self._integral
-        yaw = heading(attitude)
+        yaw = quat_yaw(attitude)
         forward = math.cos(yaw) * accel[0] + math.sin(yaw) * accel[1]
         left = -math.sin(yaw) * accel[0] + math.cos(yaw) * accel[1]
         pitch = max(-MAX_TILT_DEG, min(MAX_TILT_DEG, math.degrees(math.atan2(forward, GRAVITY))))

@@ -222,13 +222,6 @@ class LockstepProcess:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def wait_exit(self, timeout_s: float) -> bool:
-        try:
-            self.process.wait(timeout=timeout_s)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-
     def close(self) -> None:
         """Stop the process (its socket closing ends it; a signal if it lingers)."""
         self.socket.close()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import finite_vector, is_whole
+from goggles.checks import clipped, finite_vector, is_whole
 from goggles.errors import ConfigError
 from goggles.render.camera import MAX_IMAGE_SIDE, CameraModel
 from goggles.render.lenses import LENSES
@@ -62,11 +62,13 @@ def load_calibration(path: Path, camera: str | None = None, **limits) -> Calibra
     cams = sorted((k for k in data if re.fullmatch(r"cam\d+", str(k))), key=lambda k: int(k[3:]))
     if not cams:
         if camera is not None:
-            raise ConfigError(f"{path}: calibration_camera {_shown(camera)} is for a Kalibr camchain (cam0, cam1, ...)")
+            raise ConfigError(
+                f"{path}: calibration_camera {clipped(repr(camera))} is for a Kalibr camchain (cam0, cam1, ...)"
+            )
         return Calibration(_ros_camera(path, data, limits))
     if camera is not None:
         if camera not in cams:
-            raise ConfigError(f"{path}: no camera {_shown(camera)} in this camchain (it has {', '.join(cams)})")
+            raise ConfigError(f"{path}: no camera {clipped(repr(camera))} in this camchain (it has {', '.join(cams)})")
         model, T_CI = _kalibr_camera(path, camera, data[camera], limits)
         return Calibration(model, T_IC=_inverse(T_CI))
     left, T_LI = _kalibr_camera(path, cams[0], data[cams[0]], limits)
@@ -93,12 +95,6 @@ def load_camera_yaml(path: Path, **limits) -> CameraModel:
 
 #: A calibration file is a few kilobytes: larger is refused before it is parsed.
 MAX_CALIBRATION_BYTES = 1 << 20
-
-
-def _shown(value, limit: int = 80) -> str:
-    """A value from a file, for an error: its repr, cut (a file's values can be megabytes)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _read_yaml(path: Path) -> dict:
@@ -131,7 +127,7 @@ def _read_yaml(path: Path) -> dict:
     try:
         data = yaml.load(text, Loader=CalibrationLoader)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {_shown(str(exc), 300)}") from None
+        raise ConfigError(f"{path}: not valid YAML: {clipped(str(exc), 300)}") from None
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply to be a camera calibration") from None
     if not isinstance(data, dict):
@@ -151,14 +147,14 @@ def _ros_camera(path: Path, data: dict, limits: dict) -> CameraModel:
         array = finite_vector(values, len(values)) if isinstance(values, list) and values else None
         if array is None or array.size not in sizes:
             wanted = " or ".join(str(n) for n in sizes)
-            raise ConfigError(f"{path}: {key}.data must be {wanted} finite numbers, got {_shown(values)}")
+            raise ConfigError(f"{path}: {key}.data must be {wanted} finite numbers, got {clipped(repr(values))}")
         return array
 
     for key in ("image_width", "image_height"):
         if not is_whole(data.get(key), 1, MAX_IMAGE_SIDE):  # as a run file's width and height
             raise ConfigError(
                 f"{path}: {key} must be a whole number of pixels from 1 to {MAX_IMAGE_SIDE}, "
-                f"got {_shown(data.get(key))}"
+                f"got {clipped(repr(data.get(key)))}"
             )
     K = matrix("camera_matrix", (9,)).reshape(3, 3)
     if K[0, 1] != 0.0 or np.any(K[2] != (0.0, 0.0, 1.0)) or K[1, 0] != 0.0:
@@ -166,7 +162,7 @@ def _ros_camera(path: Path, data: dict, limits: dict) -> CameraModel:
     model_name = data.get("distortion_model", "plumb_bob")
     if not isinstance(model_name, str):
         raise ConfigError(
-            f"{path}: distortion_model must be a name (plumb_bob, equidistant, ...), got {_shown(model_name)}"
+            f"{path}: distortion_model must be a name (plumb_bob, equidistant, ...), got {clipped(repr(model_name))}"
         )
     lens = _LENS_OF_ROS.get(model_name)
     wanted = len(LENSES[lens]) if lens is not None else 0
@@ -180,8 +176,8 @@ def _ros_camera(path: Path, data: dict, limits: dict) -> CameraModel:
     if lens is None or distortion.size != wanted:
         supported = ", ".join(f"{name} ({len(LENSES[lens_])})" for lens_, name in ROS_DISTORTION_MODELS.items())
         raise ConfigError(
-            f"{path}: distortion_model {_shown(model_name)} with {distortion.size} coefficients is not supported; "
-            f"use one of {supported}"
+            f"{path}: distortion_model {clipped(repr(model_name))} with {distortion.size} coefficients is not "
+            f"supported; use one of {supported}"
         )
     fx, fy, cx, cy = (float(v) for v in (K[0, 0], K[1, 1], K[0, 2], K[1, 2]))
     try:
@@ -200,18 +196,18 @@ def _kalibr_camera(path: Path, name: str, data, limits: dict) -> tuple[CameraMod
     distortion_model = data.get("distortion_model", "none")
     for key, value in (("camera_model", projection), ("distortion_model", distortion_model)):
         if not isinstance(value, str):
-            raise ConfigError(f"{path}: {name}.{key} must be a name, got {_shown(value)}")
+            raise ConfigError(f"{path}: {name}.{key} must be a name, got {clipped(repr(value))}")
     if projection not in _KALIBR_PROJECTIONS:
         raise ConfigError(
-            f"{path}: {name}.camera_model {_shown(projection)} is not supported; "
+            f"{path}: {name}.camera_model {clipped(repr(projection))} is not supported; "
             f"use one of {', '.join(_KALIBR_PROJECTIONS)}"
         )
     supported = {"pinhole": ("radtan", "equidistant", "equi", "none"), "omni": ("radtan", "none")}
     if distortion_model not in supported.get(projection, ("none",)):
         allowed = ", ".join(supported.get(projection, ("none",)))
         raise ConfigError(
-            f"{path}: {name}.distortion_model {_shown(distortion_model)} is not supported with camera_model "
-            f"{_shown(projection)}; use {allowed}"
+            f"{path}: {name}.distortion_model {clipped(repr(distortion_model))} is not supported with camera_model "
+            f"{clipped(repr(projection))}; use {allowed}"
         )
     extra = _KALIBR_PROJECTIONS[projection]
     intrinsics = finite_vector(data.get("intrinsics"), 4 + extra)
@@ -221,14 +217,16 @@ def _kalibr_camera(path: Path, name: str, data, limits: dict) -> tuple[CameraMod
     coefficients = finite_vector(data.get("distortion_coeffs", []), count) if count else np.zeros(0)
     if coefficients is None:
         got = data.get("distortion_coeffs")
-        raise ConfigError(f"{path}: {name}.distortion_coeffs must be {count} finite numbers, got {_shown(got)}")
+        raise ConfigError(f"{path}: {name}.distortion_coeffs must be {count} finite numbers, got {clipped(repr(got))}")
     resolution = data.get("resolution")
     if not (
         isinstance(resolution, list)
         and len(resolution) == 2
         and all(is_whole(v, 1, MAX_IMAGE_SIDE) for v in resolution)
     ):
-        raise ConfigError(f"{path}: {name}.resolution must be [width, height] in pixels, got {_shown(resolution)}")
+        raise ConfigError(
+            f"{path}: {name}.resolution must be [width, height] in pixels, got {clipped(repr(resolution))}"
+        )
     fx, fy, cx, cy = (float(v) for v in intrinsics[extra:])
     if projection == "pinhole":
         lens = "fisheye" if distortion_model in ("equidistant", "equi") else "pinhole"

@@ -16,7 +16,7 @@ from goggles.dynamics import ControlMode, MultirotorSim, SimulatorSettings, load
 from goggles.errors import GogglesError
 from goggles.firmware.betaflight import BetaflightSitl, motor_map
 from goggles.firmware.link import FirmwareLink
-from goggles.frames import transform
+from goggles.frames import quat_yaw, transform
 from goggles.rig import parts
 from goggles.rig.pilots import RoutePilot
 from goggles.rig.runfile import IMAGE_OUTPUTS
@@ -100,9 +100,8 @@ class Vehicle:
             or t - self.command_at <= self.command_timeout + 1e-9
         ):
             return
-        p, (w, x, y, z) = states.position[self.row], states.attitude[self.row]
-        yaw = float(np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z)))
-        self.sim.set_command(ControlMode.POSITION, [p[0], p[1], p[2], yaw], vehicles=[self.row])
+        hold = [*states.position[self.row], quat_yaw(states.attitude[self.row])]
+        self.sim.set_command(ControlMode.POSITION, hold, vehicles=[self.row])
         self.holding_since = t
         log.warning(
             "%s: no command for %.2f s of sim time: it holds its position (the next command flies it again)",

@@ -156,10 +156,11 @@ def read_splat_file(path: str | Path) -> SplatCloud:
     suffix = path.suffix.lower()
     from goggles.runtime.device_memory import available_memory
 
-    need, free = 2.5 * path.stat().st_size, available_memory(None)  # reading takes about 2.2x the file
+    size = path.stat().st_size
+    need, free = 2.5 * size, available_memory(None)  # reading takes about 2.2x the file
     if free is not None and need > free:
         raise SceneError(
-            f"{path}: reading its {path.stat().st_size / 2**30:.1f} GiB takes about {need / 2**30:.1f} GiB of "
+            f"{path}: reading its {size / 2**30:.1f} GiB takes about {need / 2**30:.1f} GiB of "
             f"memory, and {free / 2**30:.1f} GiB is available"
         )
     if suffix == ".splat":
