@@ -217,6 +217,11 @@ class Renderer:
         self._radial = np.array([bool(getattr(c, "radial", False)) for c in cameras])  # a LiDAR's, a wide lens
         batch.radial = wp.array(self._radial.astype(np.int32), dtype=wp.int32, device=d)
         self._cameras = batch
+        if scene.splats is not None:  # each pixel's footprint, for the splats' screen-space filter
+            beams = [getattr(model, "sampling", "pixels") == "beams" for model in models]
+            footprints = np.stack([pixel_footprints(table, thin) for table, thin in zip(tables, beams)])
+            self._footprints = wp.array(footprints, dtype=float, device=d)
+            self._largest_footprint = float(footprints.max())
         rays = tables.reshape(len(tables), -1, 3)
         with np.errstate(divide="ignore", invalid="ignore"):  # radial sensors look every way: never culled
             slopes = rays[..., :2] / rays[..., 2:]  # x/z and y/z: the view's extent, distortion included
@@ -444,8 +449,9 @@ class Renderer:
         else:
             self._launch_all(self._kernel, [*self._render_inputs(self._untraced), False, 0], [self.buffers])
         if self.scene.splats is not None:  # the splats, in front of what the meshes gave
+            self.scene.splats.fit(self._cameras.p_WC, self._largest_footprint)
             shaded = int(self._light.shading != Shading.NONE)
-            inputs = [self._cameras, self.scene.splats.data, shaded, self._wanted]
+            inputs = [self._cameras, self._footprints, self.scene.splats.data, shaded, self._wanted]
             self._launch_all(splats.splat_pass_kernel, inputs, [self.buffers])
         if self._has_partners:  # the stereo shadow
             self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras], [self.buffers])
@@ -456,8 +462,8 @@ class Renderer:
     @property
     def recordable(self) -> bool:
         """Is ``trace`` device work only, which a recording can replay? Not with Embree, which is called
-        from Python."""
-        return self.backend != "embree"
+        from Python, nor splats on the CPU (their BVH's refit is a host call there)."""
+        return self.backend != "embree" and not (self.device.is_cpu and self.scene.splats is not None)
 
     def trace_key(self) -> bytes:
         """What ``trace`` passes by value: placing actors, adding shapes or a new appearance changes it."""
@@ -826,3 +832,27 @@ def _tile_slopes(rays: np.ndarray, tile: int) -> np.ndarray:
     lower = np.where(ahead, slopes.min(axis=3), -np.inf)
     upper = np.where(ahead, slopes.max(axis=3), np.inf)
     return np.stack([lower, upper], axis=1)
+
+
+def pixel_footprints(rays: np.ndarray, beams: bool = False) -> np.ndarray:
+    """(H, W) float32: the angle each ray's pixel spans, rad^2, from its unit ray and its neighbours'
+    (the nearer of the two on each axis; 0 where a lens sees nothing): the splats' screen-space
+    filter is this footprint times its px^2. A LiDAR's beams (``beams``) span the square of their
+    finer step, not the whole cell between scan lines."""
+    valid = np.any(rays != 0.0, axis=-1)
+
+    def step(axis: int) -> np.ndarray:
+        if rays.shape[axis] < 2:
+            return np.full(valid.shape, np.nan)
+        chord = np.linalg.norm(np.diff(rays, axis=axis), axis=-1)
+        both = np.logical_and(np.delete(valid, -1, axis=axis), np.delete(valid, 0, axis=axis))
+        chord = np.where(both, chord, np.inf)
+        edge = np.full_like(np.take(chord, [0], axis=axis), np.inf)
+        nearer = np.minimum(np.concatenate([edge, chord], axis=axis), np.concatenate([chord, edge], axis=axis))
+        return np.where(np.isfinite(nearer), nearer, np.nan)
+
+    across, down = step(1), step(0)
+    across = np.where(np.isnan(across), down, across)
+    down = np.where(np.isnan(down), across, down)
+    area = np.minimum(across, down) ** 2 if beams else across * down
+    return np.where(valid & np.isfinite(area), area, 0.0).astype(np.float32)

@@ -41,6 +41,7 @@ def to_byte(value: float) -> wp.uint8:
 @wp.kernel
 def splat_pass_kernel(
     cameras: CameraBatch,
+    footprints: wp.array3d(dtype=float),
     splats: SplatData,
     shaded: int,
     wanted: OutputFlags,
@@ -71,7 +72,7 @@ def splat_pass_kernel(
             end = out.depth[c, y, x] / along
         elif status == STATUS_TOO_CLOSE:
             end = cameras.min_depth[c] / along
-        hit = trace_splats(splats, origin, direction, 0.0, end)
+        hit = trace_splats(splats, origin, direction, 0.0, end, footprints[table, y, x])
         if hit.transmittance >= 1.0:
             continue
         if shaded != 0:

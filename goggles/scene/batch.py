@@ -129,7 +129,7 @@ def _placed_splat(spec: SceneSpec, index: int, splat) -> SplatCloud:
         cloud = read_splat_file(splat.path)
     T = splat.T_WA.copy()
     T[:3, :3] = T[:3, :3] @ UP_AXES[splat.up]
-    placed = cloud.placed(T, splat.scale * UNITS_M[splat.units], splat.segmentation)
+    placed = cloud.placed(T, splat.scale * UNITS_M[splat.units], splat.segmentation).filtered(splat.filter)
     reach = float(np.abs(placed.positions).max())
     if not reach < FLOAT32_MAX / 2:
         raise SceneError(f"{spec.source}: splat {splat.name!r} placed reaches {reach:.3g} m; check its scale and units")

@@ -4,7 +4,9 @@ mesh gives a splat whose renders can be compared with the mesh's own (``goggles 
 Each Gaussian lies in its triangle's plane (its thin axis along the face normal, a tenth of the
 others), is spread so that neighbours overlap (sigma = 0.7 x the mean spacing of the samples), is
 nearly opaque (0.95) and carries the albedo at its centre (base colour x vertex colour x the
-texture, sampled bilinearly with repeat, as the renderer samples it) as a degree-0 colour.
+texture, sampled bilinearly with repeat, as the renderer samples it) as a degree-0 colour. Made, not
+trained, it covers the surface without a screen-space filter (its cloud says so; placed from the PLY
+it writes, its ``[[splat]]`` table says ``filter = "none"``).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def mesh_splats(scene: StaticScene, count: int, seed: int = 0) -> SplatCloud:
         scene.face_segment[face].astype(np.int32),
         np.zeros(count, np.int32),
         np.eye(3, dtype=np.float32)[None],
-    )
+    ).filtered("none")
 
 
 def _albedo(scene: StaticScene, face: np.ndarray, a, b, c) -> np.ndarray:

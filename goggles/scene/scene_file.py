@@ -26,6 +26,7 @@ Example::
     position = [2.0, -1.0, 0.6]
     scale = 1.0
     segmentation = 8
+    filter = "3dgs"                      # the screen-space filter it was trained with ("3dgs", "none")
 
 A path to a single mesh or splat file is also a scene: one asset at the origin with the format's own
 units (metres, +Z up, but glTF's +Y).
@@ -42,9 +43,10 @@ from goggles.checks import Table, read_toml
 from goggles.errors import SceneError
 from goggles.frames import quat_from_euler, transform
 from goggles.scene.assets import MESH_SUFFIXES, UNITS_M, UP_AXES, default_frame
-from goggles.scene.splats import SPLAT_SUFFIXES, is_splat_file
+from goggles.scene.splats import FILTERS, SPLAT_SUFFIXES, is_splat_file
 
 _ASSET_KEYS = {"name", "file", "units", "up", "position", "orientation", "rpy_deg", "scale", "segmentation"}
+_SPLAT_KEYS = _ASSET_KEYS | {"filter"}
 _SCENE_KEYS = {"name", "description", "view"}
 _TOP_KEYS = {"scene", "asset", "splat"}
 
@@ -66,6 +68,8 @@ class AssetSpec:
     """Extra uniform scale (dimensionless)."""
     segmentation: int
     """Class id written to the segmentation image (>= 1; 0 means nothing was hit)."""
+    filter: str = "3dgs"
+    """A splat's: the screen-space filter its capture was trained with (a key of ``FILTERS``)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ def asset_spec(path: Path, index: int, entry: dict, kind: str = "asset") -> Asse
     """An ``[[asset]]`` (or ``[[splat]]``, ``kind``) table of the file at ``path``, checked: its file,
     frame and pose."""
     where = f"[[{kind}]] #{index + 1}"
-    table = Table(path, where, entry, _ASSET_KEYS, SceneError)
+    table = Table(path, where, entry, _ASSET_KEYS if kind == "asset" else _SPLAT_KEYS, SceneError)
     for key in ("file", "units", "up"):
         if key not in entry:
             raise SceneError(f"{path}: {where}: missing key {key!r} (units and up axis are never guessed)")
@@ -141,6 +145,7 @@ def asset_spec(path: Path, index: int, entry: dict, kind: str = "asset") -> Asse
     scale = table.number("scale", 1.0, positive=True)
     segmentation = table.integer("segmentation", 1, low=1, high=2**31 - 1, meaning="a class id")
     name = table.text("name", file.stem)
+    screen_filter = table.choice("filter", FILTERS, "3dgs") if kind == "splat" else "3dgs"
     what = "mesh" if kind == "asset" else "splat"
     if not file.is_file():  # after the keys: a typo is named before the file it may have caused
         raise SceneError(f"{path}: {numbered}: 'file' {entry['file']!r}: {what} file not found ({file.resolve()})")
@@ -156,4 +161,5 @@ def asset_spec(path: Path, index: int, entry: dict, kind: str = "asset") -> Asse
         transform(position, orientation),
         scale,
         segmentation,
+        screen_filter,
     )

@@ -177,6 +177,8 @@ class RayTable:
     limited radially (not along an optical axis)."""
 
     radial = True
+    sampling = "beams"
+    """Its rays are thin beams, not pixels (the splats' screen-space filter takes their finer step)."""
     distortion = (0.0, 0.0, 0.0, 0.0, 0.0)
     fx = fy = 1.0
     cx = cy = 0.0

@@ -16,6 +16,14 @@ A ray is taken to stop in the splats where their accumulated opacity first reach
 depth of a pixel, a LiDAR's range, and the segmentation class are those of the Gaussian that took it
 past one half (the median of the ray's termination distribution, which a depth camera or a LiDAR's
 return reports, rather than the mean, which blurs foreground and background at an edge).
+
+3DGS trains and renders every Gaussian with a screen-space low-pass filter: 0.3 px^2 added to its
+projected covariance, its peak opacity kept (Kerbl et al. 2023; gsplat's ``eps2d``); most of a
+capture's Gaussians are smaller than a pixel, and without the filter stems and rims thin out. A ray
+tracer has no projected covariance, so here the filter is its 3D form: the Gaussian's covariance
+grows by an isotropic s^2 = dilation * footprint * r^2 (``footprint`` the ray's pixel in rad^2,
+``r`` the distance along the ray to the mean), whose shadow across the ray is the same 0.3 px^2.
+Its boxes grow with it, for the cameras about to trace (``DeviceSplats.fit``).
 """
 
 from __future__ import annotations
@@ -42,9 +50,10 @@ MAX_PASSES = 64
 MIN_TRANSMITTANCE = wp.constant(0.5 / 255.0)
 MAX_ALPHA = wp.constant(0.99)
 CUT_ALPHA = wp.constant(MIN_OPACITY)
-#: Device bytes per Gaussian besides its colour's coefficients: mean, inverse axes, opacity, class,
+#: Device bytes per Gaussian besides its colour's coefficients: mean, axes, variances, opacity, class,
 #: frame, box and the BVH's share (two nodes of 32 bytes per item).
-BYTES_PER_GAUSSIAN = 12 + 36 + 4 + 4 + 4 + 24 + 64
+BYTES_PER_GAUSSIAN = 12 + 36 + 12 + 4 + 4 + 4 + 24 + 64
+
 
 hits_t = wp.types.vector(length=HITS, dtype=wp.float32)
 items_t = wp.types.vector(length=HITS, dtype=wp.int32)
@@ -57,14 +66,18 @@ SH_C1 = wp.constant(0.4886025119029199)
 class SplatData:
     bvh: wp.uint64
     mean: wp.array(dtype=wp.vec3)
-    to_unit: wp.array(dtype=wp.mat33)
-    """S^-1 R^T: a world offset from the mean into the Gaussian's unit-sphere frame."""
+    axes: wp.array(dtype=wp.mat33)
+    """R^T: a world offset from the mean into the Gaussian's own axes."""
+    variance: wp.array(dtype=wp.vec3)
+    """Its variance along each of its axes (its scales squared), m^2."""
     opacity: wp.array(dtype=float)
     sh: wp.array2d(dtype=wp.vec3)
     degree: int
     segment: wp.array(dtype=wp.int32)
     frame: wp.array(dtype=wp.int32)
     frames: wp.array(dtype=wp.mat33)
+    dilation: wp.array(dtype=float)
+    """Per frame (file): the screen-space filter its capture was trained with, px^2 (0: none)."""
     count: int
 
 
@@ -112,11 +125,17 @@ def sh_colour(sh: wp.array2d(dtype=wp.vec3), i: int, degree: int, d: wp.vec3) ->
 
 
 @wp.func
-def response(s: SplatData, i: int, origin: wp.vec3, direction: wp.vec3) -> wp.vec2:
-    """(t, alpha): where along the ray Gaussian ``i`` answers most, and how much (0: not at all)."""
-    M = s.to_unit[i]
-    o = M * (origin - s.mean[i])
-    d = M * direction
+def response(s: SplatData, i: int, origin: wp.vec3, direction: wp.vec3, footprint: float) -> wp.vec2:
+    """(t, alpha): where along the ray Gaussian ``i`` answers most, and how much (0: not at all), for a
+    ray whose pixel spans ``footprint`` rad^2 (0: a thin ray, no filter)."""
+    A = s.axes[i]
+    mean = s.mean[i]
+    r = wp.max(wp.dot(mean - origin, direction), 0.0)
+    grow = s.dilation[s.frame[i]] * footprint * r * r
+    v = s.variance[i] + wp.vec3(grow)
+    inverse = wp.vec3(1.0 / wp.sqrt(v[0]), 1.0 / wp.sqrt(v[1]), 1.0 / wp.sqrt(v[2]))
+    o = wp.cw_mul(A * (origin - mean), inverse)
+    d = wp.cw_mul(A * direction, inverse)
     dd = wp.dot(d, d)
     if dd <= 0.0:
         return wp.vec2(0.0)
@@ -129,8 +148,11 @@ def response(s: SplatData, i: int, origin: wp.vec3, direction: wp.vec3) -> wp.ve
 
 
 @wp.func
-def trace_splats(s: SplatData, origin: wp.vec3, direction: wp.vec3, t_start: float, t_end: float) -> SplatTrace:
-    """What a ray (unit ``direction``) meets in the splats between ``t_start`` and ``t_end``."""
+def trace_splats(
+    s: SplatData, origin: wp.vec3, direction: wp.vec3, t_start: float, t_end: float, footprint: float
+) -> SplatTrace:
+    """What a ray (unit ``direction``, its pixel ``footprint`` rad^2) meets in the splats between
+    ``t_start`` and ``t_end``."""
     out = SplatTrace()
     out.rgb = wp.vec3(0.0)
     out.transmittance = 1.0
@@ -152,7 +174,7 @@ def trace_splats(s: SplatData, origin: wp.vec3, direction: wp.vec3, t_start: flo
         query = wp.bvh_query_ray(s.bvh, origin, direction)
         i = int(0)  # noqa: UP018
         while wp.bvh_query_next(query, i, reach):
-            hit = response(s, i, origin, direction)
+            hit = response(s, i, origin, direction, footprint)
             t = hit[0]
             if hit[1] <= 0.0 or t <= after or t >= t_end:
                 continue
@@ -199,52 +221,89 @@ class DeviceSplats:
         count = len(cloud)
         R = _rotation_matrices(cloud.rotations.astype(np.float64))  # (N, 3, 3) axes in the world
         scales = np.maximum(cloud.scales.astype(np.float64), 1e-9)
-        to_unit = (R / scales[:, None, :]).transpose(0, 2, 1)  # S^-1 R^T
-        # The box of the ellipsoid where alpha reaches 1/255: k sigma along each axis, k^2 = 2 ln(255 opacity).
-        k = np.sqrt(2.0 * np.log(np.maximum(cloud.opacity.astype(np.float64) / MIN_OPACITY, 1.0 + 1e-6)))
-        covariance_diagonal = np.einsum("nij,nj->ni", R**2, scales**2)
-        half = k[:, None] * np.sqrt(covariance_diagonal)
-        mean = cloud.positions.astype(np.float64)
         self.device = d
         self.count = count
         self.degree = cloud.degree
         self.nbytes = count * (BYTES_PER_GAUSSIAN + cloud.sh.shape[1] * 12)
-        self.lowers = wp.array((mean - half).astype(np.float32), dtype=wp.vec3, device=d)
-        self.uppers = wp.array((mean + half).astype(np.float32), dtype=wp.vec3, device=d)
-        with busy(f"building the splats' BVH ({count:,} Gaussians on {d})"):
-            self.bvh = wp.Bvh(self.lowers, self.uppers)
+        self.filtered = bool(np.any(cloud.dilation > 0.0))
+        """Was any of its captures trained with a screen-space filter (its boxes then follow the cameras)?"""
         data = SplatData()
-        data.bvh = self.bvh.id
         data.mean = wp.array(cloud.positions, dtype=wp.vec3, device=d)
-        data.to_unit = wp.array(to_unit.astype(np.float32), dtype=wp.mat33, device=d)
+        data.axes = wp.array(R.transpose(0, 2, 1).astype(np.float32), dtype=wp.mat33, device=d)
+        data.variance = wp.array((scales**2).astype(np.float32), dtype=wp.vec3, device=d)
         data.opacity = wp.array(cloud.opacity, dtype=float, device=d)
         data.sh = wp.array(cloud.sh, dtype=wp.vec3, device=d)
         data.degree = cloud.degree
         data.segment = wp.array(cloud.segment, dtype=wp.int32, device=d)
         data.frame = wp.array(cloud.frame, dtype=wp.int32, device=d)
         data.frames = wp.array(cloud.frames, dtype=wp.mat33, device=d)
+        data.dilation = wp.array(cloud.dilation, dtype=float, device=d)
         data.count = count
         self.data = data
-        self.bounds = np.stack([(mean - half).min(axis=0), (mean + half).max(axis=0)])
-        """(2, 3) the cloud's world box, m."""
+        self.lowers = wp.zeros(count, dtype=wp.vec3, device=d)
+        self.uppers = wp.zeros(count, dtype=wp.vec3, device=d)
+        self._cameras_box = wp.zeros(2, dtype=wp.vec3, device=d)
         load_kernels(trace_kernel.module, d)
+        self._boxes(0.0)  # each Gaussian's own box: where a thin ray can meet it
+        with busy(f"building the splats' BVH ({count:,} Gaussians on {d})"):
+            self.bvh = wp.Bvh(self.lowers, self.uppers)
+        data.bvh = self.bvh.id
+        k = np.sqrt(2.0 * np.log(np.maximum(cloud.opacity.astype(np.float64) / MIN_OPACITY, 1.0 + 1e-6)))
+        half = k[:, None] * np.sqrt(np.einsum("nij,nj->ni", R**2, scales**2))
+        mean = cloud.positions.astype(np.float64)
+        self.bounds = np.stack([(mean - half).min(axis=0), (mean + half).max(axis=0)])
+        """(2, 3) the cloud's world box where a thin ray can meet it, m."""
+
+    def fit(self, positions: wp.array, footprint: float) -> None:
+        """Grow each Gaussian's box by the filter it shows the cameras at ``positions`` ((n, H):
+        every row's camera position, read on the device) whose pixels span at most ``footprint``
+        rad^2, and refit the BVH: a ray of these cameras stays inside its Gaussians' boxes. A thin
+        ray (no filter) stays inside any of them: for it nothing changes."""
+        if not self.filtered or footprint <= 0.0:
+            return
+        wp.launch(cameras_box_kernel, dim=1, inputs=[positions], outputs=[self._cameras_box], device=self.device)
+        self._boxes(footprint)
+        self.bvh.refit()
+
+    def _boxes(self, footprint: float) -> None:
+        inputs = [self.data, self._cameras_box, footprint]
+        wp.launch(splat_boxes_kernel, dim=self.count, inputs=inputs, outputs=[self.lowers, self.uppers], device=self.device)
 
 
-def no_splats(device) -> SplatData:
-    """An empty ``SplatData`` (kernels that take splats, in a world without any)."""
-    d = wp.get_device(device)
-    data = SplatData()
-    data.bvh = wp.uint64(0)
-    data.mean = wp.zeros(0, dtype=wp.vec3, device=d)
-    data.to_unit = wp.zeros(0, dtype=wp.mat33, device=d)
-    data.opacity = wp.zeros(0, dtype=float, device=d)
-    data.sh = wp.zeros((0, 1), dtype=wp.vec3, device=d)
-    data.degree = 0
-    data.segment = wp.zeros(0, dtype=wp.int32, device=d)
-    data.frame = wp.zeros(0, dtype=wp.int32, device=d)
-    data.frames = wp.zeros(0, dtype=wp.mat33, device=d)
-    data.count = 0
-    return data
+@wp.kernel
+def cameras_box_kernel(positions: wp.array2d(dtype=wp.vec3), box: wp.array(dtype=wp.vec3)):
+    """The box of every camera's first and last row's positions (a rolling shutter's travel)."""
+    last = positions.shape[1] - 1
+    lower = positions[0, 0]
+    upper = lower
+    for c in range(positions.shape[0]):
+        for row in range(2):
+            p = positions[c, row * last]
+            lower = wp.min(lower, p)
+            upper = wp.max(upper, p)
+    box[0] = lower
+    box[1] = upper
+
+
+@wp.kernel
+def splat_boxes_kernel(
+    s: SplatData, cameras: wp.array(dtype=wp.vec3), footprint: float, lowers: wp.array(dtype=wp.vec3), uppers: wp.array(dtype=wp.vec3)
+):
+    """Each Gaussian's box where its response reaches 1/255 (k sigma along each world axis, k^2 = 2
+    ln(255 opacity)), its covariance grown by the filter seen from the farthest corner of the
+    cameras' box (the largest it shows any of them)."""
+    i = wp.tid()
+    mean = s.mean[i]
+    far = wp.max(wp.abs(mean - cameras[0]), wp.abs(mean - cameras[1]))
+    r2 = wp.dot(far, far)
+    v = s.variance[i] + wp.vec3(s.dilation[s.frame[i]] * footprint * r2)
+    A = s.axes[i]
+    k2 = 2.0 * wp.log(wp.max(s.opacity[i] / CUT_ALPHA, 1.000001))
+    half = wp.vec3()
+    for j in range(3):
+        half[j] = wp.sqrt(k2 * (A[0, j] * A[0, j] * v[0] + A[1, j] * A[1, j] * v[1] + A[2, j] * A[2, j] * v[2]))
+    lowers[i] = mean - half
+    uppers[i] = mean + half
 
 
 def check_splats_fit(cloud: SplatCloud, device, what: str) -> None:
@@ -261,23 +320,27 @@ def trace_kernel(
     origins: wp.array(dtype=wp.vec3),
     directions: wp.array(dtype=wp.vec3),
     t_end: float,
+    footprint: float,
     rgb: wp.array(dtype=wp.vec3),
     transmittance: wp.array(dtype=float),
     t_half: wp.array(dtype=float),
     segment: wp.array(dtype=wp.int32),
 ):
     i = wp.tid()
-    hit = trace_splats(s, origins[i], wp.normalize(directions[i]), 0.0, t_end)
+    hit = trace_splats(s, origins[i], wp.normalize(directions[i]), 0.0, t_end, footprint)
     rgb[i] = hit.rgb
     transmittance[i] = hit.transmittance
     t_half[i] = hit.t_half
     segment[i] = hit.segment
 
 
-def trace_rays(splats: DeviceSplats, origins: np.ndarray, directions: np.ndarray, t_end: float = 1e30) -> dict:
+def trace_rays(
+    splats: DeviceSplats, origins: np.ndarray, directions: np.ndarray, t_end: float = 1e30, footprint: float = 0.0
+) -> dict:
     """What rays meet in the splats, on the host: ``rgb`` (n, 3), ``transmittance``, ``t_half`` (-1:
-    their opacity never reached one half) and ``segment`` (n,). For tests and tools; the renderer
-    composites the same in its own pass."""
+    their opacity never reached one half) and ``segment`` (n,); each ray's pixel spans ``footprint``
+    rad^2 (0: thin rays, no filter). For tests and tools; the renderer composites the same in its
+    own pass."""
     if origins.shape != directions.shape or origins.ndim != 2 or origins.shape[1] != 3:
         raise ConfigError("origins and directions must be (n, 3) each")
     d, n = splats.device, len(origins)
@@ -287,8 +350,10 @@ def trace_rays(splats: DeviceSplats, origins: np.ndarray, directions: np.ndarray
         "t_half": wp.zeros(n, dtype=float, device=d),
         "segment": wp.zeros(n, dtype=wp.int32, device=d),
     }
-    inputs = [splats.data, wp.array(origins, dtype=wp.vec3, device=d), wp.array(directions, dtype=wp.vec3, device=d)]
-    wp.launch(trace_kernel, dim=n, inputs=[*inputs, float(t_end)], outputs=list(out.values()), device=d)
+    starts = wp.array(origins, dtype=wp.vec3, device=d)
+    splats.fit(starts.reshape((n, 1)), footprint)
+    inputs = [splats.data, starts, wp.array(directions, dtype=wp.vec3, device=d), float(t_end), float(footprint)]
+    wp.launch(trace_kernel, dim=n, inputs=inputs, outputs=list(out.values()), device=d)
     return {k: v.numpy() for k, v in out.items()}
 
 

@@ -17,7 +17,9 @@ from goggles.world.splats import DeviceSplats, trace_rays
 from tests.conftest import quad, scene_of
 
 
-def cloud(positions, scales, rotations=None, opacity=None, colours=None, sh=None, segment=5) -> SplatCloud:
+def cloud(
+    positions, scales, rotations=None, opacity=None, colours=None, sh=None, segment=5, screen_filter="3dgs"
+) -> SplatCloud:
     positions = np.asarray(positions, np.float32).reshape(-1, 3)
     n = len(positions)
     if sh is None:
@@ -33,7 +35,7 @@ def cloud(positions, scales, rotations=None, opacity=None, colours=None, sh=None
         np.full(n, segment, np.int32),
         np.zeros(n, np.int32),
         np.eye(3, dtype=np.float32)[None],
-    )
+    ).filtered(screen_filter)
 
 
 def nothing():
@@ -61,25 +63,34 @@ def moments(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, cov / total
 
 
-def test_an_isotropic_gaussian_head_on_is_a_2d_gaussian_of_sigma_f_s_over_z(device):
+def truncated(opacity: float) -> float:
+    """A 2D Gaussian's second moments cut where it falls under 1/255 (Mahalanobis radius k, k^2 = 2
+    ln(255 opacity)), over its whole ones: 1 - (k^2 / 2) e^(-k^2/2) / (1 - e^(-k^2/2))."""
+    half_k2 = np.log(255.0 * opacity)
+    return 1.0 - half_k2 * np.exp(-half_k2) / (1.0 - np.exp(-half_k2))
+
+
+@pytest.mark.parametrize("screen_filter", ["none", "3dgs"])
+def test_an_isotropic_gaussian_head_on_is_a_2d_gaussian_of_sigma_f_s_over_z(device, screen_filter):
     """Seen head-on at distance Z, a Gaussian of standard deviation s images as exp(-r^2 / 2 sigma^2) of
-    sigma = f s / Z pixels, peaking at its opacity (a white one on black: the image is its alpha)."""
+    sigma = f s / Z pixels, peaking at its opacity (a white one on black: the image is its alpha); with
+    3DGS's screen-space filter sigma^2 grows by 0.3 px^2 and the peak stays (Kerbl et al. 2023)."""
     camera = CameraModel.from_fov(121, 121, 30.0)
     Z, s, opacity = 6.0, 0.05, 0.7
-    images = render(
-        cloud([[Z, 0, 0]], [[s, s, s]], opacity=[opacity]), device, camera, [camera_pose_from_body(np.eye(4))]
-    )
+    splat = cloud([[Z, 0, 0]], [[s, s, s]], opacity=[opacity], screen_filter=screen_filter)
+    images = render(splat, device, camera, [camera_pose_from_body(np.eye(4))])
     alpha = images.rgb[0][..., 0].astype(float) / 255.0
     assert alpha[60, 60] == pytest.approx(opacity, abs=1.0 / 255)
     _, cov = moments(alpha)
-    sigma = camera.fx * s / Z  # ~11.2 px
+    sigma = np.sqrt((camera.fx * s / Z) ** 2 + {"none": 0.0, "3dgs": 0.3}[screen_filter])  # ~1.9 px
+    sigma *= np.sqrt(truncated(opacity))
     assert np.sqrt(cov[0, 0]) == pytest.approx(sigma, rel=0.02)
     assert np.sqrt(cov[1, 1]) == pytest.approx(sigma, rel=0.02) and abs(cov[0, 1]) < 0.02 * sigma**2
 
 
 def test_a_rotated_anisotropic_gaussian_images_as_its_ewa_projected_covariance(device):
-    """J W Sigma W^T J^T (EWA splatting): W the world-to-camera rotation, J the perspective Jacobian at
-    the mean; the rendered alpha's second moments agree within 2 %."""
+    """J W Sigma W^T J^T + 0.3 I (EWA splatting and 3DGS's filter): W the world-to-camera rotation, J the
+    perspective Jacobian at the mean; the rendered alpha's second moments agree within 2 %."""
     camera = CameraModel.from_fov(161, 121, 40.0)
     q = quat_from_euler(0.4, -0.3, 0.9)
     mean, scales = np.array([8.0, 0.3, -0.2]), np.array([0.12, 0.03, 0.06])
@@ -92,7 +103,8 @@ def test_a_rotated_anisotropic_gaussian_images_as_its_ewa_projected_covariance(d
     W = T_WC[:3, :3].T
     x, y, z = W @ (mean - T_WC[:3, 3])
     J = np.array([[camera.fx / z, 0.0, -camera.fx * x / z**2], [0.0, camera.fy / z, -camera.fy * y / z**2]])
-    expected = J @ W @ sigma_W @ W.T @ J.T
+    expected = J @ W @ sigma_W @ W.T @ J.T + 0.3 * np.eye(2)  # 3DGS's screen-space filter
+    expected *= truncated(0.9)
     assert np.linalg.norm(cov - expected) / np.linalg.norm(expected) < 0.02
     np.testing.assert_allclose(centre, [camera.fx * x / z + camera.cx, camera.fy * y / z + camera.cy], atol=0.1)
 
