@@ -6,17 +6,20 @@ from pathlib import Path
 
 from goggles.cli.common import add_backend_arg, add_camera_args, camera_model, floats, positive
 from goggles.errors import ConfigError
+from goggles.scene.assets import UNITS_M, UP_AXES
 
 
 def add_parser(commands) -> None:
     render = commands.add_parser(
         "render",
         help="render one frame (mono or stereo) and write its images to a folder",
-        description="Render depth, range, intensity, segmentation and normals from one pose. "
-        "Files: depth.npy, range.npy (float32 metres, REP 118 invalid values), intensity.png, "
-        "segmentation.npy, normals.npy (world frame), face.npy, depth.png (preview), camera.yaml (the "
-        "calibration as ROS camera_info YAML); with --baseline the same files prefixed right_ for the right "
-        "camera (its projection matrix carries Tx = -fx * baseline).",
+        description="Render colour, depth, range, segmentation and normals from one pose. "
+        "Files: intensity.png (the colour image), depth.png (a preview of the depth), depth.npy, range.npy "
+        "(float32 metres, REP 118 invalid values), segmentation.npy (int32 classes), normals.npy (world "
+        "frame), face.npy (the triangle hit, -1 none), camera.yaml (the calibration as ROS camera_info "
+        "YAML); with --baseline the same files prefixed right_ for the right camera (its projection matrix "
+        "carries Tx = -fx * baseline); with --outputs, beacons.json and tof.json. Without --pose a bare mesh "
+        "or capture is framed whole, looked at from outside.",
     )
     add_camera_args(render, 640, 480)
     add_backend_arg(render)
@@ -76,6 +79,19 @@ def add_parser(commands) -> None:
         help="racing course whose gates and beacons join the scene (default: assets/course.toml "
         "with the default scene, none with --scene)",
     )
+    render.add_argument(
+        "--up",
+        choices=sorted(UP_AXES),
+        default=None,
+        help="a bare mesh's or capture's up axis (default: the format's own, +z; glTF's +y); captures are "
+        "often -y (COLMAP's frame: write --up=-y)",
+    )
+    render.add_argument(
+        "--units",
+        choices=sorted(UNITS_M),
+        default=None,
+        help="what one unit of a bare mesh or capture is (default m)",
+    )
     render.add_argument("--out", type=Path, required=True, help="folder to write the images to")
     render.set_defaults(run=cmd_render)
 
@@ -102,7 +118,7 @@ def cmd_render(args) -> int:
     if unknown:
         raise ConfigError(f"--outputs {args.outputs!r}: unknown {unknown}; use images, beacons, tof")
     camera = camera_model(args)
-    scene = load_static_scene(args.scene or default_scene())
+    scene = load_static_scene(args.scene or default_scene(), units=args.units, up=args.up)
     course_path = args.course or (default_course() if args.scene is None else None)
     course = load_course(course_path) if course_path is not None else None
     built = build_world(scene, course=course, device=args.device)
@@ -111,8 +127,8 @@ def cmd_render(args) -> int:
         T_WB = parse_pose(args.pose)
     elif scene.view is not None:
         T_WB = scene.view
-    else:  # a bare mesh: look at all of it from outside
-        T_WB = overview_pose(scene.vertices.min(axis=0), scene.vertices.max(axis=0), args.vfov)
+    else:  # a bare mesh or capture: look at all of it from outside
+        T_WB = overview_pose(*scene.content_bounds(), args.vfov)
     T_WC = [camera_pose_from_body(T_WB)]
     partner = [-1]
     if args.baseline is not None:

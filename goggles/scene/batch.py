@@ -54,6 +54,9 @@ class StaticScene:
     """(4, 4) default body pose T_WB for a first look, from the scene file, or None."""
     splats: SplatCloud | None = None
     """The scene's Gaussian splats in the world (``[[splat]]`` tables), or None."""
+    meshes: bool = True
+    """False: no mesh of its own (a scene of captures keeps one triangle far below the world, which
+    the tracers need and nobody should frame)."""
 
     @property
     def num_faces(self) -> int:
@@ -63,14 +66,26 @@ class StaticScene:
         """(2, 3) float64 axis-aligned bounds of all vertices, metres."""
         return np.stack([self.vertices.min(axis=0), self.vertices.max(axis=0)]).astype(np.float64)
 
+    def content_bounds(self) -> np.ndarray:
+        """(2, 3) float64 bounds of what there is to see: its meshes and the bulk of its captures'
+        Gaussians (the 1st to 99th percentile on each axis: a capture's stray floaters would frame a
+        speck)."""
+        boxes = [self.bounds()] if self.meshes else []
+        if self.splats is not None:
+            boxes.append(np.percentile(self.splats.positions, [1.0, 99.0], axis=0).astype(np.float64))
+        if not boxes:
+            return self.bounds()
+        return np.stack([np.min([b[0] for b in boxes], axis=0), np.max([b[1] for b in boxes], axis=0)])
 
-def load_static_scene(path: str | Path) -> StaticScene:
-    """Read a scene file (or a single mesh path), import its assets and batch them.
+
+def load_static_scene(path: str | Path, *, units: str | None = None, up: str | None = None) -> StaticScene:
+    """Read a scene file (or a single mesh or capture path, in ``units`` with ``up`` its up axis when
+    given), import its assets and batch them.
 
     Raises:
         SceneError: naming the file and the problem.
     """
-    return batch_scene(load_scene_spec(path))
+    return batch_scene(load_scene_spec(path, units=units, up=up))
 
 
 def batch_scene(spec: SceneSpec) -> StaticScene:
@@ -111,6 +126,7 @@ def batch_scene(spec: SceneSpec) -> StaticScene:
         placed.append((nothing, np.eye(4), 1))
     scene = merge_parts(spec.name, placed)
     scene.view = spec.view
+    scene.meshes = bool(spec.assets)
     scene.splats = merge_splats([_placed_splat(spec, i, splat) for i, splat in enumerate(spec.splats)])
     return scene
 

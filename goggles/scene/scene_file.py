@@ -85,8 +85,9 @@ class SceneSpec:
     """The Gaussian splats it places (``[[splat]]``), as assets are placed."""
 
 
-def load_scene_spec(path: str | Path) -> SceneSpec:
-    """Read a scene TOML file, or wrap a single mesh path as a one-asset scene.
+def load_scene_spec(path: str | Path, *, units: str | None = None, up: str | None = None) -> SceneSpec:
+    """Read a scene TOML file, or wrap a single mesh or capture path as a one-asset scene (in
+    ``units`` with ``up`` its up axis, when given; else the format's own).
 
     Raises:
         SceneError: naming the file and the bad key or value.
@@ -94,11 +95,18 @@ def load_scene_spec(path: str | Path) -> SceneSpec:
     path = Path(path).resolve()
     if not path.is_file():
         raise SceneError(f"{path}: scene file not found")
+    for name, value, options in (("units", units, UNITS_M), ("up", up, UP_AXES)):
+        if value is not None and value not in options:
+            raise SceneError(f"{path}: {name} {value!r}: use one of {', '.join(options)}")
+    bare = is_splat_file(path) or path.suffix.lower() in MESH_SUFFIXES
+    if not bare and (units is not None or up is not None):
+        raise SceneError(f"{path}: units and up are for a bare mesh or capture; a scene file gives them per [[asset]]")
     if is_splat_file(path):
-        return SceneSpec(path.stem, path, (), splats=(AssetSpec(path.stem, path, "m", "+z", np.eye(4), 1.0, 1),))
+        splat = AssetSpec(path.stem, path, units or "m", up or "+z", np.eye(4), 1.0, 1)
+        return SceneSpec(path.stem, path, (), splats=(splat,))
     if path.suffix.lower() in MESH_SUFFIXES:
-        units, up = default_frame(path)
-        asset = AssetSpec(path.stem, path, units, up, np.eye(4), 1.0, 1)
+        own_units, own_up = default_frame(path)
+        asset = AssetSpec(path.stem, path, units or own_units, up or own_up, np.eye(4), 1.0, 1)
         return SceneSpec(path.stem, path, (asset,))
     if path.suffix.lower() != ".toml":
         raise SceneError(f"{path}: a scene is a .toml file or a mesh file ({', '.join(MESH_SUFFIXES)})")

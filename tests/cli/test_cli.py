@@ -740,3 +740,25 @@ def test_bench_bvh_counts_the_steps_of_both_layouts_on_the_same_rays(capsys):
     assert float(wide["triangles_per_ray"]) < 1.5 * float(binary["triangles_per_ray"])
     assert float(wide["ratio"]) > 0 and float(wide["rays_per_s"]) > 0 and float(binary["rays_per_s"]) > 0
     assert out[-1].startswith("same_faces=") and float(out[-1].split("=")[1]) >= 0.999
+
+
+def test_the_readmes_splat_command_shows_the_houseplant_upright(tmp_path):
+    """The front page's capture command, as written: the image is the plant (its pixels, not sky and
+    a placeholder triangle), upright: its leaves above its white pot."""
+    import re
+    import shlex
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    line = next(x for x in re.findall(r"^goggles render --scene .*$", readme, re.M) if "splat" in x)
+    words = shlex.split(line.split("#")[0])
+    words[words.index("--out") + 1] = str(tmp_path)
+    goggles(*words[1:])
+    capture = np.load(tmp_path / "segmentation.npy") > 0
+    assert 0.05 < capture.mean() < 0.6
+    rgb = np.asarray(Image.open(tmp_path / "intensity.png").convert("RGB")).astype(int)
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    rows = np.mgrid[: capture.shape[0], : capture.shape[1]][0]
+    leaves = capture & (g > r + 15) & (g > b + 5)
+    pot = capture & (r > 200) & (g > 200) & (b > 200)
+    assert leaves.sum() > 1000 and pot.sum() > 1000
+    assert rows[leaves].mean() < rows[pot].mean() - 50
