@@ -30,10 +30,11 @@ SH_C0 = 0.28209479177387814
 MAX_SH_DEGREE = 3
 #: The least opacity a Gaussian can show with (one 8-bit step, as the rasterizers cut).
 MIN_OPACITY = 1.0 / 255.0
-#: The screen-space filters captures are trained with, px^2 added to each Gaussian's projected
-#: covariance: 3DGS's (Kerbl et al. 2023, gsplat's ``eps2d``), or none (3DGRT, or a Mip-Splatting
-#: capture whose 3D filter is baked into its scales).
-FILTERS = {"3dgs": 0.3, "none": 0.0}
+#: The screen-space filters captures are trained with: (px^2 added to each Gaussian's projected
+#: covariance, whether its opacity is scaled to keep its integral). 3DGS's (Kerbl et al. 2023, gsplat's
+#: ``eps2d``); "antialiased" as gsplat's and Mip-Splatting's 2D filter and the .spz flag of that name;
+#: none (3DGRT, or a capture whose 3D filter is baked into its scales).
+FILTERS = {"3dgs": (0.3, False), "antialiased": (0.3, True), "none": (0.0, False)}
 #: What a file must hold, PLY property names.
 _REQUIRED = ("x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "scale_1", "scale_2")
 _ROTATION = ("rot_0", "rot_1", "rot_2", "rot_3")
@@ -78,13 +79,13 @@ class SplatCloud:
     """(N,) int32 index into ``frames``: the frame its colour's directions are measured in."""
     frames: np.ndarray
     """(F, 3, 3) float32 rotations, world to each file's frame (the colours' frames)."""
-    dilation: np.ndarray | None = None
-    """(F,) float32 per file: the screen-space filter it was trained with, px^2 (``FILTERS``; None:
+    filters: np.ndarray | None = None
+    """(F,) per file: the name of the screen-space filter it was trained with (``FILTERS``; None:
     3DGS's for every file)."""
 
     def __post_init__(self):
-        if self.dilation is None:
-            self.dilation = np.full(len(self.frames), FILTERS["3dgs"], np.float32)
+        if self.filters is None:
+            self.filters = np.full(len(self.frames), "3dgs", dtype="<U12")
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -109,12 +110,12 @@ class SplatCloud:
             np.full(len(self), segment, np.int32),
             self.frame,
             frames.astype(np.float32),
-            self.dilation,
+            self.filters,
         )
 
     def filtered(self, name: str) -> SplatCloud:
         """The cloud rendered with the screen-space filter ``name`` (``FILTERS``)."""
-        return dataclasses.replace(self, dilation=np.full(len(self.frames), FILTERS[name], np.float32))
+        return dataclasses.replace(self, filters=np.full(len(self.frames), name, dtype="<U12"))
 
     @property
     def nbytes(self) -> int:
@@ -143,7 +144,7 @@ def merge_splats(clouds: list[SplatCloud]) -> SplatCloud | None:
         np.concatenate([c.segment for c in clouds]),
         np.concatenate([c.frame + o for c, o in zip(clouds, offsets)]).astype(np.int32),
         np.concatenate([c.frames for c in clouds]),
-        np.concatenate([c.dilation for c in clouds]),
+        np.concatenate([c.filters for c in clouds]),
     )
 
 
@@ -190,7 +191,7 @@ def read_splat_file(path: str | Path) -> SplatCloud:
     kept = cloud.opacity >= MIN_OPACITY
     if not kept.all():
         log.info("%s: %d of %d Gaussians are under 1/255 opacity: left out", path, (~kept).sum(), len(kept))
-        cloud = SplatCloud(*(a[kept] for a in _per_gaussian(cloud)), cloud.frames, cloud.dilation)
+        cloud = SplatCloud(*(a[kept] for a in _per_gaussian(cloud)), cloud.frames, cloud.filters)
     if len(cloud) == 0:
         raise SceneError(f"{path}: no Gaussian with an opacity of 1/255 or more: nothing to see")
     return cloud

@@ -33,7 +33,7 @@ import warp as wp
 
 from goggles.errors import ConfigError
 from goggles.runtime.progress import busy, load_kernels
-from goggles.scene.splats import MIN_OPACITY, SplatCloud
+from goggles.scene.splats import FILTERS, MIN_OPACITY, SplatCloud
 
 _CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
 # Compiled for the CPU as the render kernels are (no NaN here: their BVH traversal is ~1.8x faster).
@@ -78,6 +78,8 @@ class SplatData:
     frames: wp.array(dtype=wp.mat33)
     dilation: wp.array(dtype=float)
     """Per frame (file): the screen-space filter its capture was trained with, px^2 (0: none)."""
+    compensated: wp.array(dtype=wp.int32)
+    """Per frame: 1 where the filter scales the opacity to keep the Gaussian's integral."""
     count: int
 
 
@@ -131,17 +133,25 @@ def response(s: SplatData, i: int, origin: wp.vec3, direction: wp.vec3, footprin
     A = s.axes[i]
     mean = s.mean[i]
     r = wp.max(wp.dot(mean - origin, direction), 0.0)
-    grow = s.dilation[s.frame[i]] * footprint * r * r
-    v = s.variance[i] + wp.vec3(grow)
+    frame = s.frame[i]
+    grow = s.dilation[frame] * footprint * r * r
+    own = s.variance[i]
+    v = own + wp.vec3(grow)
     inverse = wp.vec3(1.0 / wp.sqrt(v[0]), 1.0 / wp.sqrt(v[1]), 1.0 / wp.sqrt(v[2]))
+    along = A * direction
     o = wp.cw_mul(A * (origin - mean), inverse)
-    d = wp.cw_mul(A * direction, inverse)
+    d = wp.cw_mul(along, inverse)
     dd = wp.dot(d, d)
     if dd <= 0.0:
         return wp.vec2(0.0)
     t = -wp.dot(o, d) / dd
     closest = o + d * t
-    alpha = wp.min(MAX_ALPHA, s.opacity[i] * wp.exp(-0.5 * wp.dot(closest, closest)))
+    opacity = s.opacity[i]
+    if s.compensated[frame] != 0 and grow > 0.0:
+        # det of the covariance across the ray, unfiltered over filtered: det(S) d^T S^-1 d each.
+        shrink = (own[0] / v[0]) * (own[1] / v[1]) * (own[2] / v[2])
+        opacity = opacity * wp.sqrt(shrink * wp.dot(wp.cw_div(along, own), along) / dd)
+    alpha = wp.min(MAX_ALPHA, opacity * wp.exp(-0.5 * wp.dot(closest, closest)))
     if alpha < CUT_ALPHA:
         return wp.vec2(t, 0.0)
     return wp.vec2(t, alpha)
@@ -225,7 +235,9 @@ class DeviceSplats:
         self.count = count
         self.degree = cloud.degree
         self.nbytes = count * (BYTES_PER_GAUSSIAN + cloud.sh.shape[1] * 12)
-        self.filtered = bool(np.any(cloud.dilation > 0.0))
+        dilation = np.array([FILTERS[name][0] for name in cloud.filters], np.float32)
+        compensated = np.array([FILTERS[name][1] for name in cloud.filters], np.int32)
+        self.filtered = bool(np.any(dilation > 0.0))
         """Was any of its captures trained with a screen-space filter (its boxes then follow the cameras)?"""
         data = SplatData()
         data.mean = wp.array(cloud.positions, dtype=wp.vec3, device=d)
@@ -237,7 +249,8 @@ class DeviceSplats:
         data.segment = wp.array(cloud.segment, dtype=wp.int32, device=d)
         data.frame = wp.array(cloud.frame, dtype=wp.int32, device=d)
         data.frames = wp.array(cloud.frames, dtype=wp.mat33, device=d)
-        data.dilation = wp.array(cloud.dilation, dtype=float, device=d)
+        data.dilation = wp.array(dilation, dtype=float, device=d)
+        data.compensated = wp.array(compensated, dtype=wp.int32, device=d)
         data.count = count
         self.data = data
         self.lowers = wp.zeros(count, dtype=wp.vec3, device=d)

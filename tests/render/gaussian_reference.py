@@ -9,10 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 
-def rasterise(cloud, K: np.ndarray, T_WC: np.ndarray, width: int, height: int, eps2d: float = 0.3):
+def rasterise(
+    cloud, K: np.ndarray, T_WC: np.ndarray, width: int, height: int, eps2d: float = 0.3, antialiased: bool = False
+):
     """(colour (H, W, 3) in [0, ...), alpha (H, W), median depth (H, W), NaN where the alpha never
     passed one half) of ``cloud`` seen by a pinhole of OpenCV matrix ``K`` (pixel centres at
-    integers) posed at ``T_WC`` (optical frame)."""
+    integers) posed at ``T_WC`` (optical frame); ``antialiased``: gsplat's mode of that name (each
+    opacity scaled by its compensation, sqrt(det Sigma2D / det(Sigma2D + eps2d I)))."""
     import torch
     from gsplat.cuda import _torch_impl as gsplat
 
@@ -25,10 +28,18 @@ def rasterise(cloud, K: np.ndarray, T_WC: np.ndarray, width: int, height: int, e
     K = np.array(K, np.float64)
     K[:2, 2] += 0.5  # gsplat's pixel centres lie at +0.5
     viewmat = torch.tensor(np.linalg.inv(T_WC), dtype=torch.float32)[None]
-    radii, means2d, depths, conics, _ = gsplat._fully_fused_projection(
-        means, covars, viewmat, torch.tensor(K, dtype=torch.float32)[None], width, height, eps2d=eps2d
+    radii, means2d, depths, conics, compensations = gsplat._fully_fused_projection(
+        means,
+        covars,
+        viewmat,
+        torch.tensor(K, dtype=torch.float32)[None],
+        width,
+        height,
+        eps2d=eps2d,
+        calc_compensations=antialiased,
     )
     radii, means2d, depths, conics = (x[0].numpy() for x in (radii, means2d, depths, conics))
+    opacity = cloud.opacity * (compensations[0].numpy() if antialiased else 1.0)
     visible = (radii > 0).all(axis=-1) if radii.ndim == 2 else radii > 0
     directions = torch.tensor(cloud.positions - T_WC[:3, 3], dtype=torch.float32)
     sh = torch.tensor(cloud.sh, dtype=torch.float32)
@@ -40,7 +51,7 @@ def rasterise(cloud, K: np.ndarray, T_WC: np.ndarray, width: int, height: int, e
     for i in np.argsort(depths):
         a, b, c = conics[i]
         det = a * c - b * b
-        k2 = 2.0 * np.log(max(255.0 * cloud.opacity[i], 1.0))
+        k2 = 2.0 * np.log(max(255.0 * opacity[i], 1.0))
         if not visible[i] or det <= 0.0 or k2 <= 0.0:
             continue
         half_x, half_y = np.sqrt(k2 * c / det), np.sqrt(k2 * a / det)  # where alpha reaches 1/255
@@ -51,7 +62,7 @@ def rasterise(cloud, K: np.ndarray, T_WC: np.ndarray, width: int, height: int, e
             continue
         dx, dy = np.meshgrid(np.arange(x0, x1 + 1) - mx, np.arange(y0, y1 + 1) - my)
         power = -0.5 * (a * dx * dx + c * dy * dy) - b * dx * dy
-        alpha = np.minimum(0.99, cloud.opacity[i] * np.exp(power))
+        alpha = np.minimum(0.99, opacity[i] * np.exp(power))
         alpha[(power > 0.0) | (alpha < 1.0 / 255.0)] = 0.0
         patch = (slice(y0, y1 + 1), slice(x0, x1 + 1))
         t, finished = transmittance[patch], done[patch]
