@@ -159,7 +159,8 @@ def asset_spec(path: Path, index: int, entry: dict, kind: str = "asset") -> Asse
         raise SceneError(f"{path}: {numbered}: 'file' {entry['file']!r}: {what} file not found ({file.resolve()})")
     if kind == "splat" and file.suffix.lower() not in SPLAT_SUFFIXES:
         raise SceneError(
-            f"{path}: {numbered}: 'file' {entry['file']!r}: a splat is a {' or '.join(SPLAT_SUFFIXES)} file"
+            f"{path}: {numbered}: 'file' {entry['file']!r}: a splat is a {', '.join(SPLAT_SUFFIXES[:-1])} or "
+            f"{SPLAT_SUFFIXES[-1]} file"
         )
     return AssetSpec(
         name,

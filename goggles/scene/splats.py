@@ -22,6 +22,15 @@ from pathlib import Path
 import numpy as np
 
 from goggles.errors import SceneError
+from goggles.scene.splat_formats import (
+    Gaussians,
+    PlyLayout,
+    ply_kind,
+    ply_layout,
+    read_compressed_ply,
+    read_spz,
+    record_dtype,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,25 +47,7 @@ FILTERS = {"3dgs": (0.3, False), "antialiased": (0.3, True), "none": (0.0, False
 #: What a file must hold, PLY property names.
 _REQUIRED = ("x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "scale_1", "scale_2")
 _ROTATION = ("rot_0", "rot_1", "rot_2", "rot_3")
-_PLY_TYPES = {
-    "char": "i1",
-    "int8": "i1",
-    "uchar": "u1",
-    "uint8": "u1",
-    "short": "i2",
-    "int16": "i2",
-    "ushort": "u2",
-    "uint16": "u2",
-    "int": "i4",
-    "int32": "i4",
-    "uint": "u4",
-    "uint32": "u4",
-    "float": "f4",
-    "float32": "f4",
-    "double": "f8",
-    "float64": "f8",
-}
-SPLAT_SUFFIXES = (".ply", ".splat")
+SPLAT_SUFFIXES = (".ply", ".splat", ".spz")
 
 
 @dataclass
@@ -149,17 +140,17 @@ def merge_splats(clouds: list[SplatCloud]) -> SplatCloud | None:
 
 
 def is_splat_file(path: Path) -> bool:
-    """A ``.splat``, or a PLY whose vertices carry Gaussians (``f_dc_0`` and ``opacity``), not a mesh."""
+    """A ``.splat`` or ``.spz``, or a PLY that is not a mesh: Gaussians (plain or SuperSplat's packed
+    ones), or a file no mesh reader should be given (the splat reader's one line says what it is)."""
     suffix = path.suffix.lower()
-    if suffix == ".splat":
+    if suffix in (".splat", ".spz"):
         return True
     if suffix != ".ply" or not path.is_file():
         return False
     try:
-        names = {name for name, _ in _ply_header(path)[1]}
+        return ply_kind(path) != "mesh"
     except SceneError:
-        return False
-    return {"f_dc_0", "opacity"} <= names
+        return True
 
 
 def read_splat_file(path: str | Path) -> SplatCloud:
@@ -184,10 +175,16 @@ def read_splat_file(path: str | Path) -> SplatCloud:
         )
     if suffix == ".splat":
         cloud = _read_dot_splat(path)
+    elif suffix == ".spz":
+        cloud = _cloud(path, read_spz(path, most_points=int((free or 2**62) // 400)))
     elif suffix == ".ply":
-        cloud = _read_ply(path)
+        kind = ply_kind(path)
+        if kind == "mesh":
+            raise SceneError(f"{path}: a mesh (it has faces), not a Gaussian splat: place it as an [[asset]]")
+        layout = ply_layout(path)
+        cloud = _cloud(path, read_compressed_ply(path, layout) if kind == "compressed" else _read_ply(path, layout))
     else:
-        raise SceneError(f"{path}: unknown splat format {suffix!r}; use {' or '.join(SPLAT_SUFFIXES)}")
+        raise SceneError(f"{path}: unknown splat format {suffix!r}; use {', '.join(SPLAT_SUFFIXES)}")
     kept = cloud.opacity >= MIN_OPACITY
     if not kept.all():
         log.info("%s: %d of %d Gaussians are under 1/255 opacity: left out", path, (~kept).sum(), len(kept))
@@ -201,47 +198,21 @@ def _per_gaussian(c: SplatCloud) -> tuple[np.ndarray, ...]:
     return c.positions, c.scales, c.rotations, c.opacity, c.sh, c.segment, c.frame
 
 
-def _ply_header(path: Path) -> tuple[int, list[tuple[str, str]], int, str]:
-    """(vertex count, [(property, numpy type)], header bytes, format) of a PLY's vertex element."""
-    with path.open("rb") as f:
-        head = f.read(65536)
-    end = head.find(b"end_header")
-    if not head.startswith(b"ply") or end < 0:
-        raise SceneError(f"{path}: not a PLY file (no 'ply' magic and 'end_header' in its first 64 KiB)")
-    stop = head.index(b"\n", end) + 1
-    lines = head[:stop].decode("ascii", errors="replace").splitlines()
-    fmt, count, properties, element = "", 0, [], None
-    for line in lines[1:]:
-        words = line.split()
-        if not words or words[0] in ("comment", "obj_info"):
-            continue
-        if words[0] == "format":
-            fmt = words[1] if len(words) > 1 else ""
-        elif words[0] == "element":
-            if element == "vertex":
-                break  # the vertices come first; what follows is another element's
-            element = words[1] if len(words) > 1 else ""
-            if element == "vertex":
-                count = int(words[2]) if len(words) > 2 and words[2].isdigit() else -1
-        elif words[0] == "property" and element == "vertex":
-            if len(words) != 3 or words[1] not in _PLY_TYPES:
-                raise SceneError(f"{path}: vertex property {' '.join(words[1:])!r}: a list or an unknown type")
-            properties.append((words[2], _PLY_TYPES[words[1]]))
-    if count < 0 or element is None:
-        raise SceneError(f"{path}: no 'element vertex <count>' in its header")
-    return count, properties, stop, fmt
-
-
-def _read_ply(path: Path) -> SplatCloud:
-    count, properties, header, fmt = _ply_header(path)
-    if fmt not in ("binary_little_endian", "binary_big_endian"):
-        raise SceneError(f"{path}: PLY format {fmt!r}: splats are read from binary PLY (little or big endian)")
-    names = [name for name, _ in properties]
+def _read_ply(path: Path, layout: PlyLayout) -> Gaussians:
+    """The INRIA PLY's columns, memory-mapped, read a property at a time."""
+    vertex = layout.element("vertex")
+    if layout.format not in ("binary_little_endian", "binary_big_endian"):
+        raise SceneError(f"{path}: PLY format {layout.format!r}: splats are read from binary PLY (little or big endian)")
+    if layout.elements[0].name != "vertex":
+        raise SceneError(f"{path}: element {layout.elements[0].name!r} comes before 'vertex': a splat PLY starts with its Gaussians")
+    names = vertex.names
     missing = [name for name in (*_REQUIRED, *_ROTATION) if name not in names]
     if missing:
-        raise SceneError(
-            f"{path}: not a Gaussian splat PLY: missing property {missing[0]!r} (and {len(missing) - 1} more)"
-        )
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise SceneError(f"{path}: not a Gaussian splat PLY: missing property {missing[0]!r}{more}")
+    lists = [name for name, kind in vertex.properties if kind is None]
+    if lists:
+        raise SceneError(f"{path}: vertex property {lists[0]!r} is a list: a splat's properties are numbers")
     rest = sorted((n for n in names if re.fullmatch(r"f_rest_\d+", n)), key=lambda n: int(n[7:]))
     degrees = {3 * ((d + 1) ** 2 - 1): d for d in range(MAX_SH_DEGREE + 1)}
     if len(rest) not in degrees or rest != [f"f_rest_{i}" for i in range(len(rest))]:
@@ -249,15 +220,15 @@ def _read_ply(path: Path) -> SplatCloud:
             f"{path}: {len(rest)} f_rest_* properties: spherical harmonics of degree 0 to 3 have 0, 9, 24 or 45, "
             "numbered from f_rest_0"
         )
-    order = "<" if fmt == "binary_little_endian" else ">"
-    dtype = np.dtype([(name, order + kind) for name, kind in properties])
-    needed = header + count * dtype.itemsize
+    dtype = record_dtype(layout, vertex)
+    count = vertex.count
+    needed = layout.header_bytes + count * dtype.itemsize
     size = path.stat().st_size
     if size < needed:
         raise SceneError(
             f"{path}: truncated: {count} Gaussians of {dtype.itemsize} bytes need {needed} bytes, the file has {size}"
         )
-    records = np.memmap(path, dtype=dtype, mode="r", offset=header, shape=(count,))
+    records = np.memmap(path, dtype=dtype, mode="r", offset=layout.header_bytes, shape=(count,))
 
     def column(name: str) -> np.ndarray:
         values = np.asarray(records[name], dtype=np.float32)
@@ -271,9 +242,9 @@ def _read_ply(path: Path) -> SplatCloud:
 
     positions = np.stack([column(n) for n in ("x", "y", "z")], axis=1)
     log_scales = np.stack([column(f"scale_{i}") for i in range(3)], axis=1)
-    scales = np.exp(np.clip(log_scales, -30.0, 30.0)).astype(np.float32)
-    rotations = _unit_quaternions(path, np.stack([column(n) for n in _ROTATION], axis=1))
-    opacity = (1.0 / (1.0 + np.exp(-np.clip(column("opacity"), -60.0, 60.0)))).astype(np.float32)
+    rotations = np.stack([column(n) for n in _ROTATION], axis=1)
+    logit = column("opacity")
+    opacity = 1.0 / (1.0 + np.exp(-np.clip(logit, -60.0, 60.0)))
     degree = degrees[len(rest)]
     per_channel = (degree + 1) ** 2 - 1
     sh = np.empty((count, per_channel + 1, 3), np.float32)
@@ -281,16 +252,35 @@ def _read_ply(path: Path) -> SplatCloud:
         sh[:, 0, c] = column(f"f_dc_{c}")
         for k in range(per_channel):
             sh[:, k + 1, c] = column(f"f_rest_{c * per_channel + k}")
-    return SplatCloud(
-        positions,
-        scales,
-        rotations,
-        opacity,
-        sh,
+    return Gaussians(positions, log_scales, rotations, opacity.astype(np.float32), sh)
+
+
+def _cloud(path: Path, g: Gaussians) -> SplatCloud:
+    """A file's Gaussians checked (every value finite, every rotation non-zero) as a cloud in its frame."""
+    for name, values in (
+        ("position (x, y, z)", g.positions),
+        ("scale (scale_*)", g.log_scales),
+        ("rotation (rot_*)", g.rotations),
+        ("opacity", g.opacity),
+        ("colour (f_dc_*, f_rest_*)", g.sh),
+    ):
+        bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+        if bad.any():
+            raise SceneError(
+                f"{path}: {name} has {int(bad.sum())} NaN or infinite values (first at Gaussian {int(np.argmax(bad))})"
+            )
+    count = len(g.positions)
+    cloud = SplatCloud(
+        g.positions,
+        np.exp(np.clip(g.log_scales, -30.0, 30.0)).astype(np.float32),
+        _unit_quaternions(path, g.rotations),
+        g.opacity,
+        g.sh,
         np.ones(count, np.int32),
         np.zeros(count, np.int32),
         np.eye(3, dtype=np.float32)[None],
     )
+    return cloud.filtered("antialiased") if g.antialiased else cloud
 
 
 def _read_dot_splat(path: Path) -> SplatCloud:
