@@ -8,6 +8,7 @@ from goggles.dynamics.model import vec8
 from goggles.render.projection import lens_coefficients
 from goggles.sensors.beacons import detect_beacon
 from goggles.world.queries import ActorData
+from goggles.world.splats import SplatData
 
 wp.set_module_options({"enable_backward": False})
 
@@ -468,6 +469,7 @@ def place_beacons_kernel(
 def observe_beacons_kernel(
     static_mesh: wp.uint64,
     actors: ActorData,
+    splats: SplatData,
     candidates: wp.array2d(dtype=wp.int32),
     R_WC: wp.array2d(dtype=wp.mat33),
     p_WC: wp.array2d(dtype=wp.vec3),
@@ -487,6 +489,7 @@ def observe_beacons_kernel(
     seen = detect_beacon(
         static_mesh,
         actors,
+        splats,
         candidates[i],
         candidates.shape[1],
         -1,

@@ -662,6 +662,7 @@ class DroneVectorEnv(VectorEnv):
             inputs=[
                 self.scene.mesh.id,
                 self.scene.actors,
+                self.scene.splat_data,
                 self._candidates,
                 R_WC,
                 p_WC,
@@ -689,6 +690,7 @@ class DroneVectorEnv(VectorEnv):
             inputs=[
                 self.scene.mesh.id,
                 self._range_actors,
+                self.scene.splat_data,
                 R_WS,
                 p_WS,
                 self._range_rays,

@@ -824,7 +824,7 @@ def _props(path, base: Path, tables) -> tuple[PropSpec, ...]:
 
 
 def _prop(path, base: Path, index: int, table) -> PropSpec:
-    keys = {"name", "box", "rgb", "mesh", "units", "up", "segmentation", "tracked"}
+    keys = {"name", "box", "rgb", "mesh", "splat", "filter", "instances", "units", "up", "segmentation", "tracked"}
     r = Table(path, f"[[prop]] #{index + 1}", table, keys)
     name = r.text("name", required=True)
     if len(name) > MAX_EDIT_NAME:
@@ -835,8 +835,12 @@ def _prop(path, base: Path, index: int, table) -> PropSpec:
         isinstance(b, str) and _NAME.fullmatch(b) and len(b) <= MAX_EDIT_NAME for b in tracked
     ):
         raise r.error("tracked", f"a list of mocap body names (pose/<body>), {MAX_EDIT_NAME} characters at most")
-    if ("box" in r.table) == ("mesh" in r.table):
-        raise ConfigError(f"{path}: {r.where}: give 'box' (extents, m) or 'mesh' (a file), one of them")
+    if sum(k in r.table for k in ("box", "mesh", "splat")) != 1:
+        raise ConfigError(
+            f"{path}: {r.where}: give 'box' (extents, m), 'mesh' (a file) or 'splat' (a capture), one of them"
+        )
+    if "splat" not in r.table and ("filter" in r.table or "instances" in r.table):
+        raise ConfigError(f"{path}: {r.where}: 'filter' and 'instances' are for a splat")
     if "box" in r.table:
         if "units" in r.table or "up" in r.table:
             raise ConfigError(f"{path}: {r.where}: 'units' and 'up' are for a mesh, not a box")
@@ -850,7 +854,32 @@ def _prop(path, base: Path, index: int, table) -> PropSpec:
         rgb = (float(rgb[0]), float(rgb[1]), float(rgb[2]))
         return PropSpec(name, segmentation, box=box, rgb=rgb, tracked=tuple(tracked))
     if "rgb" in r.table:
-        raise ConfigError(f"{path}: {r.where}: 'rgb' is for a box; a mesh brings its own colours")
+        raise ConfigError(f"{path}: {r.where}: 'rgb' is for a box; a mesh or a capture brings its own colours")
+    if "splat" in r.table:
+        from goggles.scene.splats import FILTERS, SPLAT_SUFFIXES
+
+        splat = (base / r.text("splat")).resolve()
+        if splat.suffix.lower() not in SPLAT_SUFFIXES:
+            raise r.error("splat", f"a capture file ({', '.join(SPLAT_SUFFIXES)})")
+        if not splat.is_file():
+            raise r.error("splat", f"a capture file; {splat} is not one")
+        units, up = r.choice("units", UNITS_M), r.choice("up", UP_AXES)
+        from goggles.world.props import MAX_PROPS
+
+        instances = r.integer("instances", max(1, len(tracked)), low=1, high=MAX_PROPS, meaning="placed at once")
+        if instances < len(tracked):
+            raise r.error("instances", f"at least its {len(tracked)} tracked bodies")
+        screen_filter = r.choice("filter", FILTERS, "3dgs")
+        return PropSpec(
+            name,
+            segmentation,
+            splat=splat,
+            filter=screen_filter,
+            instances=instances,
+            units=units,
+            up=up,
+            tracked=tuple(tracked),
+        )
     mesh = (base / r.text("mesh")).resolve()
     units, up = r.choice("units", UNITS_M), r.choice("up", UP_AXES)  # required: never guessed, as in a scene file
     return PropSpec(name, segmentation, mesh=mesh, units=units, up=up, tracked=tuple(tracked))

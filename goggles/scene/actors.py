@@ -70,6 +70,20 @@ class PropSpec:
     up: str = "+z"
     tracked: tuple[str, ...] = ()
     """Motion-capture bodies that are instances of it: ``pose/<body>`` places an actor of that name."""
+    splat: Path | None = None
+    """A captured object (a Gaussian splat file: .ply, .splat, .spz) instead of a box or a mesh."""
+    filter: str = "3dgs"
+    """A splat's screen-space filter (``goggles.scene.splats.FILTERS``)."""
+    instances: int = 1
+    """A splat's: how many of it may be placed at once (its Gaussians are kept on the device per instance)."""
+
+    def splat_cloud(self):
+        """A splat prop's Gaussians in its own frame (the file's units and up axis), of its class."""
+        from goggles.scene.batch import place_splat
+        from goggles.scene.scene_file import AssetSpec
+
+        asset = AssetSpec(self.name, self.splat, self.units, self.up, np.eye(4), 1.0, self.segmentation, self.filter)
+        return place_splat(asset, self.splat)
 
     def shape(self) -> ActorShape:
         """Its actor shape (a mesh file is read here: ``SceneError`` names it)."""

@@ -142,14 +142,21 @@ def place_splats(scene: StaticScene, splats, source) -> StaticScene:
 def _placed_splat(spec: SceneSpec, index: int, splat) -> SplatCloud:
     """A ``[[splat]]``'s Gaussians in the world: the file's units and up axis, its scale and pose."""
     with busy(f"reading splat {splat.name} ({index + 1} of {len(spec.splats)}): {splat.path}"):
-        cloud = read_splat_file(splat.path)
+        placed = place_splat(splat, spec.source)
+    log.info("read splat %s: %d Gaussians, SH degree %d", splat.name, len(placed), placed.degree)
+    return placed
+
+
+def place_splat(splat, source) -> SplatCloud:
+    """The Gaussians of ``splat`` (an ``AssetSpec``: a scene's ``[[splat]]``, or a splat prop in its own
+    frame) read and placed: the file's units and up axis, its scale, pose, class and filter."""
+    cloud = read_splat_file(splat.path)
     T = splat.T_WA.copy()
     T[:3, :3] = T[:3, :3] @ UP_AXES[splat.up]
     placed = cloud.placed(T, splat.scale * UNITS_M[splat.units], splat.segmentation).filtered(splat.filter)
     reach = float(np.abs(placed.positions).max())
     if not reach < FLOAT32_MAX / 2:
-        raise SceneError(f"{spec.source}: splat {splat.name!r} placed reaches {reach:.3g} m; check its scale and units")
-    log.info("read splat %s: %d Gaussians, SH degree %d", splat.name, len(placed), placed.degree)
+        raise SceneError(f"{source}: splat {splat.name!r} placed reaches {reach:.3g} m; check its scale and units")
     return placed
 
 

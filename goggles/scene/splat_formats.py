@@ -264,7 +264,9 @@ def read_spz(path: Path, most_points: int) -> Gaussians:
         except zlib.error as exc:
             raise SceneError(f"{path}: its gzip stream is damaged ({exc})") from None
         if len(body) < expected - 16:
-            raise SceneError(f"{path}: truncated: its header promises {expected - 16} bytes, the stream holds {len(body)}")
+            raise SceneError(
+                f"{path}: truncated: its header promises {expected - 16} bytes, the stream holds {len(body)}"
+            )
         streams = _split(body, header["sizes"])
     else:
         header = _spz_header(path, raw[:32])

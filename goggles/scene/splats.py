@@ -202,9 +202,13 @@ def _read_ply(path: Path, layout: PlyLayout) -> Gaussians:
     """The INRIA PLY's columns, memory-mapped, read a property at a time."""
     vertex = layout.element("vertex")
     if layout.format not in ("binary_little_endian", "binary_big_endian"):
-        raise SceneError(f"{path}: PLY format {layout.format!r}: splats are read from binary PLY (little or big endian)")
+        raise SceneError(
+            f"{path}: PLY format {layout.format!r}: splats are read from binary PLY (little or big endian)"
+        )
     if layout.elements[0].name != "vertex":
-        raise SceneError(f"{path}: element {layout.elements[0].name!r} comes before 'vertex': a splat PLY starts with its Gaussians")
+        raise SceneError(
+            f"{path}: element {layout.elements[0].name!r} comes before 'vertex': a splat PLY starts with its Gaussians"
+        )
     names = vertex.names
     missing = [name for name in (*_REQUIRED, *_ROTATION) if name not in names]
     if missing:

@@ -24,6 +24,7 @@ from goggles.runtime.progress import load_kernels
 from goggles.sensors.draws import host_generator
 from goggles.world import Beacon, DeviceScene
 from goggles.world.queries import ActorData, Carriers, Hit, closer_actor_hit
+from goggles.world.splats import SplatData, trace_splats
 
 #: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
 wp.set_module_options({"enable_backward": False})
@@ -60,6 +61,7 @@ class Detection:
 def detect_beacon(
     static_mesh: wp.uint64,
     actors: ActorData,
+    splats: SplatData,
     candidates: wp.array(dtype=wp.int32),
     count: int,
     carrier: int,
@@ -73,8 +75,8 @@ def detect_beacon(
 ) -> wp.vec3:
     """A beacon as one camera detects it: (u, v) pixels and range (m) when it is in front, inside the
     image, and nothing of the static scene or of the first ``count`` actor instances in
-    ``candidates`` (but ``carrier``, the camera's own vehicle; -1: none) lies between; (0, 0, 0)
-    otherwise."""
+    ``candidates`` (but ``carrier``, the camera's own vehicle; -1: none) lies between, nor splats whose
+    opacity passes one half; (0, 0, 0) otherwise."""
     p_C = wp.transpose(R_WC) * (beacon_W - p_WC)
     uv = project(p_C, intrinsics, lens, coefficients)  # imaged by the camera's lens (a pinhole's: in front)
     if not inside_image(uv, size[0], size[1]):
@@ -94,6 +96,9 @@ def detect_beacon(
         hit = closer_actor_hit(actors, candidates, count, carrier, origin, direction, hit)
         if hit.result:
             return wp.vec3(0.0)
+        if splats.count > 0:
+            if trace_splats(splats, origin, direction, 0.0, reach, 0.0).t_half >= 0.0:
+                return wp.vec3(0.0)
     return wp.vec3(uv[0], uv[1], distance)
 
 
@@ -101,6 +106,7 @@ def detect_beacon(
 def detect_beacons_kernel(
     static_mesh: wp.uint64,
     actors: ActorData,
+    splats: SplatData,
     R_WC: wp.array(dtype=wp.mat33),
     p_WC: wp.array(dtype=wp.vec3),
     intrinsics: wp.array(dtype=wp.vec4),
@@ -117,6 +123,7 @@ def detect_beacons_kernel(
     seen = detect_beacon(
         static_mesh,
         actors,
+        splats,
         actors.every,
         actors.count,
         carriers[c],
@@ -233,12 +240,15 @@ class BeaconSensor:
         self._p.assign(T_WC[:, :3, 3].astype(np.float32))
         self._beacons_W.assign(self.world_positions(T_WA).astype(np.float32))
         carried_by = self._carriers.set(carriers)
+        if self.scene.splats is not None:
+            self.scene.splats.fit(None, 0.0)  # after a splat prop moved
         wp.launch(
             detect_beacons_kernel,
             dim=(len(self.cameras), len(self.beacons)),
             inputs=[
                 self.scene.mesh.id,
                 self.scene.actors,
+                self.scene.splat_data,
                 self._R,
                 self._p,
                 self._intrinsics,

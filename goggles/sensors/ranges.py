@@ -20,6 +20,7 @@ from goggles.runtime.progress import load_kernels
 from goggles.sensors.draws import NoiseDraws, draw_state
 from goggles.world import DeviceScene
 from goggles.world.queries import ActorData, Carriers, closer_actor_hit, static_hit
+from goggles.world.splats import SplatData, trace_splats
 
 #: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
 wp.set_module_options({"enable_backward": False})
@@ -79,6 +80,7 @@ def range_sensor_model(model: RangeSensorModel | str, what: str = "range sensor"
 def measure_ranges_kernel(
     static_mesh: wp.uint64,
     actors: ActorData,
+    splats: SplatData,
     R_WS: wp.array(dtype=wp.mat33),
     p_WS: wp.array(dtype=wp.vec3),
     directions_S: wp.array(dtype=wp.vec3),
@@ -91,12 +93,21 @@ def measure_ranges_kernel(
     out_range: wp.array2d(dtype=float),
 ):
     """One (sensor pose, zone) reading; the noise of sensor s from stream (first_sensor + s, zone).
-    The actor instance ``carriers[s]`` (the sensor's own vehicle; -1: none) is not seen."""
+    The actor instance ``carriers[s]`` (the sensor's own vehicle; -1: none) is not seen. A beam stops
+    in splats where their opacity passes one half, as a depth camera's pixel does."""
     s, z = wp.tid()
     direction = R_WS[s] * directions_S[z]
     hit = static_hit(static_mesh, p_WS[s], direction, max_range)
     if actors.count > 0:
         hit = closer_actor_hit(actors, actors.every, actors.count, carriers[s], p_WS[s], direction, hit)
+    if splats.count > 0:
+        end = max_range
+        if hit.result:
+            end = hit.t
+        seen = trace_splats(splats, p_WS[s], direction, 0.0, end, 0.0)
+        if seen.t_half >= 0.0:
+            hit.result = True
+            hit.t = seen.t_half
     if not hit.result:
         out_range[s, z] = wp.inf
     elif hit.t < min_range:
@@ -158,12 +169,15 @@ class RangeSensor:
             self._draws.at(key)
         R_WS.assign(T_WS[:, :3, :3].astype(np.float32))
         p_WS.assign(T_WS[:, :3, 3].astype(np.float32))
+        if self.scene.splats is not None:
+            self.scene.splats.fit(None, 0.0)  # after a splat prop moved
         wp.launch(
             measure_ranges_kernel,
             dim=(n, self.model.rows * self.model.cols),
             inputs=[
                 self.scene.mesh.id,
                 self.scene.actors,
+                self.scene.splat_data,
                 R_WS,
                 p_WS,
                 self._directions,

@@ -35,7 +35,8 @@ class World:
     beacons: list[Beacon] = field(default_factory=list)
     """The four corner beacons of every gate, ``<gate>/<corner>``, attached to the gate's actor."""
     props: tuple = ()
-    """The props a run may spawn (``PropSpec``); prop i is shape ``len(gate_poses) + i``."""
+    """The props a run may spawn (``PropSpec``): its boxes and meshes are shapes after the gates', in
+    order; its captures (``splat``) are the scene's splat props, in order."""
     bodies: tuple[int, ...] = ()
     """The shape of each vehicle's body, after the props' (``build_world``'s ``bodies``)."""
 
@@ -70,8 +71,9 @@ def build_world(
 ) -> World:
     """Upload ``scene`` (a StaticScene, a scene file or mesh path; None: the built-in arena) to
     ``device`` and place ``course``'s gates in it, leaving room for ``spare_actors`` more instances
-    (avatars, props, vehicles); the shapes of ``props`` (``PropSpec``) follow the gates', then those
-    of the vehicles' ``bodies`` (``ActorShape``, one per vehicle; one object for those that look alike)."""
+    (avatars, props, vehicles); the shapes of ``props`` (``PropSpec``: boxes and meshes; captures are
+    splat props) follow the gates', then those of the vehicles' ``bodies`` (``ActorShape``, one per
+    vehicle; one object for those that look alike)."""
     if not isinstance(scene, StaticScene):
         from goggles.paths import default_scene
         from goggles.scene import load_static_scene
@@ -79,11 +81,13 @@ def build_world(
         scene = load_static_scene(scene or default_scene())
     gates = course.gates if course is not None else ()
     unique = list({id(b): b for b in bodies}.values())  # vehicles sharing a shape object share it here
+    meshes = [p for p in props if p.splat is None]
     device_scene = DeviceScene(
         scene,
         device,
-        shapes=[*(gate_shape(g.opening, g.name) for g in gates), *(p.shape() for p in props), *unique],
+        shapes=[*(gate_shape(g.opening, g.name) for g in gates), *(p.shape() for p in meshes), *unique],
         max_actors=max(1, len(gates) + spare_actors),
+        splat_props=[(p.splat_cloud(), p.instances) for p in props if p.splat is not None],
     )
     poses = np.array([g.T_WG for g in gates]).reshape(-1, 4, 4)
     device_scene.set_actors(range(len(gates)), poses)
@@ -92,6 +96,6 @@ def build_world(
         for i, gate in enumerate(gates)
         for k, p in enumerate(gate.beacon_positions_G())
     ]
-    first = len(gates) + len(props)
+    first = len(gates) + len(meshes)
     place = {id(b): first + i for i, b in enumerate(unique)}
     return World(device_scene, course, poses, beacons, tuple(props), tuple(place[id(b)] for b in bodies))

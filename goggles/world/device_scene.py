@@ -15,11 +15,12 @@ from goggles.errors import ConfigError
 from goggles.runtime.progress import busy
 from goggles.scene.actors import ActorShape
 from goggles.scene.batch import StaticScene, merge_parts, stack_appearance
+from goggles.scene.splats import SplatCloud
 from goggles.world.appearance import SceneData
 from goggles.world.bvh_cache import cached_ray_bvh, cached_wide_bvh
 from goggles.world.queries import ActorData
 from goggles.world.ray_bvh import RayBvh, upload
-from goggles.world.splats import DeviceSplats, check_splats_fit
+from goggles.world.splats import DeviceSplats, check_splats_fit, empty_splats
 from goggles.world.wide_bvh import WideBvh, upload_wide
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ class DeviceScene:
         bvh: Warp's BVH builder for the static mesh ("sah", "median", "lbvh"); default SAH on CUDA (built
             once, traced for the whole run: Warp's CUDA default, LBVH, builds faster but traces slower) and
             Warp's default on the CPU (SAH there already). ``goggles bench render --bvh`` compares them.
+        splat_props: captured objects that may be placed while it runs: each one's Gaussians in its own
+            frame and how many of it may be placed at once (``DeviceSplats``).
     """
 
     def __init__(
@@ -50,6 +53,7 @@ class DeviceScene:
         shapes: Sequence[ActorShape] = (),
         max_actors: int = 64,
         bvh: str | None = None,
+        splat_props: Sequence[tuple[SplatCloud, int]] = (),
     ):
         if not isinstance(scene, StaticScene):
             raise ConfigError(f"a DeviceScene holds a StaticScene (goggles.scene.load_static_scene), got {scene!r}")
@@ -81,10 +85,16 @@ class DeviceScene:
         wp.synchronize_device(d)
         log.info("BVH built in %.2f s (%d actor shapes)", time.perf_counter() - start, len(shapes))
         self.splats = None
-        """The scene's Gaussian splats on the device (``goggles.world.splats.DeviceSplats``), or None."""
-        if scene.splats is not None:
-            check_splats_fit(scene.splats, d, f"the scene's {len(scene.splats):,} Gaussians")
-            self.splats = DeviceSplats(scene.splats, d)
+        """The scene's Gaussian splats and its splat props' on the device (``DeviceSplats``), or None."""
+        if scene.splats is not None or splat_props:
+            clouds = [(scene.splats, 1)] if scene.splats is not None else []
+            clouds += list(splat_props)
+            count = sum(len(c) * n for c, n in clouds)
+            width = max(c.sh.shape[1] for c, _ in clouds)
+            check_splats_fit(count, width, d, f"the scene's {count:,} Gaussians (its captures and splat props)")
+            self.splats = DeviceSplats(scene.splats, d, splat_props)
+        self.splat_data = self.splats.data if self.splats is not None else empty_splats(d)
+        """What kernels that see splats read (no Gaussians where there are none)."""
         self.data = SceneData()
         self.data.mesh = self.mesh.id
         actors = ActorData()

@@ -28,12 +28,14 @@ Its boxes grow with it, for the cameras about to trace (``DeviceSplats.fit``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import warp as wp
 
 from goggles.errors import ConfigError
 from goggles.runtime.progress import busy, load_kernels
-from goggles.scene.splats import FILTERS, MIN_OPACITY, SplatCloud
+from goggles.scene.splats import FILTERS, MIN_OPACITY, SplatCloud, merge_splats
 
 _CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
 # Compiled for the CPU as the render kernels are (no NaN here: their BVH traversal is ~1.8x faster).
@@ -80,6 +82,8 @@ class SplatData:
     """Per frame (file): the screen-space filter its capture was trained with, px^2 (0: none)."""
     compensated: wp.array(dtype=wp.int32)
     """Per frame: 1 where the filter scales the opacity to keep the Gaussian's integral."""
+    shown: wp.array(dtype=wp.int32)
+    """Per frame: 0 where its Gaussians are not in the world (a splat prop's instance not placed)."""
     count: int
 
 
@@ -130,10 +134,12 @@ def sh_colour(sh: wp.array2d(dtype=wp.vec3), i: int, degree: int, d: wp.vec3) ->
 def response(s: SplatData, i: int, origin: wp.vec3, direction: wp.vec3, footprint: float) -> wp.vec2:
     """(t, alpha): where along the ray Gaussian ``i`` answers most, and how much (0: not at all), for a
     ray whose pixel spans ``footprint`` rad^2 (0: a thin ray, no filter)."""
+    frame = s.frame[i]
+    if s.shown[frame] == 0:
+        return wp.vec2(0.0)
     A = s.axes[i]
     mean = s.mean[i]
     r = wp.max(wp.dot(mean - origin, direction), 0.0)
-    frame = s.frame[i]
     grow = s.dilation[frame] * footprint * r * r
     own = s.variance[i]
     v = own + wp.vec3(grow)
@@ -224,35 +230,71 @@ def trace_splats(
 
 
 class DeviceSplats:
-    """A splat cloud on a device: its arrays, its BVH and the ``SplatData`` kernels read."""
+    """Splats on a device: the scene's captures, and room for splat props (objects captured apart,
+    a chair a person carries), each prop's Gaussians once per instance it may have placed at once;
+    their arrays, their BVH and the ``SplatData`` kernels read.
 
-    def __init__(self, cloud: SplatCloud, device):
+    Args:
+        cloud: the scene's Gaussians in the world (None: none).
+        device: where.
+        props: each splat prop's Gaussians in its own frame, and how many of it may be placed at once.
+    """
+
+    def __init__(self, cloud: SplatCloud | None, device, props: Sequence[tuple[SplatCloud, int]] = ()):
         d = wp.get_device(device)
-        count = len(cloud)
-        R = _rotation_matrices(cloud.rotations.astype(np.float64))  # (N, 3, 3) axes in the world
-        scales = np.maximum(cloud.scales.astype(np.float64), 1e-9)
+        scene_frames = len(cloud.frames) if cloud is not None else 0
+        parts = [cloud] if cloud is not None else []
+        self._slots: list[list[tuple[int, int, int]]] = []
+        """Per prop, per instance: (first Gaussian, count, frame)."""
+        start, frame = len(cloud) if cloud is not None else 0, scene_frames
+        for prop, instances in props:
+            self._slots.append([(start + k * len(prop), len(prop), frame + k) for k in range(instances)])
+            parts += [prop] * instances
+            start, frame = start + instances * len(prop), frame + instances
+        merged = merge_splats(parts)
+        if merged is None:
+            raise ConfigError("DeviceSplats needs a cloud or a splat prop")
+        count = len(merged)
+        R = _rotation_matrices(merged.rotations.astype(np.float64))  # (N, 3, 3) axes in the world
+        scales = np.maximum(merged.scales.astype(np.float64), 1e-9)
         self.device = d
         self.count = count
-        self.degree = cloud.degree
-        self.nbytes = count * (BYTES_PER_GAUSSIAN + cloud.sh.shape[1] * 12)
-        dilation = np.array([FILTERS[name][0] for name in cloud.filters], np.float32)
-        compensated = np.array([FILTERS[name][1] for name in cloud.filters], np.int32)
+        self.degree = merged.degree
+        self.nbytes = count * (BYTES_PER_GAUSSIAN + merged.sh.shape[1] * 12)
+        dilation = np.array([FILTERS[name][0] for name in merged.filters], np.float32)
+        compensated = np.array([FILTERS[name][1] for name in merged.filters], np.int32)
         self.filtered = bool(np.any(dilation > 0.0))
         """Was any of its captures trained with a screen-space filter (its boxes then follow the cameras)?"""
         data = SplatData()
-        data.mean = wp.array(cloud.positions, dtype=wp.vec3, device=d)
+        data.mean = wp.array(merged.positions, dtype=wp.vec3, device=d)
         data.axes = wp.array(R.transpose(0, 2, 1).astype(np.float32), dtype=wp.mat33, device=d)
         data.variance = wp.array((scales**2).astype(np.float32), dtype=wp.vec3, device=d)
-        data.opacity = wp.array(cloud.opacity, dtype=float, device=d)
-        data.sh = wp.array(cloud.sh, dtype=wp.vec3, device=d)
-        data.degree = cloud.degree
-        data.segment = wp.array(cloud.segment, dtype=wp.int32, device=d)
-        data.frame = wp.array(cloud.frame, dtype=wp.int32, device=d)
-        data.frames = wp.array(cloud.frames, dtype=wp.mat33, device=d)
+        data.opacity = wp.array(merged.opacity, dtype=float, device=d)
+        data.sh = wp.array(merged.sh, dtype=wp.vec3, device=d)
+        data.degree = merged.degree
+        data.segment = wp.array(merged.segment, dtype=wp.int32, device=d)
+        data.frame = wp.array(merged.frame, dtype=wp.int32, device=d)
+        data.frames = wp.array(merged.frames, dtype=wp.mat33, device=d)
         data.dilation = wp.array(dilation, dtype=float, device=d)
         data.compensated = wp.array(compensated, dtype=wp.int32, device=d)
+        shown = np.zeros(len(merged.frames), np.int32)
+        shown[:scene_frames] = 1
+        data.shown = wp.array(shown, dtype=wp.int32, device=d)
         data.count = count
         self.data = data
+        # Each prop's own frame, once: an instance placed at T is written from it.
+        self._own = [
+            (
+                wp.array(prop.positions, dtype=wp.vec3, device=d),
+                wp.array(
+                    _rotation_matrices(prop.rotations.astype(np.float64)).transpose(0, 2, 1).astype(np.float32),
+                    dtype=wp.mat33,
+                    device=d,
+                ),
+                prop.frames[0].astype(np.float64),
+            )
+            for prop, _ in props
+        ]
         self.lowers = wp.zeros(count, dtype=wp.vec3, device=d)
         self.uppers = wp.zeros(count, dtype=wp.vec3, device=d)
         self._cameras_box = wp.zeros(2, dtype=wp.vec3, device=d)
@@ -261,26 +303,97 @@ class DeviceSplats:
         with busy(f"building the splats' BVH ({count:,} Gaussians on {d})"):
             self.bvh = wp.Bvh(self.lowers, self.uppers)
         data.bvh = self.bvh.id
-        k = np.sqrt(2.0 * np.log(np.maximum(cloud.opacity.astype(np.float64) / MIN_OPACITY, 1.0 + 1e-6)))
-        half = k[:, None] * np.sqrt(np.einsum("nij,nj->ni", R**2, scales**2))
-        mean = cloud.positions.astype(np.float64)
-        self.bounds = np.stack([(mean - half).min(axis=0), (mean + half).max(axis=0)])
-        """(2, 3) the cloud's world box where a thin ray can meet it, m."""
+        self._moved = False
+        self.bounds = np.zeros((2, 3))
+        """(2, 3) the scene's captures' world box where a thin ray can meet them, m (zeros: none)."""
+        if cloud is not None:
+            k = np.sqrt(2.0 * np.log(np.maximum(cloud.opacity.astype(np.float64) / MIN_OPACITY, 1.0 + 1e-6)))
+            own = _rotation_matrices(cloud.rotations.astype(np.float64))
+            half = k[:, None] * np.sqrt(np.einsum("nij,nj->ni", own**2, np.maximum(cloud.scales, 1e-9) ** 2))
+            mean = cloud.positions.astype(np.float64)
+            self.bounds = np.stack([(mean - half).min(axis=0), (mean + half).max(axis=0)])
 
-    def fit(self, positions: wp.array, footprint: float) -> None:
-        """Grow each Gaussian's box by the filter it shows the cameras at ``positions`` ((n, H):
-        every row's camera position, read on the device) whose pixels span at most ``footprint``
-        rad^2, and refit the BVH: a ray of these cameras stays inside its Gaussians' boxes. A thin
-        ray (no filter) stays inside any of them: for it nothing changes."""
-        if not self.filtered or footprint <= 0.0:
+    def instances(self, prop: int) -> int:
+        """How many of splat prop ``prop`` may be placed at once."""
+        return len(self._slots[prop])
+
+    def place(self, prop: int, instance: int, T_WA: np.ndarray | None) -> None:
+        """Place instance ``instance`` of splat prop ``prop`` at ``T_WA`` (a rigid (4, 4) pose of its
+        frame), or take it out of the world (None)."""
+        start, count, frame = self._slots[prop][instance]
+        d = self.device
+        if T_WA is None:
+            self.data.shown[frame : frame + 1].fill_(0)
+        else:
+            mean, axes, own_frame = self._own[prop]
+            R = np.asarray(T_WA[:3, :3], np.float64)
+            inputs = [
+                mean,
+                axes,
+                wp.mat33(*R.astype(np.float32).ravel()),
+                wp.vec3(*np.asarray(T_WA[:3, 3], np.float32)),
+            ]
+            outputs = [self.data.mean[start : start + count], self.data.axes[start : start + count]]
+            wp.launch(place_splats_kernel, dim=count, inputs=inputs, outputs=outputs, device=d)
+            self.data.frames[frame : frame + 1].assign(np.asarray([own_frame @ R.T], np.float32))
+            self.data.shown[frame : frame + 1].fill_(1)
+        self._moved = True
+
+    def fit(self, positions: wp.array | None, footprint: float) -> None:
+        """Make the BVH hold every Gaussian for rays from ``positions`` ((n, H): every row's camera
+        position, read on the device; None for thin rays) whose pixels span at most ``footprint``
+        rad^2: each Gaussian's box grown by the filter it shows them, after any prop that moved.
+        A thin ray (no filter) stays inside any of the boxes: for it only a move refits."""
+        grow = self.filtered and footprint > 0.0 and positions is not None
+        if not (grow or self._moved):
             return
-        wp.launch(cameras_box_kernel, dim=1, inputs=[positions], outputs=[self._cameras_box], device=self.device)
-        self._boxes(footprint)
+        if grow:
+            wp.launch(cameras_box_kernel, dim=1, inputs=[positions], outputs=[self._cameras_box], device=self.device)
+        self._boxes(footprint if grow else 0.0)
         self.bvh.refit()
+        self._moved = False
 
     def _boxes(self, footprint: float) -> None:
         inputs = [self.data, self._cameras_box, footprint]
-        wp.launch(splat_boxes_kernel, dim=self.count, inputs=inputs, outputs=[self.lowers, self.uppers], device=self.device)
+        wp.launch(
+            splat_boxes_kernel, dim=self.count, inputs=inputs, outputs=[self.lowers, self.uppers], device=self.device
+        )
+
+
+def empty_splats(device) -> SplatData:
+    """A ``SplatData`` of no Gaussians (kernels that see splats, in a world without any)."""
+    d = wp.get_device(device)
+    data = SplatData()
+    data.bvh = wp.uint64(0)
+    data.mean = wp.zeros(0, dtype=wp.vec3, device=d)
+    data.axes = wp.zeros(0, dtype=wp.mat33, device=d)
+    data.variance = wp.zeros(0, dtype=wp.vec3, device=d)
+    data.opacity = wp.zeros(0, dtype=float, device=d)
+    data.sh = wp.zeros((0, 1), dtype=wp.vec3, device=d)
+    data.degree = 0
+    data.segment = wp.zeros(0, dtype=wp.int32, device=d)
+    data.frame = wp.zeros(0, dtype=wp.int32, device=d)
+    data.frames = wp.zeros(0, dtype=wp.mat33, device=d)
+    data.dilation = wp.zeros(0, dtype=float, device=d)
+    data.compensated = wp.zeros(0, dtype=wp.int32, device=d)
+    data.shown = wp.zeros(0, dtype=wp.int32, device=d)
+    data.count = 0
+    return data
+
+
+@wp.kernel
+def place_splats_kernel(
+    own_mean: wp.array(dtype=wp.vec3),
+    own_axes: wp.array(dtype=wp.mat33),
+    R: wp.mat33,
+    p: wp.vec3,
+    mean: wp.array(dtype=wp.vec3),
+    axes: wp.array(dtype=wp.mat33),
+):
+    """An instance's Gaussians placed: means R m + p, axes A R^T."""
+    i = wp.tid()
+    mean[i] = R * own_mean[i] + p
+    axes[i] = own_axes[i] * wp.transpose(R)
 
 
 @wp.kernel
@@ -300,13 +413,21 @@ def cameras_box_kernel(positions: wp.array2d(dtype=wp.vec3), box: wp.array(dtype
 
 @wp.kernel
 def splat_boxes_kernel(
-    s: SplatData, cameras: wp.array(dtype=wp.vec3), footprint: float, lowers: wp.array(dtype=wp.vec3), uppers: wp.array(dtype=wp.vec3)
+    s: SplatData,
+    cameras: wp.array(dtype=wp.vec3),
+    footprint: float,
+    lowers: wp.array(dtype=wp.vec3),
+    uppers: wp.array(dtype=wp.vec3),
 ):
     """Each Gaussian's box where its response reaches 1/255 (k sigma along each world axis, k^2 = 2
     ln(255 opacity)), its covariance grown by the filter seen from the farthest corner of the
     cameras' box (the largest it shows any of them)."""
     i = wp.tid()
     mean = s.mean[i]
+    if s.shown[s.frame[i]] == 0:  # not in the world: a box no ray crosses
+        lowers[i] = mean
+        uppers[i] = mean
+        return
     far = wp.max(wp.abs(mean - cameras[0]), wp.abs(mean - cameras[1]))
     r2 = wp.dot(far, far)
     v = s.variance[i] + wp.vec3(s.dilation[s.frame[i]] * footprint * r2)
@@ -319,11 +440,12 @@ def splat_boxes_kernel(
     uppers[i] = mean + half
 
 
-def check_splats_fit(cloud: SplatCloud, device, what: str) -> None:
-    """Refuse, before any upload, a cloud the device cannot hold (with the GiB it needs)."""
+def check_splats_fit(count: int, coefficients: int, device, what: str) -> None:
+    """Refuse, before any upload, ``count`` Gaussians of ``coefficients`` SH coefficients each that the
+    device cannot hold (with the GiB they need)."""
     from goggles.runtime.device_memory import check_fits
 
-    need = len(cloud) * (BYTES_PER_GAUSSIAN + cloud.sh.shape[1] * 12)
+    need = count * (BYTES_PER_GAUSSIAN + coefficients * 12)
     check_fits(wp.get_device(device), need, what, "use a smaller splat (fewer Gaussians or a lower SH degree)")
 
 

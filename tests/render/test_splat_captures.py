@@ -64,7 +64,9 @@ def test_a_capture_renders_as_the_published_rasteriser_shows_it(capture, up, scr
     renderer.close()
     for k, T_WC in enumerate(poses):
         antialiased = screen_filter == "antialiased"
-        colour, alpha, depth = rasterise(scene.splats, camera.K, T_WC, camera.width, camera.height, antialiased=antialiased)
+        colour, alpha, depth = rasterise(
+            scene.splats, camera.K, T_WC, camera.width, camera.height, antialiased=antialiased
+        )
         reference = np.clip(colour * 255.0 + 0.5, 0.0, 255.0).astype(np.uint8).astype(float)
         psnr = 10.0 * np.log10(255.0**2 / np.mean((images.rgb[k].astype(float) - reference) ** 2))
         assert psnr >= 30.0, (k, psnr)

@@ -141,7 +141,9 @@ def test_other_bad_files_are_refused_by_name(tmp_path):
     scene = tmp_path / "scene.toml"
     scene.write_text('[[splat]]\nfile = "mesh.obj"\nunits = "m"\nup = "+z"\n')
     (tmp_path / "mesh.obj").write_text("v 0 0 0\n")
-    with pytest.raises(SceneError, match=r"\[\[splat\]\] #1: 'file' 'mesh.obj': a splat is a .ply, .splat or .spz file"):
+    with pytest.raises(
+        SceneError, match=r"\[\[splat\]\] #1: 'file' 'mesh.obj': a splat is a .ply, .splat or .spz file"
+    ):
         load_static_scene(scene)
 
 
@@ -271,7 +273,10 @@ def test_a_version_3_spz_reads_as_its_version_4(tmp_path):
     header = struct.pack("<IIIBBBB", magic, 3, points, degree, fractional, flags | 1, 0)
     (tmp_path / "v3.spz").write_bytes(gzip.compress(header + b"".join(blocks)))
     v3, v4 = read_splat_file(tmp_path / "v3.spz"), read_splat_file(DATA / "playbot-2k.spz")
-    for a, b in zip((v3.positions, v3.scales, v3.rotations, v3.opacity, v3.sh), (v4.positions, v4.scales, v4.rotations, v4.opacity, v4.sh)):
+    for a, b in zip(
+        (v3.positions, v3.scales, v3.rotations, v3.opacity, v3.sh),
+        (v4.positions, v4.scales, v4.rotations, v4.opacity, v4.sh),
+    ):
         np.testing.assert_array_equal(a, b)
     assert list(v3.filters) == ["antialiased"]  # the header's flag: trained with the antialiased filter
 
@@ -287,7 +292,9 @@ def _broken(tmp_path: Path, case: str) -> Path:
         "ply-magic-then-garbage.ply": b"ply\n" + np.random.default_rng(1).bytes(5000),
         "empty.ply": b"",
         "misnamed.ply": head.replace(b"property float f_dc_0\n", b"property float fdc0\n") + b"end_header\n" + body,
-        "list.ply": head.replace(b"property float opacity", b"property list uchar float opacity") + b"end_header\n" + body,
+        "list.ply": head.replace(b"property float opacity", b"property list uchar float opacity")
+        + b"end_header\n"
+        + body,
         "type.ply": head.replace(b"property float x", b"property vec3 x") + b"end_header\n" + body,
         "count.ply": head.replace(b"element vertex 2000", b"element vertex lots") + b"end_header\n" + body,
         "promise.ply": head.replace(b"element vertex 2000", b"element vertex 20000") + b"end_header\n" + body,

@@ -440,3 +440,119 @@ def test_the_edit_command_reaches_a_running_engine_on_both_buses(tmp_path):
     assert nobody.returncode == 2 and nobody.stderr.count("\n") == 1 and "no engine subscribed" in nobody.stderr
     both = goggles("edit", "spawn", "a", "crate", "--at", "1,2,3,0.5", "--orientation", "1,0,0,0", check=False)
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+def _captured_wall(path) -> None:
+    """A captured wall as a splat PLY: a 2 x 2 m sheet of opaque flat Gaussians in its y-z plane
+    (its x = 0), 2 cm apart."""
+    from goggles.scene.splats import SH_C0, SplatCloud, write_splat_ply
+
+    y, z = np.meshgrid(np.arange(-1.0, 1.0, 0.02), np.arange(-1.0, 1.0, 0.02))
+    n = y.size
+    positions = np.column_stack([np.zeros(n), y.ravel(), z.ravel()]).astype(np.float32)
+    scales = np.tile([0.002, 0.015, 0.015], (n, 1)).astype(np.float32)
+    sh = np.tile((np.array([0.2, 0.6, 0.3]) - 0.5) / SH_C0, (n, 1))[:, None, :].astype(np.float32)
+    cloud = SplatCloud(
+        positions,
+        scales,
+        np.tile([1.0, 0.0, 0.0, 0.0], (n, 1)).astype(np.float32),
+        np.full(n, 0.9, np.float32),
+        sh,
+        np.ones(n, np.int32),
+        np.zeros(n, np.int32),
+        np.eye(3, dtype=np.float32)[None],
+    )
+    write_splat_ply(cloud, path)
+
+
+def test_a_captured_prop_is_spawned_moved_and_removed_and_the_cameras_see_it(tmp_path, device):
+    """A splat prop (a captured wall) spawned 3 m ahead across the optical axis: the centre pixels'
+    depth is the sheet's (where its opacity passes one half), in its class; moved to 5 m; turned a
+    quarter about z it runs away from the camera (depths 4 to 6 m); a second instance past its
+    'instances' is refused; removed, the floor is back. Viewers draw no mesh for it."""
+    _captured_wall(tmp_path / "wall.ply")
+    props = """
+[[prop]]
+name = "crate"
+box = [1.0, 1.0, 1.0]
+segmentation = 20
+[[prop]]
+name = "wall"
+splat = "wall.ply"
+units = "m"
+up = "+z"
+instances = 1
+segmentation = 30
+"""
+    config = load_run_config(write_run_file(tmp_path, props=props))
+    with running(config, device) as (engine, sink, client):
+        base = joined(engine, client)
+        ignored = engine.counters.ignored
+        client.spawn("wall1", "wall", [3.0, 0.0, 0.6])
+        taken(engine, base + 1)
+        client.step(32)
+        depth = image_array(last(sink, "quad0/front/depth"))[CENTRE]
+        np.testing.assert_allclose(depth, plane_depth(last(sink, "quad0/state"), 3.0), rtol=0.01)
+        assert np.all(image_array(last(sink, "quad0/front/segmentation"))[CENTRE] == 30)
+
+        client.spawn("wall2", "wall", [8.0, 0.0, 0.6])  # its one instance is placed: refused, counted
+        client.move("wall1", [5.0, 0.0, 0.6])
+        taken(engine, base + 3)
+        client.step(32)
+        assert engine.counters.ignored == ignored + 1 and "wall2" not in engine.rig.props.placed
+        depth = image_array(last(sink, "quad0/front/depth"))[CENTRE]
+        np.testing.assert_allclose(depth, plane_depth(last(sink, "quad0/state"), 5.0), rtol=0.01)
+
+        # A quarter turn about z, 1.5 m to the left: the sheet runs away from the camera, 4 to 6 m ahead.
+        client.move("wall1", [5.0, 1.5, 0.6], orientation=[np.cos(np.pi / 4), 0.0, 0.0, np.sin(np.pi / 4)])
+        taken(engine, base + 4)
+        client.step(32)
+        row = (slice(11, 13), slice(0, 14))
+        seen = image_array(last(sink, "quad0/front/segmentation"))[row] == 30
+        depth = image_array(last(sink, "quad0/front/depth"))[row][seen]
+        assert seen.sum() >= 4 and np.ptp(depth) > 1.0 and 3.9 < depth.min() and depth.max() < 6.1
+
+        client.remove("wall1")
+        taken(engine, base + 5)
+        client.step(32)
+        depth = image_array(last(sink, "quad0/front/depth"))[CENTRE]
+        np.testing.assert_allclose(depth, plane_depth(last(sink, "quad0/state"), 0.0, axis=2), rtol=1e-5)
+        assert [a.name for a in engine.rig.viewed_actors()] == ["quad0"]
+
+
+def test_range_sensors_and_beacons_see_a_captured_prop(tmp_path):
+    """The downward ToF reads the sheet where it lies (not the floor beneath), and a beacon behind it
+    is hidden; moved away, the floor and the beacon are back."""
+    from goggles.frames import camera_pose_from_body, transform
+    from goggles.render import CameraModel
+    from goggles.scene.actors import PropSpec
+    from goggles.sensors.beacons import BeaconSensor
+    from goggles.sensors.ranges import FLIGHTGOGGLES_ALTIMETER, RangeSensor, downward_pose
+    from goggles.world import build_world
+    from goggles.world.build import Beacon
+
+    _captured_wall(tmp_path / "wall.ply")
+    floor = trimesh.creation.box(extents=[20.0, 20.0, 0.2])
+    floor.apply_translation([0.0, 0.0, -0.1])
+    floor.export(tmp_path / "floor.stl")
+    wall = PropSpec("wall", 30, splat=tmp_path / "wall.ply", units="m", up="+z")
+    world = build_world(tmp_path / "floor.stl", device="cpu", props=(wall,))
+    splats = world.scene.splats
+    tof = RangeSensor(world.scene, FLIGHTGOGGLES_ALTIMETER, noise=False)
+    above = downward_pose(transform([0.0, 0.0, 3.0], [1.0, 0.0, 0.0, 0.0]))
+    assert tof.measure(above[None])[0, 0, 0] == pytest.approx(3.0, abs=1e-4)  # the floor
+    lying = np.eye(4)
+    lying[:3, :3] = [[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [-1.0, 0.0, 0.0]]  # its x (the sheet's normal) up
+    lying[:3, 3] = [0.0, 0.0, 1.0]
+    splats.place(0, 0, lying)
+    assert tof.measure(above[None])[0, 0, 0] == pytest.approx(2.0, abs=0.01)  # the sheet 1 m up
+
+    camera = CameraModel.from_fov(64, 48, 60.0)
+    eye = camera_pose_from_body(transform([-3.0, 0.0, 0.6], [1.0, 0.0, 0.0, 0.0]))
+    sensor = BeaconSensor(world.scene, [Beacon("b/0", (2.0, 0.0, 0.6))], [camera])
+    assert len(sensor.detect(eye[None])) == 1
+    splats.place(0, 0, transform([0.0, 0.0, 0.6], [1.0, 0.0, 0.0, 0.0]))  # the sheet between them
+    assert sensor.detect(eye[None]) == []
+    splats.place(0, 0, None)
+    assert len(sensor.detect(eye[None])) == 1
+    assert tof.measure(above[None])[0, 0, 0] == pytest.approx(3.0, abs=1e-4)
