@@ -36,6 +36,7 @@ import warp as wp
 from goggles.errors import ConfigError
 from goggles.runtime.progress import busy, load_kernels
 from goggles.scene.splats import FILTERS, MIN_OPACITY, SplatCloud, merge_splats
+from goggles.world.queries import inverse_direction
 
 _CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
 # Compiled for the CPU as the render kernels are (no NaN here: their BVH traversal is ~1.8x faster).
@@ -43,9 +44,12 @@ wp.set_module_options(
     {"cpu_compiler_flags": _CPU_FLAGS + " -menable-no-nans -Wno-nan-infinity-disabled", "enable_backward": False}
 )
 
-#: Hits gathered per BVH pass.
-HITS = 64
-#: Most passes per ray (a ray through a very dense cloud stops there: 16 x 64 Gaussians).
+#: Hits gathered per BVH pass: each pass walks the BVH from its root again, so fewer passes of more
+#: hits are faster on a CPU (256: 1.4x the frames/s of 64 on the houseplant, 2.2 against 1.6), while a
+#: GPU thread keeps its buffer in scarce registers (3DGRT keeps 16). Chosen once per process, by
+#: whether the kernels may run on a GPU here.
+HITS = 64 if wp.is_cuda_available() else 256
+#: Most passes per ray (a ray through a very dense cloud stops there).
 MAX_PASSES = 64
 #: Compositing stops when the light left is under this: what lies behind could change an 8-bit colour by
 #: at most half a level (the reference rasterizer goes on to 1e-4, which no 8-bit image can show).
@@ -67,6 +71,9 @@ SH_C1 = wp.constant(0.4886025119029199)
 @wp.struct
 class SplatData:
     bvh: wp.uint64
+    lower: wp.array(dtype=wp.vec3)
+    upper: wp.array(dtype=wp.vec3)
+    """Each Gaussian's box (the BVH's items)."""
     mean: wp.array(dtype=wp.vec3)
     axes: wp.array(dtype=wp.mat33)
     """R^T: a world offset from the mean into the Gaussian's own axes."""
@@ -164,6 +171,15 @@ def response(s: SplatData, i: int, origin: wp.vec3, direction: wp.vec3, footprin
 
 
 @wp.func
+def exit_distance(lower: wp.vec3, upper: wp.vec3, origin: wp.vec3, inverse: wp.vec3) -> float:
+    """Where a ray (its direction's inverse) leaves a box."""
+    a = wp.cw_mul(lower - origin, inverse)
+    b = wp.cw_mul(upper - origin, inverse)
+    far = wp.max(a, b)
+    return wp.min(far[0], wp.min(far[1], far[2]))
+
+
+@wp.func
 def trace_splats(
     s: SplatData, origin: wp.vec3, direction: wp.vec3, t_start: float, t_end: float, footprint: float
 ) -> SplatTrace:
@@ -177,6 +193,7 @@ def trace_splats(
     if s.count == 0:
         return out
     after = t_start
+    inverse = inverse_direction(direction)
     passes = int(0)  # noqa: UP018 (Warp: a variable the loop below changes)
     more = bool(True)  # noqa: UP018 (Warp: a variable the loop below changes)
     while more and passes < MAX_PASSES and out.transmittance > MIN_TRANSMITTANCE:
@@ -190,6 +207,8 @@ def trace_splats(
         query = wp.bvh_query_ray(s.bvh, origin, direction)
         i = int(0)  # noqa: UP018
         while wp.bvh_query_next(query, i, reach):
+            if passes > 1 and exit_distance(s.lower[i], s.upper[i], origin, inverse) <= after:
+                continue  # wholly before what the last pass composited: its peak too
             hit = response(s, i, origin, direction, footprint)
             t = hit[0]
             if hit[1] <= 0.0 or t <= after or t >= t_end:
@@ -298,11 +317,13 @@ class DeviceSplats:
         self.lowers = wp.zeros(count, dtype=wp.vec3, device=d)
         self.uppers = wp.zeros(count, dtype=wp.vec3, device=d)
         self._cameras_box = wp.zeros(2, dtype=wp.vec3, device=d)
+        self._no_cameras = wp.zeros((1, 1), dtype=wp.vec3, device=d)
         load_kernels(trace_kernel.module, d)
-        self._boxes(0.0)  # each Gaussian's own box: where a thin ray can meet it
+        self._boxes(self._no_cameras, 0.0)  # each Gaussian's own box: where a thin ray can meet it
         with busy(f"building the splats' BVH ({count:,} Gaussians on {d})"):
             self.bvh = wp.Bvh(self.lowers, self.uppers)
         data.bvh = self.bvh.id
+        data.lower, data.upper = self.lowers, self.uppers
         self._moved = False
         self.bounds = np.zeros((2, 3))
         """(2, 3) the scene's captures' world box where a thin ray can meet them, m (zeros: none)."""
@@ -347,14 +368,14 @@ class DeviceSplats:
         grow = self.filtered and footprint > 0.0 and positions is not None
         if not (grow or self._moved):
             return
-        if grow:
+        if grow and positions.shape[0] > FEW_CAMERAS:
             wp.launch(cameras_box_kernel, dim=1, inputs=[positions], outputs=[self._cameras_box], device=self.device)
-        self._boxes(footprint if grow else 0.0)
+        self._boxes(positions if grow else self._no_cameras, footprint if grow else 0.0)
         self.bvh.refit()
         self._moved = False
 
-    def _boxes(self, footprint: float) -> None:
-        inputs = [self.data, self._cameras_box, footprint]
+    def _boxes(self, positions: wp.array, footprint: float) -> None:
+        inputs = [self.data, positions, self._cameras_box, footprint]
         wp.launch(
             splat_boxes_kernel, dim=self.count, inputs=inputs, outputs=[self.lowers, self.uppers], device=self.device
         )
@@ -365,6 +386,8 @@ def empty_splats(device) -> SplatData:
     d = wp.get_device(device)
     data = SplatData()
     data.bvh = wp.uint64(0)
+    data.lower = wp.zeros(0, dtype=wp.vec3, device=d)
+    data.upper = wp.zeros(0, dtype=wp.vec3, device=d)
     data.mean = wp.zeros(0, dtype=wp.vec3, device=d)
     data.axes = wp.zeros(0, dtype=wp.mat33, device=d)
     data.variance = wp.zeros(0, dtype=wp.vec3, device=d)
@@ -411,25 +434,40 @@ def cameras_box_kernel(positions: wp.array2d(dtype=wp.vec3), box: wp.array(dtype
     box[1] = upper
 
 
+#: Up to this many cameras, a Gaussian's box grows for the farthest of them; past it, for the farthest
+#: corner of their box (a learning batch's thousands).
+FEW_CAMERAS = 16
+
+
 @wp.kernel
 def splat_boxes_kernel(
     s: SplatData,
+    positions: wp.array2d(dtype=wp.vec3),
     cameras: wp.array(dtype=wp.vec3),
     footprint: float,
     lowers: wp.array(dtype=wp.vec3),
     uppers: wp.array(dtype=wp.vec3),
 ):
     """Each Gaussian's box where its response reaches 1/255 (k sigma along each world axis, k^2 = 2
-    ln(255 opacity)), its covariance grown by the filter seen from the farthest corner of the
-    cameras' box (the largest it shows any of them)."""
+    ln(255 opacity)), its covariance grown by the filter it shows the farthest camera (of a few; of
+    many, the farthest corner of their box)."""
     i = wp.tid()
     mean = s.mean[i]
     if s.shown[s.frame[i]] == 0:  # not in the world: a box no ray crosses
         lowers[i] = mean
         uppers[i] = mean
         return
-    far = wp.max(wp.abs(mean - cameras[0]), wp.abs(mean - cameras[1]))
-    r2 = wp.dot(far, far)
+    r2 = float(0.0)  # noqa: UP018 (Warp: a variable the loop below changes)
+    if footprint > 0.0:
+        n = positions.shape[0]
+        if n <= FEW_CAMERAS:
+            last = positions.shape[1] - 1
+            for c in range(n):
+                for row in range(2):
+                    r2 = wp.max(r2, wp.length_sq(mean - positions[c, row * last]))
+        else:
+            far = wp.max(wp.abs(mean - cameras[0]), wp.abs(mean - cameras[1]))
+            r2 = wp.dot(far, far)
     v = s.variance[i] + wp.vec3(s.dilation[s.frame[i]] * footprint * r2)
     A = s.axes[i]
     k2 = 2.0 * wp.log(wp.max(s.opacity[i] / CUT_ALPHA, 1.000001))
