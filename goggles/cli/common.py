@@ -222,8 +222,14 @@ def camera_model(args):
 
     extra = {"min_depth": args.min_depth, "max_depth": args.max_depth, "distortion": args.distortion}
     if args.intrinsics is not None:
+        from goggles.render.camera import blindness
+
         fx, fy, cx, cy = args.intrinsics
-        return CameraModel(args.width, args.height, fx, fy, cx, cy, **extra)
+        model = CameraModel(args.width, args.height, fx, fy, cx, cy, **extra)
+        blind = blindness(model)
+        if blind is not None:
+            raise ConfigError(f"--intrinsics {fx:g},{fy:g},{cx:g},{cy:g}: {blind}")
+        return model
     return CameraModel.from_fov(args.width, args.height, args.vfov, **extra)
 
 
@@ -231,11 +237,17 @@ def camera_model(args):
 _NEGATIVE_LIST = re.compile(r"^-[\d.][\d.eE+-]*(,[-+\d.eE]+)+$")
 
 
+#: Options whose values may be a negative axis (``--up -y``).
+_AXIS_OPTIONS = ("--up",)
+
+
 def join_negative_values(argv: list[str]) -> list[str]:
-    """``--pose -4,0,1.5,...`` as ``--pose=-4,0,1.5,...``: argparse would take the value for a flag."""
+    """``--pose -4,0,1.5,...`` as ``--pose=-4,0,1.5,...`` and ``--up -y`` as ``--up=-y``: argparse would
+    take the value for a flag."""
     out: list[str] = []
     for token in argv:
-        if out and out[-1].startswith("--") and "=" not in out[-1] and _NEGATIVE_LIST.match(token):
+        axis = out and out[-1] in _AXIS_OPTIONS and token in ("-x", "-y", "-z")
+        if axis or (out and out[-1].startswith("--") and "=" not in out[-1] and _NEGATIVE_LIST.match(token)):
             out[-1] = f"{out[-1]}={token}"
         else:
             out.append(token)

@@ -84,7 +84,7 @@ def add_parser(commands) -> None:
         choices=sorted(UP_AXES),
         default=None,
         help="a bare mesh's or capture's up axis (default: the format's own, +z; glTF's +y); captures are "
-        "often -y (COLMAP's frame: write --up=-y)",
+        "often -y (COLMAP's frame)",
     )
     render.add_argument(
         "--units",

@@ -195,6 +195,33 @@ class CameraModel:
         return (rays / np.linalg.norm(rays, axis=-1, keepdims=True)).astype(np.float32)
 
 
+#: A camera whose pixels span less than this (rad, corner to corner) sees one direction, not an image.
+LEAST_FIELD_OF_VIEW = 1e-6
+#: A pinhole pixel whose ray is this close to the image plane (its z) has no depth along the axis.
+LEAST_RAY_Z = 1e-6
+
+
+def blindness(model) -> str | None:
+    """Why a camera model (or a LiDAR's ray table) sees nothing, or None when it sees: a lens that
+    cannot be inverted in its image, no pixel with a ray, every pixel along one direction (a focal
+    length of 1e30 px), or a pinhole whose rays all graze its image plane (a principal point 1e9 px
+    away). Computes its ray table: call it once, where the model is read."""
+    try:
+        rays = model.ray_directions()
+    except ConfigError as exc:
+        return str(exc)
+    valid = np.all(np.isfinite(rays), axis=-1) & np.any(rays != 0.0, axis=-1)
+    if not getattr(model, "radial", False):
+        valid &= rays[..., 2] > LEAST_RAY_Z
+    if not valid.any():
+        return "no pixel of its image has a ray (its lens sees nothing there: check the intrinsics)"
+    seen = rays[valid].astype(np.float64)
+    spread = np.linalg.norm(seen.max(axis=0) - seen.min(axis=0))
+    if not spread > LEAST_FIELD_OF_VIEW:
+        return f"its pixels span {spread:.3g} rad: every one sees the same direction (check the focal lengths)"
+    return None
+
+
 def stereo_right_offset(baseline: float) -> np.ndarray:
     """(4, 4) pose of a stereo rig's right optical frame in the left one: +baseline along optical x.
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import MAX_SEED, Table, finite_vector, read_toml
+from goggles.checks import MAX_SEED, Table, finite_vector, is_number, read_toml
 from goggles.clock import AUTO, MIN_SCALE, ClockMode, parse_scale
 from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
 from goggles.dynamics.airframe import load_airframe
@@ -24,6 +24,7 @@ from goggles.errors import ConfigError, SceneError
 from goggles.firmware.betaflight import BetaflightSettings
 from goggles.frames import quat_from_euler, quat_to_matrix
 from goggles.render.calibration import load_calibration
+from goggles.render.camera import blindness
 from goggles.render.camera import MAX_IMAGE_SIDE, CameraModel, stereo_right_offset
 from goggles.render.lenses import LENSES
 from goggles.scene.actors import PropSpec
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 
 CAMERA_OUTPUTS = ("depth", "range", "rgb", "segmentation", "beacons", "events")
 IMAGE_OUTPUTS = ("depth", "range", "rgb", "segmentation")
+#: The widest stereo pair, m: a larger baseline is a unit mistake (millimetres given as metres).
+MAX_BASELINE = 100.0
 
 
 @dataclass(frozen=True)
@@ -603,6 +606,11 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
         if "calibration_camera" in r.table:
             raise r.error("calibration_camera", "given with a calibration (a Kalibr camchain's cam0, cam1, ...)")
         model = _inline_camera(r, limits)
+    source = f" ({r.text('calibration')})" if calibration is not None else ""
+    for eye, lens in (("", model), ("its right eye: ", calibration.right if calibration is not None else None)):
+        blind = None if lens is None else blindness(lens)
+        if blind is not None:
+            raise ConfigError(f"{path}: {r.where}{source}: {eye}{blind}")
     outputs = r.get("outputs", ["depth"])
     if not isinstance(outputs, list) or not outputs or any(o not in CAMERA_OUTPUTS for o in outputs):
         raise r.error("outputs", f"a list drawn from {list(CAMERA_OUTPUTS)}")
@@ -621,6 +629,10 @@ def _camera(path, base: Path, index: int, table, vehicles: set[str], physics_rat
             raise r.error("baseline", f"left out: {r.text('calibration')} is a stereo pair and gives its own")
         baseline = float(np.linalg.norm(calibration.T_LR[:3, 3]))
         stereo = {"right_model": calibration.right, "T_LR": calibration.T_LR}
+    if baseline is not None and not (is_number(baseline) and 0.0 < float(baseline) <= MAX_BASELINE):
+        raise ConfigError(
+            f"{path}: {r.where}{source}: stereo baseline {baseline!r} m: a distance in (0, {MAX_BASELINE:g}] m"
+        )
     events = _event_camera(r, outputs, physics_rate)
     if events is None:
         rate = _divides(r, "rate", r.number("rate", 30.0, positive=True), physics_rate)

@@ -54,6 +54,12 @@ def test_a_run_file_camera_takes_any_lens(tmp_path):
         ({"outputs": ["events"], "contrast_threshold": 0.0}, r"contrast_positive = 0.0"),
         ({"outputs": ["events"], "rate": 5000.0}, r"'rate' must be at most the physics rate"),
         ({"outputs": ["depth"], "refractory_s": 0.001}, r"'refractory_s' must be left out: it is an event camera"),
+        # Lenses that would see nothing: refused here, where the camera is read, not as NaN images.
+        ({"intrinsics": [1e30, 1e30, 16, 12]}, r"#1: its pixels span .* rad: every one sees the same direction"),
+        ({"intrinsics": [1e-30, 1e-30, 16, 12]}, r"#1: its pixels span .* rad: every one sees the same direction"),
+        ({"intrinsics": [20, 20, 1e9, 12]}, r"#1: no pixel of its image has a ray"),
+        ({"baseline": 1e30}, r"#1: stereo baseline 1e\+30 m: a distance in \(0, 100\] m"),
+        ({"intrinsics": [20, 20, 16, 12], "distortion": [-5, 0, 0, 0, 0]}, r"#1: distortion .* cannot be inverted"),
     ],
 )
 def test_a_camera_a_lens_cannot_be_is_refused_by_file_and_key(tmp_path, keys, message):
