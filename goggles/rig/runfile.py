@@ -24,8 +24,7 @@ from goggles.errors import ConfigError, SceneError
 from goggles.firmware.betaflight import BetaflightSettings
 from goggles.frames import quat_from_euler, quat_to_matrix
 from goggles.render.calibration import load_calibration
-from goggles.render.camera import blindness
-from goggles.render.camera import MAX_IMAGE_SIDE, CameraModel, stereo_right_offset
+from goggles.render.camera import MAX_IMAGE_SIDE, CameraModel, blindness, stereo_right_offset
 from goggles.render.lenses import LENSES
 from goggles.scene.actors import PropSpec
 from goggles.scene.assets import UNITS_M, UP_AXES
