@@ -55,8 +55,12 @@ PUBLISH_HWM = 8
 #: The same in lockstep mode, where a client reads a request's outputs after its reply: one frame of a
 #: run with three cameras, IMUs at 240 Hz and range sensors is about 40 messages, and at 8 a client that
 #: read after the reply lost a tenth of them behind the images. The engine waits for its clients there,
-#: so a deeper queue costs no freshness.
+#: so a deeper queue costs no freshness, up to this many messages ...
 LOCKSTEP_PUBLISH_HWM = 1024
+#: ... and this many bytes per subscriber: ZeroMQ counts its queue in messages, so the mark is this over
+#: the run's largest message (a paused subscriber of a 640x480 event camera's 3.7 MB packets held 1024
+#: of them, 3.1 GB and climbing, where 256 MiB holds 72).
+LOCKSTEP_PUBLISH_BYTES = 256 * 2**20
 #: LCM input messages queued between two engine polls (LCM's default of 30 drops bursts of commands).
 LCM_INPUT_QUEUE = 4096
 #: ZeroMQ input messages queued for the engine (with the size limit, at most 256 MiB waiting).
@@ -337,13 +341,28 @@ class LcmBus:
         self.lcm.unsubscribe(self._subscription)
 
 
+def largest_message(config) -> int:
+    """The most bytes one message of a run (``RunConfig``) can take: a camera's image of 4-byte pixels
+    (depth, range, segmentation; colour takes 3), an event camera's packet of one 12-byte event per
+    pixel (what a render can fire), a LiDAR scan of 16-byte points; 64 KiB for the rest."""
+    largest = 64 * 1024
+    for camera in config.cameras:
+        per_pixel = 12 if camera.events is not None else 4
+        largest = max(largest, camera.model.width * camera.model.height * per_pixel + 1024)
+    for lidar in config.lidars:
+        largest = max(largest, len(lidar.model.elevations_deg) * lidar.model.columns * 16 + 1024)
+    return largest
+
+
 def open_buses(config) -> list:
     """The buses a run (``RunConfig``) asked for: ZeroMQ (bound at ``config.zmq``), LCM (at
     ``config.lcm_url``) and ROS 2 over DDS (``config.ros2``); None: not that one."""
     buses: list = []
     try:
         if config.zmq is not None:
-            hwm = LOCKSTEP_PUBLISH_HWM if config.mode == ClockMode.LOCKSTEP else PUBLISH_HWM
+            hwm = PUBLISH_HWM
+            if config.mode == ClockMode.LOCKSTEP:
+                hwm = max(PUBLISH_HWM, min(LOCKSTEP_PUBLISH_HWM, LOCKSTEP_PUBLISH_BYTES // largest_message(config)))
             buses.append(ZmqBus(config.zmq, curve=config.curve, publish_hwm=hwm))
         if config.lcm_url is not None:
             buses.append(LcmBus(config.lcm_url))

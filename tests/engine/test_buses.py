@@ -174,3 +174,47 @@ def test_malformed_inputs_are_counted_and_dropped(device):
     running.stop.set()
     running.finish()
     client.close()
+
+
+def test_a_paused_lockstep_subscriber_holds_a_bounded_number_of_bytes_not_of_messages():
+    """A lockstep run's publisher queues at most LOCKSTEP_PUBLISH_BYTES for a subscriber that stops
+    reading (ZeroMQ counts messages; the mark is the budget over the run's largest message): a 640x480
+    event camera's packets of up to 3.7 MB each. Published 400 of them into a real subscriber that reads
+    nothing (its own queue one deep), at most the mark and what the sockets' kernel buffers hold
+    arrive once it reads: not 1024."""
+    import zmq
+
+    from goggles.transport import buses
+
+    events = {"vehicle": "quad0", "name": "dvs", "width": 640, "height": 480, "outputs": ["events"], "rate": 60.0}
+    config = run_config(mode="lockstep", cameras=[events])
+    largest = buses.largest_message(config)
+    assert largest >= 640 * 480 * 12
+    opened = buses.open_buses(config)
+    try:
+        (bus,) = opened
+        hwm = bus._publisher.getsockopt(zmq.SNDHWM)
+        assert hwm == buses.LOCKSTEP_PUBLISH_BYTES // largest < buses.LOCKSTEP_PUBLISH_HWM
+        context = zmq.Context.instance()
+        subscriber = context.socket(zmq.SUB)
+        subscriber.setsockopt(zmq.RCVHWM, 1)
+        subscriber.setsockopt(zmq.RCVBUF, 65536)
+        subscriber.setsockopt(zmq.SUBSCRIBE, b"")
+        subscriber.connect(config.zmq.publish)
+        packet = bytes(largest - 1024)
+        deadline = time.monotonic() + 10
+        while not subscriber.poll(10):  # the subscription is in place once one arrives
+            assert time.monotonic() < deadline
+            bus.publish("quad0/dvs/events", packet)
+        subscriber.recv()
+        for _ in range(400):
+            bus.publish("quad0/dvs/events", packet)
+        received = 0
+        while subscriber.poll(500):
+            subscriber.recv()
+            received += 1
+        subscriber.close(0)
+        assert received <= hwm + 8, (received, hwm)
+    finally:
+        for bus in opened:
+            bus.close()
