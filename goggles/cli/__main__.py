@@ -1,7 +1,7 @@
-"""``python -m goggles.cli``."""
+"""``python -m goggles.cli``: the ``goggles`` command (``goggles.console``)."""
 
 import sys
 
-from goggles.cli import main
+from goggles.console import main
 
 sys.exit(main())

@@ -28,8 +28,9 @@ import logging
 import os
 import threading
 from collections.abc import Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -452,7 +453,7 @@ class Renderer:
             self.scene.splats.fit(self._cameras.p_WC, self._largest_footprint)
             shaded = int(self._light.shading != Shading.NONE)
             inputs = [self._cameras, self._footprints, self.scene.splats.data, shaded, self._wanted]
-            self._launch_all(splats.splat_pass_kernel, inputs, [self.buffers])
+            self._launch_all(splats.splat_pass_kernel, inputs, [self.buffers], unbounded=True)
         if self._has_partners:  # the stereo shadow
             self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras], [self.buffers])
         if self._has_partners or self._has_outside:  # NaN, written by a kernel compiled for IEEE NaNs
@@ -666,17 +667,31 @@ class Renderer:
         pixels per thread from column ``block * span``."""
         self._launch_all(kernel, inputs, outputs)
 
-    def _launch_all(self, kernel, inputs: list, outputs: list) -> None:
+    def _launch_all(self, kernel, inputs: list, outputs: list, unbounded: bool = False) -> None:
         """Launch ``kernel`` over every pixel: once on CUDA (a thread per pixel); on the CPU once per
         worker, each on interleaved rows (a thread per row: Warp copies the struct arguments into
-        every thread, which costs more than a pixel's work)."""
+        every thread, which costs more than a pixel's work). An ``unbounded`` kernel (the splats'
+        pass: a ray through a million Gaussians at one point takes minutes) runs on the workers
+        while the main thread waits, so a Ctrl-C or SIGTERM ends the command at once."""
         span = 1 if self.device.is_cuda else self.width
         # Handing a few pixels to the threads costs more than it saves (one 64 x 48 learning environment
         # steps 1.2x faster launching here).
         threads = 1 if self.num_cameras * self.height * self.width < SHARED_PIXELS else self.threads
-        self._pool_map(lambda k: self._launch(kernel, inputs, outputs, k, span, threads), range(threads))
+        work = partial(self._launch, kernel, inputs, outputs, span=span, threads=threads)
+        main = threading.current_thread() is threading.main_thread()
+        if unbounded and main and self.device.is_cpu and not recording(self.device):
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="goggles-render")
+            futures = [self._pool.submit(work, k) for k in range(threads)]
+            pending = set(futures)
+            while pending:  # a signal may come to a worker's thread: wake up to run its handler here
+                _, pending = wait(pending, timeout=0.1)
+            for future in futures:
+                future.result()
+        else:
+            self._pool_map(work, range(threads))
 
-    def _launch(self, kernel, inputs: list, outputs: list, offset: int, span: int, threads: int) -> None:
+    def _launch(self, kernel, inputs: list, outputs: list, offset: int, *, span: int, threads: int) -> None:
         rows = (self.height - offset + threads - 1) // threads
         wp.launch(
             kernel,
@@ -703,9 +718,9 @@ class Renderer:
         return Images(**copies)
 
     def close(self) -> None:
-        """Stop the CPU worker threads."""
+        """Stop the CPU worker threads (one still in a kernel a Ctrl-C left is not waited for)."""
         if self._pool is not None:
-            self._pool.shutdown()
+            self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
 
 

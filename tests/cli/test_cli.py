@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -762,3 +763,48 @@ def test_the_readmes_splat_command_shows_the_houseplant_upright(tmp_path):
     pot = capture & (r > 200) & (g > 200) & (b > 200)
     assert leaves.sum() > 1000 and pot.sum() > 1000
     assert rows[leaves].mean() < rows[pot].mean() - 50
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used (/proc), s."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_a_render_of_a_million_gaussians_at_one_point_stops_within_a_second_of_a_signal(tmp_path, number):
+    """Every ray of a 64x48 render crosses a million Gaussians (minutes of work): a Ctrl-C or SIGTERM
+    sent once the render is under way (the command has used 8 s of CPU; loading takes about 3) ends
+    the command within a second, with its exit code, not after the kernel."""
+    from goggles.scene.splats import SplatCloud, write_splat_ply
+
+    n = 1_000_000
+    point = SplatCloud(
+        np.zeros((n, 3), np.float32),
+        np.full((n, 3), 0.01, np.float32),
+        np.tile([1.0, 0.0, 0.0, 0.0], (n, 1)).astype(np.float32),
+        np.full(n, 0.02, np.float32),
+        np.zeros((n, 1, 3), np.float32),
+        np.ones(n, np.int32),
+        np.zeros(n, np.int32),
+        np.eye(3, dtype=np.float32)[None],
+    )
+    write_splat_ply(point, tmp_path / "point.ply")
+    args = ["render", "--scene", tmp_path / "point.ply", "--width", "64", "--height", "48", "--out", tmp_path / "out"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "goggles.cli", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        while _cpu_seconds(process.pid) < 8.0:
+            assert process.poll() is None, process.stderr.read().decode()
+            time.sleep(0.1)
+        sent = time.monotonic()
+        process.send_signal(number)
+        code = process.wait(30)
+        assert time.monotonic() - sent < 1.0
+        assert code == (130 if number == signal.SIGINT else 143)
+        assert "Traceback" not in process.stderr.read().decode()
+    finally:
+        process.kill()
+        process.wait()
