@@ -170,6 +170,83 @@ def _reach(parts: list[MeshPart], T: np.ndarray) -> float:
     return reach
 
 
+#: The longest triangle edge traced as it is, m: the renderers intersect in float32, whose rounding at
+#: a triangle's scale (1e-7 of it) is 1 mm at 10 km, and whose products overflow past about 1e19 (a
+#: ground plane of +-1e20 m vanished on every backend).
+LONGEST_EDGE = 1.0e4
+
+
+def clip_huge_triangles(vertices, faces, corner_uv, corner_rgb, name: str):
+    """Triangles with an edge longer than ``LONGEST_EDGE`` cut to the box of +-``LONGEST_EDGE`` about the
+    origin (each piece a fan of new triangles, texture coordinates and colours interpolated): a
+    ground plane of any size is the same plane where anything can see it."""
+    corners = vertices[faces]  # (F, 3, 3) float64
+    edges = np.linalg.norm(corners - np.roll(corners, 1, axis=1), axis=2).max(axis=1)
+    huge = ~(edges <= LONGEST_EDGE)
+    if not huge.any():
+        return vertices, faces, corner_uv, corner_rgb
+    new_vertices, new_faces, new_uv, new_rgb = [], [], [], []
+    for f in np.flatnonzero(huge):
+        positions, polygon = _clip_to_box(corners[f], LONGEST_EDGE)
+        for k in range(1, len(polygon) - 1):
+            fan = [0, k, k + 1]
+            weights = polygon[fan]  # (3 corners, 3 weights)
+            start = len(vertices) + len(new_vertices) * 3
+            new_vertices.append(positions[fan])
+            new_faces.append([start, start + 1, start + 2])
+            new_uv.append(weights @ corner_uv[f])
+            new_rgb.append(weights @ corner_rgb[f])
+    log.info(
+        "%s: %d triangles longer than %g m cut to %d within +-%g m",
+        name,
+        huge.sum(),
+        LONGEST_EDGE,
+        len(new_faces),
+        LONGEST_EDGE,
+    )
+    keep = ~huge
+    vertices = np.concatenate([vertices, *new_vertices]) if new_vertices else vertices
+    faces = np.concatenate([faces[keep], np.asarray(new_faces, faces.dtype).reshape(-1, 3)])
+    used, faces = np.unique(faces, return_inverse=True)  # the huge corners go with their triangles
+    vertices, faces = vertices[used], faces.reshape(-1, 3).astype(np.int64)
+    corner_uv = np.concatenate([corner_uv[keep], np.asarray(new_uv, np.float32).reshape(-1, 3, 2)])
+    corner_rgb = np.concatenate([corner_rgb[keep], np.asarray(new_rgb, np.float32).reshape(-1, 3, 3)])
+    return vertices, faces, corner_uv, corner_rgb
+
+
+def _clip_to_box(corners: np.ndarray, half: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sutherland-Hodgman in exact arithmetic: the triangle ``corners`` (3, 3) clipped to |x|, |y|, |z|
+    <= ``half``: its vertices (k, 3) and their barycentric weights (k, 3). Exact, because the pieces lie a
+    hundred-millionth of the triangle's size from its corners: float64 would place a cut of a 1e20 m
+    plane's diagonal 1e4 m astray, and the two halves of a ground quad would not meet."""
+    from fractions import Fraction
+
+    points = [[Fraction(float(c)) for c in corner] for corner in corners]
+    bound = Fraction(half)
+    polygon = [(Fraction(1), Fraction(0), Fraction(0)), (Fraction(0), Fraction(1), Fraction(0))]
+    polygon.append((Fraction(0), Fraction(0), Fraction(1)))
+
+    def coordinate(weights, axis):
+        return sum(w * p[axis] for w, p in zip(weights, points))
+
+    for axis in range(3):
+        for sign in (1, -1):
+            inside = []
+            for k, a in enumerate(polygon):
+                b = polygon[(k + 1) % len(polygon)]
+                da, db = bound - sign * coordinate(a, axis), bound - sign * coordinate(b, axis)
+                if da >= 0:
+                    inside.append(a)
+                if (da >= 0) != (db >= 0):
+                    t = da / (da - db)
+                    inside.append(tuple(x + (y - x) * t for x, y in zip(a, b)))
+            polygon = inside
+            if len(polygon) < 3:
+                return np.zeros((0, 3)), np.zeros((0, 3))
+    positions = np.array([[float(coordinate(weights, axis)) for axis in range(3)] for weights in polygon])
+    return positions, np.array([[float(w) for w in weights] for weights in polygon])
+
+
 def merge_parts(name: str, placed: list[tuple[MeshPart, np.ndarray, int]]) -> StaticScene:
     """Merge mesh parts, each with a (4, 4) world transform and a segmentation id, into one scene.
 
@@ -181,12 +258,15 @@ def merge_parts(name: str, placed: list[tuple[MeshPart, np.ndarray, int]]) -> St
     offset = 0
     for material_id, (part, T, segment) in enumerate(placed):
         n_faces = len(part.faces)
-        vertices.append(part.vertices @ T[:3, :3].T + T[:3, 3])
+        placed_vertices = part.vertices.astype(np.float64) @ T[:3, :3].T + T[:3, 3]
         part_faces = part.faces if np.linalg.det(T[:3, :3]) > 0 else part.faces[:, ::-1]
-        faces.append(part_faces + offset)
-        offset += len(part.vertices)
         uv = part.corner_uv if part.corner_uv is not None else np.zeros((n_faces, 3, 2), np.float32)
         rgb = part.corner_rgb if part.corner_rgb is not None else np.ones((n_faces, 3, 3), np.float32)
+        placed_vertices, part_faces, uv, rgb = clip_huge_triangles(placed_vertices, part_faces, uv, rgb, part.name)
+        n_faces = len(part_faces)
+        vertices.append(placed_vertices)
+        faces.append(part_faces + offset)
+        offset += len(placed_vertices)
         corner_uv.append(uv)
         corner_rgb.append(rgb)
         face_material.append(np.full(n_faces, material_id, np.int32))

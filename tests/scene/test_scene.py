@@ -205,3 +205,29 @@ def test_default_scene_loads_with_real_scans():
     assert set(np.unique(scene.face_segment)) == {1, 2, 3, 4, 5, 6}
     assert len(scene.textures) >= 3  # terrain tiles, landing pad, mug
     assert scene.view is not None
+
+
+@pytest.mark.parametrize("backend", ["warp", "bvh", "wide", "embree"])
+def test_a_ground_plane_of_any_size_renders_where_it_is(tmp_path, backend):
+    """Two triangles spanning +-1e20 m (a 'ground plane' of any size) vanished on every backend (float32
+    products overflow): cut to +-10 km, exactly, they are the plane, and a camera 2 m above it looking
+    straight down reads 2 m at every pixel, the quad's diagonal included."""
+    from goggles.frames import camera_pose_from_body, quat_from_euler, transform
+    from goggles.render import CameraModel, Renderer, RenderSettings, Shading
+    from goggles.world import DeviceScene
+
+    (tmp_path / "plane.obj").write_text(
+        "v -1e20 -1e20 0\nv 1e20 -1e20 0\nv 1e20 1e20 0\nv -1e20 1e20 0\nf 1 2 3\nf 1 3 4\n"
+    )
+    scene = load_static_scene(tmp_path / "plane.obj")
+    assert np.abs(scene.vertices).max() <= 1e4
+    if backend == "embree":
+        pytest.importorskip("embreex")
+    camera = CameraModel.from_fov(32, 24, 60.0)
+    down = camera_pose_from_body(transform([0.3, -0.2, 2.0], quat_from_euler(0.0, np.pi / 2, 0.0)))
+    settings = RenderSettings(outputs={"depth"}, shading=Shading.NONE, backend=backend)
+    renderer = Renderer(DeviceScene(scene, "cpu"), [camera], settings)
+    renderer.render(down[None])
+    depth = renderer.images().depth[0]
+    renderer.close()
+    np.testing.assert_allclose(depth, 2.0, rtol=1e-5)
