@@ -134,10 +134,15 @@ class Replayed:
 
     def place(self, channel: str, data) -> int:
         """Apply a recorded pose (``<vehicle>/state`` or ``pose/<vehicle>``) or skeleton, skin the people
-        and tell where the posed vehicles touch the world; the poses a body of the run took (0 or 1).
+        and tell where the vehicles posed from outside (``pose/``) touch the world, as the live run did
+        (a simulated vehicle's collisions were its physics', recorded); the poses a body of the run
+        took (0 or 1).
         Raises MalformedMessage for one that cannot be used."""
         if channel.endswith("/state"):
-            taken = self.inputs.apply_recorded_state(channel[: -len("/state")], data)
+            name = channel[: -len("/state")]
+            taken = self.inputs.apply_recorded_state(name, data)
+            if taken:  # a simulated vehicle: its physics' collisions are in the recording (carried there)
+                self.engine.rig.vehicles[name].untested.clear()
         else:
             taken = self.inputs.apply(channel, data)
         self.engine.update_people()

@@ -19,15 +19,17 @@ class Outputs:
         self.buses, self.sinks, self.counters, self.times, self.log_ns = buses, sinks, counters, times, log_ns
         self._seq: dict[str, int] = {}
 
-    def publish(self, channel: str, message, payload=None) -> None:
+    def publish(self, channel: str, message, payload=None, log_ns: int | None = None) -> None:
         """Encode ``message`` once, into one frame that every bus and sink reads (``payload``: the
-        bytes of a trailing array that ``message`` declares but leaves empty, as an image's pixels)."""
+        bytes of a trailing array that ``message`` declares but leaves empty, as an image's pixels;
+        ``log_ns``: its log time, when not now: an IMU sample of a batch)."""
         t = time.perf_counter()
         frame_buffer, data = framed(channel, message.encode(), payload)
         for bus in self.buses:
             bus.publish(channel, data, frame_buffer)
+        when = self.log_ns() if log_ns is None else log_ns
         for sink in self.sinks:
-            sink.write(channel, data, self.log_ns())
+            sink.write(channel, data, when)
         self.counters.published += 1
         self.times.add("publish", time.perf_counter() - t)
 
@@ -78,12 +80,22 @@ class Outputs:
         self.publish(channel, messages.lidar_message(utime, self.seq(channel), sensor, model, scan))
 
     def collision(self, vehicle: str, other: str, contact, utime: int) -> None:
+        """A collision, logged at the instant of contact (the physics tells it a few steps later)."""
         channel = f"{vehicle}/collision"
-        self.publish(channel, messages.collision_message(utime, self.seq(channel), vehicle, other, contact))
+        message = messages.collision_message(utime, self.seq(channel), vehicle, other, contact)
+        self.publish(channel, message, log_ns=utime * 1000)
 
     def imu(self, vehicle: str, accel: np.ndarray, gyro: np.ndarray, utime: int) -> None:
+        """One IMU sample, logged at its own instant (a batch is delivered after its last sample)."""
         channel = f"{vehicle}/imu"
-        self.publish(channel, messages.imu_message(utime, self.seq(channel), vehicle, accel, gyro))
+        message = messages.imu_message(utime, self.seq(channel), vehicle, accel, gyro)
+        self.publish(channel, message, log_ns=utime * 1000)
+
+    def copy(self, channel: str, data: bytes, log_ns: int) -> None:
+        """A recorded message written to the sinks as it was (a replay carries the inputs and truth
+        it was rendered from into its recording), not to the buses."""
+        for sink in self.sinks:
+            sink.write(channel, data, log_ns)
 
     def state(self, vehicle: str, states, utime: int, row: int = 0) -> None:
         channel = f"{vehicle}/state"

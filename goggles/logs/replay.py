@@ -178,7 +178,9 @@ def replay_into(engine, recorded, *, speed: float | None = None, progress=None, 
     anchor_ns, last_step, last_t_ns = 0, 0, 0  # log time minus stamp time at the newest pose; its step, log time
     max_gap = max(1, int(round(max_gap_s / driver.dt)))
     pauses, restarts = Tally("pauses skipped"), Tally("clock restarts replayed on")
-    stamped = _agreeing_start(_stamped(recorded, inputs), inputs, max_gap_s * 1e6)
+    vehicles = {v.name for v in engine.config.vehicles}
+    carried = _carried(recorded, vehicles, engine.outputs) if engine.outputs.sinks else recorded
+    stamped = _agreeing_start(_stamped(carried, inputs), inputs, max_gap_s * 1e6)
     for t_ns, channel, data, stamp in _without_stamp_spikes(stamped, inputs, max_gap_s * 1e6, restarts):
         if stamp is None:  # an edit or a tracked prop, as the run applied it: after the events of the step it came at
             if t_first is not None:  # its log time on the stamps' clock (exact for goggles' own logs,
@@ -245,6 +247,29 @@ class Tally:
                 self.what,
                 self.seconds,
             )
+
+
+#: What a replay's recording carries from the one it replays, beside what it renders: each vehicle's
+#: truth (state, IMU, collisions, its flight controller's status) and every input it was rendered
+#: from (poses, skeletons, scene edits), so a replayed flight is a whole flight (a dataset rendered
+#: from it has its inputs) and replays again.
+CARRIED = ("state", "imu", "collision", "fc")
+CARRIED_INPUTS = ("pose/", "skeleton/", "scene/edit")
+
+
+def _carried(recorded, vehicles: set[str], outputs):
+    """``recorded``, each message of the ``CARRIED`` channels of ``vehicles`` and of the inputs also
+    written to ``outputs``' sinks at its log time where that is on its stamps' clock (goggles' own
+    recordings), else at its stamp (an lcm-logger's receipt times: the replay's clock is the stamps')."""
+    for t_ns, channel, data in recorded:
+        vehicle, _, kind = channel.rpartition("/")
+        if (vehicle in vehicles and kind in CARRIED) or channel.startswith(CARRIED_INPUTS):
+            try:
+                stamp_ns = int(decode_any(data).header.utime) * 1000
+            except (MalformedMessage, AttributeError):
+                stamp_ns = t_ns
+            outputs.copy(channel, data, t_ns if abs(t_ns - stamp_ns) < 1_000_000_000 else stamp_ns)
+        yield t_ns, channel, data
 
 
 def _stamped(recorded, inputs):

@@ -884,3 +884,26 @@ def test_a_recorded_state_that_is_no_pose_is_dropped_and_the_replay_goes_on(tmp_
     result = replay_file(damaged)
     assert result.error is None
     assert result.poses == 59 and result.dropped == 2
+
+
+def test_a_replays_recording_carries_the_flights_truth_and_inputs_at_their_instants(tmp_path):
+    """A re-rendered flight is a whole flight: its recording holds the recorded state, IMU samples and
+    collisions, byte for byte at their log times (a dataset made from it has its inputs, and it replays
+    again); each IMU sample is logged at its own instant, not at its batch's delivery."""
+    original = record_run(tmp_path, device="cpu")
+    replayed = tmp_path / "replayed.mcap"
+    replay_file(original, record=replayed, device="cpu")
+    carried = ("quad0/state", "quad0/imu", "quad0/collision")
+
+    def truth(path):
+        return sorted((t, channel, bytes(data)) for t, channel, data in read_log(path) if channel in carried)
+
+    recorded = truth(original)
+    assert {channel for _, channel, _ in recorded} >= {"quad0/state", "quad0/imu"}
+    assert truth(replayed) == recorded
+    for t, channel, data in recorded:
+        if channel == "quad0/imu":
+            assert t == decode_any(data).header.utime * 1000
+    again = tmp_path / "again.mcap"
+    replay_file(replayed, record=again, device="cpu")  # a replay's recording replays
+    assert images(again) == images(replayed)
