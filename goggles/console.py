@@ -4,25 +4,12 @@ handlers are in place)."""
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
-
 
 def main() -> int:
     try:
         from goggles.cli import main as command
     except KeyboardInterrupt:
         return 130
-    code = command()
-    if code in (130, 143) and _busy_workers():
-        # Interrupted with a worker still inside a kernel, which nothing can stop: the command has
-        # cleaned up (recordings closed, buses shut); exit now rather than wait the kernel out.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
+    from goggles.cli.common import leave
 
-
-def _busy_workers() -> bool:
-    return any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread())
+    return leave(command())

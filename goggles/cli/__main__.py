@@ -1,7 +1,8 @@
-"""``python -m goggles.cli``: the ``goggles`` command (``goggles.console``)."""
+"""``python -m goggles.cli``: the ``goggles`` command."""
 
 import sys
 
-from goggles.console import main
+from goggles.cli import main
+from goggles.cli.common import leave
 
-sys.exit(main())
+sys.exit(leave(main()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import re
 import signal
 import sys
@@ -320,6 +321,19 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, a job scheduler, a container stopping): handled as a Ctrl-C is, so that a
     command cleans up (closes its recordings, stops its worker processes) instead of dying where it
     stands; ``main`` exits 143 for it."""
+
+
+def leave(code: int) -> int:
+    """The command's exit code; interrupted (130, 143) with a worker still inside a kernel, which
+    nothing can stop, the process ends here: the command has cleaned up (recordings closed, buses
+    shut), and waiting the kernel out would keep a Ctrl-C waiting for minutes. For the processes'
+    entry points only (never a caller in a process that goes on)."""
+    busy = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    if code in (130, 143) and busy:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def remember_interrupts() -> None:
