@@ -30,23 +30,72 @@ def _part(module: str) -> str:
     return module.split(".")[1]
 
 
+def imports_in(source: str, module: str, package: bool = False) -> list[tuple[str, int]]:
+    """(imported goggles module, line) of every import in ``source`` (the text of ``module``; a
+    package's ``__init__`` when ``package``), at module level or inside functions, in every form:
+    ``import goggles.x``, ``from goggles.x import y``, ``from goggles import x``, relative imports
+    (``from . import x``, ``from ..x import y``) and ``importlib.import_module("goggles.x")``."""
+    found = []
+    here = module.split(".") if package else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = here[: len(here) - (node.level - 1)]
+                base = ".".join([*parent, *([base] if base else [])])
+            if base == "goggles" or (node.level and not node.module):
+                found += [(f"{base}.{a.name}", node.lineno) for a in node.names]
+            elif base.startswith("goggles."):
+                found.append((base, node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names if a.name.startswith("goggles.")]
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and str(node.args[0].value).startswith("goggles.")
+        ):
+            found.append((node.args[0].value, node.lineno))
+    return found
+
+
 def _imports() -> list[tuple[str, str, int]]:
-    """(importing module, imported module, line) for every goggles import in the package, at module
-    level or inside functions."""
+    """(importing module, imported module, line) for every goggles import in the package."""
     found = []
     for path in GOGGLES.rglob("*.py"):
         module = ".".join(("goggles", *path.relative_to(GOGGLES).with_suffix("").parts)).removesuffix(".__init__")
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (
-                isinstance(node, ast.ImportFrom)
-                and node.module
-                and node.module.startswith("goggles.")
-                and not node.level
-            ):
-                found.append((module, node.module, node.lineno))
-            elif isinstance(node, ast.Import):
-                found += [(module, a.name, node.lineno) for a in node.names if a.name.startswith("goggles.")]
+        package = path.name == "__init__.py"
+        found += [(module, imported, line) for imported, line in imports_in(path.read_text("utf-8"), module, package)]
     return found
+
+
+def test_every_form_of_import_is_seen():
+    """An upward import written any way is found (a test that missed ``from goggles import engine``
+    passed a mutation that added one)."""
+    source = """
+import goggles.engine.engine
+from goggles import engine
+from goggles.rig import parts
+from .. import engine as e
+from ..engine.engine import Engine
+from . import props
+import importlib
+def later():
+    from goggles.logs import replay
+    importlib.import_module("goggles.cli.render")
+"""
+    seen = [name for name, _ in imports_in(source, "goggles.world.build")]
+    assert seen == [
+        "goggles.engine.engine",
+        "goggles.engine",
+        "goggles.rig",
+        "goggles.engine",
+        "goggles.engine.engine",
+        "goggles.world.props",
+        "goggles.logs",
+        "goggles.cli.render",
+    ]
 
 
 def test_every_part_has_a_layer():
@@ -100,3 +149,19 @@ def test_no_modules_import_each_other_in_a_circle():
             visit(module)
     real = [c for c in cycles if not all(m.startswith(c[0].rsplit(".", 1)[0]) for m in c) or len(c) > 2]
     assert not real, real
+
+
+def test_renderers_simulators_and_lidars_are_built_in_one_place():
+    """``goggles.rig.parts`` builds every ``Renderer``, ``MultirotorSim`` and ``Lidar`` of the package and
+    its tools: one place to change how each is built; tests may build their own."""
+    built_elsewhere = []
+    for root in (GOGGLES, GOGGLES.parent / "tools", GOGGLES.parent / "bridges"):
+        for path in root.rglob("*.py"):
+            if path == GOGGLES / "rig" / "parts.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+                if isinstance(node, ast.Call):
+                    name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+                    if name in ("Renderer", "MultirotorSim", "Lidar"):
+                        built_elsewhere.append(f"{path.relative_to(GOGGLES.parent)}:{node.lineno} {name}(")
+    assert not built_elsewhere, built_elsewhere

@@ -19,7 +19,8 @@ import warp as wp
 
 from goggles.frames import camera_pose_from_body, transform
 from goggles.paths import default_scene
-from goggles.render import CameraModel, Renderer, RenderSettings, Shading, stereo_right_offset
+from goggles.render import CameraModel, RenderSettings, Shading, stereo_right_offset
+from goggles.rig import parts
 from goggles.scene import ActorShape, box_shape, load_static_scene, part_from_trimesh
 from goggles.world import DeviceScene
 
@@ -36,7 +37,7 @@ def main() -> None:
     camera = CameraModel.from_fov(320, 240, 60.0, max_depth=50.0)
     left = camera_pose_from_body(transform([-4.0, 0.0, 1.5], [1, 0, 0, 0]))
     poses = np.stack([left, left @ stereo_right_offset(0.32)])
-    renderer = Renderer(
+    renderer = parts.renderer(
         world,
         [camera, camera],
         RenderSettings(backend="embree", outputs={"depth"}, shading=Shading.NONE),

@@ -123,8 +123,9 @@ def splats(out: Path) -> Path:
     from goggles.bench.measure import SPLAT_CAPTURES, splat_capture
     from goggles.frames import camera_pose_from_body, quat_from_euler, transform
     from goggles.paths import default_run, default_scene
-    from goggles.render import CameraModel, Renderer, RenderSettings
+    from goggles.render import CameraModel, RenderSettings
     from goggles.render.files import depth_preview
+    from goggles.rig import parts
     from goggles.rig.runfile import load_run_config
     from goggles.scene import load_static_scene
     from goggles.scene.batch import batch_scene, place_splats
@@ -135,7 +136,7 @@ def splats(out: Path) -> Path:
     demo = load_run_config(default_run())  # the demo's houseplant in the arena
     arena = DeviceScene(place_splats(load_static_scene(default_scene()), demo.splats, demo.source), "cpu")
     T_WC = camera_pose_from_body(transform([7.3, 2.0, 1.1], quat_from_euler(0.0, 0.35, 0.2)))
-    renderer = Renderer(arena, [camera], RenderSettings(outputs={"rgb", "depth"}))
+    renderer = parts.renderer(arena, [camera], RenderSettings(outputs={"rgb", "depth"}))
     renderer.render(T_WC[None])
     images = renderer.images()
     renderer.close()
@@ -156,7 +157,7 @@ def splats(out: Path) -> Path:
         look = centre - eye
         yaw, pitch = np.arctan2(look[1], look[0]), -np.arctan2(look[2], np.hypot(look[0], look[1]))
         T_WC = camera_pose_from_body(transform(eye, quat_from_euler(0.0, pitch, yaw)))
-        renderer = Renderer(world, [camera], RenderSettings(outputs={"rgb"}, background_rgb=(0.08, 0.08, 0.1)))
+        renderer = parts.renderer(world, [camera], RenderSettings(outputs={"rgb"}, background_rgb=(0.08, 0.08, 0.1)))
         renderer.render(T_WC[None])
         pictures.append(_label(renderer.images().rgb[0][:, :, ::-1], "PLAYBOT (SH degree 2)"))
         renderer.close()

@@ -14,11 +14,11 @@ import numpy as np
 import warp as wp
 
 from goggles.bench.measure import bench_views
-from goggles.render.kernels import KERNEL_OPTIONS
+from goggles.runtime.kernel_options import TRACING
 from goggles.world.ray_bvh import RayBvh, build_ray_bvh, bvh_closest_hit, counting_traverse, upload
 from goggles.world.wide_bvh import WideBvh, build_wide_bvh, counting_wide_traverse, upload_wide, wide_closest_hit
 
-wp.set_module_options(KERNEL_OPTIONS)
+wp.set_module_options(TRACING)
 
 
 @wp.kernel

@@ -21,10 +21,11 @@ from goggles.dynamics.model import (
     vec8,
     vehicle_contact,
 )
+from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.world.queries import ActorData
 
 #: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
-wp.set_module_options({"enable_backward": False})
+wp.set_module_options(FORWARD_ONLY)
 
 CRASH = wp.constant(int(CollisionResponse.CRASH))
 RESET = wp.constant(int(CollisionResponse.RESET))

@@ -77,6 +77,7 @@ class Engine:
         recorder=None,
         sinks=(),
         rig: Rig | None = None,
+        threads: int | None = None,
     ):
         self.config = config
         self.mode = config.mode
@@ -97,6 +98,7 @@ class Engine:
                     backend=backend,
                     recorded=recorded,
                     world=world,
+                    threads=threads,
                 )
                 built.callback(rig.close)
             self.rig = rig

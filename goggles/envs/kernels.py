@@ -6,11 +6,12 @@ import warp as wp
 from goggles.dynamics.kernels import VehicleState
 from goggles.dynamics.model import vec8
 from goggles.render.projection import lens_coefficients
+from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.sensors.beacons import detect_beacon
 from goggles.world.queries import ActorData
 from goggles.world.splats import SplatData
 
-wp.set_module_options({"enable_backward": False})
+wp.set_module_options(FORWARD_ONLY)
 
 
 @wp.kernel

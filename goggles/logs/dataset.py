@@ -403,7 +403,6 @@ def _local_job(args) -> dict:
 
 def _run_locally(jobs: list[Job], spec: DatasetSpec, workers: int, _address) -> Iterable[dict | None]:
     """Rows as jobs finish, and None each second in which none did (for the progress line)."""
-    os.environ.setdefault("GOGGLES_RENDER_THREADS", "1")
     tasks = [(job, spec.output, spec.device) for job in jobs]
     with closing(run_in_processes(_local_job, tasks, workers)) as finished:
         for item in finished:
@@ -498,7 +497,6 @@ class SceneWorker:
     """A Ray actor: renders jobs one after another, keeping its worlds (``WorldCache``)."""
 
     def __init__(self, output: str, device: str | None):
-        os.environ.setdefault("GOGGLES_RENDER_THREADS", "1")
         import warp as wp
 
         wp.config.quiet = True

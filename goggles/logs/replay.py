@@ -109,9 +109,7 @@ def replay_file(
     if record is not None:
         metadata = {"run_file": _config_text(sensors, path), "replayed_from": str(path)}
         recorder = Recorder(record, metadata=metadata)
-    if threads is not None:
-        os.environ.setdefault("GOGGLES_RENDER_THREADS", str(threads))
-    engine = Engine(config, device=device, recorder=recorder, world=world, sinks=sinks)
+    engine = Engine(config, device=device, recorder=recorder, world=world, sinks=sinks, threads=threads)
     start = time.perf_counter()
     span = [None, 0]  # log time (ns) of the first and of the last message read
 

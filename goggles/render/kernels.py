@@ -14,6 +14,7 @@ import warp as wp
 from goggles.render.projection import inside_image, lens_coefficients, project
 from goggles.render.shading import SHADING_LIDAR, SHADING_UNLIT, Lighting, albedo, shade, sky_colour
 from goggles.render.sunlit import SHADOW_GRAZING, SHADOW_START_M, SHADOW_START_PER_M, whole_face_lit
+from goggles.runtime.kernel_options import TRACING
 from goggles.world.appearance import SceneData
 from goggles.world.queries import (
     ActorData,
@@ -28,12 +29,7 @@ from goggles.world.queries import (
 from goggles.world.ray_bvh import bvh_any_hit, bvh_closest_hit
 from goggles.world.wide_bvh import wide_any_hit, wide_closest_hit
 
-_DEFAULT_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
-KERNEL_OPTIONS = {
-    "cpu_compiler_flags": _DEFAULT_CPU_FLAGS + " -menable-no-nans -Wno-nan-infinity-disabled",
-    "enable_backward": False,  # forward kernels only: no autodiff, a tenth of the compile time
-}
-wp.set_module_options(KERNEL_OPTIONS)
+wp.set_module_options(TRACING)
 
 #: Where the render kernel's closest static hit comes from: Warp's BVH (``mesh_query_ray``), goggles'
 #: own (``goggles.world.ray_bvh``), the same in wide nodes (``goggles.world.wide_bvh``), or rows another
@@ -262,7 +258,7 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
 
     # 64 registers per thread on CUDA (measured on an H100, 1M triangles, 8 x 640x480): depth
     # 1.27 -> 1.04 ms and every output 1.54 -> 1.13 ms against the compiler's own choice (96, 105).
-    @wp.kernel(module="unique", enable_backward=False, module_options=KERNEL_OPTIONS, cuda_max_registers=64)
+    @wp.kernel(module="unique", enable_backward=False, module_options=TRACING, cuda_max_registers=64)
     def render_cameras_kernel(
         scene: SceneData,
         actors: ActorData,

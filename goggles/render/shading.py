@@ -4,9 +4,10 @@ from enum import IntEnum
 
 import warp as wp
 
+from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.world.appearance import SceneData
 
-wp.set_module_options({"enable_backward": False})
+wp.set_module_options(FORWARD_ONLY)
 
 
 class Shading(IntEnum):

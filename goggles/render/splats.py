@@ -24,13 +24,10 @@ from goggles.render.kernels import (
     ImageBuffers,
     OutputFlags,
 )
+from goggles.runtime.kernel_options import TRACING
 from goggles.world.splats import SplatData, trace_splats
 
-_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
-# As the render kernels: its BVH traversal ~1.8x faster on the CPU; nothing here makes or reads a NaN.
-wp.set_module_options(
-    {"cpu_compiler_flags": _CPU_FLAGS + " -menable-no-nans -Wno-nan-infinity-disabled", "enable_backward": False}
-)
+wp.set_module_options(TRACING)
 
 
 @wp.func

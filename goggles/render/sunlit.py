@@ -27,11 +27,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import warp as wp
 
+from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.runtime.progress import load_kernels
 
 log = logging.getLogger(__name__)
 
-wp.set_module_options({"enable_backward": False})
+wp.set_module_options(FORWARD_ONLY)
 
 #: A shadow ray starts off the surface by this much plus this much per metre of the hit's distance
 #: (what a float32 hit point may be off by, with room to spare), measured across the surface: along

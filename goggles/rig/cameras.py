@@ -194,10 +194,12 @@ def camera_groups(
     seed: int,
     backend: str = "auto",
     recorded: bool | None = None,
+    threads: int | None = None,
 ) -> list[CameraGroup]:
     """Group the configured cameras by size and rate and give each group a renderer (``backend``: the
-    primary-ray tracer, ``goggles.render.BACKENDS``) that writes only the outputs the group publishes;
-    ``recorded``: replay recorded frames (``CameraGroup.recorded``; None: on CUDA)."""
+    primary-ray tracer, ``goggles.render.BACKENDS``; ``threads``: its CPU threads, None one per core)
+    that writes only the outputs the group publishes; ``recorded``: replay recorded frames
+    (``CameraGroup.recorded``; None: on CUDA)."""
     by_key: dict[tuple, list[tuple[Camera, int]]] = {}
     for c in configs:  # event cameras render at their own times: a group of their own each
         own = f"{c.vehicle}/{c.name}" if c.events is not None else ""
@@ -218,7 +220,10 @@ def camera_groups(
             scene,
             models,
             RenderSettings(
-                shading=Shading.SUN if "rgb" in rendered else Shading.NONE, outputs=rendered, backend=backend
+                shading=Shading.SUN if "rgb" in rendered else Shading.NONE,
+                outputs=rendered,
+                backend=backend,
+                threads=threads,
             ),
             shadow_partner=[p for _, p in members],
         )

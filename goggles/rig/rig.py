@@ -45,6 +45,8 @@ class Rig:
             (``goggles.runtime.recorded_work``); None: on CUDA.
         world: a ``goggles.world.World`` built for this run's scene, course and vehicles
             (``build_run_world``) to reuse instead of building one (a dataset worker keeps it).
+        threads: CPU threads of each camera group's renderer (None: one per core; a batch of replays
+            running a process per core gives 1).
 
     Its vehicles are simulated in sim and lockstep mode, posed from outside (live, replay) otherwise.
     Closing it (or leaving its ``with``) frees its renderers, simulators and threads.
@@ -59,16 +61,17 @@ class Rig:
         backend: str = "auto",
         recorded: bool | None = None,
         world=None,
+        threads: int | None = None,
     ):
         self.config = config
         self.vehicles, self.fleets, self.groups, self.lidars = {}, [], [], []
         try:
-            self._build(config, device, physics_device, backend, recorded, world)
+            self._build(config, device, physics_device, backend, recorded, world, threads)
         except BaseException:  # what was started (a firmware's process, a renderer's threads) stops with it
             self.close()
             raise
 
-    def _build(self, config: RunConfig, device, physics_device, backend: str, recorded, world) -> None:
+    def _build(self, config: RunConfig, device, physics_device, backend: str, recorded, world, threads) -> None:
         self.simulated = simulated = config.mode not in (ClockMode.LIVE, ClockMode.REPLAY)
         if simulated:
             check_simulated_starts(config)
@@ -112,7 +115,14 @@ class Rig:
         self.posed = None if simulated else PosedContacts([self.airframes[v.preset] for v in config.vehicles], scene)
         """The contact test of vehicles posed from outside (live, replay); None when they are simulated."""
         self.groups = camera_groups(
-            scene, config.cameras, config.physics_rate, world.beacons, config.seed, backend=backend, recorded=recorded
+            scene,
+            config.cameras,
+            config.physics_rate,
+            world.beacons,
+            config.seed,
+            backend=backend,
+            recorded=recorded,
+            threads=threads,
         )
         self.range_sensors = [
             (c, RangeSensor(scene, c.model, seed=config.seed, stream=stream_of(f"{c.vehicle}/{c.name}")))

@@ -20,12 +20,13 @@ import warp as wp
 from goggles.errors import ConfigError
 from goggles.frames import matrices_to_quats, quat_to_matrix
 from goggles.runtime.device_copies import HostMirror, fetch
+from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.runtime.signals import signals_held
 from goggles.scene.actors import ActorShape
 from goggles.scene.assets import Material, MeshPart
 
 #: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
-wp.set_module_options({"enable_backward": False})
+wp.set_module_options(FORWARD_ONLY)
 
 #: Widest a skeleton may be, m: a person is a few metres across, and an avatar's limbs are sized
 #: from its width (one spanning ±3e38 m had limbs whose vertices overflowed float32).

@@ -20,6 +20,7 @@ from goggles.errors import ConfigError
 from goggles.render.camera import CameraModel
 from goggles.render.projection import inside_image, lens_coefficients, project
 from goggles.runtime.device_copies import HostMirror, collect
+from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.runtime.progress import load_kernels
 from goggles.sensors.draws import host_generator
 from goggles.world import Beacon, DeviceScene
@@ -27,7 +28,7 @@ from goggles.world.queries import ActorData, Carriers, Hit, closer_actor_hit
 from goggles.world.splats import SplatData, trace_splats
 
 #: Forward kernels only: no autodiff, a tenth of the compile time (CUDA 82 s -> 8 s).
-wp.set_module_options({"enable_backward": False})
+wp.set_module_options(FORWARD_ONLY)
 
 #: Start offset of the occlusion ray off the beacon, metres, plus a part growing with distance.
 OCCLUSION_OFFSET_M = 1.0e-3

@@ -20,10 +20,11 @@ import numpy as np
 import warp as wp
 
 from goggles.errors import ConfigError
+from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.runtime.progress import load_kernels
 from goggles.sensors.draws import NoiseDraws, draw_seed
 
-wp.set_module_options({"enable_backward": False})
+wp.set_module_options(FORWARD_ONLY)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ import zlib
 import numpy as np
 import warp as wp
 
+from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.runtime.progress import load_kernels
 
-wp.set_module_options({"enable_backward": False})
+wp.set_module_options(FORWARD_ONLY)
 
 _MODULUS = 2**31
 _LOW_BITS = wp.constant(wp.int64(_MODULUS - 1))

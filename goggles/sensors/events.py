@@ -17,8 +17,7 @@ image has moved at most half a pixel, from the camera's speed and turn rate and 
 it saw, within the camera's render rates. Where the image is smooth at the pixel scale (textures,
 shading) that keeps each pixel's change between two renders below a threshold; an edge that crosses
 a pixel is a step at any render rate (each pixel is one ray), and its events fall within the window
-that saw it. ``biggest_change`` reports the largest change of the last window. Pixels outside a lens
-see nothing and never fire.
+that saw it. Pixels outside a lens see nothing and never fire.
 """
 
 from __future__ import annotations
@@ -31,10 +30,11 @@ import numpy as np
 import warp as wp
 
 from goggles.errors import ConfigError
+from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.runtime.progress import load_kernels
 from goggles.sensors.draws import NoiseDraws, draw_state, host_generator
 
-wp.set_module_options({"enable_backward": False})
+wp.set_module_options(FORWARD_ONLY)
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +118,6 @@ class EventBuffer:
     capacity: int
     frame: wp.array4d(dtype=float)
     framed: int
-    biggest: wp.array2d(dtype=float)
-    """(threads, cameras): the largest |L1 - L0| of the window."""
     nearest: wp.array2d(dtype=float)
     """(threads, cameras): the nearest surface the window's render saw, m (the next render's interval)."""
 
@@ -191,7 +189,6 @@ def events_kernel(
         before = state.level[c, y, x]
         state.level[c, y, x] = now
         change = now - before
-        wp.atomic_max(buffer.biggest, row_offset, c, wp.abs(change))
         reference = state.reference[c, y, x]
         last = state.last_event[c, y, x]
         step = state.c_positive[c, y, x]
@@ -290,7 +287,6 @@ class EventSensor:
             negative[c] = np.maximum(m.contrast_negative + m.threshold_sigma * rng.standard_normal((h, w)), floor)
         self._state.c_positive.assign(positive)
         self._state.c_negative.assign(negative)
-        self.smallest_threshold = float(min(positive.min(), negative.min()))  # inf: no event camera at all
 
     def reseed(self, seed: int) -> None:
         """Draw the pixels' thresholds and the noise from ``seed`` again, and start anew (``reset``)."""
@@ -312,7 +308,6 @@ class EventSensor:
         shape = (r.num_cameras, 2, r.height, r.width) if self._framed else (1, 1, 1, 1)
         buffer.frame = wp.zeros(shape, dtype=float, device=d)
         buffer.framed = int(self._framed)
-        buffer.biggest = wp.zeros((self._threads, r.num_cameras), dtype=float, device=d)
         buffer.nearest = wp.zeros((self._threads, r.num_cameras), dtype=float, device=d)
         return buffer
 
@@ -339,7 +334,6 @@ class EventSensor:
         self._window.assign(np.array([t0, t_ns], np.int64))
         self._draws.at(t_ns // 1000)
         b.count.zero_()
-        b.biggest.zero_()
         b.nearest.fill_(1e30)
         if self._framed:
             b.frame.zero_()
@@ -367,8 +361,7 @@ class EventSensor:
             )
             self._capacity = int(max(2 * b.capacity, counts.max()))
             self._buffer = self._allocate(self._capacity)
-            self._buffer.biggest.assign(b.biggest)  # the window's measures still hold
-            self._buffer.nearest.assign(b.nearest)
+            self._buffer.nearest.assign(b.nearest)  # the window's measure still holds
         take = np.concatenate([np.arange(k) + i * b.capacity for i, k in enumerate(kept)]).astype(np.int64)
         camera, x, y = b.camera.numpy()[take], b.x.numpy()[take], b.y.numpy()[take]
         t, polarity = b.t.numpy()[take], b.polarity.numpy()[take]
@@ -381,11 +374,6 @@ class EventSensor:
             events["x"], events["y"], events["t"], events["polarity"] = x[pick], y[pick], t[pick], polarity[pick]
             out.append(events)
         return out
-
-    @property
-    def biggest_change(self) -> float:
-        """The largest change of log intensity of any pixel in the last window."""
-        return float(self._buffer.biggest.numpy().max())
 
     def next_interval(self, shortest_s: float, longest_s: float, motions) -> float:
         """Seconds to the next render: the time the image takes to move ``PIXELS_PER_RENDER`` pixels,

@@ -21,10 +21,11 @@ import warp as wp
 
 from goggles import checks
 from goggles.errors import ConfigError
+from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.runtime.progress import load_kernels
 from goggles.sensors.draws import NoiseDraws, draw_state
 
-wp.set_module_options({"enable_backward": False})
+wp.set_module_options(FORWARD_ONLY)
 
 #: The golden ratio's fractional part and its square root's: irrational steps, so a rosette never repeats.
 _STEP_A, _STEP_B = 0.6180339887498949, 0.7548776662466927

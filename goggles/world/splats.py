@@ -34,15 +34,12 @@ import numpy as np
 import warp as wp
 
 from goggles.errors import ConfigError
+from goggles.runtime.kernel_options import TRACING
 from goggles.runtime.progress import busy, load_kernels
 from goggles.scene.splats import FILTERS, MIN_OPACITY, SplatCloud, merge_splats
 from goggles.world.queries import inverse_direction
 
-_CPU_FLAGS = wp.config.cpu_compiler_flags if wp.config.cpu_compiler_flags is not None else "-march=native"
-# Compiled for the CPU as the render kernels are (no NaN here: their BVH traversal is ~1.8x faster).
-wp.set_module_options(
-    {"cpu_compiler_flags": _CPU_FLAGS + " -menable-no-nans -Wno-nan-infinity-disabled", "enable_backward": False}
-)
+wp.set_module_options(TRACING)
 
 #: Hits gathered per BVH pass: each pass walks the BVH from its root again, so fewer passes of more
 #: hits are faster on a CPU (256: 1.4x the frames/s of 64 on the houseplant, 2.2 against 1.6), while a

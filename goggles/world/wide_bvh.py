@@ -285,11 +285,6 @@ def upload_wide(tree: WideBvhArrays, device) -> WideBvh:
     return bvh
 
 
-@wp.func
-def _cell(word: wp.uint32, byte: int) -> float:
-    return float((word >> wp.uint32(8 * byte)) & wp.uint32(255))
-
-
 #: Relative error of a decoded plane's distance, bounded: ``start + cells * cell`` rounds once (a fused
 #: multiply-add; ``cells * cell`` is exact) and ``start`` twice; four units of float32's rounding.
 PLANE_SLACK = wp.constant(4.0 * 1.1920929e-07)

@@ -907,3 +907,19 @@ def test_a_replays_recording_carries_the_flights_truth_and_inputs_at_their_insta
     again = tmp_path / "again.mcap"
     replay_file(replayed, record=again, device="cpu")  # a replay's recording replays
     assert images(again) == images(replayed)
+
+
+def test_a_replays_render_threads_are_its_own_and_leave_the_process_as_it_was(tmp_path, monkeypatch):
+    """``replay_file(threads=1)`` set $GOGGLES_RENDER_THREADS for the rest of the process (the first
+    call's count stuck for every later renderer); now the count goes to the replay's renderers."""
+    from goggles.engine import Engine
+    from goggles.logs.replay import replay_config
+
+    monkeypatch.delenv("GOGGLES_RENDER_THREADS", raising=False)
+    original = record_run(tmp_path, device="cpu", duration=0.2)
+    replay_file(original, device="cpu", threads=1)
+    assert "GOGGLES_RENDER_THREADS" not in os.environ
+    with Engine(replay_config(original, None, None), device="cpu", threads=1) as engine:
+        assert {group.renderer.threads for group in engine.rig.groups} == {1}
+    with Engine(replay_config(original, None, None), device="cpu") as engine:
+        assert {group.renderer.threads for group in engine.rig.groups} == {min(os.cpu_count(), 32)}
