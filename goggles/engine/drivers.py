@@ -69,7 +69,8 @@ def run_live(engine, duration: float | None, stop: threading.Event) -> None:
         now = time.perf_counter()
         engine.step = wall_step(engine.dt)
         for group, period in zip(groups, periods):
-            if group.due_live(now, period, any(vehicles[c.vehicle].new_pose for c in group.cameras)):
+            fresh = any(vehicles[c.vehicle].new_pose for c in group.cameras)
+            if group.due_live(now, period, fresh, max(vehicles[c.vehicle].pose_utime for c in group.cameras)):
                 group.last_render_wall = now
                 engine.render(group)
         for vehicle in vehicles.values():

@@ -305,12 +305,19 @@ class Engine:
         return np.array([instances[name] for name in vehicles])
 
     def render(self, group: CameraGroup) -> None:
-        """Render ``group`` now, from its vehicles' poses now, and publish its outputs."""
+        """Render ``group`` now, from its vehicles' poses now, and publish its outputs. Live, an event
+        camera renders at its newest pose, stamped with the pose's time: its events fall on the
+        poses' clock (a motion-capture system's), where they happened, not when they were rendered."""
         self._pose_people()
         t = time.perf_counter()
         carriers = self._carriers(c.vehicle for c in group.cameras)
-        poses = np.stack([self.camera_pose(c) for c in group.cameras])
-        utime = self.utime() if self.mode != ClockMode.LIVE else time.time_ns() // 1000
+        if self.mode == ClockMode.LIVE and group.events is not None:
+            vehicles = [self.rig.vehicles[c.vehicle] for c in group.cameras]
+            poses = np.stack([v.T_WB @ c.T_BC for v, c in zip(vehicles, group.cameras)])
+            utime = max(v.pose_utime for v in vehicles)
+        else:
+            poses = np.stack([self.camera_pose(c) for c in group.cameras])
+            utime = self.utime() if self.mode != ClockMode.LIVE else time.time_ns() // 1000
         images, detections, events = group.render(
             poses, lambda dt: self._camera_poses_after(group, poses, dt), self.rig.built.gate_poses, carriers, key=utime
         )

@@ -79,8 +79,13 @@ class CameraGroup:
         the names its achieved rate is reported under."""
         return list(dict.fromkeys(f"{c.vehicle}/{c.config.name}" for c in self.cameras))
 
-    def due_live(self, now: float, period: float, fresh: bool) -> bool:
-        """Live mode: render on a fresh pose (at most twice the rate), else every two periods."""
+    def due_live(self, now: float, period: float, fresh: bool, pose_utime: int = 0) -> bool:
+        """Live mode: render on a fresh pose (at most twice the rate), else every two periods. An
+        event camera renders on each pose newer than its last window's end (``pose_utime``, µs), and
+        never without one: its windows are the poses' intervals."""
+        if self.events is not None:
+            window = self.events.window
+            return fresh and pose_utime > 0 and (window is None or pose_utime * 1000 > window[1])
         elapsed = now - self.last_render_wall
         return (fresh and elapsed >= 0.5 * period) or elapsed >= 2.0 * period
 

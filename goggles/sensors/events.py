@@ -140,6 +140,13 @@ def fire(buffer: EventBuffer, region: int, c: int, x: int, y: int, t: wp.int64, 
             buffer.polarity[at] = wp.int8(polarity)
 
 
+#: Events per second past which an event camera is told to be overloaded: 12 bytes each, 1.2 GB/s on
+#: the bus, past what any client reads.
+OVERLOAD_EVENTS_PER_S = 1e8
+#: Most noise events of one pixel in one window (a window of a second at 1 kHz of noise holds ~1000).
+MAX_NOISE = wp.constant(256)
+
+
 @wp.kernel
 def events_kernel(
     rays_C: wp.array3d(dtype=wp.vec3),
@@ -209,9 +216,10 @@ def events_kernel(
                 last = t
         state.reference[c, y, x] = reference
         state.last_event[c, y, x] = last
-        if noise_rate[c] > 0.0:
+        if noise_rate[c] > 0.0:  # a Poisson process: as many as the window's length holds
             random = draw_state(draws, streams[c], y * width + x)
-            if wp.randf(random) < 1.0 - wp.exp(-noise_rate[c] * span_ns * 1e-9):
+            count = wp.min(int(wp.poisson(random, noise_rate[c] * span_ns * 1e-9)), MAX_NOISE)
+            for _ in range(count):
                 t = t0 + wp.int64(wp.randf(random) * span_ns)
                 sign = 1
                 if wp.randf(random) < 0.5:
@@ -254,6 +262,7 @@ class EventSensor:
         self._refractory = wp.array([round(m.refractory_s * 1e9) for m in active], dtype=wp.int64, device=d)
         noise = [0.0 if model is None else m.noise_rate_hz for model, m in zip(self.models, active)]
         self._noise = wp.array(noise, dtype=float, device=d)  # nor noise events
+        self._most_noise = max(noise, default=0.0)
         self._window = wp.array(np.zeros(2, np.int64), dtype=wp.int64, device=d)
         self._fresh = wp.ones(n, dtype=wp.int32, device=d)
         self._none = wp.zeros(0, dtype=wp.int32, device=d)
@@ -268,6 +277,7 @@ class EventSensor:
         self.window: tuple[int, int] | None = None
         """The last update's window, [start, end) in ns of sim time (None before the first)."""
         self.dropped = 0
+        self._told_overload = False
         """Events lost to a full buffer since the start (the buffer then grows for the next window)."""
         load_kernels(events_kernel.module, d)
 
@@ -333,6 +343,13 @@ class EventSensor:
             raise ValueError(f"event camera time went back: {t_ns} ns after {t0} ns")
         self._window.assign(np.array([t0, t_ns], np.int64))
         self._draws.at(t_ns // 1000)
+        if not self._framed:  # room for the window's noise: lost events are lost for good
+            mean = self._most_noise * (t_ns - t0) * 1e-9
+            pixels = -(-r.num_cameras * r.height * r.width // self._threads)
+            needed = int(pixels * (2.0 + mean + 6.0 * np.sqrt(mean)))
+            if needed > b.capacity:
+                self._capacity = needed
+                self._buffer = b = self._allocate(needed)
         b.count.zero_()
         b.nearest.fill_(1e30)
         if self._framed:
@@ -365,6 +382,7 @@ class EventSensor:
         take = np.concatenate([np.arange(k) + i * b.capacity for i, k in enumerate(kept)]).astype(np.int64)
         camera, x, y = b.camera.numpy()[take], b.x.numpy()[take], b.y.numpy()[take]
         t, polarity = b.t.numpy()[take], b.polarity.numpy()[take]
+        self._tell_overload(len(take))
         order = np.lexsort((polarity, x, y, t, camera))
         out = []
         bounds = np.searchsorted(camera[order], np.arange(self._renderer.num_cameras + 1))
@@ -374,6 +392,21 @@ class EventSensor:
             events["x"], events["y"], events["t"], events["polarity"] = x[pick], y[pick], t[pick], polarity[pick]
             out.append(events)
         return out
+
+    def _tell_overload(self, count: int) -> None:
+        """Say once when the cameras fire past what a real one delivers (``OVERLOAD_EVENTS_PER_S``): a
+        flickering scene's 750 M events per second took a run to 0.00 of real time, unsaid."""
+        if self._told_overload or self.window is None or self.window[1] <= self.window[0]:
+            return
+        rate = count / ((self.window[1] - self.window[0]) * 1e-9)
+        if rate > OVERLOAD_EVENTS_PER_S:
+            self._told_overload = True
+            log.warning(
+                "event camera: %.3g events per sim second, past the %.0f M/s a real one delivers: the run slows "
+                "to the events' pace (a flickering light? raise contrast_threshold or lower the resolution)",
+                rate,
+                OVERLOAD_EVENTS_PER_S * 1e-6,
+            )
 
     def next_interval(self, shortest_s: float, longest_s: float, motions) -> float:
         """Seconds to the next render: the time the image takes to move ``PIXELS_PER_RENDER`` pixels,

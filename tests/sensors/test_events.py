@@ -117,12 +117,15 @@ def test_the_event_count_of_a_textured_scene_scales_as_one_over_c(device):
     assert counts[0.2] / counts[0.4] == pytest.approx(2.0, rel=0.2)
 
 
-def test_noise_events_come_at_their_rate_of_either_polarity(device):
-    rate, dt, windows = 4.0, 0.01, 50
+@pytest.mark.parametrize(("rate", "dt", "windows"), [(4.0, 0.01, 50), (200.0, 0.02, 10)])
+def test_noise_events_come_at_their_rate_of_either_polarity(device, rate, dt, windows):
+    """Background activity is a Poisson process per pixel: rate x time events, whatever the windows'
+    length (at 200 Hz and 20 ms windows a pixel fires 4 per window on average; one per window at most
+    delivered 50 Hz)."""
     renderer, events = sensor(device, textured_wall(), EventCameraModel(noise_rate_hz=rate))
     fired = fly(renderer, events, lambda t: 0.0, np.arange(0.0, dt * (windows + 1) - 1e-9, dt))
     pixels = 64 * 48
-    expected = pixels * windows * (1.0 - np.exp(-rate * dt))
+    expected = pixels * windows * rate * dt
     assert abs(len(fired) - expected) < 5.0 * np.sqrt(expected)
     assert abs(np.mean(fired["polarity"] == 1) - 0.5) < 0.05
 
@@ -177,3 +180,20 @@ def test_bad_event_camera_settings_are_refused():
         EventCameraModel(0.2, 0.2, threshold_sigma=0.5)
     with pytest.raises(ConfigError, match="noise_rate_hz"):
         EventCameraModel(noise_rate_hz=float("nan"))
+
+
+def test_a_camera_firing_past_what_a_bus_carries_is_told_once(device, caplog):
+    """A scene that flickers from black to white every microsecond: every pixel fires its contrast
+    over C events per window, billions per second; the run says so once, not at every window."""
+    import logging
+
+    renderer, events = sensor(device, textured_wall(), EventCameraModel(0.05, 0.05))
+    rgb = renderer.buffers.rgb
+    renderer.render(camera_pose_from_body(np.eye(4))[None])
+    with caplog.at_level(logging.WARNING, logger="goggles.sensors.events"):
+        for k in range(4):
+            rgb.fill_(255 if k % 2 else 0)
+            events.update(1000 * (k + 1))
+            assert len(events.events()[0]) > 0 or k == 0
+    told = [r for r in caplog.records if "events per sim second" in r.getMessage()]
+    assert len(told) == 1 and "past the 100 M/s" in told[0].getMessage()
