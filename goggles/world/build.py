@@ -45,8 +45,11 @@ class World:
         return self.scene.device
 
     def reset(self) -> None:
-        """Only the gates placed, where they were built (a world reused by another run)."""
+        """Only the gates placed, where they were built (a world reused by another run): no prop, no
+        captured one."""
         self.scene.set_actors(range(len(self.gate_poses)), self.gate_poses)
+        if self.scene.splats is not None:
+            self.scene.splats.remove_props()
 
     def on(self, device) -> World:
         """The static scene and the gates again, on ``device`` with BVHs of their own (a simulator's

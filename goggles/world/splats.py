@@ -357,6 +357,12 @@ class DeviceSplats:
             self.data.shown[frame : frame + 1].fill_(1)
         self._moved = True
 
+    def remove_props(self) -> None:
+        """Take every splat prop's instance out of the world (a world reused by another run)."""
+        for prop, slots in enumerate(self._slots):
+            for instance in range(len(slots)):
+                self.place(prop, instance, None)
+
     def fit(self, positions: wp.array | None, footprint: float) -> None:
         """Make the BVH hold every Gaussian for rays from ``positions`` ((n, H): every row's camera
         position, read on the device; None for thin rays) whose pixels span at most ``footprint``

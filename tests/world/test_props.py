@@ -556,3 +556,6 @@ def test_range_sensors_and_beacons_see_a_captured_prop(tmp_path):
     splats.place(0, 0, None)
     assert len(sensor.detect(eye[None])) == 1
     assert tof.measure(above[None])[0, 0, 0] == pytest.approx(3.0, abs=1e-4)
+    splats.place(0, 0, lying)
+    world.reset()  # a world reused by another run: no capture left standing from the last
+    assert tof.measure(above[None])[0, 0, 0] == pytest.approx(3.0, abs=1e-4)
