@@ -4,7 +4,7 @@ A gate counts as passed at the first sample where the vehicle is inside the axis
 box of the gate's four opening corners inflated by 0.1 m, and within 0.3 m of the gate plane. Gates
 count only in order: a later gate flown through before the next one earns nothing (a skipped gate
 fails the rest). Score = 10 N - T, with N the gates passed and T the time at the last one passed; a
-run that ends by crash or timeout scores 0 (REFERENCE.md section 5).
+run that ends by crash or timeout scores 0 (the AlphaPilot challenge's scoring rules).
 """
 
 from __future__ import annotations

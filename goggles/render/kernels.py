@@ -1,8 +1,8 @@
 """The camera kernels: one launch traces every pixel of a batch of same-size cameras (``render_kernel``,
 built per set of features); a second marks the stereo occlusion shadow from the partner camera's depth.
 
-This module is compiled for the CPU with ``-menable-no-nans`` (REFERENCE.md section 8: about 1.8x
-faster BVH traversal): nothing here may create, test for or rely on NaN. Every pixel gets a status
+This module is compiled for the CPU with ``-menable-no-nans`` (``goggles.runtime.kernel_options``:
+about 1.8x faster BVH traversal, measured): nothing here may create, test for or rely on NaN. Every pixel gets a status
 code; the render writes +inf (nothing within max_depth) and -inf (closer than min_depth) itself, and
 ``goggles.render.invalid``, compiled apart with IEEE semantics, writes the stereo shadow's NaN.
 """
