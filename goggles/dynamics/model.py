@@ -1,6 +1,7 @@
 """The multirotor model as Warp functions: motors, wrench, aerodynamics, ground effect, integrators.
 
-Equations (FlightGoggles' multicopter dynamics, Guerra et al. 2019, and its C++ code), world ENU, body FLU, Warp quaternions (x, y, z, w):
+Equations (FlightGoggles' multicopter dynamics, Guerra et al. 2019, and its C++ code), world ENU,
+body FLU, Warp quaternions (x, y, z, w):
     rotor speed    w' = (w_cmd - w) / tau, tau_up or tau_down by direction; stepped by explicit Euler
                    under the Euler integrator (as FlightGoggles), exactly (exponential) under RK4
     rotor thrust   u_i = cf w_i |w_i| x ground-effect ratio
