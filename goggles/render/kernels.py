@@ -211,6 +211,38 @@ def to_byte(value: float) -> wp.uint8:
 
 
 @wp.func
+def write_hit(
+    out: ImageBuffers,
+    wanted: OutputFlags,
+    min_depth: float,
+    c: int,
+    y: int,
+    x: int,
+    t: float,
+    along: float,
+    segment: int,
+    face: int,
+):
+    """A pixel's hit ``t`` along its ray (``along``: the ray's z, 1 where depth is the range): its status
+    and depth (REP 118: -inf closer than ``min_depth``), range, class and face, as asked."""
+    depth = t * along
+    distance = t
+    status = STATUS_HIT
+    if depth < min_depth:
+        status = STATUS_TOO_CLOSE
+        depth = -wp.inf
+        distance = -wp.inf
+    out.status[c, y, x] = wp.int8(status)
+    out.depth[c, y, x] = depth
+    if wanted.range:
+        out.range[c, y, x] = distance
+    if wanted.segmentation:
+        out.segmentation[c, y, x] = segment
+    if wanted.face:
+        out.face[c, y, x] = face
+
+
+@wp.func
 def traced_hit(
     traced: TracedRows, c: int, y: int, i: int, k: int, x: int, origin: wp.vec3, direction: wp.vec3, reach: float
 ) -> Hit:
@@ -350,21 +382,7 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
                     out.rgb[c, y, x, 2] = to_byte(sky[2])
                 continue
 
-            depth = hit.t * along
-            distance = hit.t
-            status = STATUS_HIT
-            if depth < cameras.min_depth[c]:
-                status = STATUS_TOO_CLOSE
-                depth = -wp.inf
-                distance = -wp.inf
-            out.status[c, y, x] = wp.int8(status)
-            out.depth[c, y, x] = depth
-            if wanted.range:
-                out.range[c, y, x] = distance
-            if wanted.segmentation:
-                out.segmentation[c, y, x] = scene.face_segment[hit.face]
-            if wanted.face:
-                out.face[c, y, x] = hit.face
+            write_hit(out, wanted, cameras.min_depth[c], c, y, x, hit.t, along, scene.face_segment[hit.face], hit.face)
             if wanted.normal or wp.static(use_shading):
                 normal = wp.normalize(hit.normal_W)
                 if wp.dot(normal, direction) > 0.0:

@@ -23,16 +23,13 @@ from goggles.render.kernels import (
     CameraBatch,
     ImageBuffers,
     OutputFlags,
+    to_byte,
+    write_hit,
 )
 from goggles.runtime.kernel_options import TRACING
 from goggles.world.splats import SplatData, trace_splats
 
 wp.set_module_options(TRACING)
-
-
-@wp.func
-def to_byte(value: float) -> wp.uint8:
-    return wp.uint8(wp.clamp(value * 255.0 + 0.5, 0.0, 255.0))
 
 
 @wp.kernel
@@ -79,20 +76,6 @@ def splat_pass_kernel(
                 out.rgb[c, y, x, channel] = to_byte(hit.rgb[channel] + keep * behind)
         if hit.t_half < 0.0:
             continue
-        depth = hit.t_half * along
-        distance = hit.t_half
-        status = STATUS_HIT
-        if depth < cameras.min_depth[c]:
-            status = STATUS_TOO_CLOSE
-            depth = -wp.inf
-            distance = -wp.inf
-        out.status[c, y, x] = wp.int8(status)
-        out.depth[c, y, x] = depth
-        if wanted.range:
-            out.range[c, y, x] = distance
-        if wanted.segmentation:
-            out.segmentation[c, y, x] = hit.segment
-        if wanted.face:
-            out.face[c, y, x] = FACE_NONE
+        write_hit(out, wanted, cameras.min_depth[c], c, y, x, hit.t_half, along, hit.segment, FACE_NONE)
         if wanted.normal:
             out.normal_W[c, y, x] = -direction
