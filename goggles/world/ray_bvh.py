@@ -241,10 +241,16 @@ def upload(tree: RayBvhArrays, device) -> RayBvh:
     bvh = RayBvh()
     bvh.boxes = wp.array(tree.boxes, dtype=wp.vec4, device=device)
     bvh.children = wp.array(tree.children, dtype=wp.vec2i, device=device)
-    triangles = tree.triangles if len(tree.triangles) else np.zeros((1, 3, 3), np.float32)
-    bvh.triangles = wp.array(triangles, dtype=wp.vec3, device=device)
-    bvh.faces = wp.array(tree.faces if len(tree.faces) else np.zeros(1, np.int32), dtype=wp.int32, device=device)
+    bvh.triangles, bvh.faces = upload_leaves(tree, device)
     return bvh
+
+
+def upload_leaves(tree, device) -> tuple[wp.array, wp.array]:
+    """A tree's triangles in leaf order and their scene faces on ``device`` (one dummy each for an
+    empty scene: Warp arrays of no element cannot be indexed, even where no leaf points)."""
+    triangles = tree.triangles if len(tree.triangles) else np.zeros((1, 3, 3), np.float32)
+    faces = tree.faces if len(tree.faces) else np.zeros(1, np.int32)
+    return wp.array(triangles, dtype=wp.vec3, device=device), wp.array(faces, dtype=wp.int32, device=device)
 
 
 @wp.func

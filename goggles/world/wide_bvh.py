@@ -42,6 +42,7 @@ from goggles.world.ray_bvh import (
     nothing_found,
     ray_inverse,
     ray_shear,
+    upload_leaves,
 )
 
 #: Children per node.
@@ -279,9 +280,7 @@ def upload_wide(tree: WideBvhArrays, device) -> WideBvh:
     bvh.scale = wp.array(tree.scale, dtype=wp.vec3, device=device)
     bvh.quantized = wp.array(tree.quantized, dtype=wp.uint32, device=device)
     bvh.children = wp.array(tree.children, dtype=wp.int32, device=device)
-    triangles = tree.triangles if len(tree.triangles) else np.zeros((1, 3, 3), np.float32)
-    bvh.triangles = wp.array(triangles, dtype=wp.vec3, device=device)
-    bvh.faces = wp.array(tree.faces if len(tree.faces) else np.zeros(1, np.int32), dtype=wp.int32, device=device)
+    bvh.triangles, bvh.faces = upload_leaves(tree, device)
     return bvh
 
 
