@@ -22,7 +22,7 @@ import warp as wp
 from goggles.errors import ConfigError
 from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.runtime.progress import load_kernels
-from goggles.sensors.draws import NoiseDraws, draw_seed
+from goggles.sensors.draws import FrameNoise, draw_seed
 
 wp.set_module_options(FORWARD_ONLY)
 
@@ -107,38 +107,29 @@ def camera_noise_kernel(
             rgb[c, y, x, channel] = wp.uint8(wp.round(dn / full_scale[c] * 255.0))
 
 
-class CameraNoise:
+class CameraNoise(FrameNoise):
     """Applies camera noise models to a renderer's colour, per camera of its batch (None: left ideal).
     ``streams``: each camera's noise stream (``draws.stream_of`` its name); None: the cameras' indices.
     Each ``apply`` draws the next frame's noise; ``at(key)`` chooses the frame (its sim time)."""
 
     def __init__(self, models, renderer, seed: int = 0, streams=None):
+        super().__init__(renderer, seed, range(len(models)) if streams is None else streams)
         device = renderer.device
         self.active = any(m is not None for m in models)
-        self._renderer = renderer
         self._well = wp.array([m.full_well_e if m else 0.0 for m in models], dtype=float, device=device)
         self._read = wp.array([m.read_noise_e if m else 0.0 for m in models], dtype=float, device=device)
         self._scale = wp.array([2.0**m.adc_bits - 1.0 if m else 255.0 for m in models], dtype=float, device=device)
         self._vignetting = wp.array([m.vignetting if m else 0.0 for m in models], dtype=float, device=device)
         self._normals = wp.array(_normal_quantiles(1024), dtype=float, device=device)
-        self._draws = NoiseDraws(seed, device)
-        streams = range(len(models)) if streams is None else streams
-        self._streams = wp.array(list(streams), dtype=wp.int32, device=device)
         load_kernels(camera_noise_kernel.module, device)
-
-    def at(self, key: int) -> None:
-        """Make the next ``apply`` draw frame ``key``'s noise (its sim time, µs)."""
-        self._draws.at(key)
 
     def apply(self) -> None:
         """Expose the renderer's last colour image in place."""
         if not self.active:
             return
         r = self._renderer
-        noise = [self._well, self._read, self._scale, self._vignetting, self._normals, self._draws.array, self._streams]
-        inputs = [r.rays_C, r.ray_table, *noise]
-        r.launch_rows(camera_noise_kernel, inputs, [r.buffers.rgb])
-        self._draws.next()
+        noise = [self._well, self._read, self._scale, self._vignetting, self._normals]
+        self._launch(camera_noise_kernel, [r.rays_C, r.ray_table, *noise], [r.buffers.rgb])
 
 
 def _normal_quantiles(count: int) -> np.ndarray:

@@ -79,6 +79,29 @@ class NoiseDraws:
         wp.launch(next_draw_kernel, dim=1, inputs=[self.array], device=self.device)
 
 
+class FrameNoise:
+    """What a sensor model over a renderer's images shares: each camera's noise stream, the run's seed,
+    and frames drawn in turn (``at(key)`` chooses one: its sim time). Its kernels are launched over the
+    renderer's rows with the draws and streams as their last inputs, and the draw then moves on."""
+
+    def __init__(self, renderer, seed: int, streams):
+        self._renderer = renderer
+        self._draws = NoiseDraws(seed, renderer.device)
+        self._streams = wp.array(list(streams), dtype=wp.int32, device=renderer.device)
+
+    def reseed(self, seed: int) -> None:
+        """Draw from ``seed`` again, from its first frame (a learning environment's ``reset(seed=)``)."""
+        self._draws.reseed(seed)
+
+    def at(self, key: int) -> None:
+        """Make the next ``apply`` draw frame ``key``'s noise (its sim time, µs)."""
+        self._draws.at(key)
+
+    def _launch(self, kernel, inputs: list, outputs: list) -> None:
+        self._renderer.launch_rows(kernel, [*inputs, self._draws.array, self._streams], outputs)
+        self._draws.next()
+
+
 def host_generator(seed: int, stream: int, key: int) -> np.random.Generator:
     """The host's random generator of one measurement (beacon noise), keyed as the device's draws are."""
     return np.random.default_rng([int(seed) % _MODULUS, int(stream), int(key) & (2**64 - 1)])

@@ -21,7 +21,7 @@ import warp as wp
 from goggles.errors import ConfigError
 from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.runtime.progress import load_kernels
-from goggles.sensors.draws import NoiseDraws, draw_seed
+from goggles.sensors.draws import FrameNoise, draw_seed
 
 wp.set_module_options(FORWARD_ONLY)
 
@@ -102,7 +102,7 @@ def stereo_depth_kernel(
             depth[c, y, x] = measured
 
 
-class StereoDepth:
+class StereoDepth(FrameNoise):
     """Applies stereo depth models to a renderer's depth, per camera of its batch.
 
     Args:
@@ -127,34 +127,23 @@ class StereoDepth:
             sigma.append(model.subpixel_sigma_px)
             step.append(model.subpixel_step_px)
             search.append(model.search_range_px)
+        if streams is None:
+            streams = range(int(first_camera), int(first_camera) + len(fb))
+        super().__init__(renderer, seed, streams)
         device = renderer.device
         self.active = any(v > 0 for v in fb)
-        self._renderer = renderer
         self._fb = wp.array(fb, dtype=float, device=device)
         self._sigma = wp.array(sigma, dtype=float, device=device)
         self._step = wp.array(step, dtype=float, device=device)
         self._search = wp.array(np.minimum(search, 3.0e38), dtype=float, device=device)
         limits = [(c.min_depth, min(c.max_depth, 3.0e38)) for c in renderer.cameras]
         self._limits = wp.array(limits, dtype=wp.vec2, device=device)
-        if streams is None:
-            streams = range(int(first_camera), int(first_camera) + len(fb))
-        self._streams = wp.array(list(streams), dtype=wp.int32, device=device)
-        self._draws = NoiseDraws(seed, device)
         load_kernels(stereo_depth_kernel.module, device)
-
-    def reseed(self, seed: int) -> None:
-        """Draw from ``seed`` again, from its first frame (a learning environment's ``reset(seed=)``)."""
-        self._draws.reseed(seed)
-
-    def at(self, key: int) -> None:
-        """Make the next ``apply`` draw frame ``key``'s noise (its sim time, µs)."""
-        self._draws.at(key)
 
     def apply(self) -> None:
         """Re-measure the renderer's last depth image in place."""
         if not self.active:
             return
         r = self._renderer
-        inputs = [self._fb, self._sigma, self._step, self._search, self._limits, self._draws.array, self._streams]
-        r.launch_rows(stereo_depth_kernel, inputs, [r.buffers.depth])
-        self._draws.next()
+        inputs = [self._fb, self._sigma, self._step, self._search, self._limits]
+        self._launch(stereo_depth_kernel, inputs, [r.buffers.depth])
