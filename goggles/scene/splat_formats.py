@@ -146,10 +146,11 @@ def record_dtype(layout: PlyLayout, element: PlyElement) -> np.dtype:
     return np.dtype([(name, order + kind) for name, kind in element.properties])
 
 
-def ply_kind(path: Path) -> str:
-    """What a PLY holds: "mesh" (faces), "splat" (Gaussians' columns) or "compressed" (SuperSplat's
-    packed Gaussians). Raises a one-line ``SceneError`` for anything else (a point cloud, garbage)."""
-    layout = ply_layout(path)
+def ply_kind(path: Path, layout: PlyLayout | None = None) -> str:
+    """What a PLY holds (its ``layout`` when read already): "mesh" (faces), "splat" (Gaussians'
+    columns) or "compressed" (SuperSplat's packed Gaussians). Raises a one-line ``SceneError`` for
+    anything else (a point cloud, garbage)."""
+    layout = layout if layout is not None else ply_layout(path)
     faces = layout.element("face")
     if faces is not None and faces.count > 0:
         return "mesh"

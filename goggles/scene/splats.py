@@ -178,10 +178,10 @@ def read_splat_file(path: str | Path) -> SplatCloud:
     elif suffix == ".spz":
         cloud = _cloud(path, read_spz(path, most_points=int((free or 2**62) // 400)))
     elif suffix == ".ply":
-        kind = ply_kind(path)
+        layout = ply_layout(path)
+        kind = ply_kind(path, layout)
         if kind == "mesh":
             raise SceneError(f"{path}: a mesh (it has faces), not a Gaussian splat: place it as an [[asset]]")
-        layout = ply_layout(path)
         cloud = _cloud(path, read_compressed_ply(path, layout) if kind == "compressed" else _read_ply(path, layout))
     else:
         raise SceneError(f"{path}: unknown splat format {suffix!r}; use {', '.join(SPLAT_SUFFIXES)}")

@@ -298,18 +298,10 @@ class DeviceSplats:
         data.shown = wp.array(shown, dtype=wp.int32, device=d)
         data.count = count
         self.data = data
-        # Each prop's own frame, once: an instance placed at T is written from it.
+        # Each prop's own frame, once (its first instance, placed nowhere yet): a placement writes from it.
         self._own = [
-            (
-                wp.array(prop.positions, dtype=wp.vec3, device=d),
-                wp.array(
-                    _rotation_matrices(prop.rotations.astype(np.float64)).transpose(0, 2, 1).astype(np.float32),
-                    dtype=wp.mat33,
-                    device=d,
-                ),
-                prop.frames[0].astype(np.float64),
-            )
-            for prop, _ in props
+            (wp.clone(data.mean[s : s + n]), wp.clone(data.axes[s : s + n]), prop.frames[0].astype(np.float64))
+            for (prop, _), ((s, n, _), *_) in zip(props, self._slots)
         ]
         self.lowers = wp.zeros(count, dtype=wp.vec3, device=d)
         self.uppers = wp.zeros(count, dtype=wp.vec3, device=d)
@@ -324,12 +316,9 @@ class DeviceSplats:
         self._moved = False
         self.bounds = np.zeros((2, 3))
         """(2, 3) the scene's captures' world box where a thin ray can meet them, m (zeros: none)."""
-        if cloud is not None:
-            k = np.sqrt(2.0 * np.log(np.maximum(cloud.opacity.astype(np.float64) / MIN_OPACITY, 1.0 + 1e-6)))
-            own = _rotation_matrices(cloud.rotations.astype(np.float64))
-            half = k[:, None] * np.sqrt(np.einsum("nij,nj->ni", own**2, np.maximum(cloud.scales, 1e-9) ** 2))
-            mean = cloud.positions.astype(np.float64)
-            self.bounds = np.stack([(mean - half).min(axis=0), (mean + half).max(axis=0)])
+        if cloud is not None:  # their own boxes, just made
+            scene = slice(0, len(cloud))
+            self.bounds = np.stack([self.lowers.numpy()[scene].min(axis=0), self.uppers.numpy()[scene].max(axis=0)])
 
     def instances(self, prop: int) -> int:
         """How many of splat prop ``prop`` may be placed at once."""
