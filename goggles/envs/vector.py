@@ -35,10 +35,12 @@ from goggles.dynamics.model import vec8
 from goggles.dynamics.simulator import GRAVITY
 from goggles.envs import kernels
 from goggles.envs.chase import ChaseView
+from goggles.envs.firmware import FirmwareFleet
 from goggles.envs.randomization import DEFAULTS, Randomization, randomized_airframe
 from goggles.envs.streams import StreamOrder
 from goggles.envs.tasks import Episodes, HoverTask
 from goggles.errors import ConfigError
+from goggles.firmware.betaflight import BetaflightSettings, diff_settings
 from goggles.frames import R_BODY_OPTICAL, transform
 from goggles.render import CameraModel, RenderSettings, Shading
 from goggles.render.projection import lens_coefficients
@@ -67,12 +69,14 @@ class Control:
 
 
 #: The action spaces: rotor speeds (0..2x hover speed each), rates (collective thrust 0..2x hover,
-#: body rates +-6 rad/s), velocity (+-3 m/s, yaw +-pi), position (+-5 m around the origin, yaw +-pi).
+#: body rates +-6 rad/s), velocity (+-3 m/s, yaw +-pi), position (+-5 m around the origin, yaw +-pi),
+#: betaflight (a firmware per environment: roll, pitch, throttle, yaw sticks, 1000-2000 us, angle mode).
 CONTROLS = {
     "rotors": Control(ControlMode.ROTOR_SPEEDS, None, None, unit="speed"),
     "rates": Control(ControlMode.RATES, (1.0, 6.0, 6.0, 6.0), (1.0, 0.0, 0.0, 0.0), "thrust", (0,)),
     "velocity": Control(ControlMode.VELOCITY, (3.0, 3.0, 3.0, np.pi), (0.0, 0.0, 0.0, 0.0)),
     "position": Control(ControlMode.POSITION, (5.0, 5.0, 5.0, np.pi), (0.0, 0.0, 0.0, 0.0)),
+    "betaflight": Control(ControlMode.RC, (500.0,) * 4, (1500.0,) * 4),
 }
 #: What a camera can observe.
 IMAGES = ("depth", "segmentation", "rgb", "events")
@@ -93,7 +97,11 @@ class DroneVectorEnv(VectorEnv):
         task: what is rewarded: ``HoverTask`` (default), ``DepthFlightTask``, ``RaceTask`` (see
             ``goggles.envs.tasks``).
         airframe: preset name or TOML path.
-        control: ``rotors``, ``rates``, ``velocity`` or ``position`` (``CONTROLS``).
+        control: ``rotors``, ``rates``, ``velocity``, ``position`` (``CONTROLS``), or ``betaflight``:
+            Betaflight's SITL flies each environment, the actions its sticks in angle mode
+            (``goggles.envs.firmware``: each episode armed first; small batches; ``pip install -e ".[fc]"``).
+        betaflight: with ``control="betaflight"``, the firmware's settings: the path of a CLI script (a
+            ``diff all``) or a ``goggles.firmware.betaflight.BetaflightSettings``; None: its defaults.
         camera: a camera on each vehicle (looking along body +x), or None.
         camera_outputs: what the camera observes (names, or one name), one render for all: ``depth`` (N, H, W) float32
             metres, 0 where nothing was measured; ``segmentation`` (N, H, W) int32 class ids (0:
@@ -149,6 +157,7 @@ class DroneVectorEnv(VectorEnv):
         task=None,
         airframe: str = "fg-quad",
         control: str = "rates",
+        betaflight=None,
         camera: CameraModel | None = None,
         camera_outputs: tuple[str, ...] = ("depth",),
         depth_model=None,
@@ -184,6 +193,8 @@ class DroneVectorEnv(VectorEnv):
             raise ConfigError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         if control not in CONTROLS:
             raise ConfigError(f"control {control!r}: use one of {', '.join(CONTROLS)}")
+        if betaflight is not None and control != "betaflight":
+            raise ConfigError(f'betaflight= is for control="betaflight", not control={control!r}')
         if not is_whole(physics_per_action, 1, INT32_MAX):  # a kernel's int32 loop count
             raise ConfigError(f"physics_per_action must be an integer >= 1, got {physics_per_action!r}")
         if autoreset not in tuple(AutoresetMode):
@@ -212,6 +223,13 @@ class DroneVectorEnv(VectorEnv):
         self.sim = parts.simulator(
             self.nominal, n, SimulatorSettings(seed=self.seed, actors=False), device=d, world=scene
         )
+        self._firmware = None
+        if control == "betaflight":  # the firmwares last: a part that fails above starts none
+            try:
+                self._firmware = FirmwareFleet(self.sim, _betaflight_settings(betaflight))
+            except BaseException:
+                self.sim.close()
+                raise
         self.scene = scene
         self.episodes = Episodes.zeros(n, d)  # every environment starts by a reset (mask 1)
         self.actors_per_camera: np.ndarray | None = None
@@ -315,8 +333,11 @@ class DroneVectorEnv(VectorEnv):
         before returning."""
         wp.to_torch(self._actions).copy_(self._checked(actions))  # kept where the recordings read them
         self._streams.warp_waits_for_caller()  # for the actions, and for reads of the last observations
-        self._physics_recorded()
-        self.sim.stepped(self.physics_per_action)
+        if self._firmware is not None:
+            self._fly_firmware()
+        else:
+            self._physics_recorded()
+            self.sim.stepped(self.physics_per_action)
         disabled = self.metadata["autoreset_mode"] == AutoresetMode.DISABLED
         if self._final is None and not disabled:
             # The environments that ended last step start anew after the physics, so what they
@@ -367,6 +388,8 @@ class DroneVectorEnv(VectorEnv):
         return self._chase.frames(T_WB, targets, self.scene, self.actors_per_camera, shown)
 
     def close(self, **kwargs) -> None:
+        if self._firmware is not None:
+            self._firmware.close()
         self.sim.close()
         if self.renderer is not None:
             self.renderer.close()
@@ -410,6 +433,9 @@ class DroneVectorEnv(VectorEnv):
         # The per-vehicle unit of the columns in units (none in velocity and position: never read).
         self._unit = {"thrust": self._hover_thrust, "speed": self._hover_speed}.get(c.unit, self._hover_speed)
         # The mode is set once here (at action 0); each step writes only the commands.
+        if c.mode == ControlMode.RC:  # the firmwares spin the rotors: stopped until they say
+            self.sim.set_command(ControlMode.ROTOR_SPEEDS, np.zeros(rotors))
+            return
         units = self._unit.numpy()[:, None] if c.unit else np.ones((self.num_envs, 1))
         at_zero = np.array([self._offset[j] for j in range(self.action_size)])
         flagged = np.array([self._in_units[j] for j in range(self.action_size)]) != 0
@@ -556,8 +582,10 @@ class DroneVectorEnv(VectorEnv):
         return mask
 
     def _resetting(self) -> np.ndarray | None:
-        """The reset mask on the host, when new airframes are to be drawn there (else None: no copy)."""
-        return self.episodes.mask.numpy().astype(bool) if self.randomization is not None else None
+        """The reset mask on the host, when new airframes are to be drawn or firmwares armed there (else
+        None: no copy)."""
+        on_host = self.randomization is not None or self._firmware is not None
+        return self.episodes.mask.numpy().astype(bool) if on_host else None
 
     def _start_episodes(self, resetting: np.ndarray | None) -> None:
         """Reset the environments in ``episodes.mask`` on the device (``resetting``: the same on the host,
@@ -566,6 +594,8 @@ class DroneVectorEnv(VectorEnv):
             self._randomize(np.flatnonzero(resetting))
         self._restart_recorded()
         self.sim.changed()
+        if self._firmware is not None and resetting is not None and resetting.any():
+            self._firmware.arm(np.flatnonzero(resetting))
 
     # ------------------------------------------------------------------ device work (recordable)
 
@@ -579,6 +609,13 @@ class DroneVectorEnv(VectorEnv):
             device=self.device,
         )
         self.sim.launch_steps(self.physics_per_action)
+
+    def _fly_firmware(self) -> None:
+        """The actions become each firmware's sticks; the physics steps in lockstep with them (on the
+        host: not recorded). Environments about to reset fly on, ignored, as elsewhere."""
+        c = self.control
+        sticks = np.asarray(c.offset) + np.asarray(c.scale) * wp.to_torch(self._actions).cpu().numpy()
+        self._firmware.fly(sticks, self.physics_per_action)
 
     def _restart(self) -> None:
         """The environments in ``episodes.mask`` draw a new episode and their vehicles start it."""
@@ -714,8 +751,12 @@ class DroneVectorEnv(VectorEnv):
         )
 
     def _info(self) -> dict:
-        """The drawn randomisation values per environment (host arrays), when there is randomisation."""
-        return {"randomization": {k: v.copy() for k, v in self._drawn.items()}} if self._drawn else {}
+        """The drawn randomisation values per environment (host arrays), when there is randomisation;
+        the firmwares' state (armed, failsafe, stopped: (N,) bool each), when they fly."""
+        info = {"randomization": {k: v.copy() for k, v in self._drawn.items()}} if self._drawn else {}
+        if self._firmware is not None:
+            info["firmware"] = self._firmware.reports()
+        return info
 
 
 #: What ``render_mode`` may be: frames as arrays (``render()``), or none.
@@ -734,6 +775,17 @@ def _checked_task(task):
     if not all(callable(getattr(task, name, None)) for name in ("prepare", "time_limit", "begin", "score")):
         raise ConfigError(f"task must be a task such as HoverTask(), RaceTask() or DepthFlightTask(), got {task!r}")
     return task
+
+
+def _betaflight_settings(value) -> BetaflightSettings:
+    """``betaflight=``: settings, the path of a CLI script, or None (the firmware's defaults)."""
+    if value is None:
+        return BetaflightSettings(source="betaflight=")
+    if isinstance(value, BetaflightSettings):
+        return value
+    if isinstance(value, (str, Path)):
+        return diff_settings(value, what="betaflight=")
+    raise ConfigError(f"betaflight must be BetaflightSettings or the path of a CLI script, got {type(value).__name__}")
 
 
 def _randomization(value) -> Randomization | None:

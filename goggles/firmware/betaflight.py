@@ -320,6 +320,19 @@ class BetaflightSettings:
     """Where ``cli`` came from, for errors."""
 
 
+def diff_settings(path: str | Path, executable: str | Path | None = None, what: str = "betaflight_cli"):
+    """The ``BetaflightSettings`` of a firmware configured by the CLI script at ``path`` (a ``diff all``).
+
+    Raises:
+        ConfigError: no such file (named with ``what``, the key that gave it).
+    """
+    script = Path(path)
+    if not script.is_file():
+        raise ConfigError(f"{what}: a Betaflight CLI script (a 'diff all'); {script} not found")
+    cli = tuple(script.read_text(errors="replace").splitlines())
+    return BetaflightSettings(None if executable is None else Path(executable), cli, str(script))
+
+
 class BetaflightSitl:
     """One Betaflight SITL in a working directory of its own, configured over its CLI, flown in lockstep:
     each ``exchange`` hands it a tick's sticks and state and runs its clock to the tick's end.

@@ -66,10 +66,12 @@ def tilt_stick(angle_deg: float, angle_limit_deg: float) -> int:
 
 
 class HoverPilot:
-    """Arms when the firmware allows it, then holds ``hold`` (x, y, z, yaw) in angle mode."""
+    """Arms when the firmware allows it, then holds ``hold`` (x, y, z, yaw) in angle mode. ``start``: the
+    sim time its work begins (it first gives the calibration stick command, disarmed, from then)."""
 
-    def __init__(self, hold, angle_limit_deg: float = 60.0):
+    def __init__(self, hold, angle_limit_deg: float = 60.0, start: float = 0.0):
         self.hold = np.asarray(hold, float)
+        self.start = start
         self.angle_limit = angle_limit_deg
         self._ready_since: float | None = None
         self.armed = False
@@ -78,6 +80,7 @@ class HoverPilot:
 
     def sticks(self, t: float, position, velocity, attitude, firmware: BetaflightSitl, dt: float) -> list[int]:
         channels = [RC_MID, RC_MID, RC_LOW, RC_MID, RC_LOW, RC_HIGH, RC_LOW, RC_LOW]
+        t -= self.start
         if t < CALIBRATE_S:  # Betaflight's stick command: calibrate the gyro on the vehicle's own IMU at rest
             channels[1], channels[3] = RC_LOW, RC_LOW
             return channels + [RC_LOW] * 8

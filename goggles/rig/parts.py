@@ -1,4 +1,4 @@
-"""The one place each part of a pipeline is constructed: renderers, simulators and LiDARs.
+"""The one place each part of a pipeline is constructed: renderers, simulators, LiDARs and firmwares.
 
 Every front door (the engine's rig, the learning environments, ``goggles render``, ``race``, ``fly``,
 the benchmarks, the preview) builds its parts here, so what a part needs from the world (the static
@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from goggles.dynamics import MultirotorSim, SimulatorSettings
+from goggles.firmware.betaflight import BetaflightSettings, BetaflightSitl, motor_map
+from goggles.firmware.link import RC_TIMEOUT_S, FirmwareLink
 from goggles.render import Renderer, RenderSettings, Shading
 from goggles.sensors.lidar import Lidar, LidarModel, RayTable, lidar_model
 from goggles.world import DeviceScene
@@ -63,3 +65,12 @@ def lidar(
         shadows=False,
     )
     return Lidar(renderer(scene, [table], settings), model, seed=seed, stream=stream, noise=noise)
+
+
+def firmware(airframe, settings: BetaflightSettings, hold, *, rc_timeout: float = RC_TIMEOUT_S) -> FirmwareLink:
+    """A vehicle's flight-controller firmware (Betaflight's SITL), started and configured, its motors
+    mapped to ``airframe``'s rotors; its pilot holds ``hold`` (x, y, z, yaw) until sticks come
+    (``goggles.firmware.link``)."""
+    motors, props_out = motor_map(airframe.rotor_positions, airframe.rotor_spins)
+    sitl = BetaflightSitl(settings, motors, props_out)
+    return FirmwareLink(sitl, airframe.min_speed, airframe.max_speed, hold, rc_timeout)

@@ -21,7 +21,7 @@ from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
 from goggles.dynamics.airframe import load_airframe
 from goggles.dynamics.model import MAX_PHYSICS_RATE, MIN_PHYSICS_RATE, CollisionResponse, steps_per_sample
 from goggles.errors import ConfigError, SceneError
-from goggles.firmware.betaflight import BetaflightSettings
+from goggles.firmware.betaflight import BetaflightSettings, diff_settings
 from goggles.frames import quat_from_euler, quat_to_matrix
 from goggles.render.calibration import load_calibration
 from goggles.render.camera import MAX_IMAGE_SIDE, CameraModel, blindness, stereo_right_offset
@@ -432,14 +432,13 @@ def _vehicle(path, base: Path, index: int, table, physics_rate: float) -> Vehicl
         raise r.error(firmware_keys[0], 'left out: it is for a vehicle with controller = "betaflight"')
     firmware, fc_rate = None, 0.0
     if controller == "betaflight":
-        cli, source = (), "[[vehicle]] betaflight_cli"
+        executable = base / r.text("betaflight_executable") if "betaflight_executable" in r.table else None
+        firmware = BetaflightSettings(executable, (), "[[vehicle]] betaflight_cli")
         if "betaflight_cli" in r.table:
             script = base / r.text("betaflight_cli")
             if not script.is_file():
                 raise r.error("betaflight_cli", f"a Betaflight CLI script (a 'diff all'); {script} not found")
-            cli, source = tuple(script.read_text(errors="replace").splitlines()), str(script)
-        executable = base / r.text("betaflight_executable") if "betaflight_executable" in r.table else None
-        firmware = BetaflightSettings(executable, cli, source)
+            firmware = diff_settings(script, executable)
         fc_rate = _divides(r, "fc_rate", r.number("fc_rate", physics_rate, positive=True), physics_rate)
         if fc_rate < 50.0:
             raise r.error("fc_rate", "at least 50 Hz (the SITL's own floor for its state packets)")

@@ -14,7 +14,6 @@ import numpy as np
 from goggles.clock import came_late
 from goggles.dynamics import ControlMode, MultirotorSim, SimulatorSettings, load_airframe
 from goggles.errors import GogglesError
-from goggles.firmware.betaflight import BetaflightSitl, motor_map
 from goggles.firmware.link import FirmwareLink
 from goggles.frames import quat_yaw, transform
 from goggles.rig import parts
@@ -270,12 +269,10 @@ def make_vehicles(
 
 
 def _firmware(v, airframe) -> FirmwareLink:
-    """A vehicle's firmware, started and configured: its motors mapped to the airframe's rotors."""
-    motors, props_out = motor_map(airframe.rotor_positions, airframe.rotor_spins)
-    sitl = BetaflightSitl(v.betaflight, motors, props_out)
-    # goggles' pilot holds the first waypoint (x, y, z, yaw), else 1.5 m above where it starts.
+    """A vehicle's firmware; goggles' pilot holds the first waypoint (x, y, z, yaw), else 1.5 m above
+    where it starts."""
     hold = v.route[0][:4] if v.route else (v.start[0], v.start[1], max(v.start[2], v.floor_z) + 1.5, v.start[3])
-    return FirmwareLink(sitl, airframe.min_speed, airframe.max_speed, hold, v.command_timeout)
+    return parts.firmware(airframe, v.betaflight, hold, rc_timeout=v.command_timeout)
 
 
 def _heading(yaw: float) -> np.ndarray:
