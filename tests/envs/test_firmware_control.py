@@ -10,16 +10,7 @@ import torch
 
 from goggles.envs.vector import DroneVectorEnv
 from goggles.errors import ConfigError
-from goggles.firmware import betaflight
 from goggles.frames import quat_to_matrix
-
-
-@pytest.fixture(scope="module")
-def firmware_available():
-    try:
-        betaflight.find_executable()
-    except ConfigError as exc:
-        pytest.skip(str(exc))
 
 
 def roll_deg(attitude) -> float:

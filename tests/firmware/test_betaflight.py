@@ -22,14 +22,6 @@ from goggles.firmware.link import FirmwareLink, HoverPilot
 from goggles.frames import quat_to_matrix
 
 
-@pytest.fixture(scope="module")
-def firmware_available():
-    try:
-        betaflight.find_executable()
-    except ConfigError as exc:
-        pytest.skip(str(exc))
-
-
 class Flight:
     """One vehicle of an airframe in goggles' simulator, flown by a fresh SITL from rest at the origin."""
 
