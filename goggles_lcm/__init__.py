@@ -21,3 +21,4 @@ from .scene_edit_t import scene_edit_t as scene_edit_t
 from .skeleton_t import skeleton_t as skeleton_t
 from .step_t import step_t as step_t
 from .vehicle_state_t import vehicle_state_t as vehicle_state_t
+from .vehicle_status_t import vehicle_status_t as vehicle_status_t

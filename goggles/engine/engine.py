@@ -412,11 +412,15 @@ class Engine:
         fleet.imu_utimes.clear()
 
     def _publish_state(self, vehicle: Vehicle) -> None:
-        """The vehicle's ground truth; its pilot then takes the next waypoint if it reached one."""
+        """The vehicle's ground truth and, when it changed, its status; its pilot then takes the next
+        waypoint if it reached one."""
         states = vehicle.sim.states()
         self.outputs.state(vehicle.name, states, self.utime(), row=vehicle.row)
         vehicle.crashed = bool(states.crashed[vehicle.row])
         vehicle.hold_if_abandoned(self.step * self.dt, states)
+        status = vehicle.due_status(self.step * self.dt)
+        if status is not None:
+            self.outputs.vehicle_status(vehicle.name, status, self.utime())
         if vehicle.pilot is not None and not vehicle.external_control:
             target = vehicle.pilot.update(states.position[vehicle.row])
             if target is not None:

@@ -106,6 +106,11 @@ class Outputs:
         channel = f"{vehicle}/fc"
         self.publish(channel, messages.fc_status_message(utime, self.seq(channel), vehicle, report))
 
+    def vehicle_status(self, vehicle: str, status, utime: int) -> None:
+        """What goggles says of a vehicle: holding, crashed, its firmware's trouble (``<vehicle>/status``)."""
+        channel = f"{vehicle}/status"
+        self.publish(channel, messages.vehicle_status_message(utime, self.seq(channel), vehicle, status))
+
     def edited(self, edit, why: str | None, utime: int) -> None:
         """The engine's answer to a scene edit (``scene/edited``): applied, or why not."""
         channel = "scene/edited"

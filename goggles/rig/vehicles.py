@@ -5,6 +5,7 @@ draw it."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,23 @@ log = logging.getLogger(__name__)
 #: Live mode: a body whose poses stop for longer than this is called silent (mocap streams at 100 Hz
 #: and more, and a lost body is flagged within three frame periods).
 SILENT_AFTER_S = 0.5
+
+
+#: A vehicle's status goes out when it changes, and at least this often (s of sim time).
+STATUS_EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class VehicleStatus:
+    """What goggles says of a simulated vehicle beyond its state (``<vehicle>/status``)."""
+
+    holding: bool
+    """Its client's commands timed out: it holds where it was."""
+    command_at: float | None
+    """Sim time of its client's last command, s (None: none yet)."""
+    crashed: bool
+    problem: str
+    """The status line's words for it ("" when nothing is wrong)."""
 
 
 @dataclass
@@ -72,6 +90,8 @@ class Vehicle:
     """Sim time of its client's last command (as ``hold_if_abandoned`` saw it)."""
     holding_since: float | None = None
     """Sim time it began holding its position because its client's commands stopped; None: not holding."""
+    status_sent: tuple[float, VehicleStatus] | None = None
+    """When its status last went out, and what it said."""
 
     def problem(self) -> str | None:
         """What the status line says of a simulated vehicle: stale, crashed, its firmware's trouble, holding."""
@@ -81,6 +101,17 @@ class Vehicle:
             None if self.holding_since is None else f"HOLDING (no command since {self.command_at:.2f} s)",
         ]
         return ", ".join(p for p in said if p) or None
+
+    def due_status(self, t: float) -> VehicleStatus | None:
+        """Its status where it changed since it last went out (a new command alone is no change), or
+        ``STATUS_EVERY_S`` passed."""
+        status = VehicleStatus(self.holding_since is not None, self.command_at, self.crashed, self.problem() or "")
+        sent = self.status_sent
+        same = sent is not None and dataclasses.replace(sent[1], command_at=self.command_at) == status
+        if same and t - sent[0] < STATUS_EVERY_S:
+            return None
+        self.status_sent = (t, status)
+        return status
 
     def hold_if_abandoned(self, t: float, states) -> None:
         """A vehicle its client flew by velocity, attitude, rates or rotor speeds, past ``command_timeout``

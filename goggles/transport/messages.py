@@ -178,6 +178,18 @@ def fc_status_message(utime: int, seq: int, vehicle: str, report) -> goggles_lcm
     return message
 
 
+def vehicle_status_message(utime: int, seq: int, vehicle: str, status) -> goggles_lcm.vehicle_status_t:
+    """What goggles says of a vehicle (``goggles.rig.vehicles.VehicleStatus``)."""
+    message = goggles_lcm.vehicle_status_t()
+    message.header = header(utime, seq)
+    message.vehicle = vehicle
+    message.holding = bool(status.holding)
+    message.command_at = -1.0 if status.command_at is None else float(status.command_at)
+    message.crashed = bool(status.crashed)
+    message.problem = status.problem
+    return message
+
+
 def clock_message(utime: int, seq: int, mode: int, scale: float, rates: dict[str, float]) -> goggles_lcm.clock_t:
     message = goggles_lcm.clock_t()
     message.header = header(utime, seq)

@@ -42,6 +42,7 @@ TYPES = {
         goggles_lcm.skeleton_t,
         goggles_lcm.step_t,
         goggles_lcm.vehicle_state_t,
+        goggles_lcm.vehicle_status_t,
     )
 }
 

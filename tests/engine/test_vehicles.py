@@ -187,7 +187,8 @@ def test_each_vehicles_sensors_see_the_others_bodies_and_never_their_own(device)
 def test_a_vehicle_whose_client_stops_commanding_holds_its_position_and_the_next_command_flies_it():
     """Lockstep (inputs acknowledged, no wall-clock windows): a client flies the quad at 1 m/s along x,
     then says nothing. Past the run file's command_timeout (0.3 s here) it holds where it was, heading
-    kept, and the status line says so; it does not drift on at its last command. A new command flies it."""
+    kept, and the status line and ``quad0/status`` say so; it does not drift on at its last command. A
+    new command flies it."""
     import time
 
     from goggles.client import Client
@@ -197,7 +198,7 @@ def test_a_vehicle_whose_client_stops_commanding_holds_its_position_and_the_next
     config = run_config(mode="lockstep", cameras=[], route=False, command_timeout=0.3)
     running = Running(config)
     client = Client(endpoints(config))
-    client.subscribe("quad0/state")
+    client.subscribe("quad0/state", "quad0/status")
     client.wait_for_subscriptions(30.0)
     vehicle = running.engine.rig.vehicles["quad0"]
 
@@ -228,7 +229,26 @@ def test_a_vehicle_whose_client_stops_commanding_holds_its_position_and_the_next
             command([-1.0, 0.0, 0.0, 0.0], 11 + k)
             client.step(96)
         assert vehicle.holding_since is None and vehicle.sim.states().velocity[0][0] < -0.3
+        client.step(960)  # a second on: its status goes out again, unchanged
+        said = []
+        while (item := client.receive(timeout=2.0)) is not None:
+            if item[0] == "quad0/status":
+                m = item[1]
+                said.append((m.header.utime, m.holding, round(m.command_at, 3), m.problem))
     finally:
         running.stop.set()
         running.finish()
         client.close()
+    # What it said, in order: nothing wrong at first; holding from 2.2333 s (its last command at 1.917 s);
+    # flown again by the next commands; holding again a second later. Said again each second between.
+    changes = [said[0]] + [b for a, b in zip(said, said[1:]) if (a[1], a[3]) != (b[1], b[3])]
+    assert [(holding, problem) for _, holding, _, problem in changes] == [
+        (False, ""),
+        (True, "HOLDING (no command since 1.92 s)"),
+        (False, ""),
+        (True, f"HOLDING (no command since {changes[3][2]:.2f} s)"),
+    ]
+    assert changes[0][2] == -1.0 and changes[1][2] == 1.917 and changes[3][2] > 4.0
+    assert changes[1][0] == pytest.approx(2_233_333, abs=1_100)
+    utimes = [u for u, *_ in said]
+    assert max(np.diff(utimes)) <= 1_000_000 + 1_100  # at least once a second of sim time

@@ -632,6 +632,42 @@ def test_a_firmwares_status_is_a_diagnostic_array_as_rosbags_writes_it(typestore
     assert (message.topic, message.type_name) == ("/goggles/quad0/fc", "diagnostic_msgs/msg/DiagnosticArray")
 
 
+def test_a_vehicles_status_is_a_diagnostic_array_as_rosbags_writes_it(typestore):
+    """<vehicle>/status (vehicle_status_t) on ROS 2: one DiagnosticStatus, WARN while it holds, its
+    values holding, command_at and crashed."""
+    import goggles_lcm
+    from goggles.rig.vehicles import VehicleStatus
+    from goggles.transport.messages import vehicle_status_message
+    from goggles.transport.ros2 import Ros2Settings
+    from goggles.transport.ros2.topics import Ros2Topics
+
+    said = VehicleStatus(True, 1.917, False, "HOLDING (no command since 1.92 s)")
+    status = goggles_lcm.vehicle_status_t.decode(vehicle_status_message(2_233_333, 4, "quad0", said).encode())
+    values = [("holding", "true"), ("command_at", "1.917"), ("crashed", "false")]
+    for distro in ("humble", "jazzy"):
+        ts = typestore[distro]
+        expected = ros(
+            ts,
+            "diagnostic_msgs/msg/DiagnosticArray",
+            header=header(ts, 2_233_333, ""),
+            status=[
+                ros(
+                    ts,
+                    "diagnostic_msgs/msg/DiagnosticStatus",
+                    level=1,
+                    name="quad0/status",
+                    message="HOLDING (no command since 1.92 s)",
+                    hardware_id="goggles",
+                    values=[ros(ts, "diagnostic_msgs/msg/KeyValue", key=k, value=v) for k, v in values],
+                )
+            ],
+        )
+        topics = Ros2Topics(Ros2Settings(namespace="/goggles", distro=distro), (), (), ())
+        (message,) = topics.convert(status)
+        assert (message.topic, message.type_name) == ("/goggles/quad0/status", "diagnostic_msgs/msg/DiagnosticArray")
+        assert_same(ts, message.cdr, expected, "diagnostic_msgs/msg/DiagnosticArray")
+
+
 @pytest.mark.slow
 def test_a_twist_with_an_absurd_yaw_rate_leaves_the_next_ones_in_control_of_the_yaw():
     """A finite but absurd yaw rate (1e30 rad/s) integrated into the yaw target must not leave a target

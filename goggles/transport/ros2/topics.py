@@ -13,6 +13,8 @@ Topics (ROS names; on DDS ``rt/<name>``), under a namespace (default ``/goggles`
                                                        at its window's end; each event its own time)
     <ns>/<vehicle>/imu                                 sensor_msgs/Imu (body FLU axes, no orientation)
     <ns>/<vehicle>/odom                                nav_msgs/Odometry (ground truth, map -> base_link)
+    <ns>/<vehicle>/status                              diagnostic_msgs/DiagnosticArray (what goggles says of it:
+                                                       ERROR crashed, WARN holding or other trouble, OK)
     <ns>/<vehicle>/fc                                  diagnostic_msgs/DiagnosticArray (its firmware's status: OK
                                                        armed, WARN not armed, ERROR in failsafe or stopped)
     <ns>/<vehicle>/<range sensor>                      sensor_msgs/Range (single-zone sensors)
@@ -78,6 +80,18 @@ def fc_diagnostic(m) -> tuple[int, str, str, str, list[tuple[str, str]]]:
         ("arming_disable_flags", flags),
     ]
     return level, f"{m.vehicle}/fc", said, "betaflight", values
+
+
+def vehicle_diagnostic(m) -> tuple[int, str, str, str, list[tuple[str, str]]]:
+    """What goggles says of a vehicle (``vehicle_status_t``) as one diagnostic_msgs/DiagnosticStatus:
+    ERROR crashed, WARN holding or any other trouble, else OK."""
+    level = 2 if m.crashed else 1 if m.holding or m.problem else 0
+    values = [
+        ("holding", str(m.holding).lower()),
+        ("command_at", "" if m.command_at < 0 else f"{m.command_at:.3f}"),
+        ("crashed", str(m.crashed).lower()),
+    ]
+    return level, f"{m.vehicle}/status", m.problem or "OK", "goggles", values
 
 
 @dataclass(frozen=True)
@@ -199,6 +213,9 @@ class Ros2Topics:
         if isinstance(m, goggles_lcm.fc_status_t):
             payload = cdr.diagnostic_array(m.header.utime, [fc_diagnostic(m)])
             return [RosMessage(f"{ns}/{m.vehicle}/fc", "diagnostic_msgs/msg/DiagnosticArray", SENSOR, payload)]
+        if isinstance(m, goggles_lcm.vehicle_status_t):
+            payload = cdr.diagnostic_array(m.header.utime, [vehicle_diagnostic(m)])
+            return [RosMessage(f"{ns}/{m.vehicle}/status", "diagnostic_msgs/msg/DiagnosticArray", SENSOR, payload)]
         if isinstance(m, goggles_lcm.pose_t) and m.valid:
             tf = cdr.tf_message([(m.header.utime, WORLD_FRAME, base_link(m.name), m.position, m.orientation)])
             return [RosMessage("/tf", "tf2_msgs/msg/TFMessage", TF, tf)]
