@@ -63,6 +63,10 @@ class CameraGroup:
     _host: HostMirror | None = None
     _poses: np.ndarray | None = None
     _previous_poses: np.ndarray | None = None
+    _boxes: np.ndarray | None = None
+    """Event cameras: the world's actors' boxes at the last render, and at the one before."""
+    _previous_boxes: np.ndarray | None = None
+    _carriers: np.ndarray | None = None
 
     def __post_init__(self):
         enabled = self.recorded if self.renderer.recordable and self.events is None else False
@@ -94,18 +98,43 @@ class CameraGroup:
 
     def next_steps(self, dt: float) -> int:
         """Physics steps (of ``dt`` s) to the group's next render: its period, or, for event cameras,
-        the interval their motion asks for (``EventSensor.next_interval``) within their rates. Their
-        motion is that between their last two renders' poses: what a replay renders again."""
+        the interval their motion, and that of what moves near them, asks for
+        (``EventSensor.next_interval``) within their rates. Motion is that between their last two
+        renders: their poses, and the boxes of the world's actors (people, props, other vehicles; a
+        camera's own vehicle aside), each seen from the camera at its box's nearest point. So a still
+        event camera watching a person walk by renders as often as the walk demands; what a replay
+        renders again."""
         if self.events is None:
             return self.period_steps
         config = self.cameras[0].config
-        motions = [(0.0, 0.0)] * len(self.cameras)
+        motions, others = [(0.0, 0.0)] * len(self.cameras), None
         window = self.events.window
         if self._previous_poses is not None and window is not None and window[1] > window[0]:
             seconds = (window[1] - window[0]) * 1e-9
             motions = [_motion(T0, T1, seconds) for T0, T1 in zip(self._previous_poses, self._poses)]
-        interval = self.events.next_interval(self.period_steps * dt, 1.0 / config.min_rate, motions)
+            others = self._moving_near(seconds)
+        interval = self.events.next_interval(self.period_steps * dt, 1.0 / config.min_rate, motions, others)
         return max(self.period_steps, int(interval / dt + 1e-9))
+
+    def _moving_near(self, seconds: float) -> list[list[tuple[float, float]]]:
+        """Per camera, (speed m/s, distance m) of each actor that moved between the last two renders
+        (its box's farthest-moving corner; the distance to the box's nearest point now). Actors that
+        came or went move infinitely fast: the next render comes at the shortest interval."""
+        before, now = self._previous_boxes, self._boxes
+        if before.shape != now.shape:
+            return [[(np.inf, 1.0)]] * len(self.cameras)
+        moved = np.abs(now - before).max(axis=(1, 2), initial=0.0) / seconds  # (k,)
+        found = []
+        for i, T_WC in enumerate(self._poses):
+            near = []
+            for a in np.flatnonzero(moved > 0.0):
+                if self._carriers is not None and a == self._carriers[i]:
+                    continue  # its own vehicle's body moves with it
+                centre = T_WC[:3, 3]
+                away = float(np.linalg.norm(centre - np.clip(centre, now[a, 0], now[a, 1])))
+                near.append((float(moved[a]), away))
+            found.append(near)
+        return found
 
     def render(
         self,
@@ -160,6 +189,8 @@ class CameraGroup:
         if self.events is not None:
             first = self.events.window is None
             self._previous_poses, self._poses = (None if first else self._poses), np.array(T_WC[: len(self.cameras)])
+            self._previous_boxes, self._boxes = self._boxes, self.renderer.scene.actor_boxes.copy()
+            self._carriers = None if carriers is None else np.array(carriers)
             self.events.update(int(key if key is not None else 0) * 1000)
             events = None if first else self.events.events()
         collect([m for m in (self._host, beacons) if m is not None])

@@ -408,15 +408,19 @@ class EventSensor:
                 OVERLOAD_EVENTS_PER_S * 1e-6,
             )
 
-    def next_interval(self, shortest_s: float, longest_s: float, motions) -> float:
+    def next_interval(self, shortest_s: float, longest_s: float, motions, others=None) -> float:
         """Seconds to the next render: the time the image takes to move ``PIXELS_PER_RENDER`` pixels,
         from each camera's ``(speed m/s, turn rate rad/s)`` in ``motions`` and the nearest surface it
-        saw last, bounded by ``[shortest_s, longest_s]`` (the camera's render rates)."""
+        saw last, and from what else moves near it (``others``: per camera, ``(speed m/s, distance m)``
+        of each moving thing), bounded by ``[shortest_s, longest_s]`` (the camera's render rates)."""
         nearest = self._buffer.nearest.numpy().min(axis=0)
+        others = others or [()] * len(motions)
         fastest = 0.0
-        for camera, (speed, turn), distance in zip(self._renderer.cameras, motions, nearest):
+        for camera, (speed, turn), distance, near in zip(self._renderer.cameras, motions, nearest, others):
             focal = max(camera.fx, camera.fy)  # pixels per radian near the axis (an equidistant lens's everywhere)
             fastest = max(fastest, focal * (turn + speed / max(float(distance), 1e-3)))
+            for moving, away in near:
+                fastest = max(fastest, focal * moving / max(away, 1e-3))
         if fastest <= 0.0:
             return longest_s
         return float(min(max(PIXELS_PER_RENDER / fastest, shortest_s), longest_s))
