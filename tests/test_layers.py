@@ -151,9 +151,10 @@ def test_no_modules_import_each_other_in_a_circle():
     assert not real, real
 
 
-def test_renderers_simulators_and_lidars_are_built_in_one_place():
-    """``goggles.rig.parts`` builds every ``Renderer``, ``MultirotorSim`` and ``Lidar`` of the package and
-    its tools: one place to change how each is built; tests may build their own."""
+def test_renderers_simulators_lidars_and_firmwares_are_built_in_one_place():
+    """``goggles.rig.parts`` builds every ``Renderer``, ``MultirotorSim``, ``Lidar`` and firmware
+    (``BetaflightSitl``, ``FirmwareLink``) of the package and its tools: one place to change how each
+    is built; tests may build their own."""
     built_elsewhere = []
     for root in (GOGGLES, GOGGLES.parent / "tools", GOGGLES.parent / "bridges"):
         for path in root.rglob("*.py"):
@@ -162,6 +163,12 @@ def test_renderers_simulators_and_lidars_are_built_in_one_place():
             for node in ast.walk(ast.parse(path.read_text("utf-8"))):
                 if isinstance(node, ast.Call):
                     name = getattr(node.func, "id", getattr(node.func, "attr", ""))
-                    if name in ("Renderer", "MultirotorSim", "Lidar"):
+                    if name in ("Renderer", "MultirotorSim", "Lidar", "BetaflightSitl", "FirmwareLink"):
                         built_elsewhere.append(f"{path.relative_to(GOGGLES.parent)}:{node.lineno} {name}(")
     assert not built_elsewhere, built_elsewhere
+
+
+def test_the_engine_only_orders():
+    """What an event does lives in its part (``engine/vehicle_events``, ``sensor_events``, ``status``):
+    the engine module stays a driver's size."""
+    assert len((GOGGLES / "engine" / "engine.py").read_text("utf-8").splitlines()) < 250

@@ -47,7 +47,7 @@ def demo(out: Path, seconds: float = 7.0) -> Path:
     try:
         engine.run(duration=seconds)
         group = engine.rig.groups[0]
-        poses = np.stack([engine.camera_pose(c) for c in group.cameras])
+        poses = np.stack([engine.sensors.camera_pose(c) for c in group.cameras])
         images, _, _ = group.render(poses, key=engine.utime())
         T_WB = engine.rig.vehicles["quad0"].pose()
     finally:
@@ -92,7 +92,7 @@ def wide(out: Path, seconds: float = 4.0, window_s: float = 0.02) -> Path:
     try:
         engine.run(duration=seconds)
         group = next(g for g in engine.rig.groups if g.events is None)
-        poses = np.stack([engine.camera_pose(c) for c in group.cameras])
+        poses = np.stack([engine.sensors.camera_pose(c) for c in group.cameras])
         images, _, _ = group.render(poses, key=engine.utime())
     finally:
         engine.close()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from goggles.dynamics import ControlMode, SimulatorSettings, load_airframe
-from goggles.firmware.betaflight import BetaflightSettings, BetaflightSitl, motor_map
+from goggles.firmware.betaflight import BetaflightSettings
 from goggles.firmware.link import FirmwareLink
 from goggles.rig import parts
 
@@ -53,12 +53,10 @@ def fly_hover(
     airframe = load_airframe("fg-quad")
     sim = parts.simulator(airframe, vehicles, SimulatorSettings(seed=seed, imu_rate=960.0), device="cpu")
     holds = [(3.0 * k, 0.0, 1.5, 0.0) for k in range(vehicles)]
-    motors, props_out = motor_map(airframe.rotor_positions, airframe.rotor_spins)
     links: list[FirmwareLink] = []
     try:
         for hold in holds:
-            firmware = BetaflightSitl(BetaflightSettings(cli=cli, source="goggles bench firmware"), motors, props_out)
-            links.append(FirmwareLink(firmware, airframe.min_speed, airframe.max_speed, hold))
+            links.append(parts.firmware(airframe, BetaflightSettings(cli=cli, source="goggles bench firmware"), hold))
         sim.reset(position=[(x, y, 0.0) for x, y, _, _ in holds])
         sim.set_command(ControlMode.ROTOR_SPEEDS, [0.0] * airframe.num_rotors)
         start_s = time.perf_counter() - started

@@ -25,15 +25,15 @@ def run_clocked(engine, duration: float | None, stop: threading.Event) -> None:
     if lockstep and engine.requests is None:
         raise ConfigError("lockstep mode needs the ZeroMQ control socket ([zmq] enabled)")
     end_step = None if duration is None else int(round(duration / engine.dt))
-    engine.clock.start(0.0, engine.measure_cost())
-    engine.begin_counting()
+    engine.clock.start(0.0, engine.sensors.measure_cost())
+    engine.report.begin_counting()
     last_status = time.perf_counter()
     target = 0 if lockstep else end_step
     request = None
     while not stop.is_set() and (end_step is None or engine.step < end_step):
         if lockstep and engine.step >= target:
             if request is not None:
-                engine.publish_pending(force=True)  # every output of its steps is out before the reply
+                engine.vehicle_events.publish_pending(force=True)  # every output of its steps is out before the reply
                 engine.requests.reply(request, engine.step)
                 request = None
             request, target = engine.requests.next(stop, engine.step, end_step)
@@ -41,8 +41,8 @@ def run_clocked(engine, duration: float | None, stop: threading.Event) -> None:
         engine.advance(target)
         if time.perf_counter() - last_status > 1.0:
             last_status = time.perf_counter()
-            engine.tell_status()
-    engine.publish_pending(force=True)  # a run that stops publishes what it measured
+            engine.report.tell()
+    engine.vehicle_events.publish_pending(force=True)  # a run that stops publishes what it measured
     if request is not None:
         engine.requests.reply(request, engine.step)
     if lockstep:
@@ -53,7 +53,7 @@ def run_live(engine, duration: float | None, stop: threading.Event) -> None:
     """Live mode: cameras render as poses come; range sensors, LiDARs and the clock at their rates, by
     wall time, for ``duration`` wall seconds or until ``stop`` is set."""
     start = time.perf_counter()
-    engine.begin_counting()
+    engine.report.begin_counting()
     last_status = start
     timed = engine.make_schedule(cameras=False)
     timed.start_at(wall_step(engine.dt))
@@ -65,21 +65,21 @@ def run_live(engine, duration: float | None, stop: threading.Event) -> None:
         waits.append(timed.next_due() * engine.dt - time.time())  # the next timed sensor, in wall seconds
         _wait_for_inputs(engine.buses, max(0.0, min(waits + [0.01])))
         engine.poll_inputs()
-        engine.touch_posed()
+        engine.vehicle_events.touch_posed()
         now = time.perf_counter()
         engine.step = wall_step(engine.dt)
         for group, period in zip(groups, periods):
             fresh = any(vehicles[c.vehicle].new_pose for c in group.cameras)
             if group.due_live(now, period, fresh, max(vehicles[c.vehicle].pose_utime for c in group.cameras)):
                 group.last_render_wall = now
-                engine.render(group)
+                engine.sensors.render(group)
         for vehicle in vehicles.values():
             vehicle.new_pose = False
         timed.skip_missed(engine.step)
         timed.run_before(engine.step + 1, lambda s: None)  # stamped now, from the poses now
         if now - last_status > 1.0:
             last_status = now
-            engine.tell_status()
+            engine.report.tell()
 
 
 def wall_step(dt: float) -> int:
@@ -146,8 +146,8 @@ class Replayed:
                 self.engine.rig.vehicles[name].untested.clear()
         else:
             taken = self.inputs.apply(channel, data)
-        self.engine.update_people()
-        self.engine.touch_posed()
+        self.engine.sensors.update_people()
+        self.engine.vehicle_events.touch_posed()
         return taken
 
     def edit(self, channel: str, data) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from goggles.clock import ClockMode, ScaleMeter
+from goggles.runtime.device_copies import COPIES
 
 #: Bucket of drop counts for channels that are not inputs of this run.
 OTHER_CHANNELS = "(other channels)"
@@ -73,8 +77,6 @@ class RateLog:
 
 def describe_time(mode, measured: float | None, clock) -> str:
     """What drives sim time in ``mode`` and the scale it was ``measured`` to advance at."""
-    from goggles.clock import ClockMode
-
     if mode == ClockMode.LIVE:
         return "live (wall time, poses from the bus)"
     rate = "-" if measured is None else f"{measured:.2f}"
@@ -112,3 +114,72 @@ def status_line(
         + "".join(f"  {problem}" for problem in vehicle_problems)
         + (f"  avatars {list(avatars)}" if avatars else "")
     )
+
+
+class RunReport:
+    """What a run says of itself as it goes: the status line (``line``, handed to ``status`` about once
+    a wall second), the clock message with the scale sim time achieved, and device→host copies per
+    second since its driver began counting."""
+
+    def __init__(self, now, clock, rates: RateLog, times: StageTimes, counters: Counters, rig, outputs, status=None):
+        self.now, self.clock, self.rates, self.times, self.counters = now, clock, rates, times, counters
+        self.rig, self.outputs, self._status = rig, outputs, status
+        self._status_meter, self._clock_meter = ScaleMeter(), ScaleMeter()
+        self._live_start = 0.0
+        self._copies_from = (COPIES.count, COPIES.syncs, 0.0)  # device→host copies, syncs, when counting began
+
+    @property
+    def _live(self) -> bool:
+        return self.now.mode == ClockMode.LIVE
+
+    def begin_counting(self) -> None:
+        """Count device-to-host copies from now (``host_copies_per_s``): a driver starting its run."""
+        self._live_start = time.time() if self._live else 0.0
+        self._copies_from = (COPIES.count, COPIES.syncs, 0.0 if self._live else self.now.t)
+
+    def tell(self) -> None:
+        """Hand the status line to whoever asked for it (the command line prints it)."""
+        if self._status:
+            self._status(self.line())
+
+    def publish_clock(self) -> None:
+        scale = 1.0  # live: wall time
+        if not self._live:  # the rate sim time actually advanced since the last clock message
+            measured = self._clock_meter.read(self.now.t)
+            scale = self.clock.scale if measured is None else measured
+        self.outputs.clock(self.now.mode, scale, self.rates.rates(), self.now.utime())
+
+    def time_source(self) -> str:
+        """What drives sim time, and how fast it advanced since the last call (for the status line)."""
+        measured = None if self._live else self._status_meter.read(self.now.t)
+        return describe_time(self.now.mode, measured, self.clock)
+
+    def line(self) -> str:
+        vehicles = self.rig.vehicles.values()
+        if self._live:
+            problems = [(v.name, v.pose_source_problem()) for v in vehicles if v.sim is None]
+        else:
+            problems = [(v.name, v.problem()) for v in vehicles]
+        return status_line(
+            self.now.t - self._live_start if self._live else self.now.t,
+            self.time_source(),
+            self.rates.rates(),
+            self.times,
+            self.counters,
+            [f"{name} {problem}" for name, problem in problems if problem],
+            sorted(self.rig.crowd.avatars),
+            self.host_copies_per_s(),
+            self.host_syncs_per_s(),
+        )
+
+    def host_copies_per_s(self) -> float | None:
+        """Device→host copies per sim second (wall second in live mode) since counting began."""
+        return self._per_s(COPIES.count, self._copies_from[0])
+
+    def host_syncs_per_s(self) -> float | None:
+        """The synchronisations those copies waited on, per sim second (wall second in live mode)."""
+        return self._per_s(COPIES.syncs, self._copies_from[1])
+
+    def _per_s(self, count: int, at_start: int) -> float | None:
+        elapsed = (time.time() - self._live_start) if self._live else self.now.t - self._copies_from[2]
+        return (count - at_start) / elapsed if elapsed > 0 else None

@@ -139,7 +139,7 @@ def test_the_achieved_imu_rate_of_two_fleets_is_their_rate_not_its_double(hexa_i
     engine = Engine(dataclasses.replace(alone, vehicles=(alone.vehicles[0], hexa)), device="cpu")
     try:
         engine.run(duration=1.0)
-        rates = engine.achieved_rates()
+        rates = engine.rates.rates()
     finally:
         engine.close()
     if hexa_imu_hz == 240.0:
@@ -166,7 +166,7 @@ def test_every_camera_of_a_render_group_reports_its_rate():
     try:
         engine.run(duration=1.0)
         assert len(engine.rig.groups) == 1 and len(engine.rig.groups[0].cameras) == 4  # two stereo pairs, one render
-        rates, line = engine.achieved_rates(), engine.status_line()
+        rates, line = engine.rates.rates(), engine.status_line()
     finally:
         engine.close()
     for name in ("quad0/stereo", "quad1/stereo"):
