@@ -588,6 +588,20 @@ def test_a_lidar_point_cloud_is_rosbags_cdr(typestore):
     assert np.array_equal(back["x"], x) and np.array_equal(back["ring"], ring)
 
 
+def diagnostic_array(ts, utime, level, name, message, hardware, values):
+    """rosbags' own diagnostic_msgs/DiagnosticArray of one status."""
+    status = ros(
+        ts,
+        "diagnostic_msgs/msg/DiagnosticStatus",
+        level=level,
+        name=name,
+        message=message,
+        hardware_id=hardware,
+        values=[ros(ts, "diagnostic_msgs/msg/KeyValue", key=k, value=v) for k, v in values],
+    )
+    return ros(ts, "diagnostic_msgs/msg/DiagnosticArray", header=header(ts, utime, ""), status=[status])
+
+
 def test_a_firmwares_status_is_a_diagnostic_array_as_rosbags_writes_it(typestore):
     """<vehicle>/fc (fc_status_t) on ROS 2: diagnostic_msgs/DiagnosticArray, one status, ERROR in failsafe."""
     import goggles_lcm
@@ -609,22 +623,7 @@ def test_a_firmwares_status_is_a_diagnostic_array_as_rosbags_writes_it(typestore
     assert (level, name, said) == (2, "quad0/fc", "FAILSAFE (receiver silent)")
     for distro in ("humble", "jazzy"):
         ts = typestore[distro]
-        expected = ros(
-            ts,
-            "diagnostic_msgs/msg/DiagnosticArray",
-            header=header(ts, 7_500_000, ""),
-            status=[
-                ros(
-                    ts,
-                    "diagnostic_msgs/msg/DiagnosticStatus",
-                    level=level,
-                    name=name,
-                    message=said,
-                    hardware_id=hardware,
-                    values=[ros(ts, "diagnostic_msgs/msg/KeyValue", key=k, value=v) for k, v in values],
-                )
-            ],
-        )
+        expected = diagnostic_array(ts, 7_500_000, level, name, said, hardware, values)
         ours = cdr.diagnostic_array(7_500_000, [fc_diagnostic(status)])
         assert_same(ts, ours, expected, "diagnostic_msgs/msg/DiagnosticArray")
     topics = Ros2Topics(Ros2Settings(namespace="/goggles"), (), (), ())
@@ -646,21 +645,8 @@ def test_a_vehicles_status_is_a_diagnostic_array_as_rosbags_writes_it(typestore)
     values = [("holding", "true"), ("command_at", "1.917"), ("crashed", "false")]
     for distro in ("humble", "jazzy"):
         ts = typestore[distro]
-        expected = ros(
-            ts,
-            "diagnostic_msgs/msg/DiagnosticArray",
-            header=header(ts, 2_233_333, ""),
-            status=[
-                ros(
-                    ts,
-                    "diagnostic_msgs/msg/DiagnosticStatus",
-                    level=1,
-                    name="quad0/status",
-                    message="HOLDING (no command since 1.92 s)",
-                    hardware_id="goggles",
-                    values=[ros(ts, "diagnostic_msgs/msg/KeyValue", key=k, value=v) for k, v in values],
-                )
-            ],
+        expected = diagnostic_array(
+            ts, 2_233_333, 1, "quad0/status", "HOLDING (no command since 1.92 s)", "goggles", values
         )
         topics = Ros2Topics(Ros2Settings(namespace="/goggles", distro=distro), (), (), ())
         (message,) = topics.convert(status)
