@@ -378,6 +378,95 @@ def bench_events(run_file: Path, seconds: float, device: str | None = None) -> E
 
 
 @dataclass(frozen=True)
+class FrameBreakdown:
+    """Result of ``bench_breakdown``: where a camera frame's time goes, per frame, in milliseconds."""
+
+    frames: int
+    frame_ms: float
+    """Wall time of a frame (render, sensor models, copies, publishing)."""
+    wall_ms: dict[str, float]
+    """Wall time of each stage the frame's own thread ran (they add up to ``frame_ms`` less the rest)."""
+    cpu_ms: dict[str, float]
+    """CPU time of each stage over every thread that ran it (the renderer's workers' rows summed)."""
+    shadows_cpu_ms: float | None
+    """The sun's shadow rays: the shading stage's CPU with shadows less without, from the same poses."""
+    cameras: str
+    threads: int
+
+
+#: The stages a frame's own thread runs, in order (``goggles.runtime.profile.stage`` names); the
+#: renderer's workers run the others inside "meshes".
+FRAME_STAGES = (
+    "people and bodies placed",
+    "meshes (rays, primary hits, shading)",
+    "primary hits, shading and shadows",
+    "splats",
+    "stereo shadow and invalid pixels",
+    "noise models",
+    "copies to the host",
+    "publishing",
+)
+
+
+def bench_breakdown(run_file: Path, seconds: float = 5.0, device: str | None = None) -> FrameBreakdown:
+    """Fly ``run_file`` (its cameras, no buses, as fast as the machine goes) for one sim second to warm
+    up, then ``seconds`` more with each frame's stages timed (``goggles.runtime.profile``); then the
+    same cameras' shading with and without the sun's shadows, from the last poses."""
+    from goggles.clock import ClockMode
+    from goggles.engine import Engine
+    from goggles.rig.runfile import load_run_config
+    from goggles.runtime.profile import Profile
+
+    config = load_run_config(run_file)
+    if not config.cameras:
+        raise ConfigError(f"{run_file}: no [[camera]] to break down")
+    config = dataclasses.replace(config, lcm_url=None, zmq=None, ros2=None, lidars=(), range_sensors=())
+    config = dataclasses.replace(config, mode=ClockMode.SIM, scale=1e6, max_scale=1e6)
+    with Engine(config, device=device) as engine:
+        engine.run(duration=1.0)
+        with Profile(root="frame") as profile:  # a run's warm-up render is no frame
+            engine.run(duration=1.0 + seconds)
+        group = max(engine.rig.groups, key=lambda g: len(g.cameras))
+        poses = np.stack([engine.sensors.camera_pose(c) for c in group.cameras])
+        shadows = _shadow_cost(group.renderer, poses)
+        frames = max(1, profile.calls["frame"])
+        sizes = ", ".join(f"{c.vehicle}/{c.name} {c.model.width}x{c.model.height}" for c in group.cameras)
+        return FrameBreakdown(
+            frames=profile.calls["frame"],
+            frame_ms=profile.wall["frame"] * 1e3 / frames,
+            wall_ms={k: profile.wall[k] * 1e3 / frames for k in FRAME_STAGES if k in profile.wall},
+            cpu_ms={k: v * 1e3 / frames for k, v in profile.cpu.items() if k != "frame"},
+            shadows_cpu_ms=shadows,
+            cameras=sizes,
+            threads=group.renderer.threads,
+        )
+
+
+def _shadow_cost(renderer, poses: np.ndarray, repeats: int = 20) -> float | None:
+    """CPU ms per frame the sun's shadow rays cost ``renderer``'s cameras at ``poses``: its shading
+    stage with shadows less without (two renderers of the same scene, cameras and outputs)."""
+    from goggles.render import Shading
+    from goggles.runtime.profile import Profile
+
+    settings = renderer.settings
+    if settings.shading != Shading.SUN or not settings.shadows:
+        return None
+    cpu = []
+    for shadows in (True, False):
+        twin = parts.renderer(renderer.scene, renderer.cameras, dataclasses.replace(settings, shadows=shadows))
+        try:
+            twin.render(poses)  # compiled and warm
+            with Profile() as profile:
+                for _ in range(repeats):
+                    twin.render(poses)
+            shading = [v for k, v in profile.cpu.items() if "shading" in k]
+            cpu.append(sum(shading) * 1e3 / repeats)
+        finally:
+            twin.close()
+    return cpu[0] - cpu[1]
+
+
+@dataclass(frozen=True)
 class DynamicsBench:
     """Result of ``bench_dynamics``: physics steps per second of each vehicle."""
 

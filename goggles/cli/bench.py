@@ -10,6 +10,7 @@ from pathlib import Path
 
 from goggles.cli.common import add_backend_arg, add_camera_args, add_recorded_arg, at_least, positive
 from goggles.errors import ConfigError
+from goggles.paths import default_run
 
 #: ``bench render --backend``'s groups.
 BENCH_BACKENDS = {"both": ("warp", "embree"), "all": ("warp", "bvh", "wide", "embree")}
@@ -101,6 +102,16 @@ def add_parser(commands) -> None:
         default="zmq",
         help="zmq: poses and images over ZeroMQ; ros2: PoseStamped in and Image out over DDS, measured next to "
         "ZeroMQ in the same run (the last line is the DDS figure)",
+    )
+    bench_latency.add_argument(
+        "--breakdown",
+        nargs="?",
+        const="",
+        metavar="RUN_FILE",
+        default=None,
+        help="instead: where a frame's time goes for a run file's cameras (default: the demo's), stage by "
+        "stage, wall and CPU per frame (in this process, no buses, the run as fast as it goes for --seconds "
+        "of sim time)",
     )
     add_recorded_arg(bench_latency)
     add_backend_arg(bench_latency)
@@ -418,6 +429,9 @@ def cmd_bench_dynamics(args) -> int:
 def cmd_bench_latency(args) -> int:
     from goggles.bench.measure import bench_latency
 
+    if args.breakdown is not None:
+        return _print_breakdown(Path(args.breakdown) if args.breakdown else default_run(), args)
+
     transports = ["zmq", "ros2"] if args.transport == "ros2" else ["zmq"]
     for transport in transports:
         result = bench_latency(
@@ -444,6 +458,30 @@ def cmd_bench_latency(args) -> int:
             f"transport={transport} p50_ms={result.p50_ms:.2f} p99_ms={result.p99_ms:.2f} "
             f"width={result.width} height={result.height}"
         )
+    return 0
+
+
+def _print_breakdown(run_file: Path, args) -> int:
+    from goggles.bench.measure import bench_breakdown
+
+    r = bench_breakdown(run_file, seconds=min(args.seconds, 5.0), device=args.device)
+    print(f"{run_file}: {r.frames} frames of {r.cameras} ({r.threads} render threads), per frame:")
+    print(f"  {'stage':44s} {'wall ms':>8s} {'CPU ms':>8s}")
+    for stage, wall in r.wall_ms.items():
+        print(f"  {stage:44s} {wall:8.2f} {r.cpu_ms.get(stage, float('nan')):8.2f}")
+        inside = {
+            "meshes": ("rays", "primary hits (Embree)", "shading and shadows"),
+            "splats": ("splats: boxes fitted",),
+        }
+        for inner in inside.get(stage.split(" ")[0], ()):
+            if inner in r.cpu_ms:
+                print(f"    {inner:42s} {'':8s} {r.cpu_ms[inner]:8.2f}")
+    rest = r.frame_ms - sum(r.wall_ms.values())
+    print(f"  {'the rest (Python, scheduling)':44s} {rest:8.2f}")
+    print(f"  {'frame':44s} {r.frame_ms:8.2f}")
+    if r.shadows_cpu_ms is not None:
+        print(f"  of the shading, the sun's shadow rays: {r.shadows_cpu_ms:.2f} ms of CPU (with less without)")
+    print(f"frames={r.frames} frame_ms={r.frame_ms:.2f}")
     return 0
 
 

@@ -16,6 +16,7 @@ from goggles.rig.cameras import Camera, CameraGroup
 from goggles.rig.rig import Rig
 from goggles.rig.runfile import RangeSensorConfig, RunConfig
 from goggles.rig.vehicles import pose_after
+from goggles.runtime.profile import stage
 from goggles.sensors.ranges import RangeSensor
 
 
@@ -31,9 +32,14 @@ class SensorEvents:
         """Render ``group`` now, from its vehicles' poses now, and publish its outputs. Live, an event
         camera renders at its newest pose, stamped with the pose's time: its events fall on the
         poses' clock (a motion-capture system's), where they happened, not when they were rendered."""
-        self._pose_people()
-        t = time.perf_counter()
-        carriers = self.carriers(c.vehicle for c in group.cameras)
+        with stage("frame"):
+            self._render(group)
+
+    def _render(self, group: CameraGroup) -> None:
+        with stage("people and bodies placed"):
+            self._pose_people()
+            t = time.perf_counter()
+            carriers = self.carriers(c.vehicle for c in group.cameras)
         live = self.now.mode == ClockMode.LIVE
         if live and group.events is not None:
             vehicles = [self.rig.vehicles[c.vehicle] for c in group.cameras]
@@ -50,10 +56,11 @@ class SensorEvents:
             self.rig.vehicles[c.vehicle].pose_utime if self.rig.vehicles[c.vehicle].sim is None else utime
             for c in group.cameras
         ]
-        self.outputs.camera_frame(group.cameras, poses, images, detections, utime, pose_utimes)
-        if events is not None:
-            start, end = group.events.window
-            self.outputs.events(group.cameras, events, start // 1000, end // 1000)
+        with stage("publishing"):
+            self.outputs.camera_frame(group.cameras, poses, images, detections, utime, pose_utimes)
+            if events is not None:
+                start, end = group.events.window
+                self.outputs.events(group.cameras, events, start // 1000, end // 1000)
         for name in group.names:  # every camera of the group, each under its own name
             self.rates.note(name, self.now.t)
         self.times.add("frame", time.perf_counter() - t)

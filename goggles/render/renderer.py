@@ -44,6 +44,7 @@ from goggles.render.settings import BACKENDS, OUTPUTS, RenderSettings
 from goggles.render.shading import Lighting, Shading, face_reflectivity_kernel
 from goggles.render.sunlit import sunlit_faces
 from goggles.runtime.device_memory import check_fits
+from goggles.runtime.profile import stage
 from goggles.runtime.progress import load_kernels
 from goggles.runtime.recorded_work import recording, struct_key
 from goggles.world import DeviceScene
@@ -442,23 +443,29 @@ class Renderer:
         if self._light.shading == Shading.LIDAR:
             self._fill_reflectivity()
         if self.backend == "embree":
-            self._pool_map(self._trace_rows, self._chunks)
+            with stage("meshes (rays, primary hits, shading)"):
+                self._pool_map(self._trace_rows, self._chunks)
         elif self.pixel_order == "tiles":  # one launch, a thread per pixel
             n, h, w = self.num_cameras, self.height, self.width
             inputs = [*self._render_inputs(self._untraced), True, 0, 1, 0, 1]
-            wp.launch(self._kernel, dim=(n, h, w), inputs=inputs, outputs=[self.buffers], device=self.device)
+            with stage("primary hits, shading and shadows"):
+                wp.launch(self._kernel, dim=(n, h, w), inputs=inputs, outputs=[self.buffers], device=self.device)
         else:
-            self._launch_all(self._kernel, [*self._render_inputs(self._untraced), False, 0], [self.buffers])
+            with stage("primary hits, shading and shadows"):
+                self._launch_all(self._kernel, [*self._render_inputs(self._untraced), False, 0], [self.buffers])
         if self.scene.splats is not None:  # the splats, in front of what the meshes gave
-            self.scene.splats.fit(self._cameras.p_WC, self._largest_footprint)
-            shaded = int(self._light.shading != Shading.NONE)
-            inputs = [self._cameras, self._footprints, self.scene.splats.data, shaded, self._wanted]
-            self._launch_all(splats.splat_pass_kernel, inputs, [self.buffers], unbounded=True)
-        if self._has_partners:  # the stereo shadow
-            self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras], [self.buffers])
-        if self._has_partners or self._has_outside:  # NaN, written by a kernel compiled for IEEE NaNs
-            b = self.buffers
-            self._launch_all(invalid.write_invalid_kernel, [b.status], [b.depth, b.range, self._wanted.range])
+            with stage("splats"):
+                with stage("splats: boxes fitted"):
+                    self.scene.splats.fit(self._cameras.p_WC, self._largest_footprint)
+                shaded = int(self._light.shading != Shading.NONE)
+                inputs = [self._cameras, self._footprints, self.scene.splats.data, shaded, self._wanted]
+                self._launch_all(splats.splat_pass_kernel, inputs, [self.buffers], unbounded=True)
+        with stage("stereo shadow and invalid pixels"):
+            if self._has_partners:  # the stereo shadow
+                self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras], [self.buffers])
+            if self._has_partners or self._has_outside:  # NaN, written by a kernel compiled for IEEE NaNs
+                b = self.buffers
+                self._launch_all(invalid.write_invalid_kernel, [b.status], [b.depth, b.range, self._wanted.range])
 
     @property
     def recordable(self) -> bool:
@@ -610,7 +617,8 @@ class Renderer:
         per_ray = self._rolling or c1 - c0 > 1  # else one origin serves every ray of the chunk
         origins, origin_view = self._origins_of_thread() if per_ray else (self._one_origin, None)
         rays = [self._cameras, c0, y0, dim[1], self._directions, self._reach, per_ray, origins]
-        wp.launch(kernels.make_rays_kernel, dim=dim[:2], inputs=rays, device=d)
+        with stage("rays"):
+            wp.launch(kernels.make_rays_kernel, dim=dim[:2], inputs=rays, device=d)
         if per_ray:  # written by the kernel
             origins = origin_view[:count]
         else:
@@ -629,6 +637,22 @@ class Renderer:
             self._untraced.v,
             self._untraced.normal_W,
         )
+        with stage("primary hits (Embree)"):
+            hits = self._embree_hits(traced, origins, directions, reach, dim)  # kept while the kernel reads it
+        with stage("shading and shadows"):
+            wp.launch(
+                self._kernel,
+                dim=(dim[0], dim[1], 1),
+                inputs=[*self._render_inputs(traced), False, c0, 1, y0, dim[2]],
+                outputs=[self.buffers],
+                device=d,
+            )
+        del hits
+
+    def _embree_hits(self, traced: kernels.TracedRows, origins, directions, reach, dim):
+        """Embree's closest hits of a chunk's rays, as ``traced`` rows the render kernel reads (views of
+        the returned host arrays: the caller keeps them)."""
+        d, hits = self.device, None
         if self._need_surface:
             hits = self._embree.closest(origins, directions, reach)
             traced.face = wp.array(hits["primID"].reshape(dim), dtype=wp.int32, device=d, copy=False)
@@ -636,17 +660,11 @@ class Renderer:
             traced.v = wp.array(hits["v"].reshape(dim), dtype=float, device=d, copy=False)
             traced.normal_W = wp.array(hits["Ng"].reshape(dim + (3,)), dtype=wp.vec3, device=d, copy=False)
         elif self._need_faces:
-            faces = self._embree.faces(origins, directions, reach)
-            traced.face = wp.array(faces.reshape(dim), dtype=wp.int32, device=d, copy=False)
+            hits = self._embree.faces(origins, directions, reach)
+            traced.face = wp.array(hits.reshape(dim), dtype=wp.int32, device=d, copy=False)
         else:
             self._embree.distances(origins, directions, reach)
-        wp.launch(
-            self._kernel,
-            dim=(dim[0], dim[1], 1),
-            inputs=[*self._render_inputs(traced), False, c0, 1, y0, dim[2]],
-            outputs=[self.buffers],
-            device=d,
-        )
+        return hits
 
     def _render_inputs(self, traced: kernels.TracedRows) -> list:
         """The render kernel's arguments up to the rows it covers."""

@@ -16,6 +16,7 @@ from goggles.render import CameraModel, Renderer, RenderSettings, Shading
 from goggles.rig import parts
 from goggles.rig.runfile import IMAGE_OUTPUTS, CameraConfig
 from goggles.runtime.device_copies import HostMirror, collect
+from goggles.runtime.profile import stage
 from goggles.runtime.recorded_work import RecordedWork
 from goggles.sensors.beacons import BeaconSensor, Detection
 from goggles.sensors.camera_noise import CameraNoise
@@ -193,7 +194,8 @@ class CameraGroup:
             self._carriers = None if carriers is None else np.array(carriers)
             self.events.update(int(key if key is not None else 0) * 1000)
             events = None if first else self.events.events()
-        collect([m for m in (self._host, beacons) if m is not None])
+        with stage("copies to the host"):
+            collect([m for m in (self._host, beacons) if m is not None])
         detections = self.beacons.read() if self.beacons is not None else []
         if not published:  # beacons or events only
             return {}, detections, events
@@ -208,12 +210,14 @@ class CameraGroup:
 
     def _measure(self) -> None:
         """The sensor models on the rendered images, then the published block's copy to the host."""
-        if self.depth is not None:
-            self.depth.apply()
-        if self.noise is not None:
-            self.noise.apply()
+        with stage("noise models"):
+            if self.depth is not None:
+                self.depth.apply()
+            if self.noise is not None:
+                self.noise.apply()
         if self._host is not None:
-            self._host.enqueue()
+            with stage("copies to the host"):
+                self._host.enqueue()
 
 
 def _motion(T0: np.ndarray, T1: np.ndarray, seconds: float) -> tuple[float, float]:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -315,6 +316,31 @@ def test_bench_latency_last_line():
     last = dict(item.split("=") for item in result.stdout.strip().splitlines()[-1].split())
     assert last["transport"] == "zmq" and (last["width"], last["height"]) == ("32", "24")
     assert 0 < float(last["p50_ms"]) <= float(last["p99_ms"])
+
+
+@pytest.mark.slow
+def test_bench_latency_breakdown_says_where_a_frame_goes(tmp_path):
+    """A run file's camera frame, stage by stage: the splats' pass shows apart from the meshes', the
+    stages' wall times fit in the frame's, and CPU over wall is at most the render's threads."""
+    run_file = tmp_path / "run.toml"
+    assets = Path(__file__).resolve().parents[2] / "assets"
+    demo = (assets / "run-demo.toml").read_text()
+    run_file.write_text(
+        demo.replace('file = "splats/', f'file = "{assets}/splats/')
+        .replace('scene = "arena.toml"', f'scene = "{assets}/arena.toml"')
+        .replace("width = 320", "width = 64")
+        .replace("height = 240", "height = 48")
+    )
+    result = goggles("bench", "latency", "--breakdown", str(run_file), "--seconds", "1")
+    lines = result.stdout.splitlines()
+    table = {line[:46].strip(): line[46:].split() for line in lines if line.startswith("  ")}
+    assert {"meshes (rays, primary hits, shading)", "splats", "noise models", "publishing", "frame"} <= set(table)
+    assert "primary hits (Embree)" in table and "shading and shadows" in table
+    last = dict(item.split("=") for item in lines[-1].split())
+    frame = float(last["frame_ms"])
+    walls = [float(v[0]) for k, v in table.items() if len(v) == 2 and not k.startswith(("primary", "shading", "rays"))]
+    assert 0 < sum(walls) <= frame * 1.01 and int(last["frames"]) >= 30
+    assert "the sun's shadow rays" in result.stdout
 
 
 def _children(pid: int) -> list[int]:
