@@ -18,6 +18,7 @@ machine: ``goggles.world.bvh_cache`` keeps it on disk by its triangles.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import warp as wp
@@ -62,7 +63,7 @@ class RayBvhArrays:
         return self.boxes.nbytes + self.children.nbytes + self.triangles.nbytes + self.faces.nbytes
 
 
-def _leaf_code(first: np.ndarray, count: np.ndarray) -> np.ndarray:
+def leaf_code(first: np.ndarray, count: np.ndarray) -> np.ndarray:
     return -(first * (1 << _LEAF_BITS) + count) - 1
 
 
@@ -74,16 +75,38 @@ def build_ray_bvh(vertices: np.ndarray, faces: np.ndarray, leaf_size: int = LEAF
     least surface-area cost (left area x count + right area x count) over the three axes wins. A node
     whose centroids coincide is halved in its order. Nodes of at most ``leaf_size`` triangles are leaves.
     """
+    corners = np.asarray(vertices, np.float32)[np.asarray(faces)]
+    nodes = build_nodes(corners.min(axis=1), corners.max(axis=1), leaf_size)
+    return _pack(*nodes[:5], corners[nodes.order], nodes.order, nodes.depth)
+
+
+class Nodes(NamedTuple):
+    """A binned-SAH tree's nodes, breadth first from the root (0); children side by side."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    first: np.ndarray
+    """Each node's first item in leaf order."""
+    count: np.ndarray
+    first_child: np.ndarray
+    """Each node's first child (the second follows it); -1: a leaf."""
+    order: np.ndarray
+    """The items in leaf order."""
+    depth: int
+
+
+def build_nodes(lowers: np.ndarray, uppers: np.ndarray, leaf_size: int = LEAF_SIZE) -> Nodes:
+    """A binned-SAH tree over the (n, 3) boxes ``lowers``, ``uppers`` (``build_ray_bvh``'s, for any
+    items with boxes: triangles, Gaussians)."""
     if not 1 <= leaf_size < (1 << _LEAF_BITS):
         raise ValueError(f"leaf_size {leaf_size}: give 1 to {(1 << _LEAF_BITS) - 1}")
-    corners = np.asarray(vertices, np.float32)[np.asarray(faces)]
-    n = len(corners)
+    n = len(lowers)
     if n >= 2**31 // (1 << _LEAF_BITS):
-        raise ValueError(f"{n} triangles: the BVH holds at most {2**31 // (1 << _LEAF_BITS) - 1}")
-    # Per-triangle rows, kept in tree order: box lower (0-2), upper (3-5), centroid (6-8).
+        raise ValueError(f"{n} items: the BVH holds at most {2**31 // (1 << _LEAF_BITS) - 1}")
+    # Per-item rows, kept in tree order: box lower (0-2), upper (3-5), centroid (6-8).
     rows = np.empty((9, n), np.float32)
-    rows[0:3] = corners.min(axis=1).T
-    rows[3:6] = corners.max(axis=1).T
+    rows[0:3] = np.asarray(lowers, np.float32).T
+    rows[3:6] = np.asarray(uppers, np.float32).T
     rows[6:9] = 0.5 * (rows[0:3] + rows[3:6])
     order = np.arange(n, dtype=np.int64)
 
@@ -139,7 +162,7 @@ def build_ray_bvh(vertices: np.ndarray, faces: np.ndarray, leaf_size: int = LEAF
             node_hi[children[filled]] = np.maximum.reduceat(moved[3:6], local_first[filled], axis=1).T
         split = children[node_count[children] > leaf_size]
         active, first, count = split, node_first[split], node_count[split]
-    return _pack(node_lo, node_hi, node_first, node_count, first_child[:total], corners[order], order, depth)
+    return Nodes(node_lo, node_hi, node_first, node_count, first_child[:total], order, depth)
 
 
 def _split_sides(
@@ -208,7 +231,7 @@ def _pack(
     index = np.full(len(first_child), -1, np.int64)
     index[inner] = np.arange(len(inner))
     pair = np.stack([first_child[inner], first_child[inner] + 1], axis=1)
-    code = np.where(first_child[pair] >= 0, index[pair], _leaf_code(node_first[pair], node_count[pair]))
+    code = np.where(first_child[pair] >= 0, index[pair], leaf_code(node_first[pair], node_count[pair]))
     lo0, hi0, lo1, hi1 = node_lo[pair[:, 0]], node_hi[pair[:, 0]], node_lo[pair[:, 1]], node_hi[pair[:, 1]]
     boxes = np.stack(
         [
@@ -265,7 +288,7 @@ def _safe_inverse(d: float) -> float:
 
 
 @wp.func
-def _slab(lo: float, hi: float, o: float, inverse: float) -> wp.vec2:
+def slab(lo: float, hi: float, o: float, inverse: float) -> wp.vec2:
     """Entry and exit distances of one axis's slab."""
     a = (lo - o) * inverse
     b = (hi - o) * inverse
@@ -396,14 +419,14 @@ def make_traverse(counting: bool):
                 xy0 = bvh.boxes[node, 0]
                 xy1 = bvh.boxes[node, 1]
                 zz = bvh.boxes[node, 2]
-                x = _slab(xy0[0], xy0[1], origin[0], inverse[0])
-                y = _slab(xy0[2], xy0[3], origin[1], inverse[1])
-                z = _slab(zz[0], zz[1], origin[2], inverse[2])
+                x = slab(xy0[0], xy0[1], origin[0], inverse[0])
+                y = slab(xy0[2], xy0[3], origin[1], inverse[1])
+                z = slab(zz[0], zz[1], origin[2], inverse[2])
                 near0 = wp.max(wp.max(x[0], y[0]), wp.max(z[0], 0.0))
                 far0 = wp.min(wp.min(x[1], y[1]), wp.min(z[1], found.t)) * ROBUST_FAR
-                x = _slab(xy1[0], xy1[1], origin[0], inverse[0])
-                y = _slab(xy1[2], xy1[3], origin[1], inverse[1])
-                z = _slab(zz[2], zz[3], origin[2], inverse[2])
+                x = slab(xy1[0], xy1[1], origin[0], inverse[0])
+                y = slab(xy1[2], xy1[3], origin[1], inverse[1])
+                z = slab(zz[2], zz[3], origin[2], inverse[2])
                 near1 = wp.max(wp.max(x[0], y[0]), wp.max(z[0], 0.0))
                 far1 = wp.min(wp.min(x[1], y[1]), wp.min(z[1], found.t)) * ROBUST_FAR
                 child = bvh.children[node]

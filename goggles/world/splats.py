@@ -1,10 +1,11 @@
 """Gaussian splats on the device, and what a ray meets in them (3DGRT, Moenne-Loccoz et al. 2024).
 
 Each Gaussian is bounded by the box of its ellipsoid where its response falls to 1/255 (a BVH over
-the boxes, Warp's); a ray's response to a Gaussian is its largest along the ray, at the point of
-closest Mahalanobis approach: alpha = opacity * exp(-d_min^2 / 2), met at that point's distance t
-along the ray. ``trace_splats`` gathers the nearest hits ``HITS`` at a time (the BVH query's
-``max_dist`` shrinks to the farthest kept, so a full buffer prunes what lies beyond it), composites
+the boxes, ``goggles.world.box_tree``); a ray's response to a Gaussian is its largest along the ray,
+at the point of closest Mahalanobis approach: alpha = opacity * exp(-d_min^2 / 2), met at that
+point's distance t along the ray (inside the box, where alpha passes the cut). ``trace_splats``
+gathers the nearest hits ``HITS`` at a time, walking the tree nearer child first (the reach shrinks
+to the farthest kept once the buffer is full, and a node entered beyond it is not opened), composites
 them front to back (C = sum c_i alpha_i T_i, T the transmittance; alpha at most 0.99), and starts
 the next gathering after the last one composited, until the transmittance falls under 1e-4 or
 nothing is left before ``t_end`` (an opaque mesh's hit). Each Gaussian's colour is its spherical
@@ -37,13 +38,16 @@ from goggles.errors import ConfigError
 from goggles.runtime.kernel_options import TRACING
 from goggles.runtime.progress import busy, load_kernels
 from goggles.scene.splats import FILTERS, MIN_OPACITY, SplatCloud, merge_splats
+from goggles.world.box_tree import BoxTree, build_box_tree, empty_box_tree, near_stack_t, node_stack_t, refit
 from goggles.world.queries import inverse_direction
+from goggles.world.ray_bvh import LEAF_BITS, LEAF_MASK, ROBUST_FAR, slab
 
 wp.set_module_options(TRACING)
 
 #: Hits gathered per BVH pass: each pass walks the BVH from its root again, so fewer passes of more
-#: hits are faster on a CPU (256: 1.4x the frames/s of 64 on the houseplant, 2.2 against 1.6), while a
-#: GPU thread keeps its buffer in scarce registers (3DGRT keeps 16). Chosen once per process, by
+#: hits are faster on a CPU (256: 1.4x the frames/s of 64 on the houseplant, 2.2 against 1.6; with the
+#: nearest-first walk, the demo's splat pass 58 ms of CPU a frame at 256, 66 at 64, 141 at 16), while
+#: a GPU thread keeps its buffer in scarce registers (3DGRT keeps 16). Chosen once per process, by
 #: whether the kernels may run on a GPU here.
 HITS = 64 if wp.is_cuda_available() else 256
 #: Most passes per ray (a ray through a very dense cloud stops there).
@@ -54,8 +58,8 @@ MIN_TRANSMITTANCE = wp.constant(0.5 / 255.0)
 MAX_ALPHA = wp.constant(0.99)
 CUT_ALPHA = wp.constant(MIN_OPACITY)
 #: Device bytes per Gaussian besides its colour's coefficients: mean, axes, variances, opacity, class,
-#: frame, box and the BVH's share (two nodes of 32 bytes per item).
-BYTES_PER_GAUSSIAN = 12 + 36 + 12 + 4 + 4 + 4 + 24 + 64
+#: frame, box and the BVH's share (its nodes and items: 23.3 bytes per Gaussian for the houseplant).
+BYTES_PER_GAUSSIAN = 12 + 36 + 12 + 4 + 4 + 4 + 24 + 24
 
 
 hits_t = wp.types.vector(length=HITS, dtype=wp.float32)
@@ -67,7 +71,8 @@ SH_C1 = wp.constant(0.4886025119029199)
 
 @wp.struct
 class SplatData:
-    bvh: wp.uint64
+    tree: BoxTree
+    """The BVH of their boxes (``goggles.world.box_tree``), walked nearest first."""
     lower: wp.array(dtype=wp.vec3)
     upper: wp.array(dtype=wp.vec3)
     """Each Gaussian's box (the BVH's items)."""
@@ -201,33 +206,84 @@ def trace_splats(
         kept = int(0)  # noqa: UP018
         full = bool(False)  # noqa: UP018
         reach = t_end
-        query = wp.bvh_query_ray(s.bvh, origin, direction)
-        i = int(0)  # noqa: UP018
-        while wp.bvh_query_next(query, i, reach):
-            if passes > 1 and exit_distance(s.lower[i], s.upper[i], origin, inverse) <= after:
-                continue  # wholly before what the last pass composited: its peak too
-            hit = response(s, i, origin, direction, footprint)
-            t = hit[0]
-            if hit[1] <= 0.0 or t <= after or t >= t_end:
-                continue
-            if kept == HITS:
-                if t >= ts[HITS - 1]:
+        # The tree nearest first: a node entered beyond the farthest hit kept (once ``HITS`` are)
+        # holds none nearer; one left before ``after`` holds none the last pass did not composite.
+        nodes = node_stack_t()
+        nears = near_stack_t()
+        depth = int(0)  # noqa: UP018
+        node = int(0)  # noqa: UP018
+        walking = bool(True)  # noqa: UP018
+        while walking:
+            if node >= 0:
+                xy0 = s.tree.boxes[node, 0]
+                xy1 = s.tree.boxes[node, 1]
+                zz = s.tree.boxes[node, 2]
+                x = slab(xy0[0], xy0[1], origin[0], inverse[0])
+                y = slab(xy0[2], xy0[3], origin[1], inverse[1])
+                z = slab(zz[0], zz[1], origin[2], inverse[2])
+                near0 = wp.max(wp.max(x[0], y[0]), wp.max(z[0], 0.0))
+                far0 = wp.min(wp.min(x[1], y[1]), wp.min(z[1], reach)) * ROBUST_FAR
+                x = slab(xy1[0], xy1[1], origin[0], inverse[0])
+                y = slab(xy1[2], xy1[3], origin[1], inverse[1])
+                z = slab(zz[2], zz[3], origin[2], inverse[2])
+                near1 = wp.max(wp.max(x[0], y[0]), wp.max(z[0], 0.0))
+                far1 = wp.min(wp.min(x[1], y[1]), wp.min(z[1], reach)) * ROBUST_FAR
+                child = s.tree.children[node]
+                in0 = near0 <= far0 and far0 > after
+                in1 = near1 <= far1 and far1 > after
+                if in0 and in1:  # the nearer now, the other on the stack with its entry
+                    node = child[0]
+                    later = child[1]
+                    later_near = near1
+                    if near1 < near0:
+                        node = child[1]
+                        later = child[0]
+                        later_near = near0
+                    nodes[depth] = later
+                    nears[depth] = later_near
+                    depth += 1
                     continue
-                full = True
-                kept = HITS - 1  # the farthest makes room
-            j = kept
-            while j > 0 and ts[j - 1] > t:  # sorted insertion, nearest first
-                ts[j] = ts[j - 1]
-                alphas[j] = alphas[j - 1]
-                items[j] = items[j - 1]
-                j -= 1
-            ts[j] = t
-            alphas[j] = hit[1]
-            items[j] = i
-            kept += 1
-            if kept == HITS:
-                full = True
-                reach = ts[HITS - 1]  # nothing beyond the farthest kept can enter
+                if in0:
+                    node = child[0]
+                    continue
+                if in1:
+                    node = child[1]
+                    continue
+            else:
+                code = -node - 1
+                first = code >> LEAF_BITS
+                for leaf_k in range(code & LEAF_MASK):
+                    i = s.tree.items[first + leaf_k]
+                    if passes > 1 and exit_distance(s.lower[i], s.upper[i], origin, inverse) <= after:
+                        continue  # wholly before what the last pass composited: its peak too
+                    hit = response(s, i, origin, direction, footprint)
+                    t = hit[0]
+                    if hit[1] <= 0.0 or t <= after or t >= reach:
+                        continue
+                    if kept == HITS:
+                        full = True
+                        kept = HITS - 1  # the farthest makes room
+                    j = kept
+                    while j > 0 and ts[j - 1] > t:  # sorted insertion, nearest first
+                        ts[j] = ts[j - 1]
+                        alphas[j] = alphas[j - 1]
+                        items[j] = items[j - 1]
+                        j -= 1
+                    ts[j] = t
+                    alphas[j] = hit[1]
+                    items[j] = i
+                    kept += 1
+                    if kept == HITS:
+                        full = True
+                        reach = ts[HITS - 1]  # nothing beyond the farthest kept can enter
+            # The next node on the stack that begins before the reach, or the walk is over.
+            node = int(-1)  # noqa: UP018 (Warp: a variable the loop below changes)
+            while depth > 0 and node == -1:
+                depth -= 1
+                if nears[depth] < reach:
+                    node = nodes[depth]
+            if node == -1:
+                walking = False
         for k in range(kept):
             g = items[k]
             alpha = alphas[k]
@@ -310,8 +366,8 @@ class DeviceSplats:
         load_kernels(trace_kernel.module, d)
         self._boxes(self._no_cameras, 0.0)  # each Gaussian's own box: where a thin ray can meet it
         with busy(f"building the splats' BVH ({count:,} Gaussians on {d})"):
-            self.bvh = wp.Bvh(self.lowers, self.uppers)
-        data.bvh = self.bvh.id
+            self.tree = build_box_tree(self.lowers.numpy(), self.uppers.numpy(), d)
+        data.tree = self.tree.tree
         data.lower, data.upper = self.lowers, self.uppers
         self._moved = False
         self.bounds = np.zeros((2, 3))
@@ -363,7 +419,7 @@ class DeviceSplats:
         if grow and positions.shape[0] > FEW_CAMERAS:
             wp.launch(cameras_box_kernel, dim=1, inputs=[positions], outputs=[self._cameras_box], device=self.device)
         self._boxes(positions if grow else self._no_cameras, footprint if grow else 0.0)
-        self.bvh.refit()
+        refit(self.tree, self.lowers, self.uppers)
         self._moved = False
 
     def _boxes(self, positions: wp.array, footprint: float) -> None:
@@ -377,7 +433,7 @@ def empty_splats(device) -> SplatData:
     """A ``SplatData`` of no Gaussians (kernels that see splats, in a world without any)."""
     d = wp.get_device(device)
     data = SplatData()
-    data.bvh = wp.uint64(0)
+    data.tree = empty_box_tree(d)
     data.lower = wp.zeros(0, dtype=wp.vec3, device=d)
     data.upper = wp.zeros(0, dtype=wp.vec3, device=d)
     data.mean = wp.zeros(0, dtype=wp.vec3, device=d)
