@@ -21,6 +21,7 @@ from goggles.dynamics.model import (
     vec8,
     vehicle_contact,
 )
+from goggles.dynamics.wind import gusts_at, mean_wind, turbulence_step, turbulence_velocity, vec5
 from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.world.queries import ActorData
 
@@ -65,6 +66,10 @@ class VehicleState:
     """-1: the world; else the other vehicle's index in ``OtherVehicles``."""
     clock: wp.array(dtype=wp.int32)
     """(1,) the global index of the next physics step (on the device: recorded steps replay it)."""
+    turbulence: wp.array(dtype=vec5)
+    """Each vehicle's Dryden turbulence state (``goggles.dynamics.wind``)."""
+    wind: wp.array(dtype=wp.vec3)
+    """The air's velocity where the vehicle was at its last step, world, m/s."""
 
 
 @wp.func
@@ -169,6 +174,8 @@ def step_vehicles_kernel(
     dt = settings.dt
     limit = wp.vec3(af.rate_integrator_limit)
     crashed = state.crashed[i]
+    turbulence = state.turbulence[i]
+    air = state.wind[i]
     for k in range(steps):
         if crashed != 0:
             break  # a crashed vehicle stays where it stopped until reset
@@ -180,13 +187,20 @@ def step_vehicles_kernel(
         w_cmd = rotor_commands(af, settings, mode, command, x.p, x.v, x.q, x.w, y, dy, integral)
         height = height_above_ground(settings, actors, x.p)
         ratio = ground_effect_ratio(settings.ground_effect, height, af.rotor_radius, af.arm_length)
+        air = mean_wind(settings.wind, height)
+        if settings.wind.w20 > 0.0:
+            passing = wp.length(x.v - air)
+            turbulence, rng = turbulence_step(settings.wind, turbulence, height, passing, dt, rng)
+            air += turbulence_velocity(settings.wind, turbulence, height, passing)
+        if settings.wind.gust_count > 0:
+            air += gusts_at(settings.wind, float(first_step + k) * dt)
         force_noise = wp.vec3(0.0)
         moment_noise = wp.vec3(0.0)
         if settings.disturbances != 0:
             force_noise, rng = randn3(rng)
             moment_noise, rng = randn3(rng)
         force_noise_W = force_noise * af.force_sigma
-        x = integrate(af, settings, x, rotors, w_cmd, ratio, force_noise_W, moment_noise * af.moment_sigma)
+        x = integrate(af, settings, x, rotors, w_cmd, ratio, force_noise_W, moment_noise * af.moment_sigma, air)
         supported = on_floor(settings, x)
         x = rest_on_floor(settings, x)
         rotors = rotor_speeds_after(af, settings, rotors, w_cmd)
@@ -207,7 +221,7 @@ def step_vehicles_kernel(
         if (first_step + k + 1) % settings.imu_decimation == 0:
             # The instantaneous specific force at the sample; held by the floor or stopped by a
             # crash, the support cancels gravity's pull instead.
-            specific_force_B = specific_force(af, x, rotors, ratio, force_noise_W)
+            specific_force_B = specific_force(af, x, rotors, ratio, force_noise_W, air)
             if supported or crashed != 0:
                 specific_force_B = wp.quat_rotate_inv(x.q, wp.vec3(0.0, 0.0, settings.gravity))
             if settings.imu_noise != 0:
@@ -236,6 +250,8 @@ def step_vehicles_kernel(
     state.imu_gyro[i] = imu_gyro
     state.rng[i] = rng
     state.crashed[i] = crashed
+    state.turbulence[i] = turbulence
+    state.wind[i] = air
 
 
 @wp.kernel
@@ -276,6 +292,8 @@ def reset_vehicles_kernel(
     state.integral[i] = wp.vec3(0.0)
     state.crashed[i] = 0
     state.contact_step[i] = -1
+    state.turbulence[i] = vec5()
+    state.wind[i] = wp.vec3(0.0)
     state.rng[i] = wp.rand_init(seed, (first_index + i) * 65536 + episode[i])
     episode[i] = episode[i] + 1
 
@@ -334,7 +352,7 @@ def filter_response_kernel(
 
 
 #: Columns of the packed host copy of the state (``pack_states_kernel``), float64 so step indices stay exact.
-PACKED_COLUMNS = 37
+PACKED_COLUMNS = 40
 #: Columns of one IMU sample held on the device until the host takes a batch of them.
 IMU_COLUMNS = 6
 
@@ -351,7 +369,7 @@ def pack_states_kernel(state: VehicleState, out: wp.array2d(dtype=wp.float64)):
     """Everything the host reads of a vehicle, in one row, so one copy serves every reader of a step:
     position 0:3, velocity 3:6, attitude (x, y, z, w) 6:10, rates 10:13, rotor speeds 13:21,
     IMU accel 21:24, IMU gyro 24:27, crashed 27, contact step 28, contact point 29:32, normal 32:35,
-    depth 35, the vehicle touched 36 (-1 the world)."""
+    depth 35, the vehicle touched 36 (-1 the world), the air's velocity 37:40."""
     i = wp.tid()
     put_vec3(out, i, 0, state.position[i])
     put_vec3(out, i, 3, state.velocity[i])
@@ -370,6 +388,7 @@ def pack_states_kernel(state: VehicleState, out: wp.array2d(dtype=wp.float64)):
     put_vec3(out, i, 32, state.contact_normal[i])
     out[i, 35] = wp.float64(state.contact_depth[i])
     out[i, 36] = wp.float64(state.contact_other[i])
+    put_vec3(out, i, 37, state.wind[i])
 
 
 @wp.kernel

@@ -23,6 +23,7 @@ import warp as wp
 
 from goggles.checks import INT32_MAX
 from goggles.dynamics.airframe import Integrator
+from goggles.dynamics.wind import WindParams
 from goggles.errors import ConfigError
 from goggles.world.queries import ActorData, closest_hit, nearest_surface
 
@@ -161,6 +162,8 @@ class SimSettings:
     imu_decimation: int
     disturbances: int
     imu_noise: int
+    wind: WindParams
+    """The air (``goggles.dynamics.wind``)."""
 
 
 @wp.struct
@@ -339,13 +342,17 @@ def thrusts(af: AirframeParams, w: vec8, ratio: float) -> vec8:
 
 
 @wp.func
-def specific_force(af: AirframeParams, x: Rigid, w: vec8, ratio: float, force_noise_W: wp.vec3) -> wp.vec3:
+def specific_force(
+    af: AirframeParams, x: Rigid, w: vec8, ratio: float, force_noise_W: wp.vec3, air_W: wp.vec3
+) -> wp.vec3:
     """Every non-gravitational force on the airborne vehicle over its mass, body frame: what an
-    accelerometer at the centre of mass reads (rotor thrust, drag, stochastic force)."""
+    accelerometer at the centre of mass reads (rotor thrust, drag, stochastic force). The drag acts on
+    the velocity relative to the air (``air_W``: the wind where the vehicle is, ``goggles.dynamics.wind``)."""
     wrench = af.allocation * thrusts(af, w, ratio)
-    v_B = wp.quat_rotate_inv(x.q, x.v)
+    relative = x.v - air_W
+    v_B = wp.quat_rotate_inv(x.q, relative)
     drag_B = -wp.cw_mul(af.linear_drag, v_B) - wp.cw_mul(af.quadratic_drag, wp.cw_mul(v_B, wp.abs(v_B)))
-    F_W = -af.drag * wp.length(x.v) * x.v + force_noise_W
+    F_W = -af.drag * wp.length(relative) * relative + force_noise_W
     return (wp.vec3(wrench[0], wrench[1], wrench[2]) + drag_B + wp.quat_rotate_inv(x.q, F_W)) / af.mass
 
 
@@ -359,6 +366,7 @@ def derivative(
     ratio: float,
     force_noise_W: wp.vec3,
     moment_noise_B: wp.vec3,
+    air_W: wp.vec3,
 ) -> Rigid:
     """Time derivative of the rigid-body state given the rotor speeds and accelerations."""
     wrench = af.allocation * thrusts(af, w, ratio)
@@ -369,7 +377,9 @@ def derivative(
     M = M_B + M_aero + moment_noise_B - wp.cross(x.w, af.inertia * x.w + h_rotors)
     d = Rigid()
     d.p = x.v
-    d.v = wp.vec3(0.0, 0.0, -settings.gravity) + wp.quat_rotate(x.q, specific_force(af, x, w, ratio, force_noise_W))
+    d.v = wp.vec3(0.0, 0.0, -settings.gravity) + wp.quat_rotate(
+        x.q, specific_force(af, x, w, ratio, force_noise_W, air_W)
+    )
     d.q = wp.mul(x.q, wp.quat(x.w[0], x.w[1], x.w[2], 0.0)) * 0.5
     d.w = af.inertia_inv * M
     return d
@@ -395,18 +405,19 @@ def integrate(
     ratio: float,
     force_noise_W: wp.vec3,
     moment_noise_B: wp.vec3,
+    air_W: wp.vec3,
 ) -> Rigid:
     """One physics step (explicit Euler or classic RK4); the quaternion is renormalised."""
     h = settings.dt
     w, dw = rotor_speeds_at(af, w0, w_cmd, 0.0)
-    k1 = derivative(af, settings, x, w, dw, ratio, force_noise_W, moment_noise_B)
+    k1 = derivative(af, settings, x, w, dw, ratio, force_noise_W, moment_noise_B, air_W)
     y = advance(x, k1, h)
     if settings.integrator != EULER:
         w, dw = rotor_speeds_at(af, w0, w_cmd, 0.5 * h)
-        k2 = derivative(af, settings, advance(x, k1, 0.5 * h), w, dw, ratio, force_noise_W, moment_noise_B)
-        k3 = derivative(af, settings, advance(x, k2, 0.5 * h), w, dw, ratio, force_noise_W, moment_noise_B)
+        k2 = derivative(af, settings, advance(x, k1, 0.5 * h), w, dw, ratio, force_noise_W, moment_noise_B, air_W)
+        k3 = derivative(af, settings, advance(x, k2, 0.5 * h), w, dw, ratio, force_noise_W, moment_noise_B, air_W)
         w, dw = rotor_speeds_at(af, w0, w_cmd, h)
-        k4 = derivative(af, settings, advance(x, k3, h), w, dw, ratio, force_noise_W, moment_noise_B)
+        k4 = derivative(af, settings, advance(x, k3, h), w, dw, ratio, force_noise_W, moment_noise_B, air_W)
         y.p = x.p + (k1.p + 2.0 * k2.p + 2.0 * k3.p + k4.p) * (h / 6.0)
         y.v = x.v + (k1.v + 2.0 * k2.v + 2.0 * k3.v + k4.v) * (h / 6.0)
         y.q = x.q + (k1.q + 2.0 * k2.q + 2.0 * k3.q + k4.q) * (h / 6.0)

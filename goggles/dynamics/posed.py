@@ -20,6 +20,7 @@ from goggles.dynamics import kernels
 from goggles.dynamics.airframe import Airframe
 from goggles.dynamics.model import AirframeParams, SimSettings
 from goggles.dynamics.simulator import ContactReport, device_params
+from goggles.dynamics.wind import wind_params
 from goggles.errors import ConfigError
 from goggles.runtime.device_copies import HostMirror, fetch
 from goggles.runtime.progress import load_kernels
@@ -38,6 +39,7 @@ class PosedContacts:
         )
         settings = SimSettings()
         settings.world_mesh = world.mesh.id
+        settings.wind = wind_params(None, world.device)  # not read: still air
         self._settings = settings
         self._capacity = 0
         load_kernels(kernels, world.device)

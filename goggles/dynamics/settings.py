@@ -10,6 +10,7 @@ import numpy as np
 from goggles.checks import FLOAT32_MAX, MAX_SEED, is_number, is_whole, member
 from goggles.dynamics.airframe import Integrator
 from goggles.dynamics.model import MAX_PHYSICS_RATE, MIN_PHYSICS_RATE, CollisionResponse, GroundEffect
+from goggles.dynamics.wind import WindSettings
 from goggles.errors import ConfigError
 
 
@@ -33,6 +34,8 @@ class SimulatorSettings:
         environments, whose actors belong to one environment each, do).
     recorded: replay each step count's launches from a recording (``goggles.runtime.recorded_work``:
         a CUDA graph); None: on CUDA. The same states either way.
+    wind: the air the vehicles fly through (``goggles.dynamics.wind.WindSettings``: steady wind,
+        Dryden turbulence, gusts); None: still air.
     """
 
     dt: float = 1.0 / 960.0
@@ -49,11 +52,14 @@ class SimulatorSettings:
     threads: int | None = None
     actors: bool = True
     recorded: bool | None = None
+    wind: WindSettings | None = None
 
     def __post_init__(self):
         for name in ("disturbances", "imu_noise", "actors"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.wind is not None and not isinstance(self.wind, WindSettings):
+            raise ConfigError(f"wind must be a goggles.dynamics.wind.WindSettings or None, got {self.wind!r}")
         if self.floor_z is not None and not (is_number(self.floor_z) and abs(self.floor_z) <= FLOAT32_MAX):
             raise ConfigError(f"floor_z must be a finite height in m or None (no floor), got {self.floor_z!r}")
         object.__setattr__(self, "ground_effect", member(GroundEffect, self.ground_effect, "ground_effect"))

@@ -30,6 +30,7 @@ from goggles.dynamics.model import (
     steps_per_sample,
 )
 from goggles.dynamics.settings import SimulatorSettings
+from goggles.dynamics.wind import vec5, wind_params
 from goggles.errors import ConfigError
 from goggles.runtime.device_copies import HostMirror, fetch
 from goggles.runtime.device_memory import check_fits
@@ -63,6 +64,9 @@ class VehicleStates:
     """(n, 3) rad/s, latest IMU sample in the IMU frame."""
     crashed: np.ndarray
     """(n,) bool: stopped by a crash (CRASH response) until reset."""
+    wind: np.ndarray
+    """(n, 3) m/s, world: the air's velocity where each vehicle was at its last step (steady wind,
+    turbulence and gusts; ``goggles.dynamics.wind``)."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,7 @@ class MultirotorSim:
         settings.imu_decimation = self.imu_decimation
         settings.disturbances = int(simulation.disturbances)
         settings.imu_noise = int(simulation.imu_noise)
+        settings.wind = wind_params(simulation.wind, d)
         self.settings = settings
         self._imu_mount = imu_mount
         self.airframes: list[Airframe] = [airframe] * n
@@ -194,6 +199,8 @@ class MultirotorSim:
         state.contact_depth = wp.zeros(n, dtype=float, device=d)
         state.contact_other = wp.full(n, -1, dtype=wp.int32, device=d)
         state.clock = wp.zeros(1, dtype=wp.int32, device=d)
+        state.turbulence = wp.zeros(n, dtype=vec5, device=d)
+        state.wind = wp.zeros(n, dtype=wp.vec3, device=d)
         self.state_arrays = state
         self._commands: dict[int, tuple[wp.array, wp.array]] = {}
         # The packed rows carry a queue of IMU samples (record_imu) after the state: one copy brings both.
@@ -254,7 +261,7 @@ class MultirotorSim:
         s.rotor_speed.assign(rotors)
         gravity_up = np.tile([0.0, 0.0, GRAVITY], (n, 1)).astype(np.float32)
         s.imu_accel.assign(gravity_up)  # a sensible first sample before the first IMU step
-        for name in ("accel_bias", "gyro_bias", "imu_gyro", "filter_y", "filter_dy", "integral"):
+        for name in ("accel_bias", "gyro_bias", "imu_gyro", "filter_y", "filter_dy", "integral", "turbulence", "wind"):
             getattr(s, name).zero_()
         wp.launch(kernels.seed_kernel, dim=n, inputs=[self.seed], outputs=[s.rng], device=self.device)
         s.clock.zero_()
@@ -449,6 +456,7 @@ class MultirotorSim:
             imu_accel=rows[:, 21:24].copy(),
             imu_gyro=rows[:, 24:27].copy(),
             crashed=rows[:, 27] != 0,
+            wind=rows[:, 37:40].copy(),
         )
         for value in vars(states).values():
             if isinstance(value, np.ndarray):
