@@ -22,3 +22,4 @@ from .skeleton_t import skeleton_t as skeleton_t
 from .step_t import step_t as step_t
 from .vehicle_state_t import vehicle_state_t as vehicle_state_t
 from .vehicle_status_t import vehicle_status_t as vehicle_status_t
+from .wind_t import wind_t as wind_t

@@ -29,7 +29,8 @@ def add_parser(commands) -> None:
         "simulated fg-quad flying a loop, stereo depth and colour and IMU on both buses). Prints a status line each "
         "second; Ctrl-C stops it cleanly. Channels: clock, <vehicle>/state, <vehicle>/imu, "
         "<vehicle>/<camera>/<output>, <vehicle>/<sensor>/ranges, <vehicle>/<lidar>/lidar, <vehicle>/collision, "
-        "<vehicle>/status (holding, crashed, trouble), <vehicle>/fc (a firmware's status); "
+        "<vehicle>/status (holding, crashed, trouble), <vehicle>/wind (with [wind]), "
+        "<vehicle>/fc (a firmware's status); "
         "inputs <vehicle>/command, pose/<vehicle> (or a [[prop]]'s tracked body), skeleton/<name> and scene/edit "
         "(the run file's [[prop]]s: goggles edit). With --ros2 the same go out as ROS 2 topics (see the README's "
         "ROS 2 section).",

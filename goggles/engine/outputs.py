@@ -111,6 +111,11 @@ class Outputs:
         channel = f"{vehicle}/status"
         self.publish(channel, messages.vehicle_status_message(utime, self.seq(channel), vehicle, status))
 
+    def wind(self, vehicle: str, velocity, utime: int) -> None:
+        """The air where a vehicle is (``<vehicle>/wind``)."""
+        channel = f"{vehicle}/wind"
+        self.publish(channel, messages.wind_message(utime, self.seq(channel), vehicle, velocity))
+
     def edited(self, edit, why: str | None, utime: int) -> None:
         """The engine's answer to a scene edit (``scene/edited``): applied, or why not."""
         channel = "scene/edited"

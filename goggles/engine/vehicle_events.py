@@ -52,10 +52,12 @@ class VehicleEvents:
         fleet.imu_utimes.clear()
 
     def publish_state(self, vehicle: Vehicle) -> None:
-        """The vehicle's ground truth and, when it changed, its status; its pilot then takes the next
-        waypoint if it reached one."""
+        """The vehicle's ground truth (and the air where it is, in a run with ``[wind]``) and, when it
+        changed, its status; its pilot then takes the next waypoint if it reached one."""
         states, t, utime = vehicle.sim.states(), self.now.t, self.now.utime()
         self.outputs.state(vehicle.name, states, utime, row=vehicle.row)
+        if self.rig.config.wind is not None:
+            self.outputs.wind(vehicle.name, states.wind[vehicle.row], utime)
         vehicle.crashed = bool(states.crashed[vehicle.row])
         vehicle.hold_if_abandoned(t, states)
         status = vehicle.due_status(t)

@@ -248,10 +248,10 @@ class Tally:
 
 
 #: What a replay's recording carries from the one it replays, beside what it renders: each vehicle's
-#: truth (state, IMU, collisions, its status and its flight controller's) and every input it was rendered
+#: truth (state, IMU, collisions, the wind, its status and its flight controller's) and every input it was rendered
 #: from (poses, skeletons, scene edits), so a replayed flight is a whole flight (a dataset rendered
 #: from it has its inputs) and replays again.
-CARRIED = ("state", "imu", "collision", "status", "fc")
+CARRIED = ("state", "imu", "collision", "status", "fc", "wind")
 CARRIED_INPUTS = ("pose/", "skeleton/", "scene/edit")
 
 

@@ -110,6 +110,7 @@ class Rig:
             seed=config.seed,
             collisions=config.collisions,
             recorded=recorded,
+            wind=config.wind,
         )
         self.swarm = Swarm([fleet.sim for fleet in self.fleets])
         self.posed = None if simulated else PosedContacts([self.airframes[v.preset] for v in config.vehicles], scene)

@@ -20,6 +20,7 @@ from goggles.clock import AUTO, MIN_SCALE, ClockMode, parse_scale
 from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
 from goggles.dynamics.airframe import load_airframe
 from goggles.dynamics.model import MAX_PHYSICS_RATE, MIN_PHYSICS_RATE, CollisionResponse, steps_per_sample
+from goggles.dynamics.wind import PROFILES, W20_KNOTS, Gust, WindSettings
 from goggles.errors import ConfigError, SceneError
 from goggles.firmware.betaflight import BetaflightSettings, diff_settings
 from goggles.frames import quat_from_euler, quat_to_matrix
@@ -210,6 +211,8 @@ class RunConfig:
     """What scene edits may spawn, by name."""
     splats: tuple[AssetSpec, ...] = ()
     """Gaussian splats the run places in its scene (``[[splat]]`` tables, as a scene file's)."""
+    wind: WindSettings | None = None
+    """The air the simulated vehicles fly through (``[wind]``); None: still air."""
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -237,6 +240,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         "avatar",
         "prop",
         "splat",
+        "wind",
     }
     top = Table(path, "top level", data, tables)
     base = path.parent if path is not None else Path.cwd()
@@ -314,6 +318,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         avatars=tuple(_avatar(path, base, i, a) for i, a in enumerate(top.get("avatar", []))),
         props=_props(path, base, top.get("prop", [])),
         splats=_splats(path, base, top.get("splat", [])),
+        wind=_wind(path, top.get("wind", None)),
         curve=CurveServer((base / zmq.text("curve_secret_key")).resolve(), (base / zmq.text("curve_clients")).resolve())
         if "curve_secret_key" in zmq.table
         else None,
@@ -323,6 +328,41 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         raise ConfigError(f"{path}: [[prop]] tracked: {both} are vehicles of this run; pose/<name> places a vehicle")
     check_channels(path, config)
     return config
+
+
+def _wind(path, data) -> WindSettings | None:
+    """``[wind]``: a steady wind, its profile in height, turbulence and gusts (``goggles.dynamics.wind``)."""
+    if data is None:
+        return None
+    table = Table(
+        path,
+        "[wind]",
+        data,
+        {"speed", "from_deg", "profile", "reference_height", "exponent", "roughness", "turbulence", "gusts"},
+    )
+    gusts = table.get("gusts", [])
+    if not isinstance(gusts, list) or not all(isinstance(g, dict) for g in gusts):
+        raise table.error("gusts", "an array of tables (each start_s, duration_s, peak = [x, y, z] m/s)")
+    made = []
+    for k, g in enumerate(gusts):
+        gust = Table(path, f"[wind] gust {k + 1}", g, {"start_s", "duration_s", "peak"})
+        start = gust.number("start_s", minimum=0.0, unit="s")
+        duration = gust.number("duration_s", positive=True, unit="s")
+        made.append(Gust(start, duration, tuple(float(v) for v in gust.vector("peak", 3, unit="m/s, world ENU"))))
+    defaults = WindSettings()
+    values = {
+        "speed": table.number("speed", 0.0, minimum=0.0, unit="m/s at the reference height"),
+        "from_deg": table.number("from_deg", 0.0, unit="compass degrees it blows from"),
+        "profile": table.choice("profile", PROFILES, "uniform"),
+        "reference_height": table.number("reference_height", defaults.reference_height, positive=True, unit="m"),
+        "exponent": table.number("exponent", defaults.exponent, positive=True),
+        "roughness": table.number("roughness", defaults.roughness, positive=True, unit="m"),
+        "turbulence": table.choice("turbulence", tuple(W20_KNOTS), "none"),
+    }
+    try:
+        return WindSettings(**values, gusts=tuple(made))
+    except ConfigError as exc:  # a value past the model's range: the file and the table named
+        raise ConfigError(f"{path}: [wind]: {exc}") from None
 
 
 #: What a vehicle's, a sensor's or a person's name may hold: it becomes part of channel names

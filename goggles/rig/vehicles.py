@@ -237,7 +237,15 @@ class Fleet:
 
 
 def make_vehicles(
-    configs, *, simulate: bool, world, dt: float, seed: int, collisions, recorded: bool | None = None
+    configs,
+    *,
+    simulate: bool,
+    world,
+    dt: float,
+    seed: int,
+    collisions,
+    recorded: bool | None = None,
+    wind=None,
 ) -> tuple[dict, list[Fleet]]:
     """The vehicles of a run file's ``[[vehicle]]`` entries, by name, and the fleets of the simulated
     ones: a simulator per airframe, floor and IMU set-up, each vehicle at rest on its floor or hovering
@@ -269,6 +277,7 @@ def make_vehicles(
                 collisions=collisions,
                 floor_z=floor_z,
                 recorded=recorded,
+                wind=wind,
             ),
             device=world.device,
             world=world,

@@ -190,6 +190,15 @@ def vehicle_status_message(utime: int, seq: int, vehicle: str, status) -> goggle
     return message
 
 
+def wind_message(utime: int, seq: int, vehicle: str, velocity) -> goggles_lcm.wind_t:
+    """The air's velocity where a vehicle is (world ENU, m/s)."""
+    message = goggles_lcm.wind_t()
+    message.header = header(utime, seq)
+    message.vehicle = vehicle
+    message.velocity = [float(v) for v in velocity]
+    return message
+
+
 def clock_message(utime: int, seq: int, mode: int, scale: float, rates: dict[str, float]) -> goggles_lcm.clock_t:
     message = goggles_lcm.clock_t()
     message.header = header(utime, seq)

@@ -43,6 +43,7 @@ TYPES = {
         goggles_lcm.step_t,
         goggles_lcm.vehicle_state_t,
         goggles_lcm.vehicle_status_t,
+        goggles_lcm.wind_t,
     )
 }
 

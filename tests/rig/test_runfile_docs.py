@@ -50,6 +50,7 @@ def parsed(tmp_path: Path) -> dict[str, set[str]]:
         "zmq": {"enabled": False},
         "lcm": {"enabled": False},
         "ros2": {"enabled": False},
+        "wind": {"speed": 1.0, "gusts": [{"start_s": 0.0, "duration_s": 1.0, "peak": [1.0, 0.0, 0.0]}]},
         "vehicle": [{"name": "q"}],
         "camera": [
             {"vehicle": "q", "name": "c"},
@@ -75,6 +76,7 @@ def parsed(tmp_path: Path) -> dict[str, set[str]]:
 def test_every_run_file_key_is_documented_and_every_documented_key_is_taken(tmp_path):
     code, docs = parsed(tmp_path), documented()
     assert len(code["camera"]) > 20 and {"splat", "instances", "filter"} <= code["prop"]
-    for table in ("run", "clock", "zmq", "lcm", "ros2", "vehicle", "camera", "range_sensor", "lidar", "prop"):
+    tables = ("run", "clock", "zmq", "lcm", "ros2", "vehicle", "camera", "range_sensor", "lidar", "prop", "wind")
+    for table in tables:
         assert code[table] - docs.get(table, set()) == set(), f"[{table}] keys not in {DOCS.name}"
         assert docs.get(table, set()) - code[table] == set(), f"[{table}] keys {DOCS.name} names that it refuses"

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import goggles_lcm
+
 pytest.importorskip("cyclonedds")
 rosbags = pytest.importorskip("rosbags.typesys")
 
@@ -652,6 +654,23 @@ def test_a_vehicles_status_is_a_diagnostic_array_as_rosbags_writes_it(typestore)
         (message,) = topics.convert(status)
         assert (message.topic, message.type_name) == ("/goggles/quad0/status", "diagnostic_msgs/msg/DiagnosticArray")
         assert_same(ts, message.cdr, expected, "diagnostic_msgs/msg/DiagnosticArray")
+
+
+def test_a_vehicles_wind_is_a_vector3_stamped_as_rosbags_writes_it(typestore):
+    """<vehicle>/wind (wind_t) on ROS 2: geometry_msgs/Vector3Stamped in the map frame."""
+    from goggles.transport.messages import wind_message
+    from goggles.transport.ros2 import Ros2Settings
+    from goggles.transport.ros2.topics import Ros2Topics
+
+    wind = goggles_lcm.wind_t.decode(wind_message(3_500_000, 9, "quad0", [5.25, -0.5, 0.125]).encode())
+    for distro in ("humble", "jazzy"):
+        ts = typestore[distro]
+        vector = ros(ts, "geometry_msgs/msg/Vector3", x=5.25, y=-0.5, z=0.125)
+        expected = ros(ts, "geometry_msgs/msg/Vector3Stamped", header=header(ts, 3_500_000, "map"), vector=vector)
+        topics = Ros2Topics(Ros2Settings(namespace="/goggles", distro=distro), (), (), ())
+        (message,) = topics.convert(wind)
+        assert (message.topic, message.type_name) == ("/goggles/quad0/wind", "geometry_msgs/msg/Vector3Stamped")
+        assert_same(ts, message.cdr, expected, "geometry_msgs/msg/Vector3Stamped")
 
 
 @pytest.mark.slow

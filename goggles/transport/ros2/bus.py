@@ -45,6 +45,7 @@ DDS_TYPES = {
     "dvs_msgs/msg/EventArray": T.EventArray,
     "sensor_msgs/msg/PointCloud2": T.PointCloud2,
     "diagnostic_msgs/msg/DiagnosticArray": T.DiagnosticArray,
+    "geometry_msgs/msg/Vector3Stamped": T.Vector3Stamped,
 }
 
 

@@ -222,6 +222,14 @@ def _cloud(utime: int, frame_id: str, size: tuple[int, int], fields, step: int, 
     return bytes(w)
 
 
+def vector3_stamped(utime: int, frame_id: str, vector) -> bytes:
+    """geometry_msgs/Vector3Stamped."""
+    w = CdrWriter()
+    header(w, utime, frame_id)
+    w.array("d", [float(v) for v in vector])
+    return bytes(w)
+
+
 def clock(utime: int) -> bytes:
     """rosgraph_msgs/Clock."""
     w = CdrWriter()

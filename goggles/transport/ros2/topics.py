@@ -13,6 +13,7 @@ Topics (ROS names; on DDS ``rt/<name>``), under a namespace (default ``/goggles`
                                                        at its window's end; each event its own time)
     <ns>/<vehicle>/imu                                 sensor_msgs/Imu (body FLU axes, no orientation)
     <ns>/<vehicle>/odom                                nav_msgs/Odometry (ground truth, map -> base_link)
+    <ns>/<vehicle>/wind                                geometry_msgs/Vector3Stamped (the air where it is, map frame)
     <ns>/<vehicle>/status                              diagnostic_msgs/DiagnosticArray (what goggles says of it:
                                                        ERROR crashed, WARN holding or other trouble, OK)
     <ns>/<vehicle>/fc                                  diagnostic_msgs/DiagnosticArray (its firmware's status: OK
@@ -213,6 +214,9 @@ class Ros2Topics:
         if isinstance(m, goggles_lcm.fc_status_t):
             payload = cdr.diagnostic_array(m.header.utime, [fc_diagnostic(m)])
             return [RosMessage(f"{ns}/{m.vehicle}/fc", "diagnostic_msgs/msg/DiagnosticArray", SENSOR, payload)]
+        if isinstance(m, goggles_lcm.wind_t):
+            payload = cdr.vector3_stamped(m.header.utime, WORLD_FRAME, m.velocity)
+            return [RosMessage(f"{ns}/{m.vehicle}/wind", "geometry_msgs/msg/Vector3Stamped", SENSOR, payload)]
         if isinstance(m, goggles_lcm.vehicle_status_t):
             payload = cdr.diagnostic_array(m.header.utime, [vehicle_diagnostic(m)])
             return [RosMessage(f"{ns}/{m.vehicle}/status", "diagnostic_msgs/msg/DiagnosticArray", SENSOR, payload)]

@@ -32,6 +32,12 @@ class Vector3(IdlStruct, typename="geometry_msgs::msg::dds_::Vector3_"):
 
 
 @dataclass
+class Vector3Stamped(IdlStruct, typename="geometry_msgs::msg::dds_::Vector3Stamped_"):
+    header: Header
+    vector: Vector3
+
+
+@dataclass
 class Point(IdlStruct, typename="geometry_msgs::msg::dds_::Point_"):
     x: t.float64
     y: t.float64
