@@ -19,7 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
+from goggles.runtime.kernel_options import TRACING
 from goggles.world.ray_bvh import EMPTY_CORNER, LEAF_BITS, LEAF_MASK, STACK_DEPTH, build_nodes, leaf_code
+
+wp.set_module_options(TRACING)
 
 #: Most Gaussians in a leaf.
 LEAF_SIZE = 4

@@ -25,6 +25,7 @@ MODULES = [
     "goggles.sensors.events",
     "goggles.render.splats",
     "goggles.world.splats",
+    "goggles.world.box_tree",
     "goggles.sensors.lidar",
     "goggles.sensors.draws",
     "goggles.scene.avatar",
