@@ -21,7 +21,7 @@ from goggles.dynamics.model import (
     vec8,
     vehicle_contact,
 )
-from goggles.dynamics.wind import gusts_at, mean_wind, turbulence_step, turbulence_velocity, vec5
+from goggles.dynamics.wind import field_at, gusts_at, mean_wind, turbulence_step, turbulence_velocity, vec5
 from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.world.queries import ActorData
 
@@ -194,6 +194,8 @@ def step_vehicles_kernel(
             air += turbulence_velocity(settings.wind, turbulence, height, passing)
         if settings.wind.gust_count > 0:
             air += gusts_at(settings.wind, float(first_step + k) * dt)
+        if settings.wind.has_field != 0:
+            air += field_at(settings.wind, x.p)
         force_noise = wp.vec3(0.0)
         moment_noise = wp.vec3(0.0)
         if settings.disturbances != 0:

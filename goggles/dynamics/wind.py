@@ -15,6 +15,9 @@ discrete gusts, summed at each vehicle's position at each physics step (``wind_a
   frozen turbulence passes the vehicle: its speed relative to the mean wind, at least ``MIN_PASSING``
   (a hovering drone in a 5 m/s wind sees it pass at 5 m/s). Each vehicle's turbulence is its own,
   drawn from its own random stream (the run's seed and the vehicle), so a run gives the same air twice.
+- **A gridded field** (``WindField``, a ``.npz`` file: a CFD export around a building): velocities on a
+  regular grid in the grid's own frame, placed in the world by a rigid pose, interpolated trilinearly
+  at each vehicle's position and added to the rest; outside the grid it adds nothing.
 - **Gusts**: 1-cosine gusts, each (start, duration, peak vector): v = peak (1 - cos(2 pi t'/T)) / 2
   for t' = t - start in [0, T]: up to the peak at T/2 and back to still air.
 
@@ -60,6 +63,75 @@ class Gust:
     """The gust's velocity at its middle, world ENU, m/s."""
 
 
+#: What a wind field file holds (``.npz``): each key and its shape.
+FIELD_KEYS = {
+    "velocity": "(nx, ny, nz, 3) m/s, the grid's axes, at least 2 points per axis",
+    "origin": "(3,) m: grid point [0, 0, 0] in the grid's frame",
+    "spacing": "(3,) m between grid points along each axis, > 0",
+    "frame": "(4, 4) the grid's rigid pose in the world (T_WG)",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class WindField:
+    """A gridded wind field: ``velocity`` (nx, ny, nz, 3) m/s at grid point (i, j, k), which lies at
+    ``origin + (i, j, k) * spacing`` in the grid's frame, placed in the world by ``frame`` (T_WG)."""
+
+    velocity: np.ndarray
+    origin: np.ndarray
+    spacing: np.ndarray
+    frame: np.ndarray
+    source: str = "wind field"
+
+    @classmethod
+    def load(cls, path) -> WindField:
+        """Read a ``.npz`` of ``FIELD_KEYS``.
+
+        Raises:
+            ConfigError: one line naming the file and the key.
+        """
+        from pathlib import Path
+
+        path = Path(path)
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                found = {k: np.asarray(data[k]) for k in data.files}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: wind field not found") from None
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path}: not a wind field (.npz of {', '.join(FIELD_KEYS)}): {exc}") from None
+        for key, meaning in FIELD_KEYS.items():
+            if key not in found:
+                raise ConfigError(f"{path}: no '{key}' ({meaning})")
+        return cls(found["velocity"], found["origin"], found["spacing"], found["frame"], str(path))
+
+    def __post_init__(self):
+        where = self.source
+        shapes = {"origin": (3,), "spacing": (3,), "frame": (4, 4)}
+        velocity = np.asarray(self.velocity)
+        if velocity.ndim != 4 or velocity.shape[3] != 3 or min(velocity.shape[:3]) < 2:
+            raise ConfigError(f"{where}: 'velocity' must be {FIELD_KEYS['velocity']}, got shape {velocity.shape}")
+        for key, shape in shapes.items():
+            value = np.asarray(getattr(self, key))
+            if value.shape != shape or value.dtype.kind not in "iuf":
+                raise ConfigError(f"{where}: '{key}' must be {FIELD_KEYS[key]}, got {value.shape} {value.dtype}")
+        for key in ("velocity", *shapes):
+            if not np.all(np.isfinite(getattr(self, key))):
+                raise ConfigError(f"{where}: '{key}' holds NaN or infinity")
+        if np.any(np.asarray(self.spacing) <= 0.0):
+            raise ConfigError(f"{where}: 'spacing' must be {FIELD_KEYS['spacing']}, got {self.spacing}")
+        frame = np.asarray(self.frame, np.float64)
+        R = frame[:3, :3]
+        if not (
+            np.allclose(R @ R.T, np.eye(3), atol=1e-6) and np.linalg.det(R) > 0 and np.allclose(frame[3], [0, 0, 0, 1])
+        ):
+            raise ConfigError(f"{where}: 'frame' must be {FIELD_KEYS['frame']}: a rotation and a translation")
+        if np.abs(velocity).max(initial=0.0) > 200.0:
+            raise ConfigError(
+                f"{where}: 'velocity' reaches {np.abs(velocity).max():.3g} m/s: over 200, not air near a drone"
+            )
+
+
 @dataclass(frozen=True)
 class WindSettings:
     """The air of a run (``[wind]`` in a run file); see the module's docstring for each model."""
@@ -72,6 +144,7 @@ class WindSettings:
     roughness: float = 0.03
     turbulence: str = "none"
     gusts: tuple[Gust, ...] = ()
+    field: WindField | None = None
 
     def __post_init__(self):
         for name in ("speed", "from_deg", "reference_height", "exponent", "roughness"):
@@ -149,6 +222,15 @@ class WindParams:
     gust_duration: wp.array(dtype=float)
     gust_peak: wp.array(dtype=wp.vec3)
     gust_count: int
+    field: wp.array3d(dtype=wp.vec3)
+    """The gridded field's velocities, world axes (one still point when there is none)."""
+    field_R: wp.mat33
+    """World to grid rotation."""
+    field_t: wp.vec3
+    """The grid frame's origin in the world."""
+    field_origin: wp.vec3
+    field_spacing: wp.vec3
+    has_field: int
 
 
 def wind_params(settings: WindSettings | None, device) -> WindParams:
@@ -167,6 +249,19 @@ def wind_params(settings: WindSettings | None, device) -> WindParams:
     params.gust_duration = wp.array([g.duration_s for g in gusts], dtype=float, device=device)
     params.gust_peak = wp.array([g.peak for g in gusts], dtype=wp.vec3, device=device)
     params.gust_count = len(s.gusts)
+    params.has_field = int(s.field is not None)
+    if s.field is None:
+        params.field = wp.zeros((2, 2, 2), dtype=wp.vec3, device=device)
+        params.field_R, params.field_t = wp.mat33(np.eye(3, dtype=np.float32)), wp.vec3(0.0)
+        params.field_origin, params.field_spacing = wp.vec3(0.0), wp.vec3(1.0)
+        return params
+    frame = np.asarray(s.field.frame, np.float64)
+    world_axes = np.asarray(s.field.velocity, np.float64) @ frame[:3, :3].T  # velocities into the world's axes
+    params.field = wp.array(world_axes.astype(np.float32), dtype=wp.vec3, device=device)
+    params.field_R = wp.mat33(frame[:3, :3].T.astype(np.float32))
+    params.field_t = wp.vec3(*frame[:3, 3].astype(np.float32))
+    params.field_origin = wp.vec3(*np.asarray(s.field.origin, np.float32))
+    params.field_spacing = wp.vec3(*np.asarray(s.field.spacing, np.float32))
     return params
 
 
@@ -180,6 +275,31 @@ def mean_wind(wind: WindParams, height: float) -> wp.vec3:
         h = wp.max(height, wind.roughness)
         factor = wp.log(h / wind.roughness) / wp.log(wind.reference_height / wind.roughness)
     return wind.towards * (wind.speed * factor)
+
+
+@wp.func
+def field_at(wind: WindParams, p: wp.vec3) -> wp.vec3:
+    """The gridded field at world point ``p``: trilinear in its grid, zero outside it."""
+    g = wp.cw_div(wind.field_R * (p - wind.field_t) - wind.field_origin, wind.field_spacing)
+    nx = wind.field.shape[0]
+    ny = wind.field.shape[1]
+    nz = wind.field.shape[2]
+    top = wp.vec3(float(nx - 1), float(ny - 1), float(nz - 1))
+    if g[0] < 0.0 or g[1] < 0.0 or g[2] < 0.0 or g[0] > top[0] or g[1] > top[1] or g[2] > top[2]:
+        return wp.vec3(0.0)
+    i = wp.min(int(wp.floor(g[0])), nx - 2)
+    j = wp.min(int(wp.floor(g[1])), ny - 2)
+    k = wp.min(int(wp.floor(g[2])), nz - 2)
+    fx = g[0] - float(i)
+    fy = g[1] - float(j)
+    fz = g[2] - float(k)
+    low = wind.field[i, j, k] * (1.0 - fx) + wind.field[i + 1, j, k] * fx
+    high = wind.field[i, j + 1, k] * (1.0 - fx) + wind.field[i + 1, j + 1, k] * fx
+    bottom = low * (1.0 - fy) + high * fy
+    low = wind.field[i, j, k + 1] * (1.0 - fx) + wind.field[i + 1, j, k + 1] * fx
+    high = wind.field[i, j + 1, k + 1] * (1.0 - fx) + wind.field[i + 1, j + 1, k + 1] * fx
+    top_layer = low * (1.0 - fy) + high * fy
+    return bottom * (1.0 - fz) + top_layer * fz
 
 
 @wp.func

@@ -20,7 +20,7 @@ from goggles.clock import AUTO, MIN_SCALE, ClockMode, parse_scale
 from goggles.dynamics.airframe import PRESET_NAMES as AIRFRAME_PRESETS
 from goggles.dynamics.airframe import load_airframe
 from goggles.dynamics.model import MAX_PHYSICS_RATE, MIN_PHYSICS_RATE, CollisionResponse, steps_per_sample
-from goggles.dynamics.wind import PROFILES, W20_KNOTS, Gust, WindSettings
+from goggles.dynamics.wind import PROFILES, W20_KNOTS, Gust, WindField, WindSettings
 from goggles.errors import ConfigError, SceneError
 from goggles.firmware.betaflight import BetaflightSettings, diff_settings
 from goggles.frames import quat_from_euler, quat_to_matrix
@@ -318,7 +318,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         avatars=tuple(_avatar(path, base, i, a) for i, a in enumerate(top.get("avatar", []))),
         props=_props(path, base, top.get("prop", [])),
         splats=_splats(path, base, top.get("splat", [])),
-        wind=_wind(path, top.get("wind", None)),
+        wind=_wind(path, base, top.get("wind", None)),
         curve=CurveServer((base / zmq.text("curve_secret_key")).resolve(), (base / zmq.text("curve_clients")).resolve())
         if "curve_secret_key" in zmq.table
         else None,
@@ -330,7 +330,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
     return config
 
 
-def _wind(path, data) -> WindSettings | None:
+def _wind(path, base: Path, data) -> WindSettings | None:
     """``[wind]``: a steady wind, its profile in height, turbulence and gusts (``goggles.dynamics.wind``)."""
     if data is None:
         return None
@@ -338,8 +338,14 @@ def _wind(path, data) -> WindSettings | None:
         path,
         "[wind]",
         data,
-        {"speed", "from_deg", "profile", "reference_height", "exponent", "roughness", "turbulence", "gusts"},
+        {"speed", "from_deg", "profile", "reference_height", "exponent", "roughness", "turbulence", "gusts", "field"},
     )
+    field = None
+    if "field" in table.table:
+        try:
+            field = WindField.load(base / table.text("field"))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: [wind] 'field': {exc}") from None
     gusts = table.get("gusts", [])
     if not isinstance(gusts, list) or not all(isinstance(g, dict) for g in gusts):
         raise table.error("gusts", "an array of tables (each start_s, duration_s, peak = [x, y, z] m/s)")
@@ -360,7 +366,7 @@ def _wind(path, data) -> WindSettings | None:
         "turbulence": table.choice("turbulence", tuple(W20_KNOTS), "none"),
     }
     try:
-        return WindSettings(**values, gusts=tuple(made))
+        return WindSettings(**values, gusts=tuple(made), field=field)
     except ConfigError as exc:  # a value past the model's range: the file and the table named
         raise ConfigError(f"{path}: [wind]: {exc}") from None
 

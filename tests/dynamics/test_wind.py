@@ -6,6 +6,7 @@ air for the same seed."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -192,3 +193,62 @@ def test_the_same_seed_gives_the_same_air_and_each_vehicle_its_own():
 def test_bad_wind_is_one_line(settings, said):
     with pytest.raises(ConfigError, match=said.replace("(", r"\(")):
         WindSettings(**settings)
+
+
+def linear_field(tmp_path, **changes):
+    """A field that is linear in the grid's coordinates, v_G(q) = A q + b, on a 5 x 4 x 3 grid placed by a
+    turned and shifted frame (trilinear interpolation is exact for it); saved as a .npz."""
+    A = np.array([[0.2, -0.1, 0.05], [0.0, 0.3, -0.2], [0.1, 0.0, 0.15]])
+    b = np.array([1.0, -2.0, 0.5])
+    origin, spacing = np.array([-1.0, 0.5, 0.0]), np.array([2.0, 1.5, 1.0])
+    yaw = math.radians(30.0)
+    frame = np.eye(4)
+    frame[:3, :3] = [[math.cos(yaw), -math.sin(yaw), 0.0], [math.sin(yaw), math.cos(yaw), 0.0], [0.0, 0.0, 1.0]]
+    frame[:3, 3] = [10.0, -5.0, 1.0]
+    i, j, k = np.meshgrid(np.arange(5), np.arange(4), np.arange(3), indexing="ij")
+    q = origin + np.stack([i, j, k], axis=-1) * spacing
+    fields = {"velocity": q @ A.T + b, "origin": origin, "spacing": spacing, "frame": frame} | changes
+    path = tmp_path / "field.npz"
+    np.savez(path, **{k: v for k, v in fields.items() if v is not None})
+    return path, A, b, frame
+
+
+def test_a_gridded_field_is_interpolated_trilinearly_at_each_vehicle_in_its_frame(tmp_path):
+    from goggles.dynamics.wind import WindField
+
+    path, A, b, frame = linear_field(tmp_path)
+    field = WindField.load(path)
+    airframe = load_airframe("fg-quad")
+    wind = WindSettings(speed=2.0, from_deg=0.0, field=field)  # a 2 m/s wind from the north besides
+    rng = np.random.default_rng(3)
+    q_inside = np.array([-1.0, 0.5, 0.0]) + rng.uniform(0.0, 1.0, (40, 3)) * np.array([8.0, 4.5, 2.0])
+    q_outside = np.array([[-1.5, 1.0, 1.0], [4.0, 6.0, 1.0], [3.0, 2.0, 2.5]])
+    q = np.concatenate([q_inside, q_outside])
+    points = q @ frame[:3, :3].T + frame[:3, 3]
+    sim = MultirotorSim(airframe, len(points), SimulatorSettings(wind=wind, **QUIET), device="cpu")
+    sim.reset(position=points, rotor_speed=airframe.hover_speed)
+    sim.set_command(ControlMode.ROTOR_SPEEDS, [airframe.hover_speed] * 4)
+    sim.step(1)
+    steady = np.array([0.0, -2.0, 0.0])
+    expected = (q @ A.T + b) @ frame[:3, :3].T  # the grid's velocities turned into the world
+    got = sim.states().wind
+    assert np.allclose(got[: len(q_inside)], expected[: len(q_inside)] + steady, atol=2e-5)
+    assert np.allclose(got[len(q_inside) :], steady, atol=1e-6)  # outside the grid: the steady wind alone
+
+
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        ({"velocity": np.zeros((5, 4, 3))}, "'velocity' must be (nx, ny, nz, 3)"),
+        ({"velocity": np.full((5, 4, 3, 3), np.nan)}, "'velocity' holds NaN"),
+        ({"frame": None}, "no 'frame'"),
+        ({"frame": np.diag([1.0, 1.0, -1.0, 1.0])}, "'frame' must be"),
+        ({"spacing": np.array([1.0, 0.0, 1.0])}, "'spacing' must be"),
+    ],
+)
+def test_a_bad_wind_field_is_one_line_naming_the_file_and_the_key(tmp_path, changes, said):
+    from goggles.dynamics.wind import WindField
+
+    path, *_ = linear_field(tmp_path, **changes)
+    with pytest.raises(ConfigError, match=f"field.npz: {re.escape(said)}"):
+        WindField.load(path)
