@@ -125,6 +125,9 @@ class DroneVectorEnv(VectorEnv):
         scene: the static world the cameras see and the vehicles collide with (a
             ``goggles.world.DeviceScene`` on ``device``); None: the floor plane only.
         physics_per_action: 960 Hz physics steps per action (8: a 120 Hz policy).
+        wind: the air every environment's vehicle flies through (``goggles.dynamics.wind.WindSettings``:
+            steady wind, Dryden turbulence, gusts, a gridded field), each environment's turbulence its
+            own; not observed (``sim.states().wind`` has it); None: still air.
         randomization: what each episode draws (``Randomization``, or the path of its TOML file), or None.
         autoreset: ``AutoresetMode.NEXT_STEP`` (default), ``AutoresetMode.SAME_STEP`` (the reset
             observation returned with the done flags; the ended episodes' last observations in
@@ -166,6 +169,7 @@ class DroneVectorEnv(VectorEnv):
         beacons: bool = False,
         scene=None,
         physics_per_action: int = 8,
+        wind=None,
         randomization: Randomization | None = None,
         autoreset: AutoresetMode = AutoresetMode.NEXT_STEP,
         seed: int = 0,
@@ -221,7 +225,7 @@ class DroneVectorEnv(VectorEnv):
         load_kernels(kernels, d)  # here, not in the renderer's threads (launch_rows)
         # The vehicles collide with the static scene; actors belong to one environment each (tasks).
         self.sim = parts.simulator(
-            self.nominal, n, SimulatorSettings(seed=self.seed, actors=False), device=d, world=scene
+            self.nominal, n, SimulatorSettings(seed=self.seed, actors=False, wind=wind), device=d, world=scene
         )
         self._firmware = None
         if control == "betaflight":  # the firmwares last: a part that fails above starts none

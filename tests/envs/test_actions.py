@@ -81,3 +81,29 @@ def test_state_observation_holds_the_attitude_as_a_rotation_matrix():
         np.testing.assert_allclose(state[i, 6:15].reshape(3, 3), R, atol=1e-5)
         np.testing.assert_allclose(state[i, :3], env.episodes.target.numpy()[i] - states.position[i], atol=1e-5)
     env.close()
+
+
+def test_an_environments_vehicle_flies_through_the_wind_it_is_given():
+    """A crosswind pushes every environment's vehicle downwind, each with turbulence of its own."""
+    import torch
+
+    from goggles.dynamics.wind import WindSettings
+    from goggles.envs.vector import DroneVectorEnv
+
+    still, windy = (
+        DroneVectorEnv(2, control="velocity", device="cpu", seed=4, wind=wind)
+        for wind in (None, WindSettings(speed=6.0, from_deg=270.0, turbulence="light"))
+    )
+    try:
+        for env in (still, windy):
+            env.reset()
+            for _ in range(60):  # hold still (velocity 0) for half a second
+                env.step(torch.zeros(2, 4))
+        air = windy.sim.states().wind
+        assert np.all(air[:, 0] > 2.0) and not np.allclose(air[0], air[1])
+        assert np.allclose(still.sim.states().wind, 0.0)
+        # Its controller fights the drag, but lags: the windy ones were carried along +x.
+        assert np.all(windy.sim.states().velocity[:, 0] > still.sim.states().velocity[:, 0] + 0.05)
+    finally:
+        still.close()
+        windy.close()
