@@ -21,7 +21,16 @@ from goggles.dynamics.model import (
     vec8,
     vehicle_contact,
 )
-from goggles.dynamics.wind import field_at, gusts_at, mean_wind, turbulence_step, turbulence_velocity, vec5
+from goggles.dynamics.wind import (
+    field_at,
+    gusts_at,
+    mean_wind,
+    steady_of,
+    turbulence_step,
+    turbulence_velocity,
+    vec5,
+    w20_of,
+)
 from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.world.queries import ActorData
 
@@ -176,6 +185,8 @@ def step_vehicles_kernel(
     crashed = state.crashed[i]
     turbulence = state.turbulence[i]
     air = state.wind[i]
+    steady = steady_of(settings.wind, i)
+    w20 = w20_of(settings.wind, i)
     for k in range(steps):
         if crashed != 0:
             break  # a crashed vehicle stays where it stopped until reset
@@ -187,11 +198,11 @@ def step_vehicles_kernel(
         w_cmd = rotor_commands(af, settings, mode, command, x.p, x.v, x.q, x.w, y, dy, integral)
         height = height_above_ground(settings, actors, x.p)
         ratio = ground_effect_ratio(settings.ground_effect, height, af.rotor_radius, af.arm_length)
-        air = mean_wind(settings.wind, height)
-        if settings.wind.w20 > 0.0:
+        air = mean_wind(settings.wind, height, steady)
+        if w20 > 0.0:
             passing = wp.length(x.v - air)
             turbulence, rng = turbulence_step(settings.wind, turbulence, height, passing, dt, rng)
-            air += turbulence_velocity(settings.wind, turbulence, height, passing)
+            air += turbulence_velocity(turbulence, height, passing, steady, w20)
         if settings.wind.gust_count > 0:
             air += gusts_at(settings.wind, float(first_step + k) * dt)
         if settings.wind.has_field != 0:

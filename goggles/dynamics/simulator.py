@@ -30,7 +30,7 @@ from goggles.dynamics.model import (
     steps_per_sample,
 )
 from goggles.dynamics.settings import SimulatorSettings
-from goggles.dynamics.wind import vec5, wind_params
+from goggles.dynamics.wind import KNOT, WindSettings, vec5, wind_params
 from goggles.errors import ConfigError
 from goggles.runtime.device_copies import HostMirror, fetch
 from goggles.runtime.device_memory import check_fits
@@ -162,7 +162,9 @@ class MultirotorSim:
         settings.imu_decimation = self.imu_decimation
         settings.disturbances = int(simulation.disturbances)
         settings.imu_noise = int(simulation.imu_noise)
-        settings.wind = wind_params(simulation.wind, d)
+        settings.wind = wind_params(simulation.wind, d, n)
+        self.wind = simulation.wind
+        """The run's air (``SimulatorSettings.wind``); ``set_wind`` gives vehicles their own."""
         self.settings = settings
         self._imu_mount = imu_mount
         self.airframes: list[Airframe] = [airframe] * n
@@ -267,6 +269,30 @@ class MultirotorSim:
         s.clock.zero_()
         self.step_count = 0
         self.changed()
+
+    def set_wind(self, vehicles, speed, from_deg, w20_knots) -> None:
+        """Give ``vehicles`` a steady wind of their own (``speed`` m/s at the reference height, blowing
+        from ``from_deg``) and turbulence of W20 ``w20_knots`` (MIL-F-8785C: 15 light, 30 moderate, 45
+        severe; 0 none), each an array over them; the others keep theirs (at first the run's). The
+        profile, gusts and field stay the run's (``SimulatorSettings.wind``)."""
+        chosen = self._indices(vehicles)
+        values = [np.broadcast_to(np.asarray(v, np.float64), chosen.shape) for v in (speed, from_deg, w20_knots)]
+        if not all(np.all(np.isfinite(v)) for v in values) or np.any(values[0] < 0) or np.any(values[2] < 0):
+            raise ConfigError("wind speed and turbulence must be finite and >= 0, the direction finite")
+        wind = self.settings.wind
+        if not wind.per_vehicle:  # every vehicle starts from the run's
+            s = self.wind or WindSettings()
+            wind.vehicle_towards.fill_(wind.towards)
+            wind.vehicle_speed.fill_(s.speed)
+            wind.vehicle_w20.fill_(wind.w20)
+            wind.per_vehicle = 1
+        towards, speeds, w20 = wind.vehicle_towards.numpy(), wind.vehicle_speed.numpy(), wind.vehicle_w20.numpy()
+        angle = np.radians(values[1])
+        towards[chosen] = -np.stack([np.sin(angle), np.cos(angle), np.zeros_like(angle)], axis=1)
+        speeds[chosen], w20[chosen] = values[0], values[2] * KNOT
+        wind.vehicle_towards.assign(towards)
+        wind.vehicle_speed.assign(speeds)
+        wind.vehicle_w20.assign(w20)
 
     def set_airframes(self, airframes: Sequence[Airframe], vehicles: Sequence[int] | None = None) -> None:
         """Give vehicles their own parameters (domain randomisation): ``airframes[k]`` for vehicle

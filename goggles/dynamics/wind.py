@@ -231,11 +231,22 @@ class WindParams:
     field_origin: wp.vec3
     field_spacing: wp.vec3
     has_field: int
+    per_vehicle: int
+    """1: each vehicle's steady wind and turbulence from the arrays below (``MultirotorSim.set_wind``)."""
+    vehicle_towards: wp.array(dtype=wp.vec3)
+    vehicle_speed: wp.array(dtype=float)
+    vehicle_w20: wp.array(dtype=float)
 
 
-def wind_params(settings: WindSettings | None, device) -> WindParams:
+def wind_params(settings: WindSettings | None, device, count: int = 1) -> WindParams:
+    """The kernel's view of ``settings`` for ``count`` vehicles (each may get its own steady wind and
+    turbulence later: ``per_vehicle``)."""
     s = settings or WindSettings()
     params = WindParams()
+    params.per_vehicle = 0
+    params.vehicle_towards = wp.zeros(max(count, 1), dtype=wp.vec3, device=device)
+    params.vehicle_speed = wp.zeros(max(count, 1), dtype=float, device=device)
+    params.vehicle_w20 = wp.zeros(max(count, 1), dtype=float, device=device)
     towards = -np.array([math.sin(math.radians(s.from_deg)), math.cos(math.radians(s.from_deg)), 0.0])
     params.towards = wp.vec3(*towards.astype(np.float32))
     params.speed = float(s.speed)
@@ -266,15 +277,32 @@ def wind_params(settings: WindSettings | None, device) -> WindParams:
 
 
 @wp.func
-def mean_wind(wind: WindParams, height: float) -> wp.vec3:
-    """The steady wind at ``height`` above the ground."""
+def steady_of(wind: WindParams, i: int) -> wp.vec4:
+    """Vehicle ``i``'s steady wind (where it blows: x, y, z; its speed) and turbulence's W20 in m/s: the
+    run's, or its own (``per_vehicle``)."""
+    if wind.per_vehicle != 0:
+        t = wind.vehicle_towards[i]
+        return wp.vec4(t[0], t[1], t[2], wind.vehicle_speed[i])
+    return wp.vec4(wind.towards[0], wind.towards[1], wind.towards[2], wind.speed)
+
+
+@wp.func
+def w20_of(wind: WindParams, i: int) -> float:
+    if wind.per_vehicle != 0:
+        return wind.vehicle_w20[i]
+    return wind.w20
+
+
+@wp.func
+def mean_wind(wind: WindParams, height: float, steady: wp.vec4) -> wp.vec3:
+    """The steady wind (``steady_of``) at ``height`` above the ground."""
     factor = 1.0
     if wind.profile == 1:
         factor = wp.pow(wp.max(height, 0.0) / wind.reference_height, wind.exponent)
     elif wind.profile == 2:
         h = wp.max(height, wind.roughness)
         factor = wp.log(h / wind.roughness) / wp.log(wind.reference_height / wind.roughness)
-    return wind.towards * (wind.speed * factor)
+    return wp.vec3(steady[0], steady[1], steady[2]) * (steady[3] * factor)
 
 
 @wp.func
@@ -336,11 +364,11 @@ def turbulence_step(wind: WindParams, z: vec5, height: float, passing: float, dt
 
 
 @wp.func
-def turbulence_velocity(wind: WindParams, z: vec5, height: float, passing: float) -> wp.vec3:
+def turbulence_velocity(z: vec5, height: float, passing: float, steady: wp.vec4, w20: float) -> wp.vec3:
     """The turbulence's velocity (world ENU) from its state: u along the steady wind, v across it, w up."""
     h = wp.min(wp.max(height / 0.3048, 10.0), 1000.0)
     base = 0.177 + 0.000823 * h
-    sigma_w = 0.1 * wind.w20
+    sigma_w = 0.1 * w20
     sigma_uv = sigma_w / wp.pow(base, 0.4)
     speed = wp.max(passing, 0.5)
     tau_uv = h / wp.pow(base, 1.2) * 0.3048 / speed
@@ -349,8 +377,8 @@ def turbulence_velocity(wind: WindParams, z: vec5, height: float, passing: float
     # (1 + sqrt(3) tau s) / (1 + tau s)^2 of unit white noise has variance 1 / tau.
     v = sigma_uv * wp.sqrt(tau_uv) * ((1.0 - root3) * z[2] + root3 * z[1])
     w = sigma_w * wp.sqrt(tau_w) * ((1.0 - root3) * z[4] + root3 * z[3])
-    along = wind.towards
-    if wind.speed <= 0.0:
+    along = wp.vec3(steady[0], steady[1], steady[2])
+    if steady[3] <= 0.0:
         along = wp.vec3(1.0, 0.0, 0.0)
     across = wp.vec3(-along[1], along[0], 0.0)
     return along * (sigma_uv * z[0]) + across * v + wp.vec3(0.0, 0.0, w)

@@ -14,6 +14,10 @@ IMU noise, offsets on the camera mounting.
     pitch_deg = { normal = [0.0, 2.0] }   # added to the mounting pitch (positive: nose up)
     [gates]
     perturbation = { uniform = [0.5, 1.5] }   # factor on a race's gate perturbation bounds
+    [wind]                          # each environment's own steady wind and turbulence (goggles.dynamics.wind)
+    speed = { uniform = [0.0, 8.0] }         # m/s at the reference height
+    from_deg = { uniform = [0.0, 360.0] }    # the compass bearing it blows from
+    turbulence = { uniform = [0.0, 30.0] }   # MIL-F-8785C's W20, knots (15 light, 30 moderate, 45 severe)
 
 Each environment draws from its own stream (seed, environment, episode), so an episode is the same
 whatever the other environments do. Factors have a floor: the airframe's must stay above 0 and the
@@ -47,6 +51,7 @@ PARAMETERS = {
     "imu": {"noise": 1.0},
     "camera": {"pitch_deg": 0.0},
     "gates": {"perturbation": 1.0},
+    "wind": {"speed": 0.0, "from_deg": 0.0, "turbulence": 0.0},
 }
 #: The same by ``table.key`` name.
 DEFAULTS = {f"{table}.{key}": value for table, keys in PARAMETERS.items() for key, value in keys.items()}
@@ -56,6 +61,8 @@ DEFAULTS = {f"{table}.{key}": value for table, keys in PARAMETERS.items() for ke
 FLOORS = {name: (0.0, True) for name in DEFAULTS if name.startswith("airframe.")} | {
     "imu.noise": (0.0, False),
     "gates.perturbation": (0.0, False),
+    "wind.speed": (0.0, False),
+    "wind.turbulence": (0.0, False),
 }
 
 

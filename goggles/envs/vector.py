@@ -646,6 +646,10 @@ class DroneVectorEnv(VectorEnv):
         self._episode_host[envs] += 1
         airframes = [randomized_airframe(self.nominal, v) for v in values]
         self.sim.set_airframes(airframes, envs)
+        drawn_wind = any(name.startswith("wind.") for name in self.randomization.distributions)
+        if drawn_wind:  # each environment's own air; else the env's wind= for all
+            columns = ("wind.speed", "wind.from_deg", "wind.turbulence")
+            self.sim.set_wind(envs, *([v[name] for v in values] for name in columns))
         hover_speed, hover_thrust = self._hover_speed.numpy(), self._hover_thrust.numpy()
         R_BC, perturbation = self._R_BC.numpy(), self.episodes.perturbation.numpy()
         for i, af, v in zip(envs, airframes, values):
@@ -655,6 +659,8 @@ class DroneVectorEnv(VectorEnv):
             R_BC[i] = R_up.T @ R_BODY_OPTICAL  # nose up by pitch: a rotation of -pitch about body y
             perturbation[i] = v["gates.perturbation"]
             for name, value in v.items():
+                if name.startswith("wind.") and not drawn_wind:
+                    continue  # the env's wind= blows, not these defaults
                 self._drawn.setdefault(name, np.full(self.num_envs, DEFAULTS[name]))
                 self._drawn[name][i] = value
         self._hover_speed.assign(hover_speed)

@@ -19,9 +19,11 @@ from goggles.dynamics.wind import (
     WindParams,
     WindSettings,
     dryden_scales,
+    steady_of,
     turbulence_step,
     turbulence_velocity,
     vec5,
+    w20_of,
     wind_params,
 )
 from goggles.errors import ConfigError
@@ -106,7 +108,7 @@ def turbulence_kernel(
     z = vec5()
     for k in range(steps):
         z, rng = turbulence_step(wind, z, height, speed, dt, rng)
-        v = turbulence_velocity(wind, z, height, speed)
+        v = turbulence_velocity(z, height, speed, steady_of(wind, 0), w20_of(wind, 0))
         out[i, k, 0] = v[0]
         out[i, k, 1] = v[1]
         out[i, k, 2] = v[2]

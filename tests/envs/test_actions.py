@@ -107,3 +107,24 @@ def test_an_environments_vehicle_flies_through_the_wind_it_is_given():
     finally:
         still.close()
         windy.close()
+
+
+def test_each_environment_draws_its_own_wind_per_episode_and_reports_it(tmp_path):
+    import torch
+
+    from goggles.envs.vector import DroneVectorEnv
+
+    spec = tmp_path / "windy.toml"
+    spec.write_text("[wind]\nspeed = { uniform = [2.0, 8.0] }\nfrom_deg = { uniform = [0.0, 360.0] }\n")
+    env = DroneVectorEnv(3, control="velocity", device="cpu", seed=9, randomization=spec)
+    try:
+        _, info = env.reset()
+        speeds, bearings = info["randomization"]["wind.speed"], info["randomization"]["wind.from_deg"]
+        assert len(set(np.round(speeds, 6))) == 3 and np.all((speeds >= 2.0) & (speeds <= 8.0))
+        env.step(torch.zeros(3, 4))
+        towards = -np.stack([np.sin(np.radians(bearings)), np.cos(np.radians(bearings)), np.zeros(3)], axis=1)
+        assert np.allclose(env.sim.states().wind, towards * speeds[:, None], atol=1e-4)  # uniform, no turbulence
+        _, info = env.reset()  # a new episode: new air
+        assert not np.allclose(info["randomization"]["wind.speed"], speeds)
+    finally:
+        env.close()

@@ -49,7 +49,8 @@ def test_the_shipped_randomization_file_draws_every_parameter_within_its_bounds(
     "text, message",
     [
         ("[airframe]\nmas = { uniform = [0.9, 1.1] }\n", "unknown key 'mas'"),
-        ("[wind]\nspeed = { uniform = [0, 1] }\n", "unknown table"),
+        ("[weather]\nspeed = { uniform = [0, 1] }\n", "unknown table"),
+        ("[wind]\nspeed = { uniform = [-1, 1] }\n", r"\[wind\] speed: uniform low -1 must be >= 0"),
         ("[airframe]\nmass = { uniform = [1.1, 0.9] }\n", "exceeds"),
         ("[airframe]\nmass = { gamma = [1, 2] }\n", "uniform"),
         ("[imu]\nnoise = { normal = [1.0] }\n", "two finite numbers"),
