@@ -132,7 +132,13 @@ def make_env(args, seed: int) -> DroneVectorEnv:
     # Same-step autoreset: skrl, like most GPU RL libraries, takes the returned observation as the
     # next episode's first when an episode ends.
     return DroneVectorEnv(
-        args.envs, task=task, control=args.control, autoreset=AutoresetMode.SAME_STEP, seed=seed, device=args.device
+        args.envs,
+        task=task,
+        control=args.control,
+        autoreset=AutoresetMode.SAME_STEP,
+        seed=seed,
+        device=args.device,
+        randomization=args.randomization,
     )
 
 
@@ -327,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--lr", type=positive, default=3e-4, help="learning rate (default 3e-4)")
     parser.add_argument("--device", default="cpu", help="Warp/torch device: cpu (default) or cuda")
+    parser.add_argument(
+        "--randomization",
+        type=Path,
+        help="draw each episode's airframe, noise and wind from this TOML (assets/randomization-wind.toml: wind only)",
+    )
     parser.add_argument("--plot", type=Path, help="write the learning curve to this PNG")
     parser.add_argument("--save", type=Path, help="write the policy's weights to this file")
     parser.add_argument("--video", type=Path, help="film the learned policy in four environments: an .mp4 or .avi file")
