@@ -20,7 +20,7 @@ import numpy as np
 import warp as wp
 
 from goggles.runtime.kernel_options import TRACING
-from goggles.world.ray_bvh import EMPTY_CORNER, LEAF_BITS, LEAF_MASK, STACK_DEPTH, build_nodes, leaf_code
+from goggles.world.ray_bvh import EMPTY_CORNER, LEAF_BITS, LEAF_MASK, STACK_DEPTH, build_nodes, pair_nodes
 
 wp.set_module_options(TRACING)
 
@@ -52,30 +52,16 @@ class DeviceBoxTree:
 def build_box_tree(lowers: np.ndarray, uppers: np.ndarray, device) -> DeviceBoxTree:
     """The tree of the (n, 3) boxes, on ``device`` (its node boxes are those boxes' until ``refit``)."""
     nodes = build_nodes(lowers, uppers, LEAF_SIZE)
-    first_child = nodes.first_child
-    inner = np.flatnonzero(first_child >= 0)
-    index = np.full(len(first_child), -1, np.int64)
-    index[inner] = np.arange(len(inner))
-    pair = np.stack([first_child[inner], first_child[inner] + 1], axis=1)
-    code = np.where(first_child[pair] >= 0, index[pair], leaf_code(nodes.first[pair], nodes.count[pair]))
-    lo0, hi0, lo1, hi1 = nodes.lo[pair[:, 0]], nodes.hi[pair[:, 0]], nodes.lo[pair[:, 1]], nodes.hi[pair[:, 1]]
-    boxes = np.stack(
-        [
-            np.stack([lo0[:, 0], hi0[:, 0], lo0[:, 1], hi0[:, 1]], axis=1),
-            np.stack([lo1[:, 0], hi1[:, 0], lo1[:, 1], hi1[:, 1]], axis=1),
-            np.stack([lo0[:, 2], hi0[:, 2], lo1[:, 2], hi1[:, 2]], axis=1),
-        ],
-        axis=1,
-    ).astype(np.float32)
+    boxes, code = pair_nodes(nodes)
     # Each inner node's depth: its parent's plus one (breadth-first numbering: parents come first).
-    level = np.zeros(len(inner), np.int64)
-    for parent in range(len(inner)):
+    level = np.zeros(len(code), np.int64)
+    for parent in range(len(code)):
         for child in code[parent]:
             if child >= 0:
                 level[child] = level[parent] + 1
     tree = BoxTree()
     tree.boxes = wp.array(boxes, dtype=wp.vec4, device=device)
-    tree.children = wp.array(code.astype(np.int32), dtype=wp.vec2i, device=device)
+    tree.children = wp.array(code, dtype=wp.vec2i, device=device)
     items = nodes.order.astype(np.int32) if len(nodes.order) else np.zeros(1, np.int32)
     tree.items = wp.array(items, dtype=wp.int32, device=device)
     levels = [

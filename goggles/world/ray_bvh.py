@@ -77,7 +77,14 @@ def build_ray_bvh(vertices: np.ndarray, faces: np.ndarray, leaf_size: int = LEAF
     """
     corners = np.asarray(vertices, np.float32)[np.asarray(faces)]
     nodes = build_nodes(corners.min(axis=1), corners.max(axis=1), leaf_size)
-    return _pack(*nodes[:5], corners[nodes.order], nodes.order, nodes.depth)
+    boxes, children = pair_nodes(nodes)
+    return RayBvhArrays(
+        boxes=boxes,
+        children=children,
+        triangles=np.ascontiguousarray(corners[nodes.order], np.float32),
+        faces=nodes.order.astype(np.int32),
+        depth=nodes.depth,
+    )
 
 
 class Nodes(NamedTuple):
@@ -216,23 +223,17 @@ def _area(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return e[:, 0] * e[:, 1] + e[:, 1] * e[:, 2] + e[:, 2] * e[:, 0]
 
 
-def _pack(
-    node_lo: np.ndarray,
-    node_hi: np.ndarray,
-    node_first: np.ndarray,
-    node_count: np.ndarray,
-    first_child: np.ndarray,
-    triangles: np.ndarray,
-    order: np.ndarray,
-    depth: int,
-) -> RayBvhArrays:
-    """Breadth-first nodes to inner nodes that each hold both children's boxes and references."""
+def pair_nodes(nodes: Nodes) -> tuple[np.ndarray, np.ndarray]:
+    """Breadth-first nodes to inner nodes that each hold both children's boxes ((I, 3, 4) float32: lo.x
+    hi.x lo.y hi.y of each child, then lo.z hi.z of both) and references ((I, 2) int32: an inner
+    node's index, or a leaf's ``leaf_code``)."""
+    first_child = nodes.first_child
     inner = np.flatnonzero(first_child >= 0)
     index = np.full(len(first_child), -1, np.int64)
     index[inner] = np.arange(len(inner))
     pair = np.stack([first_child[inner], first_child[inner] + 1], axis=1)
-    code = np.where(first_child[pair] >= 0, index[pair], leaf_code(node_first[pair], node_count[pair]))
-    lo0, hi0, lo1, hi1 = node_lo[pair[:, 0]], node_hi[pair[:, 0]], node_lo[pair[:, 1]], node_hi[pair[:, 1]]
+    code = np.where(first_child[pair] >= 0, index[pair], leaf_code(nodes.first[pair], nodes.count[pair]))
+    lo0, hi0, lo1, hi1 = nodes.lo[pair[:, 0]], nodes.hi[pair[:, 0]], nodes.lo[pair[:, 1]], nodes.hi[pair[:, 1]]
     boxes = np.stack(
         [
             np.stack([lo0[:, 0], hi0[:, 0], lo0[:, 1], hi0[:, 1]], axis=1),
@@ -241,13 +242,7 @@ def _pack(
         ],
         axis=1,
     )
-    return RayBvhArrays(
-        boxes=boxes.astype(np.float32),
-        children=code.astype(np.int32),
-        triangles=np.ascontiguousarray(triangles, np.float32),
-        faces=order.astype(np.int32),
-        depth=depth,
-    )
+    return boxes.astype(np.float32), code.astype(np.int32)
 
 
 @wp.struct
