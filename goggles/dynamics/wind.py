@@ -52,7 +52,9 @@ vec5 = wp.types.vector(length=5, dtype=wp.float32)
 
 
 def finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite real number (numpy's too), never a boolean."""
+    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    return number and math.isfinite(value)
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,14 @@ sticks say.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import signal
 import socket
 import struct
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -47,6 +49,9 @@ from goggles.errors import ConfigError
 from goggles.firmware.lockstep import FirmwareGone, LockstepProcess
 
 log = logging.getLogger(__name__)
+
+#: A firmware whose link closed is given this long to exit before it is said to be alive, s.
+EXIT_GRACE_S = 2.0
 
 #: The TCP port of the firmware's first UART (CLI and MSP), as it asks for it (goggles' lockstep binds
 #: a free loopback port instead: ``LockstepProcess.ports``).
@@ -519,14 +524,15 @@ class BetaflightSitl:
                 timeout_s=LOST_AFTER_S,
             )
         except (FirmwareGone, TimeoutError, OSError) as exc:
+            if not isinstance(exc, TimeoutError):  # its link closed as it died: let it be reaped first
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.process.wait(timeout=EXIT_GRACE_S)
             if not self.process.alive():
                 why = f"exited ({self._last_words()})"
+            elif isinstance(exc, TimeoutError):
+                why = f"stopped answering for {LOST_AFTER_S:g} s ({self.process.where()})"
             else:
-                why = (
-                    f"stopped answering for {LOST_AFTER_S:g} s ({self.process.where()})"
-                    if isinstance(exc, TimeoutError)
-                    else str(exc)
-                )
+                why = f"closed its link ({exc or 'no answer'})"
             self._lose(t, why)
             return self.outputs
         if answer.servos:
