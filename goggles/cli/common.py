@@ -161,7 +161,7 @@ def add_backend_arg(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="primary-ray tracer: warp (Warp's BVH, CPU or CUDA), bvh (goggles' own BVH in the same kernel, CPU "
         "or CUDA), wide (goggles' BVH in 8-wide compressed nodes, made for GPUs), embree (Intel Embree, CPU, "
-        "2-3x faster there), auto (default: embree on the CPU when embreex is installed, else warp)",
+        "2-3x faster there), auto (default: embree on the CPU when embreex is installed, else warp; bvh on CUDA)",
     )
 
 

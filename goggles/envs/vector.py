@@ -141,7 +141,7 @@ class DroneVectorEnv(VectorEnv):
             (another process, another machine) replays exactly that slice.
         device: Warp device ("cpu", "cuda:0").
         backend: the cameras' primary-ray tracer (``goggles.render.BACKENDS``; ``auto``: Embree on
-            the CPU, Warp on CUDA).
+            the CPU, goggles' ``bvh`` on CUDA).
         recorded: replay recordings of each step's device work (``goggles.runtime.recorded_work``); None: on
             CUDA. The same observations either way; on the CPU the rendering is recorded only with
             the ``warp`` backend (Embree is called from Python) and a recording runs on one thread.

@@ -109,7 +109,7 @@ class Images:
 
 def choose_backend(backend: str, device) -> str:
     """The primary-ray backend that runs: ``warp``, ``bvh``, ``wide`` or ``embree`` (``auto``: Embree on the CPU when
-    installed, else Warp's).
+    installed, else Warp's; goggles' own ``bvh`` on CUDA, the fastest there: docs/benchmarks.md, "On an H200").
 
     Raises:
         ConfigError: an unknown name, Embree asked for on CUDA, or Embree asked for but not installed.
@@ -119,7 +119,9 @@ def choose_backend(backend: str, device) -> str:
     if backend not in BACKENDS:
         raise ConfigError(f"render backend {backend!r}: use one of {', '.join(BACKENDS)}")
     if backend == "auto":
-        return "embree" if device.is_cpu and embree_available() else "warp"
+        if device.is_cuda:
+            return "bvh"
+        return "embree" if embree_available() else "warp"
     if backend == "embree" and device.is_cuda:
         raise ConfigError(
             f"the embree backend traces on the CPU, not on {device}: use --backend warp, bvh, wide or auto"
