@@ -10,7 +10,7 @@ GOGGLES = Path(__file__).resolve().parents[1] / "goggles"
 
 #: Each part's layer: a part imports its own layer's allowed neighbours and the layers below.
 LAYERS = {
-    "errors": 0, "checks": 0, "frames": 0, "paths": 0, "clock": 0, "control_modes": 0, "runtime": 0,
+    "errors": 0, "checks": 0, "distributions": 0, "frames": 0, "paths": 0, "clock": 0, "control_modes": 0, "runtime": 0,
     "scene": 1,
     "world": 2,
     "render": 3, "sensors": 3, "dynamics": 3, "firmware": 3,

@@ -944,6 +944,9 @@ class EnvsBench:
     device: str
     recorded: bool
     """Whether the steps replayed recordings of their device work (the observation's included)."""
+    looks_steps_per_s: float | None = None
+    """With ``randomization``: the same batch without it, taking turns with the batch that draws it (a
+    look per camera costs this ratio: ``steps_per_s / looks_steps_per_s``)."""
 
     @property
     def vs_single(self) -> float:
@@ -999,12 +1002,14 @@ def bench_envs(
     outputs: tuple[str, ...] = ("depth",),
     backend: str = "auto",
     recorded: bool | None = None,
+    randomization=None,
     progress=None,
 ) -> EnvsBench:
     """Step ``envs`` hovering vehicles with cameras of ``width`` x ``height`` (observing ``outputs``)
     in the default scene for ``steps`` steps, and one environment alone for ``steps`` steps (at least
     20), taking turns in ``ROUNDS`` (both with the renderer ``backend``, replaying recorded steps or
-    not: ``DroneVectorEnv``'s ``recorded``)."""
+    not: ``DroneVectorEnv``'s ``recorded``). With ``randomization`` (a ``Randomization``) the batch draws
+    it, and the same batch without it takes turns with the two (its rate: ``looks_steps_per_s``)."""
     import torch
     import warp as wp
 
@@ -1017,7 +1022,7 @@ def bench_envs(
     scene = DeviceScene(load_static_scene(default_scene()), device)
     camera = CameraModel.from_fov(width, height, 80.0)
 
-    def made(n: int):
+    def made(n: int, drawn=None):
         env = DroneVectorEnv(
             n,
             camera=camera,
@@ -1026,6 +1031,7 @@ def bench_envs(
             device=str(scene.device),
             backend=backend,
             recorded=recorded,
+            randomization=drawn,
         )
         env.reset(seed=0)
         return env, torch.zeros((n, 4), device=env.torch_device)
@@ -1039,8 +1045,9 @@ def bench_envs(
         wp.synchronize_device(scene.device)
         return time.perf_counter() - start
 
-    batch, single = made(envs), made(1)
-    for env, action in (batch, single, batch, single):  # warm, taking turns as the timed steps will
+    batch, single = made(envs, randomization), made(1, randomization)
+    plain = made(envs) if randomization is not None else None
+    for env, action in [batch, single, *([plain] if plain else [])] * 2:  # warm, taking turns as the timed steps will
         for _ in range(3):
             env.step(action)
     wp.synchronize_device(scene.device)
@@ -1048,16 +1055,19 @@ def bench_envs(
     first = _memory_kb(scene.device)
     owned = owned_device_bytes(batch[0], shared=[scene])
     # The two take turns, so that a change in the machine's load falls on both alike.
-    single_steps, batch_time, single_time = max(20, steps), 0.0, 0.0
+    single_steps, batch_time, single_time, plain_time = max(20, steps), 0.0, 0.0, 0.0
     for r in range(ROUNDS):
         b0, b1 = steps * r // ROUNDS, steps * (r + 1) // ROUNDS
         s0, s1 = single_steps * r // ROUNDS, single_steps * (r + 1) // ROUNDS
         batch_time += timed(*batch, b1 - b0, b0, steps)
         single_time += timed(*single, s1 - s0, s0, single_steps)
+        if plain is not None:
+            plain_time += timed(*plain, b1 - b0, b0, steps)
     gc.collect()
     growth = _memory_kb(scene.device) - first
     replayed = batch[0]._score_recorded.recordings > 0
-    for env, _ in (batch, single):
+    for env, _ in [batch, single, *([plain] if plain else [])]:
         env.close()
     batched, alone = envs * steps / batch_time, single_steps / single_time
-    return EnvsBench(envs, batched, alone, owned / 1024.0 / envs, growth, str(scene.device), replayed)
+    looks = envs * steps / plain_time if plain is not None else None
+    return EnvsBench(envs, batched, alone, owned / 1024.0 / envs, growth, str(scene.device), replayed, looks)

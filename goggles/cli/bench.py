@@ -150,8 +150,8 @@ def add_parser(commands) -> None:
         "envs",
         help="batched learning environments against one at a time",
         description="Step N hovering vehicles with a depth camera each (goggles.envs.DroneVectorEnv; depth and "
-        "segmentation with --segmentation) in the default scene, and one environment alone, the two taking turns "
-        "(so that the machine's load falls on both alike). "
+        "segmentation with --segmentation, colour with --rgb) in the default scene, and one environment alone, "
+        "the two taking turns (so that the machine's load falls on both alike). "
         "The last line is 'envs=<N> "
         "steps_per_s=<environment steps/s> frames_per_s=<camera frames/s> device=<d> vs_single=<batched over "
         "single throughput> memory_per_env_kb=<k> memory_growth_kb=<k> recorded=<on|off>'.",
@@ -163,6 +163,14 @@ def add_parser(commands) -> None:
     bench_envs.add_argument("--device", default=None, help="Warp device: cpu, cuda or cuda:N")
     bench_envs.add_argument(
         "--segmentation", action="store_true", help="observe segmentation as well as depth (one render)"
+    )
+    bench_envs.add_argument("--rgb", action="store_true", help="observe colour as well (sunlit, with shadows)")
+    bench_envs.add_argument(
+        "--randomization",
+        metavar="FILE",
+        help="draw this randomisation per environment and episode (e.g. assets/randomization.toml: its looks "
+        "need --rgb), and time the same batch without it, taking turns; adds 'vs_plain=<with over without>' "
+        "to the last line",
     )
     add_backend_arg(bench_envs)
     bench_envs.add_argument(
@@ -534,26 +542,36 @@ def cmd_bench_envs(args) -> int:
     def progress(n: int, k: int, count: int) -> None:
         print(f"  {n} env(s): step {k}/{count}", file=sys.stderr, flush=True)
 
+    outputs = ("depth",) + (("segmentation",) if args.segmentation else ()) + (("rgb",) if args.rgb else ())
+    randomization = None
+    if args.randomization is not None:
+        from goggles.envs import Randomization
+
+        randomization = Randomization.load(args.randomization)
     result = bench_envs(
         args.envs,
         width=args.width,
         height=args.height,
         steps=args.steps,
         device=args.device,
-        outputs=("depth", "segmentation") if args.segmentation else ("depth",),
+        outputs=outputs,
         backend=args.backend,
         recorded=args.recorded,
+        randomization=randomization,
         progress=progress,
     )
+    drawn = f", drawing {args.randomization}" if randomization is not None else ""
     print(
-        f"{result.envs} hovering vehicles with {args.width}x{args.height} "
-        f"{'depth+segmentation' if args.segmentation else 'depth'} cameras on {result.device}: "
-        f"{result.steps_per_s:.0f} env steps/s batched, {result.single_steps_per_s:.0f} one at a time"
+        f"{result.envs} hovering vehicles with {args.width}x{args.height} {'+'.join(outputs)} cameras on "
+        f"{result.device}{drawn}: {result.steps_per_s:.0f} env steps/s batched, "
+        f"{result.single_steps_per_s:.0f} one at a time"
+        + (f", {result.looks_steps_per_s:.0f} without it" if result.looks_steps_per_s is not None else "")
     )
+    plain = f" vs_plain={result.steps_per_s / result.looks_steps_per_s:.3f}" if result.looks_steps_per_s else ""
     print(
         f"envs={result.envs} steps_per_s={result.steps_per_s:.1f} frames_per_s={result.steps_per_s:.1f} "
         f"device={result.device} vs_single={result.vs_single:.2f} memory_per_env_kb={result.memory_per_env_kb:.1f} "
-        f"memory_growth_kb={result.memory_growth_kb:.1f} recorded={'on' if result.recorded else 'off'}"
+        f"memory_growth_kb={result.memory_growth_kb:.1f} recorded={'on' if result.recorded else 'off'}{plain}"
     )
     return 0
 

@@ -18,6 +18,10 @@ IMU noise, offsets on the camera mounting.
     speed = { uniform = [0.0, 8.0] }         # m/s at the reference height
     from_deg = { uniform = [0.0, 360.0] }    # the compass bearing it blows from
     turbulence = { uniform = [0.0, 30.0] }   # MIL-F-8785C's W20, knots (15 light, 30 moderate, 45 severe)
+    [looks]                         # each environment's camera's look (goggles.render.looks: every key)
+    sun_elevation_deg = { uniform = [15.0, 75.0] }
+    albedo = { normal = [1.0, 0.15] }        # factor per material and colour channel
+    textures = "textures/"                   # a folder of images, relative to this file
 
 Each environment draws from its own stream (seed, environment, episode), so an episode is the same
 whatever the other environments do. Factors have a floor: the airframe's must stay above 0 and the
@@ -33,9 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
-from goggles.checks import finite_vector, read_toml
+from goggles.checks import read_toml
+from goggles.distributions import Distribution, above_floor, floor_text, parse_distribution
 from goggles.dynamics.airframe import Airframe, allocation_matrix
 from goggles.errors import ConfigError
+from goggles.render.looks import LooksSpec
 
 #: Every randomisable value: table -> key -> value when the table leaves it out (1: the nominal
 #: airframe, 0: no camera offset).
@@ -66,60 +72,38 @@ FLOORS = {name: (0.0, True) for name in DEFAULTS if name.startswith("airframe.")
 }
 
 
-def _above_floor(value: float, floor: tuple[float, bool]) -> bool:
-    bound, excluded = floor
-    return value > bound or (value == bound and not excluded)
-
-
-def _floor_text(floor: tuple[float, bool]) -> str:
-    return f"{'>' if floor[1] else '>='} {floor[0]:g}"
-
-
-@dataclass(frozen=True)
-class Distribution:
-    kind: str
-    """'uniform' (low, high) or 'normal' (mean, standard deviation)."""
-    a: float
-    b: float
-    floor: tuple[float, bool] | None = None
-    """Draws at or below it are drawn again (see ``FLOORS``); a uniform range lies above it."""
-
-    def admits(self, value: float) -> bool:
-        return self.floor is None or _above_floor(value, self.floor)
-
-    def draw(self, rng: np.random.Generator) -> float:
-        while True:  # a normal's mean is admitted, so each draw is admitted with probability >= 1/2
-            value = float(rng.uniform(self.a, self.b) if self.kind == "uniform" else rng.normal(self.a, self.b))
-            if self.admits(value):
-                return value
-
-
 @dataclass(frozen=True)
 class Randomization:
     """What to draw per episode: ``"table.key"`` -> its distribution (the rest keep their default)."""
 
     distributions: dict[str, Distribution] = field(default_factory=dict)
+    looks: LooksSpec | None = None
+    """What each environment's camera looks like (``[looks]``: ``goggles.render.looks``), or None."""
 
     @classmethod
     def load(cls, path: str | Path) -> Randomization:
         path = Path(path)
-        return cls.from_tables(read_toml(path, "randomisation file"), str(path))
+        return cls.from_tables(read_toml(path, "randomisation file"), str(path), path.parent)
 
     @classmethod
-    def from_tables(cls, tables: dict, where: str = "randomisation") -> Randomization:
-        """Raises ConfigError naming ``where`` and the key for anything it cannot draw from."""
-        found = {}
+    def from_tables(cls, tables: dict, where: str = "randomisation", folder: Path | None = None) -> Randomization:
+        """Raises ConfigError naming ``where`` and the key for anything it cannot draw from (a
+        ``[looks]`` texture folder is read relative to ``folder``)."""
+        found, looks = {}, None
         for table, entries in tables.items():
+            if table == "looks":
+                looks = LooksSpec.from_table(entries, f"{where}: [looks]", folder)
+                continue
             if table not in PARAMETERS:
-                raise ConfigError(f"{where}: unknown table [{table}]; use one of {sorted(PARAMETERS)}")
+                raise ConfigError(f"{where}: unknown table [{table}]; use one of {sorted([*PARAMETERS, 'looks'])}")
             if not isinstance(entries, dict):
                 raise ConfigError(f"{where}: [{table}] must be a table")
             for key, spec in entries.items():
                 if key not in PARAMETERS[table]:
                     raise ConfigError(f"{where}: [{table}] unknown key {key!r}; allowed: {sorted(PARAMETERS[table])}")
                 name = f"{table}.{key}"
-                found[name] = _distribution(spec, f"{where}: [{table}] {key}", FLOORS.get(name))
-        return cls(found)
+                found[name] = parse_distribution(spec, f"{where}: [{table}] {key}", FLOORS.get(name))
+        return cls(found, looks)
 
     def draw(self, seed: int, environment: int, episode: int) -> dict[str, float]:
         """Every parameter's value for one episode of one environment (defaults where not randomised)."""
@@ -130,24 +114,6 @@ class Randomization:
         return values
 
 
-def _distribution(spec, where: str, floor: tuple[float, bool] | None) -> Distribution:
-    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in ("uniform", "normal"):
-        raise ConfigError(f"{where} must be {{ uniform = [low, high] }} or {{ normal = [mean, std] }}")
-    kind, bounds = next(iter(spec.items()))
-    pair = finite_vector(bounds, 2)
-    if pair is None:
-        raise ConfigError(f"{where}: {kind} needs two finite numbers, got {bounds!r}")
-    if kind == "uniform" and pair[0] > pair[1]:
-        raise ConfigError(f"{where}: uniform low {pair[0]} exceeds high {pair[1]}")
-    if kind == "normal" and pair[1] < 0:
-        raise ConfigError(f"{where}: normal standard deviation {pair[1]} is negative")
-    distribution = Distribution(kind, float(pair[0]), float(pair[1]), floor)
-    if not distribution.admits(distribution.a):
-        first = "low" if kind == "uniform" else "mean"
-        raise ConfigError(f"{where}: {kind} {first} {pair[0]:g} must be {_floor_text(floor)}")
-    return distribution
-
-
 def randomized_airframe(nominal: Airframe, values: dict[str, float]) -> Airframe:
     """The nominal airframe with the drawn factors applied (allocation rebuilt for the new torque
     to thrust ratio). Factors must stay above their floor (``FLOORS``), as ``Randomization`` draws them.
@@ -156,8 +122,8 @@ def randomized_airframe(nominal: Airframe, values: dict[str, float]) -> Airframe
         ConfigError: a factor at or below its floor.
     """
     for name, floor in FLOORS.items():
-        if not _above_floor(values[name], floor):
-            raise ConfigError(f"randomisation drew {name} = {values[name]:.3g}: must be {_floor_text(floor)}")
+        if not above_floor(values[name], floor):
+            raise ConfigError(f"randomisation drew {name} = {values[name]:.3g}: must be {floor_text(floor)}")
     cf = nominal.thrust_coefficient * values["airframe.thrust_coefficient"]
     cm = nominal.torque_coefficient * values["airframe.torque_coefficient"]
     tau, drag, noise = values["airframe.motor_time_constant"], values["airframe.drag"], values["imu.noise"]

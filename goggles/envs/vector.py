@@ -43,6 +43,7 @@ from goggles.errors import ConfigError
 from goggles.firmware.betaflight import BetaflightSettings, diff_settings
 from goggles.frames import R_BODY_OPTICAL, transform
 from goggles.render import CameraModel, RenderSettings, Shading
+from goggles.render.looks import Look
 from goggles.render.projection import lens_coefficients
 from goggles.rig import parts
 from goggles.runtime.progress import load_kernels
@@ -448,6 +449,7 @@ class DroneVectorEnv(VectorEnv):
     def _set_up_camera(self, camera, outputs, depth_model, backend, event_camera=None) -> dict:
         """One camera per vehicle in one renderer; its observation spaces."""
         self.renderer, self.camera_outputs, self._stereo, self._events = None, (), None, None
+        self._looks: list[Look] | None = None
         if camera is None:
             return {}
         if not isinstance(camera, CameraModel):
@@ -465,9 +467,12 @@ class DroneVectorEnv(VectorEnv):
             raise ConfigError(f"event_camera must be a goggles.sensors.events.EventCameraModel, got {event_camera!r}")
         rendered = set(outputs) - {"events"} | ({"rgb", "range"} if "events" in outputs else set())
         shading = Shading.SUN if "rgb" in rendered else Shading.NONE
+        drawn = self.randomization is not None and self.randomization.looks is not None
+        looks = drawn and shading == Shading.SUN  # colour only: else nothing to see
         self.renderer = parts.renderer(
-            self.scene, [camera] * n, RenderSettings(outputs=rendered, shading=shading, backend=backend)
+            self.scene, [camera] * n, RenderSettings(outputs=rendered, shading=shading, backend=backend, looks=looks)
         )
+        self._looks = [Look()] * n if looks else None
         if "events" in outputs:
             model = event_camera or EventCameraModel()
             streams = range(self.first_env, self.first_env + n)
@@ -643,6 +648,8 @@ class DroneVectorEnv(VectorEnv):
 
     def _randomize(self, envs: np.ndarray) -> None:
         values = [self.randomization.draw(self.seed, self.first_env + int(i), int(self._episode_host[i])) for i in envs]
+        if self._looks is not None:
+            self._draw_looks(envs, values)
         self._episode_host[envs] += 1
         airframes = [randomized_airframe(self.nominal, v) for v in values]
         self.sim.set_airframes(airframes, envs)
@@ -661,12 +668,23 @@ class DroneVectorEnv(VectorEnv):
             for name, value in v.items():
                 if name.startswith("wind.") and not drawn_wind:
                     continue  # the env's wind= blows, not these defaults
-                self._drawn.setdefault(name, np.full(self.num_envs, DEFAULTS[name]))
+                self._drawn.setdefault(name, np.full(self.num_envs, DEFAULTS.get(name, np.nan)))
                 self._drawn[name][i] = value
         self._hover_speed.assign(hover_speed)
         self._hover_thrust.assign(hover_thrust)
         self._R_BC.assign(R_BC)
         self.episodes.perturbation.assign(perturbation)
+
+    def _draw_looks(self, envs: np.ndarray, values: list[dict[str, float]]) -> None:
+        """Each restarting environment's camera draws its look for the episode (the scene stays as it
+        was uploaded: the renderer's per-camera arrays change); what was drawn joins ``values``."""
+        spec, materials = self.randomization.looks, self.renderer.look_materials
+        sun = self.renderer.settings.sun_W
+        for i, v in zip(envs, values):
+            look = spec.draw(self.seed, self.first_env + int(i), int(self._episode_host[i]), materials, sun)
+            self._looks[i] = look
+            v.update(look.values)
+        self.renderer.set_looks(self._looks, spec.textures)
 
     def _observe(self) -> None:
         d = self.device

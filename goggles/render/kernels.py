@@ -12,7 +12,17 @@ import functools
 import warp as wp
 
 from goggles.render.projection import inside_image, lens_coefficients, project
-from goggles.render.shading import SHADING_LIDAR, SHADING_UNLIT, Lighting, albedo, shade, sky_colour
+from goggles.render.shading import (
+    SHADING_LIDAR,
+    SHADING_UNLIT,
+    Lighting,
+    albedo,
+    looked_albedo,
+    looked_shade,
+    looked_sky,
+    shade,
+    sky_colour,
+)
 from goggles.render.sunlit import SHADOW_GRAZING, SHADOW_START_M, SHADOW_START_PER_M, whole_face_lit
 from goggles.runtime.kernel_options import TRACING
 from goggles.world.appearance import SceneData
@@ -275,10 +285,13 @@ def traced_hit(
 
 
 @functools.cache
-def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows: bool) -> wp.Kernel:
+def render_kernel(
+    tracer: str, use_actors: bool, use_shading: bool, use_shadows: bool, use_looks: bool = False
+) -> wp.Kernel:
     """The render kernel with only the features a render uses compiled in, built (in its own Warp
     module) on first use: where the closest static hit comes from (``tracer``, one of ``TRACERS``:
-    Warp's BVH, goggles' own, or another tracer's rows), actors, shaded colour, the sun's shadows.
+    Warp's BVH, goggles' own, or another tracer's rows), actors, shaded colour, the sun's shadows,
+    a look per camera (``goggles.render.looks``).
     Measured on an H100, the kernel with every feature held 164 registers and rendered depth at a third
     of the rate of a bare BVH query (1.06 against 3.0 Grays/s on 1M triangles); specialised and held to
     64 registers, 2.3. Which optional outputs are written stays a run-time choice (``OutputFlags``):
@@ -287,6 +300,7 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
     if tracer not in TRACERS:
         raise ValueError(f"tracer {tracer!r}: use one of {', '.join(TRACERS)}")
     use_shadows = use_shadows and use_shading
+    use_looks = use_looks and use_shading
 
     # 64 registers per thread on CUDA (measured on an H100, 1M triangles, 8 x 640x480): depth
     # 1.27 -> 1.04 ms and every output 1.54 -> 1.13 ms against the compiler's own choice (96, 105).
@@ -376,7 +390,10 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
                 if wanted.normal:
                     out.normal_W[c, y, x] = wp.vec3(0.0)
                 if wp.static(use_shading):
-                    sky = sky_colour(light, direction)
+                    if wp.static(use_looks):
+                        sky = looked_sky(light, c, direction)
+                    else:
+                        sky = sky_colour(light, direction)
                     out.rgb[c, y, x, 0] = to_byte(sky[0])
                     out.rgb[c, y, x, 1] = to_byte(sky[1])
                     out.rgb[c, y, x, 2] = to_byte(sky[2])
@@ -393,38 +410,55 @@ def render_kernel(tracer: str, use_actors: bool, use_shading: bool, use_shadows:
                     if light.shading == SHADING_LIDAR:  # the sensor is the light: cos of the incidence
                         colour = wp.vec3(scene.face_reflectivity[hit.face] * wp.dot(normal, -direction))
                     else:
-                        colour = albedo(scene, hit.face, hit.u, hit.v)
+                        sun = light.sun_W
+                        lit_faces = light.static_faces
+                        first_lit = int(0)  # noqa: UP018 (Warp: a variable the branch below may change)
+                        if wp.static(use_looks):
+                            looked = light.look_sun[c]
+                            sun = wp.vec3(looked[0], looked[1], looked[2])
+                            sun_table = light.look_table[c]
+                            if sun_table < 0:  # no table of faces lit whole for this camera's sun
+                                lit_faces = 0
+                            else:
+                                first_lit = sun_table * light.static_faces
+                            point = origin + direction * hit.t
+                            colour = looked_albedo(scene, light, c, hit.face, hit.u, hit.v, point, normal)
+                        else:
+                            colour = albedo(scene, hit.face, hit.u, hit.v)
                         sunlit = float(1.0)  # noqa: UP018 (Warp: a variable the branch below may change)
                         if wp.static(use_shadows):
-                            if light.shading != SHADING_UNLIT and wp.dot(normal, light.sun_W) > 0.0:
+                            if light.shading != SHADING_UNLIT and wp.dot(normal, sun) > 0.0:
                                 # One ray towards the sun, from just off the surface along the sun's line
                                 # (``sunlit``); against the actors only on a face no static geometry shades.
-                                incidence = wp.max(wp.dot(normal, light.sun_W), SHADOW_GRAZING)
+                                incidence = wp.max(wp.dot(normal, sun), SHADOW_GRAZING)
                                 lift = (SHADOW_START_M + SHADOW_START_PER_M * hit.t) / incidence
-                                start = origin + direction * hit.t + light.sun_W * lift
+                                start = origin + direction * hit.t + sun * lift
                                 whole = False
-                                if hit.face < light.static_faces:
-                                    whole = whole_face_lit(light.sunlit[hit.face], hit.t)
+                                if hit.face < lit_faces:
+                                    whole = whole_face_lit(light.sunlit[first_lit + hit.face], hit.t)
                                 blocked = False
                                 if not whole:
                                     if wp.static(tracer == "bvh"):
-                                        blocked = bvh_any_hit(scene.rays, start, light.sun_W, SUN_DISTANCE)
+                                        blocked = bvh_any_hit(scene.rays, start, sun, SUN_DISTANCE)
                                     elif wp.static(tracer == "wide"):
-                                        blocked = wide_any_hit(scene.wide, start, light.sun_W, SUN_DISTANCE)
+                                        blocked = wide_any_hit(scene.wide, start, sun, SUN_DISTANCE)
                                     else:
-                                        blocked = wp.mesh_query_ray_anyhit(scene.mesh, start, light.sun_W, SUN_DISTANCE)
+                                        blocked = wp.mesh_query_ray_anyhit(scene.mesh, start, sun, SUN_DISTANCE)
                                 if wp.static(use_actors):
                                     if not blocked:
                                         casters = culling.shadow_casters[c]
                                         if casters < 0:
-                                            blocked = any_actor_hit(actors, start, light.sun_W, SUN_DISTANCE)
+                                            blocked = any_actor_hit(actors, start, sun, SUN_DISTANCE)
                                         else:
                                             blocked = any_listed_actor_hit(
-                                                actors, culling.index[c], casters, start, light.sun_W, SUN_DISTANCE
+                                                actors, culling.index[c], casters, start, sun, SUN_DISTANCE
                                             )
                                 if blocked:
                                     sunlit = 0.0
-                        colour = shade(light, colour, normal, sunlit)
+                        if wp.static(use_looks):
+                            colour = looked_shade(light, c, colour, normal, sunlit)
+                        else:
+                            colour = shade(light, colour, normal, sunlit)
                     out.rgb[c, y, x, 0] = to_byte(colour[0])
                     out.rgb[c, y, x, 1] = to_byte(colour[1])
                     out.rgb[c, y, x, 2] = to_byte(colour[2])

@@ -40,6 +40,7 @@ from goggles import checks
 from goggles.errors import ConfigError
 from goggles.render import invalid, kernels, splats
 from goggles.render.camera import CameraModel
+from goggles.render.looks import Look
 from goggles.render.settings import BACKENDS, OUTPUTS, RenderSettings
 from goggles.render.shading import Lighting, Shading, face_reflectivity_kernel
 from goggles.render.sunlit import sunlit_faces
@@ -256,6 +257,9 @@ class Renderer:
         if settings.shadows and light.shading == Shading.SUN:  # faces no static geometry shades skip the static ray
             light.sunlit, light.static_faces = sunlit_faces(scene, sun / np.linalg.norm(sun)), scene.num_faces
         self._light = light
+        self._looks = settings.looks and light.shading in (Shading.SUN, Shading.UNLIT)
+        """Each camera has its own look (``set_looks``): the render kernel built with them."""
+        self._allocate_looks(n if self._looks else 1)
 
         wanted = kernels.OutputFlags()
         wanted.range, wanted.segmentation = "range" in self.outputs, "segmentation" in self.outputs
@@ -297,13 +301,110 @@ class Renderer:
         if scene.shapes:
             self._render_kernel(actors=True)
 
+    def _allocate_looks(self, cameras: int) -> None:
+        """Per-camera look arrays, each camera's the scene's own look (one placeholder without looks)."""
+        light, d, settings = self._light, self.device, self.settings
+        materials = max(1, self.scene.data.material_rgb.shape[0])
+        sun = np.asarray(settings.sun_W, np.float64) / np.linalg.norm(settings.sun_W)
+        light.look_sun = wp.array(np.tile([*sun, 1.0], (cameras, 1)), dtype=wp.vec4, device=d)
+        light.look_ambient = wp.full(cameras, float(settings.ambient), dtype=float, device=d)
+        light.look_horizon = wp.array(np.tile(settings.background_rgb, (cameras, 1)), dtype=wp.vec3, device=d)
+        zenith = settings.sky_rgb if settings.sky_rgb is not None else settings.background_rgb
+        light.look_zenith = wp.array(np.tile(zenith, (cameras, 1)), dtype=wp.vec3, device=d)
+        light.look_exposure = wp.ones(cameras, dtype=float, device=d)
+        light.look_table = wp.zeros(cameras, dtype=wp.int32, device=d)
+        self._sun_tables: dict[tuple, int] = {tuple(sun.round(9)): 0}
+        """Which table in ``sunlit`` each sun has (the scene's first)."""
+        light.look_albedo = wp.array(np.ones((cameras, materials, 3)), dtype=wp.vec3, device=d)
+        light.look_texture = wp.full((cameras, materials), -1, dtype=wp.int32, device=d)
+        self._capture_tint = wp.array(np.ones((cameras, 3)), dtype=wp.vec3, device=d)
+        self._look_textures: tuple = ()
+        self._first_look_texture = 0
+
+    @property
+    def look_materials(self) -> int:
+        """How many materials a look's ``albedo`` and ``texture`` cover (the scene's, when made)."""
+        return self._light.look_albedo.shape[1]
+
+    def set_looks(self, looks: Sequence[Look], textures: Sequence[np.ndarray] = ()) -> None:
+        """Give each camera its look (``goggles.render.looks``; one per camera, or per camera in
+        ``cameras`` order); ``textures`` are the images a look's ``texture`` indexes (added to the
+        scene's texture table once). The arrays are written in place: a recorded render sees them.
+
+        Raises:
+            ConfigError: a renderer made without ``RenderSettings(looks=True)``, or looks that do not
+                fit its cameras or the scene's materials.
+        """
+        if not self._looks:
+            raise ConfigError("this renderer has one look: make it with RenderSettings(looks=True) and rgb shading")
+        n, settings, light = self.num_cameras, self.settings, self._light
+        if len(looks) != n or not all(isinstance(look, Look) for look in looks):
+            raise ConfigError(f"set_looks needs one Look per camera ({n}), got {len(looks)}")
+        textures = tuple(textures)
+        if textures and textures != self._look_textures:
+            self._first_look_texture = self.scene.add_textures(textures)
+            self._look_textures = textures
+        materials = light.look_albedo.shape[1]
+        scene_sun = np.asarray(settings.sun_W, np.float64) / np.linalg.norm(settings.sun_W)
+        sun = np.empty((n, 4))
+        ambient, exposure, table = np.empty(n), np.empty(n), np.empty(n, np.int32)
+        sky, tint = np.empty((n, 3)), np.empty((n, 3))
+        albedo, texture = np.ones((n, materials, 3)), np.full((n, materials), -1, np.int32)
+        zenith = settings.sky_rgb if settings.sky_rgb is not None else settings.background_rgb
+        for i, look in enumerate(looks):
+            direction = scene_sun if look.sun_W is None else np.asarray(look.sun_W, np.float64)
+            direction = direction / np.linalg.norm(direction)
+            sun[i] = [*direction, look.sun_intensity]
+            table[i] = self._sun_table(direction, look.sun_W is None or look.sun_table)
+            ambient[i] = settings.ambient if look.ambient is None else look.ambient
+            exposure[i], sky[i], tint[i] = look.exposure, look.sky, np.multiply(look.capture, look.exposure)
+            for name, values, width in (("albedo", look.albedo, 3), ("texture", look.texture, 0)):
+                if values is None:
+                    continue
+                shape = (materials, width) if width else (materials,)
+                if np.shape(values) != shape:
+                    raise ConfigError(f"look {i}: {name} of shape {np.shape(values)}; this scene needs {shape}")
+            if look.albedo is not None:
+                albedo[i] = look.albedo
+            if look.texture is not None:
+                if np.any(look.texture >= len(textures)):
+                    raise ConfigError(f"look {i}: texture index {int(look.texture.max())} of {len(textures)} images")
+                texture[i] = np.where(look.texture >= 0, look.texture + self._first_look_texture, -1)
+        light.look_sun.assign(sun.astype(np.float32))
+        light.look_ambient.assign(ambient.astype(np.float32))
+        light.look_horizon.assign((np.asarray(settings.background_rgb) * sky).astype(np.float32))
+        light.look_zenith.assign((np.asarray(zenith) * sky).astype(np.float32))
+        light.look_exposure.assign(exposure.astype(np.float32))
+        light.look_table.assign(table)
+        light.look_albedo.assign(albedo.astype(np.float32))
+        light.look_texture.assign(texture)
+        self._capture_tint.assign(tint.astype(np.float32))
+
+    def _sun_table(self, sun: np.ndarray, wanted: bool) -> int:
+        """The index of ``sun``'s table of faces it lights whole in ``sunlit``, built now if ``wanted``
+        (a look's sun from a pool: ``goggles.render.looks``), or -1 (every shadow ray traced)."""
+        key = tuple(np.asarray(sun, np.float64).round(9))
+        if key in self._sun_tables:
+            return self._sun_tables[key]
+        light = self._light
+        full = (len(self._sun_tables) + 1) * max(light.static_faces, 1) >= 2**31
+        if not wanted or light.static_faces == 0 or full:
+            return -1
+        tables = light.sunlit.numpy().reshape(-1, light.static_faces)[: len(self._sun_tables)]
+        added = sunlit_faces(self.scene, np.asarray(key)).numpy()
+        light.sunlit = wp.array(np.concatenate([tables.ravel(), added]), dtype=wp.int8, device=self.device)
+        self._sun_tables[key] = len(self._sun_tables)
+        return self._sun_tables[key]
+
     def _render_kernel(self, actors: bool | None = None) -> wp.Kernel:
         """The render kernel for this renderer's features (and actors, when any are placed now),
         loaded here on the calling thread."""
         if actors is None:
             actors = self.scene.actors.count > 0
         tracer = "rows" if self.backend == "embree" else self.backend
-        kernel = kernels.render_kernel(tracer, actors, self._light.shading != Shading.NONE, self._light.shadows)
+        kernel = kernels.render_kernel(
+            tracer, actors, self._light.shading != Shading.NONE, self._light.shadows, self._looks
+        )
         if kernel not in self._loaded:
             load_kernels(kernel.module, self.device)
             self._loaded.add(kernel)
@@ -460,7 +561,8 @@ class Renderer:
                 with stage("splats: boxes fitted"):
                     self.scene.splats.fit(self._cameras.p_WC, self._largest_footprint)
                 shaded = int(self._light.shading != Shading.NONE)
-                inputs = [self._cameras, self._footprints, self.scene.splats.data, shaded, self._wanted]
+                tint = self._capture_tint, int(self._looks)
+                inputs = [self._cameras, self._footprints, self.scene.splats.data, shaded, *tint, self._wanted]
                 self._launch_all(splats.splat_pass_kernel, inputs, [self.buffers], unbounded=True)
         with stage("stereo shadow and invalid pixels"):
             if self._has_partners:  # the stereo shadow

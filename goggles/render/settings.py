@@ -38,6 +38,9 @@ class RenderSettings:
     pixel_order: which pixels a GPU warp's threads take together, one of ``PIXEL_ORDERS``: ``tiles``
         (8 x 4, rays side by side), ``rows`` (32 of one row), ``auto`` (tiles on CUDA where the width
         is a multiple of 8). Tiles on the CPU cost a thread per pixel: for comparisons only.
+    looks: each camera has its own look (``Renderer.set_looks``, ``goggles.render.looks``: sun,
+        ambient, sky, albedo and swapped textures, exposure, a capture's colour); each starts as the
+        scene's own (the same bytes as without).
     """
 
     outputs: frozenset[str] = field(default=frozenset(OUTPUTS))
@@ -50,6 +53,7 @@ class RenderSettings:
     background_rgb: tuple[float, float, float] = (0.62, 0.75, 0.90)
     sky_rgb: tuple[float, float, float] | None = None
     pixel_order: str = "auto"
+    looks: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "outputs", frozenset(_strings(self.outputs, "outputs")))
@@ -75,6 +79,8 @@ class RenderSettings:
             if colour is not None:
                 object.__setattr__(self, name, tuple(float(v) for v in colour))
         object.__setattr__(self, "sun_W", tuple(float(v) for v in sun))
+        if not isinstance(self.looks, bool):
+            raise ConfigError(f"looks {self.looks!r}: true or false")
 
 
 def _strings(values: Collection[str], what: str) -> list[str]:

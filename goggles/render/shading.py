@@ -4,6 +4,7 @@ from enum import IntEnum
 
 import warp as wp
 
+from goggles.render.looks import TEXTURE_METRES as _TEXTURE_METRES
 from goggles.runtime.kernel_options import FORWARD_ONLY
 from goggles.world.appearance import SceneData
 
@@ -28,6 +29,7 @@ class Shading(IntEnum):
 SHADING_UNLIT = wp.constant(int(Shading.UNLIT))
 SHADING_NONE = wp.constant(int(Shading.NONE))
 SHADING_LIDAR = wp.constant(int(Shading.LIDAR))
+TEXTURE_METRES = wp.constant(float(_TEXTURE_METRES))
 
 
 @wp.struct
@@ -45,10 +47,25 @@ class Lighting:
     """Pixels that hit nothing show a gradient from ``background`` (horizon) to ``zenith``."""
     zenith: wp.vec3
     sunlit: wp.array(dtype=wp.int8)
-    """(static faces,) how far no static geometry shades the face (``goggles.render.sunlit`` levels; 0:
-    trace): a hit within its level traces its shadow ray against the actors only. One 0 when shadows are off."""
+    """(static faces,) per sun (the scene's first, then looks' suns: ``look_table``), how far no static
+    geometry shades the face (``goggles.render.sunlit`` levels; 0: trace): a hit within its level traces
+    its shadow ray against the actors only. One 0 when shadows are off."""
     static_faces: int
     """Faces ``sunlit`` covers (the static scene's; 0 when shadows are off)."""
+    look_sun: wp.array(dtype=wp.vec4)
+    """Per camera (``goggles.render.looks``; read only by a render kernel built with looks): its
+    sun's unit direction and intensity."""
+    look_ambient: wp.array(dtype=float)
+    look_horizon: wp.array(dtype=wp.vec3)
+    """Per camera: the sky's colour at the horizon (the background's without a sky)."""
+    look_zenith: wp.array(dtype=wp.vec3)
+    look_exposure: wp.array(dtype=float)
+    look_table: wp.array(dtype=wp.int32)
+    """Per camera: which of the tables stacked in ``sunlit`` is its sun's, or -1 for none."""
+    look_albedo: wp.array2d(dtype=wp.vec3)
+    """(cameras, materials) factor on each material's albedo."""
+    look_texture: wp.array2d(dtype=wp.int32)
+    """(cameras, materials) texture swapped in for the material, or -1."""
 
 
 @wp.func
@@ -113,6 +130,62 @@ def albedo(scene: SceneData, face: int, u: float, v: float) -> wp.vec3:
     if texture >= 0:
         colour = wp.cw_mul(colour, sample_texture(scene, texture, corner_mix_vec2(scene.corner_uv, face, u, v)))
     return colour
+
+
+@wp.func
+def box_uv(point_W: wp.vec3, normal_W: wp.vec3) -> wp.vec2:
+    """Texture coordinates of a world point for a texture laid across the face's dominant axis,
+    ``TEXTURE_METRES`` per image (a swapped texture needs none from the mesh)."""
+    ax = wp.abs(normal_W[0])
+    ay = wp.abs(normal_W[1])
+    az = wp.abs(normal_W[2])
+    p = point_W / TEXTURE_METRES
+    if az >= ax and az >= ay:
+        return wp.vec2(p[0], p[1])
+    if ax >= ay:
+        return wp.vec2(p[1], p[2])
+    return wp.vec2(p[0], p[2])
+
+
+@wp.func
+def looked_albedo(
+    scene: SceneData, light: Lighting, c: int, face: int, u: float, v: float, point_W: wp.vec3, normal_W: wp.vec3
+) -> wp.vec3:
+    """``albedo`` under camera ``c``'s look: its factor on the material, or a texture swapped in."""
+    material = scene.face_material[face]
+    if material >= light.look_albedo.shape[1]:  # a material added after the looks were set
+        return albedo(scene, face, u, v)
+    swapped = light.look_texture[c, material]
+    colour = wp.vec3(0.0)
+    if swapped < 0:
+        colour = albedo(scene, face, u, v)
+    else:
+        colour = wp.cw_mul(
+            corner_mix_vec3(scene.corner_rgb, face, u, v), sample_texture(scene, swapped, box_uv(point_W, normal_W))
+        )
+    return wp.cw_mul(colour, light.look_albedo[c, material])
+
+
+@wp.func
+def looked_shade(light: Lighting, c: int, colour: wp.vec3, normal_W: wp.vec3, sunlit: float) -> wp.vec3:
+    """``shade`` under camera ``c``'s look (its sun, intensity and ambient), then its exposure."""
+    exposure = light.look_exposure[c]
+    if light.shading == SHADING_UNLIT:
+        return colour * exposure
+    sun = light.look_sun[c]
+    ambient = wp.min(light.look_ambient[c], 1.0)
+    lambert = wp.max(wp.dot(normal_W, wp.vec3(sun[0], sun[1], sun[2])), 0.0) * sunlit * sun[3]
+    return colour * ((ambient + (1.0 - ambient) * lambert) * exposure)
+
+
+@wp.func
+def looked_sky(light: Lighting, c: int, direction_W: wp.vec3) -> wp.vec3:
+    """``sky_colour`` under camera ``c``'s look."""
+    colour = light.look_horizon[c]
+    if light.sky:
+        up = wp.clamp(direction_W[2], 0.0, 1.0)
+        colour = colour * (1.0 - up) + light.look_zenith[c] * up
+    return colour * light.look_exposure[c]
 
 
 @wp.func

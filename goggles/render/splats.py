@@ -38,13 +38,16 @@ def splat_pass_kernel(
     footprints: wp.array3d(dtype=float),
     splats: SplatData,
     shaded: int,
+    tint: wp.array(dtype=wp.vec3),
+    tinted: int,
     wanted: OutputFlags,
     row_stride: int,
     row_offset: int,
     span: int,
     out: ImageBuffers,
 ):
-    """Composite the splats over every pixel of rows ``row_offset + k * row_stride``."""
+    """Composite the splats over every pixel of rows ``row_offset + k * row_stride`` (``tinted``: each
+    camera's colours times its ``tint``)."""
     c, k, block = wp.tid()
     y = row_offset + k * row_stride
     table = cameras.ray_table[c]
@@ -71,9 +74,12 @@ def splat_pass_kernel(
             continue
         if shaded != 0:
             keep = hit.transmittance
+            rgb = hit.rgb
+            if tinted != 0:  # the camera's look: the capture's colour and the camera's exposure
+                rgb = wp.cw_mul(rgb, tint[c])
             for channel in range(3):
                 behind = float(out.rgb[c, y, x, channel]) / 255.0
-                out.rgb[c, y, x, channel] = to_byte(hit.rgb[channel] + keep * behind)
+                out.rgb[c, y, x, channel] = to_byte(rgb[channel] + keep * behind)
         if hit.t_half < 0.0:
             continue
         write_hit(out, wanted, cameras.min_depth[c], c, y, x, hit.t_half, along, hit.segment, FACE_NONE)

@@ -112,6 +112,8 @@ class DeviceScene:
         self.obstacle_count = 0
         """The first this many placed instances are obstacles (``set_actors``)."""
         self._obstacles: tuple[tuple, ActorData] | None = None
+        self._extra_textures: list[np.ndarray] = []
+        self._texture_sets: list[tuple[int, tuple]] = []
         self._upload_appearance()
 
     def _append_shape(self, shape: ActorShape) -> None:
@@ -137,7 +139,8 @@ class DeviceScene:
         d = self.device
         table, first_face = stack_appearance([self.static, *self._shape_scenes])
         data = self.data
-        textures = table.textures or [np.zeros((1, 1, 3), np.uint8)]
+        extra = list(self._extra_textures)  # first, so that their indices stay when shapes come and go
+        textures = extra + table.textures or [np.zeros((1, 1, 3), np.uint8)]
         key = tuple(id(t) for t in textures)
         if key != getattr(self, "_texture_key", None):  # an avatar brings no texture: keep the upload
             self._upload_textures(textures)
@@ -147,10 +150,29 @@ class DeviceScene:
         data.face_material = wp.array(table.face_material, dtype=wp.int32, device=d)
         data.face_segment = wp.array(table.face_segment, dtype=wp.int32, device=d)
         data.material_rgb = wp.array(table.material_rgb, dtype=wp.vec3, device=d)
-        data.material_texture = wp.array(table.material_texture, dtype=wp.int32, device=d)
+        own = np.asarray(table.material_texture, np.int32)
+        data.material_texture = wp.array(np.where(own >= 0, own + len(extra), own), dtype=wp.int32, device=d)
         data.face_reflectivity = wp.zeros(0, dtype=float, device=d)  # a LiDAR's renderer fills it when needed
         self.actors.shape_mesh = wp.array([m.id for m in self._shape_meshes] or [0], dtype=wp.uint64, device=d)
         self.actors.shape_first_face = wp.array(list(first_face[1:]) or [0], dtype=wp.int32, device=d)
+
+    def add_textures(self, images: Sequence[np.ndarray]) -> int:
+        """Put images into the texture table (looks swap them in: ``goggles.render.looks``) and say the
+        index of the first; the same images (by identity) again are not added twice."""
+        images = tuple(images)
+        for first, added in self._texture_sets:
+            if len(added) == len(images) and all(a is b for a, b in zip(added, images)):
+                return first
+        for i, image in enumerate(images):
+            if not (
+                isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+            ):
+                raise ConfigError(f"texture {i}: an (H, W, 3) uint8 image, got {getattr(image, 'shape', image)!r}")
+        first = len(self._extra_textures)
+        self._extra_textures = [*self._extra_textures, *images]
+        self._texture_sets.append((first, images))
+        self._upload_appearance()
+        return first
 
     def _upload_textures(self, textures: list[np.ndarray]) -> None:
         sizes = np.array([[t.shape[1], t.shape[0]] for t in textures], np.int32)
