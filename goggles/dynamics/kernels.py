@@ -203,8 +203,8 @@ def step_vehicles_kernel(
             passing = wp.length(x.v - air)
             turbulence, rng = turbulence_step(settings.wind, turbulence, height, passing, dt, rng)
             air += turbulence_velocity(turbulence, height, passing, steady, w20)
-        if settings.wind.gust_count > 0:
-            air += gusts_at(settings.wind, float(first_step + k) * dt)
+        if settings.wind.gust_count > 0 or settings.wind.vehicle_gusts != 0:
+            air += gusts_at(settings.wind, i, float(first_step + k) * dt)
         if settings.wind.has_field != 0:
             air += field_at(settings.wind, x.p)
         force_noise = wp.vec3(0.0)

@@ -294,6 +294,31 @@ class MultirotorSim:
         wind.vehicle_speed.assign(speeds)
         wind.vehicle_w20.assign(w20)
 
+    def set_gusts(self, vehicles, start_s, duration_s, peak) -> None:
+        """Give ``vehicles`` a 1-cosine gust each, besides the run's: from sim time ``start_s`` (this
+        simulator's clock, ``time()``) for ``duration_s``, ``peak`` (k, 3) m/s at its middle, world ENU;
+        each an array over them (a zero peak: none). The others keep theirs.
+
+        Raises:
+            ConfigError: a value that is not finite, or a duration not above 0.
+        """
+        chosen = self._indices(vehicles)
+        start = np.broadcast_to(np.asarray(start_s, np.float64), chosen.shape)
+        duration = np.broadcast_to(np.asarray(duration_s, np.float64), chosen.shape)
+        peak = np.broadcast_to(np.asarray(peak, np.float64), (*chosen.shape, 3))
+        if not (np.all(np.isfinite(start)) and np.all(np.isfinite(peak)) and np.all(duration > 0)):
+            raise ConfigError("gusts need finite starts and peaks and durations above 0 s")
+        wind = self.settings.wind
+        for array, values in (
+            (wind.vehicle_gust_start, start),
+            (wind.vehicle_gust_duration, duration),
+            (wind.vehicle_gust_peak, peak),
+        ):
+            host = array.numpy()
+            host[chosen] = values
+            array.assign(host)
+        wind.vehicle_gusts = 1
+
     def set_airframes(self, airframes: Sequence[Airframe], vehicles: Sequence[int] | None = None) -> None:
         """Give vehicles their own parameters (domain randomisation): ``airframes[k]`` for vehicle
         ``vehicles[k]`` (default every vehicle in order). The simulated body and its controller both

@@ -238,6 +238,11 @@ class WindParams:
     vehicle_towards: wp.array(dtype=wp.vec3)
     vehicle_speed: wp.array(dtype=float)
     vehicle_w20: wp.array(dtype=float)
+    vehicle_gusts: int
+    """1: each vehicle's own 1-cosine gust from the arrays below (``MultirotorSim.set_gusts``), besides the run's."""
+    vehicle_gust_start: wp.array(dtype=float)
+    vehicle_gust_duration: wp.array(dtype=float)
+    vehicle_gust_peak: wp.array(dtype=wp.vec3)
 
 
 def wind_params(settings: WindSettings | None, device, count: int = 1) -> WindParams:
@@ -249,6 +254,10 @@ def wind_params(settings: WindSettings | None, device, count: int = 1) -> WindPa
     params.vehicle_towards = wp.zeros(max(count, 1), dtype=wp.vec3, device=device)
     params.vehicle_speed = wp.zeros(max(count, 1), dtype=float, device=device)
     params.vehicle_w20 = wp.zeros(max(count, 1), dtype=float, device=device)
+    params.vehicle_gusts = 0
+    params.vehicle_gust_start = wp.zeros(max(count, 1), dtype=float, device=device)
+    params.vehicle_gust_duration = wp.ones(max(count, 1), dtype=float, device=device)
+    params.vehicle_gust_peak = wp.zeros(max(count, 1), dtype=wp.vec3, device=device)
     towards = -np.array([math.sin(math.radians(s.from_deg)), math.cos(math.radians(s.from_deg)), 0.0])
     params.towards = wp.vec3(*towards.astype(np.float32))
     params.speed = float(s.speed)
@@ -333,13 +342,22 @@ def field_at(wind: WindParams, p: wp.vec3) -> wp.vec3:
 
 
 @wp.func
-def gusts_at(wind: WindParams, t: float) -> wp.vec3:
+def one_gust(start: float, duration: float, peak: wp.vec3, t: float) -> wp.vec3:
+    """A 1-cosine gust's velocity at sim time ``t``."""
+    since = t - start
+    if since >= 0.0 and since <= duration:
+        return peak * (0.5 * (1.0 - wp.cos(2.0 * wp.pi * since / duration)))
+    return wp.vec3(0.0)
+
+
+@wp.func
+def gusts_at(wind: WindParams, i: int, t: float) -> wp.vec3:
+    """The run's gusts and vehicle ``i``'s own at sim time ``t``."""
     total = wp.vec3(0.0)
     for k in range(wind.gust_count):
-        since = t - wind.gust_start[k]
-        duration = wind.gust_duration[k]
-        if since >= 0.0 and since <= duration:
-            total += wind.gust_peak[k] * (0.5 * (1.0 - wp.cos(2.0 * wp.pi * since / duration)))
+        total += one_gust(wind.gust_start[k], wind.gust_duration[k], wind.gust_peak[k], t)
+    if wind.vehicle_gusts != 0:
+        total += one_gust(wind.vehicle_gust_start[i], wind.vehicle_gust_duration[i], wind.vehicle_gust_peak[i], t)
     return total
 
 

@@ -18,6 +18,10 @@ IMU noise, offsets on the camera mounting.
     speed = { uniform = [0.0, 8.0] }         # m/s at the reference height
     from_deg = { uniform = [0.0, 360.0] }    # the compass bearing it blows from
     turbulence = { uniform = [0.0, 30.0] }   # MIL-F-8785C's W20, knots (15 light, 30 moderate, 45 severe)
+    gust_speed = { uniform = [0.0, 6.0] }    # one 1-cosine gust per episode: its peak, m/s (0: none)
+    gust_from_deg = { uniform = [0.0, 360.0] }
+    gust_in_s = { uniform = [0.0, 5.0] }     # its start, after the episode's
+    gust_duration_s = { uniform = [1.0, 3.0] }
     [looks]                         # each environment's camera's look (goggles.render.looks: every key)
     sun_elevation_deg = { uniform = [15.0, 75.0] }
     albedo = { normal = [1.0, 0.15] }        # factor per material and colour channel
@@ -57,7 +61,15 @@ PARAMETERS = {
     "imu": {"noise": 1.0},
     "camera": {"pitch_deg": 0.0},
     "gates": {"perturbation": 1.0},
-    "wind": {"speed": 0.0, "from_deg": 0.0, "turbulence": 0.0},
+    "wind": {
+        "speed": 0.0,
+        "from_deg": 0.0,
+        "turbulence": 0.0,
+        "gust_speed": 0.0,
+        "gust_from_deg": 0.0,
+        "gust_in_s": 0.0,
+        "gust_duration_s": 2.0,
+    },
 }
 #: The same by ``table.key`` name.
 DEFAULTS = {f"{table}.{key}": value for table, keys in PARAMETERS.items() for key, value in keys.items()}
@@ -69,6 +81,9 @@ FLOORS = {name: (0.0, True) for name in DEFAULTS if name.startswith("airframe.")
     "gates.perturbation": (0.0, False),
     "wind.speed": (0.0, False),
     "wind.turbulence": (0.0, False),
+    "wind.gust_speed": (0.0, False),
+    "wind.gust_in_s": (0.0, False),
+    "wind.gust_duration_s": (0.0, True),
 }
 
 

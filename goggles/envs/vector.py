@@ -653,10 +653,13 @@ class DroneVectorEnv(VectorEnv):
         self._episode_host[envs] += 1
         airframes = [randomized_airframe(self.nominal, v) for v in values]
         self.sim.set_airframes(airframes, envs)
-        drawn_wind = any(name.startswith("wind.") for name in self.randomization.distributions)
+        columns = ("wind.speed", "wind.from_deg", "wind.turbulence")
+        drawn_wind = any(name in columns for name in self.randomization.distributions)
+        drawn_gusts = any(name.startswith("wind.gust_") for name in self.randomization.distributions)
         if drawn_wind:  # each environment's own air; else the env's wind= for all
-            columns = ("wind.speed", "wind.from_deg", "wind.turbulence")
             self.sim.set_wind(envs, *([v[name] for v in values] for name in columns))
+        if drawn_gusts:
+            self._draw_gusts(envs, values)
         hover_speed, hover_thrust = self._hover_speed.numpy(), self._hover_thrust.numpy()
         R_BC, perturbation = self._R_BC.numpy(), self.episodes.perturbation.numpy()
         for i, af, v in zip(envs, airframes, values):
@@ -666,7 +669,7 @@ class DroneVectorEnv(VectorEnv):
             R_BC[i] = R_up.T @ R_BODY_OPTICAL  # nose up by pitch: a rotation of -pitch about body y
             perturbation[i] = v["gates.perturbation"]
             for name, value in v.items():
-                if name.startswith("wind.") and not drawn_wind:
+                if name in columns and not drawn_wind or name.startswith("wind.gust_") and not drawn_gusts:
                     continue  # the env's wind= blows, not these defaults
                 self._drawn.setdefault(name, np.full(self.num_envs, DEFAULTS.get(name, np.nan)))
                 self._drawn[name][i] = value
@@ -674,6 +677,16 @@ class DroneVectorEnv(VectorEnv):
         self._hover_thrust.assign(hover_thrust)
         self._R_BC.assign(R_BC)
         self.episodes.perturbation.assign(perturbation)
+
+    def _draw_gusts(self, envs: np.ndarray, values: list[dict[str, float]]) -> None:
+        """One 1-cosine gust per restarting environment, timed from its episode's start (the device's
+        clock: recorded steps do not advance the host's count)."""
+        now = float(self.sim.state_arrays.clock.numpy()[0]) * self.sim.dt
+        start = [now + v["wind.gust_in_s"] for v in values]
+        bearing = np.radians([v["wind.gust_from_deg"] for v in values])
+        speed = np.array([v["wind.gust_speed"] for v in values])
+        peak = -speed[:, None] * np.stack([np.sin(bearing), np.cos(bearing), np.zeros_like(bearing)], axis=1)
+        self.sim.set_gusts(envs, start, [v["wind.gust_duration_s"] for v in values], peak)
 
     def _draw_looks(self, envs: np.ndarray, values: list[dict[str, float]]) -> None:
         """Each restarting environment's camera draws its look for the episode (the scene stays as it

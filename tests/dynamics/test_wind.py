@@ -254,3 +254,26 @@ def test_a_bad_wind_field_is_one_line_naming_the_file_and_the_key(tmp_path, chan
     path, *_ = linear_field(tmp_path, **changes)
     with pytest.raises(ConfigError, match=f"field.npz: {re.escape(said)}"):
         WindField.load(path)
+
+
+def test_a_vehicles_own_gust_adds_to_the_runs():
+    airframe = load_airframe("fg-quad")
+    run_gust = Gust(start_s=0.5, duration_s=1.0, peak=(0.0, 2.0, 0.0))
+    settings = SimulatorSettings(wind=WindSettings(gusts=(run_gust,)), **QUIET)
+    sim = MultirotorSim(airframe, 2, settings, device="cpu")
+    sim.reset(position=[[0.0, 0.0, 10.0], [5.0, 0.0, 10.0]], rotor_speed=airframe.hover_speed)
+    sim.set_command(ControlMode.POSITION, [[0.0, 0.0, 10.0, 0.0], [5.0, 0.0, 10.0, 0.0]])
+    sim.set_gusts([1], start_s=[0.25], duration_s=[2.0], peak=[[3.0, 0.0, 1.0]])
+    for _ in range(24):
+        sim.step(96)
+        t = sim.time - sim.dt
+
+        def cosine(since: float, duration: float) -> float:
+            return 0.5 * (1.0 - math.cos(2.0 * math.pi * since / duration)) if 0.0 <= since <= duration else 0.0
+
+        run = np.array([0.0, 2.0, 0.0]) * cosine(t - 0.5, 1.0)
+        own = np.array([3.0, 0.0, 1.0]) * cosine(t - 0.25, 2.0)
+        assert np.allclose(sim.states().wind[0], run, atol=1e-4), t
+        assert np.allclose(sim.states().wind[1], run + own, atol=1e-4), t
+    with pytest.raises(ConfigError, match="durations above 0"):
+        sim.set_gusts([0], start_s=[0.0], duration_s=[0.0], peak=[[1.0, 0.0, 0.0]])

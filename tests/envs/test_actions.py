@@ -128,3 +128,43 @@ def test_each_environment_draws_its_own_wind_per_episode_and_reports_it(tmp_path
         assert not np.allclose(info["randomization"]["wind.speed"], speeds)
     finally:
         env.close()
+
+
+def test_each_environment_meets_its_own_gust_timed_from_its_episodes_start(tmp_path):
+    """``[wind] gust_*``: one 1-cosine gust per environment and episode, from the bearing drawn, starting
+    ``gust_in_s`` after that environment's episode began (a masked reset later starts its own later)."""
+    import torch
+
+    from goggles.envs.vector import DroneVectorEnv
+
+    spec = tmp_path / "gusty.toml"
+    spec.write_text(
+        "[wind]\ngust_speed = { uniform = [4.0, 4.0] }\ngust_from_deg = { uniform = [90.0, 90.0] }\n"
+        "gust_in_s = { uniform = [0.25, 0.25] }\ngust_duration_s = { uniform = [0.5, 0.5] }\n"
+    )
+    env = DroneVectorEnv(2, control="velocity", device="cpu", seed=2, randomization=spec)
+    dt = env.sim.dt * env.physics_per_action  # 1/120 s per step
+
+    def air_after(steps: int) -> np.ndarray:
+        for _ in range(steps):
+            env.step(torch.zeros(2, 4))
+        return env.sim.states().wind
+
+    def expected(since: float) -> np.ndarray:  # the last physics step's air, from its start
+        t = since - env.sim.dt - 0.25
+        return np.array([-4.0, 0.0, 0.0]) * (0.5 * (1.0 - np.cos(2 * np.pi * t / 0.5)) if 0 <= t <= 0.5 else 0.0)
+
+    try:
+        _, info = env.reset()
+        assert np.all(info["randomization"]["wind.gust_speed"] == 4.0)
+        assert np.allclose(air_after(24), expected(24 * dt), atol=1e-4)  # 0.2 s: before it
+        air = air_after(6)  # 0.25 s: it begins
+        assert np.allclose(air, expected(30 * dt), atol=1e-4)
+        air = air_after(30)  # 0.5 s: its peak, blowing west (from the east)
+        assert np.allclose(air, expected(60 * dt), atol=1e-4) and air[0, 0] < -3.9
+        env.reset(options={"reset_mask": np.array([False, True])})  # env 1 starts again at 0.5 s
+        air = air_after(60)  # 1.0 s: env 0's is over, env 1's at its peak
+        assert np.allclose(air[0], 0.0, atol=1e-4)
+        assert np.allclose(air[1], expected(60 * dt), atol=1e-4)
+    finally:
+        env.close()
