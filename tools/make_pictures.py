@@ -6,8 +6,9 @@
 images and the left depth as its D435 model measures it, and the preview page's third-person view of
 the quad. ``wide``: the same flight through assets/run-wide.toml's cameras: the T265-like fisheye's
 left colour and depth (range along each ray), and the event camera's events of the last 20 ms (ON
-white, OFF blue). ``splats``: the demo's captured houseplant (a Gaussian splat) close up in the arena, its colour
-and depth among the meshes, and the PLAYBOT capture where ../shared holds it. Deterministic on one
+white, OFF blue). ``splats``: the demo's captured houseplant (a Gaussian splat) close up in the arena,
+its colour and depth among the meshes, and the PLAYBOT capture where ../shared holds it. ``looks``: one
+view of the arena under eight looks drawn from assets/randomization-looks.toml. Deterministic on one
 machine: the flight is the engine's, in sim time.
 """
 
@@ -166,7 +167,40 @@ def splats(out: Path) -> Path:
     return path
 
 
-PICTURES = {"demo": demo, "wide": wide, "splats": splats}
+def looks(out: Path) -> Path:
+    """One view of the arena (the mug, pillars, cones) under eight looks drawn from assets/randomization-looks.toml
+    (seed 0, environments 0 to 7): one renderer, a look per camera, the scene uploaded once."""
+    from goggles.frames import camera_pose_from_body, quat_from_euler, transform
+    from goggles.paths import assets_dir, default_run, default_scene
+    from goggles.render import CameraModel, RenderSettings
+    from goggles.render.looks import LooksSpec, sun_angles
+    from goggles.rig import parts
+    from goggles.rig.runfile import load_run_config
+    from goggles.scene import load_static_scene
+    from goggles.scene.batch import place_splats
+    from goggles.world import DeviceScene
+
+    camera = CameraModel.from_fov(240, 180, 70.0)
+    demo = load_run_config(default_run())
+    arena = DeviceScene(place_splats(load_static_scene(default_scene()), demo.splats, demo.source), "cpu")
+    T_WC = camera_pose_from_body(transform([5.6, 0.6, 1.6], quat_from_euler(0.0, 0.3, 0.35)))
+    renderer = parts.renderer(arena, [camera] * 8, RenderSettings(outputs={"rgb"}, looks=True))
+    spec = LooksSpec.load(assets_dir() / "randomization-looks.toml")
+    drawn = [spec.draw(0, k, 0, renderer.look_materials, renderer.settings.sun_W) for k in range(8)]
+    renderer.set_looks(drawn, spec.textures)
+    renderer.render(np.repeat(T_WC[None], 8, axis=0))
+    rgb = renderer.images().rgb
+    renderer.close()
+    tiles = []
+    for k, look in enumerate(drawn):
+        elevation, bearing = sun_angles(look.sun_W)
+        tiles.append(_label(rgb[k][:, :, ::-1], f"env {k}: sun {elevation:.0f} deg, from {bearing:.0f}"))
+    path = out / "looks.png"
+    cv2.imwrite(str(path), np.vstack([np.hstack(tiles[:4]), np.hstack(tiles[4:])]))
+    return path
+
+
+PICTURES = {"demo": demo, "wide": wide, "splats": splats, "looks": looks}
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ which goggles replays, Foxglove shows and ``goggles.logs.record.read_log`` (or a
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import json
@@ -49,13 +50,21 @@ class Job:
     rig: str | None
     scene: str | None
     seed: int | None
+    looks: str | None = None
+    """A file whose ``[looks]`` table draws how the world looks (``goggles.render.looks``), or None."""
+    look: int | None = None
+    """Which of its draws (0, 1, ...): one flight rendered under several looks."""
 
     @property
     def id(self) -> str:
-        """Stable across runs: the same log, rig, scene and seed give the same id."""
-        digest = hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+        """Stable across runs: the same log, rig, scene, seed (and look) give the same id; a job without
+        looks keeps the id it had before looks existed."""
+        fields = {k: v for k, v in asdict(self).items() if not (k in ("looks", "look") and v is None)}
+        digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
         parts = [Path(self.log).stem, Path(self.rig).stem if self.rig else "recorded"]
         parts += [Path(self.scene).stem if self.scene else "scene", f"s{self.seed}" if self.seed is not None else "s-"]
+        if self.look is not None:
+            parts.append(f"look{self.look}")
         return "__".join(parts + [digest])
 
     @property
@@ -123,37 +132,46 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
     if not isinstance(job_tables, list):
         raise top.error("job", "[[job]] tables")
     if "jobs" in data:
-        product = Table(path, "[jobs]", data["jobs"], {"logs", "rigs", "scenes", "seeds"})
+        product = Table(path, "[jobs]", data["jobs"], {"logs", "rigs", "scenes", "seeds", "looks", "looks_per_flight"})
         seeds = product.get("seeds", [None])
         if seeds != [None] and not (isinstance(seeds, list) and seeds and all(is_whole(s, 0, MAX_SEED) for s in seeds)):
             raise product.error("seeds", f"a list of integers from 0 to {MAX_SEED}")
         logs, rigs, scenes = paths(product, "logs", required=True), paths(product, "rigs"), paths(product, "scenes")
-        count = len(logs) * len(rigs) * len(scenes) * len(seeds) + len(job_tables)
+        (looks,) = _looks_file(product, paths)
+        per_flight = product.integer("looks_per_flight", 1 if looks else None, low=1, high=MAX_JOBS)
+        if per_flight is not None and looks is None:
+            raise product.error("looks_per_flight", 'used with looks = "<a file with a [looks] table>"')
+        views = [None] if looks is None else list(range(per_flight))
+        count = len(logs) * len(rigs) * len(scenes) * len(seeds) * len(views) + len(job_tables)
         if count > MAX_JOBS:
             raise ConfigError(
                 f"{path}: [jobs]: {len(logs):,} logs x {len(rigs):,} rigs x {len(scenes):,} scenes x "
-                f"{len(seeds):,} seeds (and {len(job_tables):,} [[job]] tables) make {count:,} jobs; at most "
-                f"{MAX_JOBS:,} in one spec: split it into several"
+                f"{len(seeds):,} seeds x {len(views):,} looks (and {len(job_tables):,} [[job]] tables) make "
+                f"{count:,} jobs; at most {MAX_JOBS:,} in one spec: split it into several"
             )
         for log_path in logs:
             for rig in rigs:
                 for scene in scenes:
-                    jobs += [Job(log_path, rig, scene, seed) for seed in seeds]
+                    jobs += [Job(log_path, rig, scene, seed, looks, v) for seed in seeds for v in views]
     if len(job_tables) > MAX_JOBS:
         raise ConfigError(f"{path}: {len(job_tables):,} [[job]] tables; at most {MAX_JOBS:,} in one spec")
     for i, entry in enumerate(job_tables):
-        table = Table(path, f"[[job]] {i + 1}", entry, {"log", "rig", "scene", "seed"})
+        table = Table(path, f"[[job]] {i + 1}", entry, {"log", "rig", "scene", "seed", "looks", "look"})
         seed = table.integer("seed", None, low=0, high=MAX_SEED)
         (log_path,) = paths(table, "log", required=True)
         (rig,) = paths(table, "rig")
         (scene,) = paths(table, "scene")
-        jobs.append(Job(log_path, rig, scene, seed))
+        (looks,) = _looks_file(table, paths)
+        look = table.integer("look", 0 if looks else None, low=0, high=MAX_JOBS)
+        if look is not None and looks is None:
+            raise table.error("look", 'used with looks = "<a file with a [looks] table>"')
+        jobs.append(Job(log_path, rig, scene, seed, looks, look))
     if not jobs:
         raise ConfigError(f"{path}: no jobs: give a [jobs] table (logs = [...]) or [[job]] tables")
 
     checked: set[str] = set()
-    for job in jobs:  # every file once: logs readable as logs, rigs and scenes loadable
-        for kind, value in (("log", job.log), ("rig", job.rig), ("scene", job.scene)):
+    for job in jobs:  # every file once: logs readable as logs, rigs, scenes and looks loadable
+        for kind, value in (("log", job.log), ("rig", job.rig), ("scene", job.scene), ("looks", job.looks)):
             if value is None or value in checked:
                 continue
             checked.add(value)
@@ -167,6 +185,8 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
                     rig = load_run_config(value)
                     if rig.scene is not None:
                         _check_scene(rig.scene)
+                elif kind == "looks":
+                    looks_spec(value)
                 else:
                     _check_scene(Path(value))
             except GogglesError as exc:  # a scene's or rig's own error already names its file and key
@@ -175,6 +195,24 @@ def load_dataset_spec(path: str | Path) -> DatasetSpec:
     if len(set(ids)) != len(ids):
         raise ConfigError(f"{path}: the same job is listed twice ({len(ids) - len(set(ids))} duplicate(s))")
     return DatasetSpec(path, output, tuple(jobs), device, workers)
+
+
+def _looks_file(table: Table, paths) -> list[str | None]:
+    """``looks``: one file with a ``[looks]`` table (or none)."""
+    value = table.get("looks")
+    found = paths(table, "looks") if isinstance(value, str) or value is None else []
+    if len(found) != 1:
+        raise table.error("looks", "the path of one file with a [looks] table")
+    return found
+
+
+@functools.cache
+def looks_spec(path: str):
+    """A looks file's spec, read once per process: its textures are the same arrays for every job, so
+    a world kept for the next job holds them once."""
+    from goggles.render.looks import LooksSpec
+
+    return LooksSpec.load(path)
 
 
 def _check_scene(path: Path) -> None:
@@ -253,6 +291,7 @@ def render_job(job: Job, output: Path, device=None, worlds: WorldCache | None = 
                 sensors=_path(job.rig),
                 scene=_path(job.scene),
                 seed=job.seed,
+                looks=None if job.looks is None else (looks_spec(job.looks), job.look),
                 record=partial,
                 device=device,
                 threads=1,

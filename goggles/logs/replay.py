@@ -51,9 +51,12 @@ class ReplayResult:
     """Why this log could not be replayed (a batch goes on with the others), or None."""
 
 
-def replay_config(path: Path, sensors: Path | None, scene: Path | None, *, seed: int | None = None):
+def replay_config(
+    path: Path, sensors: Path | None, scene: Path | None, *, seed: int | None = None, looks: tuple | None = None
+):
     """The run configuration of a replay: ``sensors`` or the recording's own, in REPLAY mode, no buses;
-    ``seed`` (the sensors' noise) instead of the run file's."""
+    ``seed`` (the sensors' noise) instead of the run file's; ``looks`` (a ``LooksSpec`` and the number
+    of its draw) instead of the run file's ``[looks]``."""
     if sensors is not None:
         config = load_run_config(sensors)
     else:
@@ -80,6 +83,8 @@ def replay_config(path: Path, sensors: Path | None, scene: Path | None, *, seed:
         changes["seed"] = int(seed)
     if scene is not None:
         changes["scene"] = scene.resolve()
+    if looks is not None:
+        changes["looks"], changes["look"] = looks
     return dataclasses.replace(config, **changes)
 
 
@@ -97,14 +102,16 @@ def replay_file(
     world=None,
     max_gap_s: float = MAX_GAP_S,
     sinks=(),
+    looks: tuple | None = None,
 ) -> ReplayResult:
     """Replay one log (see the module docstring); ``threads`` caps CPU render threads (batch jobs use 1);
     ``seed`` replaces the run file's; ``world``: one already built for this run's scene (``Engine``);
-    ``max_gap_s``: see ``replay_into``; ``sinks``: more places the outputs go (a Foxglove server)."""
+    ``max_gap_s``: see ``replay_into``; ``sinks``: more places the outputs go (a Foxglove server);
+    ``looks``: (``LooksSpec``, which draw) for the colour cameras (``replay_config``)."""
     from goggles.engine import Engine
 
     check_record_path(path, record)
-    config = replay_config(Path(path), sensors, scene, seed=seed)
+    config = replay_config(Path(path), sensors, scene, seed=seed, looks=looks)
     recorder = None
     if record is not None:
         metadata = {"run_file": _config_text(sensors, path), "replayed_from": str(path)}

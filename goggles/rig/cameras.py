@@ -7,12 +7,14 @@ where the right one cannot see (the stereo shadow).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from goggles.dynamics.model import period_steps
 from goggles.render import CameraModel, Renderer, RenderSettings, Shading
+from goggles.render.looks import Look, LooksSpec
 from goggles.rig import parts
 from goggles.rig.runfile import IMAGE_OUTPUTS, CameraConfig
 from goggles.runtime.device_copies import HostMirror, collect
@@ -226,6 +228,15 @@ def _motion(T0: np.ndarray, T1: np.ndarray, seconds: float) -> tuple[float, floa
     return float(np.linalg.norm(T1[:3, 3] - T0[:3, 3]) / seconds), float(np.arccos(cos) / seconds)
 
 
+def _camera_look(looks: LooksSpec, seed: int, look: int, camera: Camera, renderer) -> Look:
+    """The world's look ``look`` (stream 0: every camera sees the same sun and colours) with this
+    camera's own exposure and gain (its stream: both eyes of a pair share it)."""
+    materials, sun = renderer.look_materials, renderer.settings.sun_W
+    world = looks.draw(seed, 0, look, materials, sun)
+    own = looks.draw(seed, stream_of(f"{camera.vehicle}/{camera.config.name}"), look, materials, sun)
+    return dataclasses.replace(world, exposure=own.exposure)
+
+
 def camera_groups(
     scene: DeviceScene,
     configs,
@@ -235,11 +246,14 @@ def camera_groups(
     backend: str = "auto",
     recorded: bool | None = None,
     threads: int | None = None,
+    looks: LooksSpec | None = None,
+    look: int = 0,
 ) -> list[CameraGroup]:
     """Group the configured cameras by size and rate and give each group a renderer (``backend``: the
     primary-ray tracer, ``goggles.render.BACKENDS``; ``threads``: its CPU threads, None one per core)
     that writes only the outputs the group publishes; ``recorded``: replay recorded frames
-    (``CameraGroup.recorded``; None: on CUDA)."""
+    (``CameraGroup.recorded``; None: on CUDA); ``looks``: the world's look number ``look`` (one for
+    every camera: the sun, sky, albedo, textures, a capture's colour) and each camera's own exposure."""
     by_key: dict[tuple, list[tuple[Camera, int]]] = {}
     for c in configs:  # event cameras render at their own times: a group of their own each
         own = f"{c.vehicle}/{c.name}" if c.events is not None else ""
@@ -264,9 +278,12 @@ def camera_groups(
                 outputs=rendered,
                 backend=backend,
                 threads=threads,
+                looks=looks is not None and "rgb" in rendered,
             ),
             shadow_partner=[p for _, p in members],
         )
+        if looks is not None and "rgb" in rendered:
+            renderer.set_looks([_camera_look(looks, seed, look, m, renderer) for m, _ in members], looks.textures)
         detector = None
         if any("beacons" in m.config.outputs for m, _ in members):
             detector = BeaconSensor(scene, beacons, models, seed=seed, streams=streams)

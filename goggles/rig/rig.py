@@ -124,6 +124,8 @@ class Rig:
             backend=backend,
             recorded=recorded,
             threads=threads,
+            looks=config.looks,
+            look=config.look,
         )
         self.range_sensors = [
             (c, RangeSensor(scene, c.model, seed=config.seed, stream=stream_of(f"{c.vehicle}/{c.name}")))

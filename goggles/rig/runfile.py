@@ -27,6 +27,7 @@ from goggles.frames import quat_from_euler, quat_to_matrix
 from goggles.render.calibration import load_calibration
 from goggles.render.camera import MAX_IMAGE_SIDE, CameraModel, blindness, stereo_right_offset
 from goggles.render.lenses import LENSES
+from goggles.render.looks import LooksSpec
 from goggles.scene.actors import PropSpec
 from goggles.scene.assets import UNITS_M, UP_AXES
 from goggles.scene.scene_file import AssetSpec, asset_spec
@@ -213,6 +214,10 @@ class RunConfig:
     """Gaussian splats the run places in its scene (``[[splat]]`` tables, as a scene file's)."""
     wind: WindSettings | None = None
     """The air the simulated vehicles fly through (``[wind]``); None: still air."""
+    looks: LooksSpec | None = None
+    """How the world looks to the colour cameras (``[looks]``, ``goggles.render.looks``); None: the scene's own."""
+    look: int = 0
+    """Which of the looks' draws this run sees (a dataset renders one flight under several)."""
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -241,6 +246,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         "prop",
         "splat",
         "wind",
+        "looks",
     }
     top = Table(path, "top level", data, tables)
     base = path.parent if path is not None else Path.cwd()
@@ -319,6 +325,7 @@ def parse_run_config(data: dict, path: Path | None = None) -> RunConfig:
         props=_props(path, base, top.get("prop", [])),
         splats=_splats(path, base, top.get("splat", [])),
         wind=_wind(path, base, top.get("wind", None)),
+        looks=None if "looks" not in data else LooksSpec.from_table(data["looks"], f"{path}: [looks]", base),
         curve=CurveServer((base / zmq.text("curve_secret_key")).resolve(), (base / zmq.text("curve_clients")).resolve())
         if "curve_secret_key" in zmq.table
         else None,

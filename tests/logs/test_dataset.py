@@ -5,6 +5,7 @@ once."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -16,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from goggles.errors import ConfigError
-from goggles.logs.dataset import MANIFEST, load_dataset_spec, read_manifest, run_dataset
+from goggles.logs.dataset import MANIFEST, Job, load_dataset_spec, read_manifest, run_dataset
 from goggles.logs.record import read_log
 from goggles.logs.replay import replay_file
+from goggles.render.looks import LooksSpec
 from goggles.transport.schema import decode_any
 from tests.support import RUN_FILE, record_run
 
@@ -97,6 +99,12 @@ scene = "{REPO / "assets/arena.toml"}"
         ('[dataset]\noutput = "o"\n[[job]]\nlog = "a.mcap"\nseed = 1.0', "'seed' must be an integer from 0"),
         ('[dataset]\noutput = "o"\n[[job]]\nlog = "a.mcap"\nspeed = 2', "speed"),
         ('[dataset]\noutput = "o"', "no jobs"),
+        (
+            '[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nlooks_per_flight = 2',
+            "'looks_per_flight' must be used with looks",
+        ),
+        ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nlooks = ["x.toml", "y.toml"]', "'looks' must be"),
+        ('[dataset]\noutput = "o"\n[jobs]\nlogs = ["a.mcap"]\nlooks = "rig.toml"', "rig.toml does not load"),
     ],
 )
 def test_bad_specs_are_refused_before_any_job_starts(flights, body, says, capsys):
@@ -427,3 +435,51 @@ def test_a_cluster_that_asks_for_a_token_we_lack_is_one_line_that_says_so(flight
         result.stderr
     )
     assert not (tmp_path / "out" / MANIFEST).exists() or not read_manifest(tmp_path / "out")
+
+
+@pytest.mark.slow
+def test_a_flight_rendered_under_several_looks_changes_colour_only(flights, tmp_path):
+    """``looks`` and ``looks_per_flight``: a job per look; each look's colour images differ from the
+    others' and from a plain replay, its depth images are the plain replay's, and a look is the same
+    whichever run renders it."""
+    (tmp_path / "looks.toml").write_text(
+        "[looks]\nsun_elevation_deg = { uniform = [20.0, 70.0] }\nalbedo = { normal = [1.0, 0.3] }\n"
+        "exposure = { uniform = [0.6, 1.4] }\n"
+    )
+    text = f"""
+[dataset]
+output = "{tmp_path / "out"}"
+[jobs]
+logs = ["a.mcap"]
+rigs = ["rig.toml"]
+looks = "{tmp_path / "looks.toml"}"
+looks_per_flight = 2
+"""
+    spec = load_dataset_spec(write_spec(flights, text, "looks.toml"))
+    assert [j.look for j in spec.jobs] == [0, 1] and len({j.id for j in spec.jobs}) == 2
+    rows = run_dataset(spec, workers=1)
+    assert all(r["status"] == "done" for r in rows)
+    reference = tmp_path / "reference.mcap"
+    replay_file(flights / "a.mcap", sensors=flights / "rig.toml", record=reference)
+    plain = payloads(reference)
+    looked = [payloads(spec.output / r["output"]) for r in sorted(rows, key=lambda r: r["look"])]
+    assert all(set(images) == set(plain) for images in looked)
+    for key, image in plain.items():
+        same = [images[key] == image for images in looked]
+        assert all(same) if "depth" in key[0] else not any(same), key
+    again = tmp_path / "again.mcap"
+    replay_file(
+        flights / "a.mcap",
+        sensors=flights / "rig.toml",
+        record=again,
+        looks=(LooksSpec.load(tmp_path / "looks.toml"), 1),
+    )
+    assert payloads(again) == looked[1]
+    # A plain job's id is the one it had before looks existed (its digest of the four fields alone).
+    assert (
+        Job("a.mcap", None, None, 3).id
+        == "a__recorded__scene__s3__"
+        + hashlib.sha1(
+            json.dumps({"log": "a.mcap", "rig": None, "scene": None, "seed": 3}, sort_keys=True).encode()
+        ).hexdigest()[:10]
+    )

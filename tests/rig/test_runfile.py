@@ -176,3 +176,24 @@ def test_run_file_camera_from_calibration(tmp_path):
         tmp_path / "run.toml",
     )
     assert config.cameras[0].model.width == 1024 and config.cameras[0].rate == 60.0
+
+
+def test_a_run_files_looks_are_read_relative_to_it_and_bad_ones_name_the_file_and_key(tmp_path):
+    from goggles.paths import assets_dir
+    from goggles.rig.runfile import load_run_config
+
+    path = tmp_path / "run.toml"
+    base = '[[vehicle]]\nname = "q"\n'
+    path.write_text(
+        base + f'[looks]\nexposure = {{ uniform = [0.5, 2.0] }}\ntextures = "{assets_dir() / "textures"}"\n'
+    )
+    config = load_run_config(path)
+    assert config.looks is not None and len(config.looks.textures) == 4 and config.look == 0
+    for text, said in (
+        ("[looks]\nbrightness = { uniform = [0.5, 2.0] }\n", r"\[looks\] unknown key 'brightness'"),
+        ('[looks]\ntextures = "nowhere"\n', r"\[looks\] textures: .*nowhere is not a folder"),
+        ("[looks]\nsun_intensity = { uniform = [-1.0, 2.0] }\n", r"\[looks\] sun_intensity: uniform low -1"),
+    ):
+        path.write_text(base + text)
+        with pytest.raises(ConfigError, match=re.escape(str(path)) + ": " + said):
+            load_run_config(path)
