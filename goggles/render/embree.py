@@ -4,19 +4,83 @@ Embree's traversal is SIMD over wide BVH nodes, two to three times faster per th
 scalar CPU traversal on the same rays. It traces the static scene only; actors are found after it,
 by the same Warp code whatever traced the static scene (``kernels.shade_traced_kernel``).
 embreex has wheels for x86-64 Linux and Windows; elsewhere the Warp tracer is used.
+
+embreex traces a ray per call. Where a C compiler is there (Linux), camera rays go to Embree in
+packets of sixteen, a 4 x 4 block of pixels each (``embree_packets.c``, built once into goggles'
+cache and linked to the Embree library embreex ships): the same hits, fewer node visits. Without a
+compiler, or with ``GOGGLES_EMBREE_PACKETS=0``, embreex's single rays trace as before.
 """
 
 from __future__ import annotations
 
+import ctypes
+import glob
+import logging
 import os
+import sys
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
 from goggles.errors import ConfigError
+from goggles.runtime.native import build_library
 from goggles.runtime.progress import busy
 from goggles.scene.batch import StaticScene
+
+log = logging.getLogger(__name__)
+
+PACKETS_SOURCE = Path(__file__).with_name("embree_packets.c")
+_FLOATS = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
+_packets: list = []  # the loaded library, or the reason it is not (one try per process)
+
+
+def packets_library():
+    """The packet tracer (``embree_packets.c`` linked to embreex's Embree), loaded; or None, with the
+    reason logged once (no compiler, not Linux, no Embree library in embreex's wheel, a failed build)."""
+    if _packets:
+        return _packets[0] if not isinstance(_packets[0], str) else None
+    reason = None
+    if os.environ.get("GOGGLES_EMBREE_PACKETS", "1") == "0":
+        reason = "GOGGLES_EMBREE_PACKETS=0"
+    elif not sys.platform.startswith("linux"):
+        reason = f"not built on {sys.platform}"
+    else:
+        import embreex
+
+        found = sorted(glob.glob(str(Path(embreex.__file__).parent.parent / "embreex.libs" / "libembree4*.so*")))
+        if not found:
+            reason = "embreex's wheel holds no libembree4"
+        else:
+            folder = str(Path(found[0]).parent)
+            try:
+                path = build_library(
+                    PACKETS_SOURCE, "embree-packets", "Embree's ray packets", [found[0], f"-Wl,-rpath,{folder}"]
+                )
+                library = ctypes.CDLL(str(path))
+            except (ConfigError, OSError) as exc:
+                reason = str(exc)
+            else:
+                library.goggles_embree_new.restype = ctypes.c_void_p
+                library.goggles_embree_new.argtypes = [
+                    _FLOATS, ctypes.c_long, np.ctypeslib.ndpointer(np.uint32, flags="C_CONTIGUOUS"),
+                    ctypes.c_long, ctypes.POINTER(ctypes.c_int),
+                ]  # fmt: skip
+                library.goggles_embree_free.argtypes = [ctypes.c_void_p]
+                library.goggles_embree_trace.argtypes = [
+                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                    ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                ]  # fmt: skip
+                _packets.append(library)
+                return library
+    log.info("Embree traces single rays (no packets: %s)", reason)
+    _packets.append(reason)
+    return None
+
+
+def _pointer(array: np.ndarray | None) -> int | None:
+    return None if array is None else array.ctypes.data
 
 
 def embree_available() -> bool:
@@ -36,12 +100,30 @@ class EmbreeTracer:
         threads: threads sharing each ``trace`` call (embreex releases the GIL); default all cores.
     """
 
-    def __init__(self, scene: StaticScene, threads: int | None = None):
+    def __init__(self, scene: StaticScene, threads: int | None = None, packets: bool | None = None):
         try:
             from embreex import rtcore_scene
             from embreex.mesh_construction import TriangleMesh
         except ImportError as exc:
             raise ConfigError("Embree is not installed: pip install embreex (x86-64 Linux or Windows)") from exc
+        self._packed = None
+        """The packet tracer's scene (``packets_library``), or None: embreex's single rays."""
+        library = packets_library() if packets is not False else None
+        if packets and library is None:
+            raise ConfigError(f"Embree's ray packets cannot be used here: {_packets[0]}")
+        if library is not None:
+            with busy(f"building Embree's BVH of the scene ({scene.num_faces:,} triangles, for packets)"):
+                self._vertices = np.ascontiguousarray(scene.vertices, dtype=np.float32)  # Embree shares them
+                self._faces = np.ascontiguousarray(scene.faces, dtype=np.uint32)
+                error = ctypes.c_int(0)
+                handle = library.goggles_embree_new(
+                    self._vertices, len(self._vertices), self._faces, len(self._faces), ctypes.byref(error)
+                )
+            if handle:
+                self._library, self._packed = library, handle
+                weakref.finalize(self, library.goggles_embree_free, handle)
+            else:
+                log.warning("Embree's packet scene failed (error %d): single rays", error.value)
         with busy(f"building Embree's BVH of the scene ({scene.num_faces:,} triangles)"):
             self._scene = rtcore_scene.EmbreeScene()
             TriangleMesh(
@@ -54,26 +136,67 @@ class EmbreeTracer:
         self.threads = max(1, threads or os.cpu_count() or 1)
         self._pool: ThreadPoolExecutor | None = None
 
-    def closest(self, origins: np.ndarray, directions: np.ndarray, reach: np.ndarray) -> dict[str, np.ndarray]:
+    def closest(
+        self, origins: np.ndarray, directions: np.ndarray, reach: np.ndarray, width: int | None = None
+    ) -> dict[str, np.ndarray]:
         """Closest hits of rays on the calling thread (the GIL is released while Embree traces).
 
         Args:
             origins, directions: (N, 3) float32, world frame; directions unit length.
             reach: (N,) float32 farthest distance of each ray; lowered in place to the hit distance.
+            width: the rays are rows of this many pixels (a camera's width: packets take 4 x 4 blocks).
 
         Returns:
             Embree's hit arrays: ``primID`` (-1 where nothing was hit), ``geomID``, ``u``, ``v``, ``Ng``
             (the unnormalised geometric normal), and ``tfar`` (which is ``reach``).
         """
+        if self._packed is not None:
+            n = len(reach)
+            hits = {"primID": np.empty(n, np.int32), "u": np.empty(n, np.float32), "v": np.empty(n, np.float32)}
+            hits["Ng"] = np.empty((n, 3), np.float32)
+            self._trace_packets(origins, directions, reach, hits["primID"], hits["u"], hits["v"], hits["Ng"], width)
+            hits["geomID"] = np.where(hits["primID"] >= 0, 0, -1).astype(np.int32)
+            hits["tfar"] = reach
+            return hits
         return self._scene.run(origins, directions, dists=reach, output=1)
 
-    def faces(self, origins: np.ndarray, directions: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    @property
+    def packets(self) -> bool:
+        """Does this tracer trace in packets of 16 (else embreex's single rays)?"""
+        return self._packed is not None
+
+    def _trace_packets(self, origins, directions, reach, face=None, u=None, v=None, normal=None, width=None) -> None:
+        """Closest hits in 4 x 4 blocks of rays laid out in rows of ``width`` (a camera's; None: 16 rays a
+        row); ``origins`` with a zero stride (``np.broadcast_to``) is one origin for every ray."""
+        one_origin = origins.ndim == 2 and origins.strides[0] == 0
+        origins = np.ascontiguousarray(origins[:1] if one_origin else origins, dtype=np.float32)
+        directions = np.ascontiguousarray(directions, dtype=np.float32)
+        if not (reach.dtype == np.float32 and reach.flags.c_contiguous):
+            raise ValueError("reach must be a contiguous float32 array (lowered in place)")
+        n = len(reach)
+        width = width or min(n, 16)
+        rows = -(-n // max(width, 1))
+        if rows * width != n:  # a ragged chunk: the rays as one row
+            rows, width = 1, n
+        self._library.goggles_embree_trace(
+            self._packed, _pointer(origins), int(one_origin), _pointer(directions), _pointer(reach),
+            rows, width, _pointer(face), _pointer(u), _pointer(v), _pointer(normal),
+        )  # fmt: skip
+
+    def faces(self, origins: np.ndarray, directions: np.ndarray, reach: np.ndarray, width=None) -> np.ndarray:
         """Like ``closest``, but only the index of the triangle hit, -1 where none is within ``reach``
-        (which is left as it is): Embree's cheapest query that names the triangle."""
+        (which the packets lower to the hit's distance): Embree's cheapest query that names the triangle."""
+        if self._packed is not None:
+            face = np.empty(len(reach), np.int32)
+            self._trace_packets(origins, directions, reach, face, width=width)
+            return face
         return self._scene.run(origins, directions, dists=reach)
 
-    def distances(self, origins: np.ndarray, directions: np.ndarray, reach: np.ndarray) -> None:
+    def distances(self, origins: np.ndarray, directions: np.ndarray, reach: np.ndarray, width=None) -> None:
         """Like ``closest``, but only lowers ``reach`` to each hit's distance (what depth needs)."""
+        if self._packed is not None:
+            self._trace_packets(origins, directions, reach, width=width)
+            return
         self._scene.run(origins, directions, dists=reach, query="DISTANCE")
 
     def trace(self, origins: np.ndarray, directions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

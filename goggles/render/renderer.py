@@ -757,17 +757,18 @@ class Renderer:
         """Embree's closest hits of a chunk's rays, as ``traced`` rows the render kernel reads (views of
         the returned host arrays: the caller keeps them)."""
         d, hits = self.device, None
+        width = dim[2]
         if self._need_surface:
-            hits = self._embree.closest(origins, directions, reach)
+            hits = self._embree.closest(origins, directions, reach, width)
             traced.face = wp.array(hits["primID"].reshape(dim), dtype=wp.int32, device=d, copy=False)
             traced.u = wp.array(hits["u"].reshape(dim), dtype=float, device=d, copy=False)
             traced.v = wp.array(hits["v"].reshape(dim), dtype=float, device=d, copy=False)
             traced.normal_W = wp.array(hits["Ng"].reshape(dim + (3,)), dtype=wp.vec3, device=d, copy=False)
         elif self._need_faces:
-            hits = self._embree.faces(origins, directions, reach)
+            hits = self._embree.faces(origins, directions, reach, width)
             traced.face = wp.array(hits.reshape(dim), dtype=wp.int32, device=d, copy=False)
         else:
-            self._embree.distances(origins, directions, reach)
+            self._embree.distances(origins, directions, reach, width)
         return hits
 
     def _render_inputs(self, traced: kernels.TracedRows) -> list:

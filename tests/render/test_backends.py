@@ -46,7 +46,12 @@ def assert_same_images(warp, embree):
     # or a point exactly at the shadow test's threshold.
     assert (warp.status != embree.status).mean() <= TIES
     ties = warp.face != embree.face
-    assert ties.mean() <= TIES, f"{ties.sum()} of {ties.size} pixels hit different triangles"
+    # A tie is another triangle at the same place (the same depth and object: the edge two triangles
+    # share). A test scene's quad whose diagonal runs through pixel centres has one per row, which
+    # Embree's packets and Warp may resolve either way; another triangle elsewhere is no tie.
+    elsewhere = ties & ~(np.isclose(warp.depth, embree.depth, rtol=1e-5) & (warp.segmentation == embree.segmentation))
+    assert elsewhere.mean() <= TIES, f"{elsewhere.sum()} of {ties.size} pixels hit different triangles elsewhere"
+    assert ties.mean() <= 0.02, f"{ties.sum()} of {ties.size} pixels hit different triangles"
     same = ~ties
     valid = np.isfinite(warp.depth) & np.isfinite(embree.depth) & same
     assert valid.mean() > 0.2, "the views must see something"
