@@ -52,19 +52,29 @@ def test_kernels_compile_for_cuda(name, arch):
     _compile(importlib.import_module(name), name, arch)
 
 
-#: The render kernel's variants that CUDA can run (Embree's ``rows`` are CPU-only): tracer, actors, shading, shadows.
-RENDER_VARIANTS = [
-    (t, a, s, d) for t in ("warp", "bvh", "wide") for a in (False, True) for s in (False, True) for d in (False, True)
-]
+#: The render kernel's variants that CUDA can run (Embree's ``rows`` are CPU-only): tracer, actors, shading,
+#: shadows, looks (each camera's own: with shading only; the fullest for each tracer, and one without shadows).
+RENDER_VARIANTS = (
+    [
+        (t, a, s, d, False)
+        for t in ("warp", "bvh", "wide")
+        for a in (False, True)
+        for s in (False, True)
+        for d in (False, True)
+    ]
+    + [(t, True, True, True, True) for t in ("warp", "bvh", "wide")]
+    + [("bvh", False, True, False, True)]
+)
 
 
-@pytest.mark.parametrize("tracer, actors, shading, shadows", RENDER_VARIANTS)
-def test_render_kernel_variants_compile_for_cuda(tracer, actors, shading, shadows):
+@pytest.mark.parametrize("tracer, actors, shading, shadows, looks", RENDER_VARIANTS)
+def test_render_kernel_variants_compile_for_cuda(tracer, actors, shading, shadows, looks):
     from goggles.render.kernels import render_kernel
 
-    kernel = render_kernel(tracer, actors, shading, shadows)
+    kernel = render_kernel(tracer, actors, shading, shadows, looks)
     assert kernel.module.options["enable_backward"] is False
-    _compile(kernel.module, f"render_kernel({tracer}, actors={actors}, shading={shading}, shadows={shadows})", 90)
+    name = f"render_kernel({tracer}, actors={actors}, shading={shading}, shadows={shadows}, looks={looks})"
+    _compile(kernel.module, name, 90)
 
 
 def test_every_kernel_module_is_checked():
