@@ -108,6 +108,23 @@ class Images:
     """(n, H, W) int8 pixel status: a ``kernels.STATUS_*`` code."""
 
 
+def _check_look(i: int, look: Look) -> None:
+    """A look's numbers: finite, the factors not negative, a sun direction not zero (ConfigError)."""
+    factors = [look.sun_intensity, look.exposure, *look.sky, *look.capture]
+    if look.ambient is not None:
+        factors.append(look.ambient)
+    if look.albedo is not None:
+        factors += list(np.ravel(look.albedo))
+    if not all(np.isfinite(v) and v >= 0 for v in factors):
+        raise ConfigError(
+            f"look {i}: its intensity, ambient, exposure, sky, capture and albedo must be finite and >= 0"
+        )
+    if look.sun_W is not None:
+        sun = checks.finite_vector(look.sun_W, 3)
+        if sun is None or not np.linalg.norm(sun) > 0:
+            raise ConfigError(f"look {i}: sun_W {look.sun_W!r} must be a direction of 3 finite numbers, not zero")
+
+
 def choose_backend(backend: str, device) -> str:
     """The primary-ray backend that runs: ``warp``, ``bvh``, ``wide`` or ``embree`` (``auto``: Embree on the CPU when
     installed, else Warp's; goggles' own ``bvh`` on CUDA, the fastest there: docs/benchmarks.md, "On an H200").
@@ -352,6 +369,7 @@ class Renderer:
         albedo, texture = np.ones((n, materials, 3)), np.full((n, materials), -1, np.int32)
         zenith = settings.sky_rgb if settings.sky_rgb is not None else settings.background_rgb
         for i, look in enumerate(looks):
+            _check_look(i, look)
             direction = scene_sun if look.sun_W is None else np.asarray(look.sun_W, np.float64)
             direction = direction / np.linalg.norm(direction)
             sun[i] = [*direction, look.sun_intensity]

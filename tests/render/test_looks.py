@@ -235,6 +235,9 @@ def test_looks_need_a_renderer_made_for_them():
         renderer.set_looks([Look(albedo=np.ones((renderer.look_materials + 1, 3)))])
     with pytest.raises(ConfigError, match="texture index"):
         renderer.set_looks([Look(texture=np.ones(renderer.look_materials, np.int32))])
+    for bad in (Look(sun_W=(0.0, 0.0, 0.0)), Look(exposure=float("nan")), Look(sky=(1.0, -1.0, 1.0))):
+        with pytest.raises(ConfigError, match="look 0"):
+            renderer.set_looks([bad])
     renderer.close()
 
 
