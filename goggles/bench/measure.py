@@ -430,7 +430,8 @@ def bench_breakdown(run_file: Path, seconds: float = 5.0, device: str | None = N
         poses = np.stack([engine.sensors.camera_pose(c) for c in group.cameras])
         shadows = _shadow_cost(group.renderer, poses)
         frames = max(1, profile.calls["frame"])
-        sizes = ", ".join(f"{c.vehicle}/{c.name} {c.model.width}x{c.model.height}" for c in group.cameras)
+        every = [c for g in engine.rig.groups for c in g.cameras]  # every group's frames are counted
+        sizes = ", ".join(f"{c.vehicle}/{c.name} {c.model.width}x{c.model.height}" for c in every)
         return FrameBreakdown(
             frames=profile.calls["frame"],
             frame_ms=profile.wall["frame"] * 1e3 / frames,

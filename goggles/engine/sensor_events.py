@@ -77,6 +77,8 @@ class SensorEvents:
             t = time.perf_counter()
             poses = np.stack([self.camera_pose(c) for c in group.cameras])
             carriers = self.carriers(c.vehicle for c in group.cameras)
+            if group.events is not None:  # a run after another: the warm-up's time is not after the last
+                group.events.reset()
             group.render(poses, T_WA=self.rig.built.gate_poses, carriers=carriers)
             if group.events is not None:  # a warm-up's pixels are not the run's
                 group.events.reset()
