@@ -260,6 +260,8 @@ class Renderer:
         self._ray_table = ray_table
         self._culling, self._culled_any = culling, False
         self._posed_count, self._posed_lists = -1, None  # what render_posed last listed (-1: none)
+        self._splats_seen = scene.splats is not None
+        """May the cameras at their poses see the captures (``_splats_in_view``)?"""
 
         light = Lighting()
         light.shading = int(shading if "rgb" in self.outputs else Shading.NONE)
@@ -521,7 +523,9 @@ class Renderer:
         self._rolling = T_WC_last_row is not None
         if self.backend == "embree":
             self._positions = T_WC[:, :3, 3].astype(np.float32)
-        self._cull_actors(T_WC if T_WC_last_row is None else np.concatenate([T_WC, T_WC_last_row]), carried_by)
+        posed = T_WC if T_WC_last_row is None else np.concatenate([T_WC, T_WC_last_row])
+        self._cull_actors(posed, carried_by)
+        self._splats_seen = self._splats_in_view(posed)
 
     @property
     def camera_poses(self) -> tuple[wp.array, wp.array]:
@@ -554,7 +558,7 @@ class Renderer:
             self._culling.index.assign(index)
             self._culling.tile_count.fill_(-1)  # the poses are on the device: no view to cut into tiles here
             self._posed_count, self._posed_lists, self._culled_any = count, lists, True
-        self._rolling = False
+        self._rolling, self._splats_seen = False, self.scene.splats is not None  # (the poses are on the device)
         self.trace()
 
     def trace(self) -> None:
@@ -574,7 +578,7 @@ class Renderer:
         else:
             with stage("primary hits, shading and shadows"):
                 self._launch_all(self._kernel, [*self._render_inputs(self._untraced), False, 0], [self.buffers])
-        if self.scene.splats is not None:  # the splats, in front of what the meshes gave
+        if self.scene.splats is not None and self._splats_seen:  # the splats, in front of what the meshes gave
             with stage("splats"):
                 with stage("splats: boxes fitted"):
                     self.scene.splats.fit(self._cameras.p_WC, self._largest_footprint)
@@ -669,6 +673,28 @@ class Renderer:
                 self._culling.count.zero_()
                 self._culled_any, self._posed_count = False, -1
             return
+        n = self.num_cameras
+        outside, (x, y, z) = self._outside_views(boxes, T_WC)
+        outside[self._radial] = False  # a LiDAR sees all around
+        carried = np.flatnonzero((carriers >= 0) & (carriers < outside.shape[1]))
+        outside[carried, carriers[carried]] = True  # nor its own vehicle
+        index = np.zeros(self._culling.index.shape, np.int32)
+        count = np.zeros(self.num_cameras, np.int32)
+        for c, hidden in enumerate(outside):
+            visible = np.flatnonzero(~hidden)
+            index[c, : len(visible)], count[c] = visible, len(visible)
+        self._culling.index.assign(index)
+        self._culling.count.assign(count)
+        if len(T_WC) > n:  # a rolling shutter: its view moves along the rows, so no tile is bounded
+            self._culling.tile_count.fill_(-1)
+        elif count.any():  # (the kernel reads a camera's tiles only when its list is not empty)
+            self._cull_tiles(x[:n], y[:n], z[:n], outside)
+
+    def _outside_views(self, boxes: np.ndarray, T_WC: np.ndarray) -> tuple[np.ndarray, tuple]:
+        """(n, k) which of the (k, 2, 3) world boxes lie wholly outside each camera's view (behind it,
+        beyond its max depth, or past one side of its frustum: a corner test, conservative) in every
+        pose ``T_WC`` holds for it (one per camera, or two: a rolling shutter's first and last rows);
+        and the boxes' corners in the cameras' frames (x, y, z: (m, k, 8) each)."""
         pick = np.array([[i, j, k] for i in (0, 1) for j in (0, 1) for k in (0, 1)])
         corners = np.stack([boxes[:, pick[:, axis], axis] for axis in range(3)], axis=-1)  # (k, 8, 3)
         n = self.num_cameras
@@ -686,21 +712,23 @@ class Renderer:
             | (y < low[:, 1] * z).all(-1)
             | (y > high[:, 1] * z).all(-1)
         )
-        outside = outside.reshape(-1, n, outside.shape[-1]).all(axis=0)  # outside every pose given
-        outside[self._radial] = False  # a LiDAR sees all around
-        carried = np.flatnonzero((carriers >= 0) & (carriers < outside.shape[1]))
-        outside[carried, carriers[carried]] = True  # nor its own vehicle
-        index = np.zeros(self._culling.index.shape, np.int32)
-        count = np.zeros(self.num_cameras, np.int32)
-        for c, hidden in enumerate(outside):
-            visible = np.flatnonzero(~hidden)
-            index[c, : len(visible)], count[c] = visible, len(visible)
-        self._culling.index.assign(index)
-        self._culling.count.assign(count)
-        if len(T_WC) > n:  # a rolling shutter: its view moves along the rows, so no tile is bounded
-            self._culling.tile_count.fill_(-1)
-        elif count.any():  # (the kernel reads a camera's tiles only when its list is not empty)
-            self._cull_tiles(x[:n], y[:n], z[:n], outside)
+        return outside.reshape(-1, n, outside.shape[-1]).all(axis=0), (x, y, z)  # outside every pose given
+
+    def _splats_in_view(self, T_WC: np.ndarray) -> bool:
+        """May any camera's ray meet the scene's captures? Not when their box, grown by the most the
+        filter can grow it for these cameras, lies outside every view: then their pass would change
+        no pixel, and it and the boxes' fit are skipped (on the CPU, where the pass is not recorded)."""
+        splats = self.scene.splats
+        if splats is None:
+            return False
+        if not self.device.is_cpu or splats.has_props or self._radial.any() or not np.any(splats.bounds):
+            return True
+        corners = np.array(np.meshgrid(*splats.bounds.T, indexing="ij")).reshape(3, -1).T  # (8, 3)
+        reach = np.linalg.norm(corners[None] - T_WC[:, None, :3, 3], axis=-1).max()
+        grow = splats.growth * np.sqrt(self._largest_footprint) * reach * 1.001 + 1e-4
+        box = np.stack([splats.bounds[0] - grow, splats.bounds[1] + grow])[None]
+        outside, _ = self._outside_views(box, T_WC)
+        return not outside.all()
 
     def _cull_tiles(self, x, y, z, outside: np.ndarray) -> None:
         """Each pixel tile's own list of the actors whose boxes its rays may meet: a box's corners'

@@ -372,9 +372,18 @@ class DeviceSplats:
         self._moved = False
         self.bounds = np.zeros((2, 3))
         """(2, 3) the scene's captures' world box where a thin ray can meet them, m (zeros: none)."""
+        self.growth = 0.0
+        """How much the filter may grow the captures' boxes: a box seen from r metres through pixels of
+        ``footprint`` rad^2 grows by at most ``growth * sqrt(footprint) * r`` along each axis (k sigma of
+        the dilation's variance, ``splat_boxes_kernel``)."""
         if cloud is not None:  # their own boxes, just made
             scene = slice(0, len(cloud))
             self.bounds = np.stack([self.lowers.numpy()[scene].min(axis=0), self.uppers.numpy()[scene].max(axis=0)])
+            k2 = 2.0 * np.log(np.maximum(data.opacity.numpy()[scene] / MIN_OPACITY, 1.000001))
+            dilation = data.dilation.numpy()[data.frame.numpy()[scene]]
+            self.growth = float(np.sqrt(np.max(k2 * dilation))) if self.filtered else 0.0
+        self.has_props = bool(self._slots)
+        """Splat props may be placed (their boxes move: no fixed bounds)."""
 
     def instances(self, prop: int) -> int:
         """How many of splat prop ``prop`` may be placed at once."""
