@@ -41,11 +41,15 @@ def _default_views(n: int):
     return scene, np.asarray([camera_pose_from_body(T) for T in bench_views(scene.view, n)])
 
 
-def test_the_scenes_own_look_is_the_same_bytes_as_a_renderer_without_looks(tracer):
+def _default_world(tracer, n: int):
+    """The default scene on the tracer's device, a 96x72 camera and ``n`` views of it; the backend."""
     device, backend = tracer
-    scene, T_WC = _default_views(3)
-    world = DeviceScene(scene, device)
-    camera = CameraModel.from_fov(96, 72, 70.0)
+    scene, T_WC = _default_views(n)
+    return DeviceScene(scene, device), CameraModel.from_fov(96, 72, 70.0), T_WC, backend
+
+
+def test_the_scenes_own_look_is_the_same_bytes_as_a_renderer_without_looks(tracer):
+    world, camera, T_WC, backend = _default_world(tracer, 3)
     plain = Renderer(world, [camera] * 3, RenderSettings(backend=backend))
     looked = Renderer(world, [camera] * 3, RenderSettings(backend=backend, looks=True))
     looked.set_looks([Look()] * 3)
@@ -111,10 +115,7 @@ def test_the_sun_of_each_look_casts_the_poles_shadow_where_geometry_says(tracer)
 
 
 def test_a_swapped_texture_and_albedo_change_colour_only(tracer):
-    device, backend = tracer
-    scene, T_WC = _default_views(2)
-    world = DeviceScene(scene, device)
-    camera = CameraModel.from_fov(96, 72, 70.0)
+    world, camera, T_WC, backend = _default_world(tracer, 2)
     plain = Renderer(world, [camera] * 2, RenderSettings(backend=backend))
     looked = Renderer(world, [camera] * 2, RenderSettings(backend=backend, looks=True))
     m = looked.look_materials
@@ -140,10 +141,7 @@ def test_a_swapped_texture_and_albedo_change_colour_only(tracer):
 
 
 def test_exposure_gain_and_sky_scale_what_the_camera_sees(tracer):
-    device, backend = tracer
-    scene, T_WC = _default_views(1)
-    world = DeviceScene(scene, device)
-    camera = CameraModel.from_fov(96, 72, 70.0)
+    world, camera, T_WC, backend = _default_world(tracer, 1)
     renderer = Renderer(world, [camera] * 3, RenderSettings(backend=backend, looks=True))
     spec = LooksSpec.from_table({"exposure": {"uniform": [0.5, 0.5]}, "gain_db": {"uniform": [-6.0206, -6.0206]}})
     quarter = spec.draw(seed=1, stream=0, episode=0, materials=renderer.look_materials)
@@ -253,10 +251,7 @@ def test_a_pool_of_suns_builds_each_table_once_and_renders_what_tracing_every_sh
     )
     suns = {spec.draw(5, stream, episode, 1).sun_W for stream in range(20) for episode in range(3)}
     assert len(suns) == 3 and all(spec.draw(5, 0, 0, 1).sun_table for _ in range(2))
-    device, backend = tracer
-    scene, T_WC = _default_views(2)
-    world = DeviceScene(scene, device)
-    camera = CameraModel.from_fov(96, 72, 70.0)
+    world, camera, T_WC, backend = _default_world(tracer, 2)
     renderer = Renderer(world, [camera] * 4, RenderSettings(backend=backend, looks=True))
     pooled = sorted(suns)[:2]
     looks = [Look(sun_W=s, sun_table=True) for s in pooled] + [Look(sun_W=s) for s in pooled]
