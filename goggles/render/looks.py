@@ -73,7 +73,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tga", ".tif", ".tiff", ".we
 _STREAM = 0x100C5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # (arrays inside: compared by identity)
 class Look:
     """One camera's appearance; the defaults are the scene's own look."""
 
@@ -110,7 +110,7 @@ def sun_angles(sun_W) -> tuple[float, float]:
     return math.degrees(math.asin(max(-1.0, min(1.0, z)))), math.degrees(math.atan2(x, y)) % 360.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # (images inside: compared by identity)
 class LooksSpec:
     """What a ``[looks]`` table draws per camera and episode."""
 

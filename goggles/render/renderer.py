@@ -337,7 +337,6 @@ class Renderer:
         light.look_albedo = wp.array(np.ones((cameras, materials, 3)), dtype=wp.vec3, device=d)
         light.look_texture = wp.full((cameras, materials), -1, dtype=wp.int32, device=d)
         self._capture_tint = wp.array(np.ones((cameras, 3)), dtype=wp.vec3, device=d)
-        self._look_textures: tuple = ()
         self._first_look_texture = 0
 
     @property
@@ -360,9 +359,8 @@ class Renderer:
         if len(looks) != n or not all(isinstance(look, Look) for look in looks):
             raise ConfigError(f"set_looks needs one Look per camera ({n}), got {len(looks)}")
         textures = tuple(textures)
-        if textures and textures != self._look_textures:
+        if textures:  # added once: the scene knows images it holds (by identity)
             self._first_look_texture = self.scene.add_textures(textures)
-            self._look_textures = textures
         materials = light.look_albedo.shape[1]
         scene_sun = np.asarray(settings.sun_W, np.float64) / np.linalg.norm(settings.sun_W)
         sun = np.empty((n, 4))
