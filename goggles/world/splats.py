@@ -182,6 +182,26 @@ def exit_distance(lower: wp.vec3, upper: wp.vec3, origin: wp.vec3, inverse: wp.v
 
 
 @wp.func
+def enters_root(s: SplatData, origin: wp.vec3, inverse: wp.vec3, after: float, reach: float) -> bool:
+    """Does the ray enter either child box of the tree's root between ``after`` and ``reach``? (The
+    walk's first step, done before ``trace_splats`` makes its hit buffers: the same answer.)"""
+    xy0 = s.tree.boxes[0, 0]
+    xy1 = s.tree.boxes[0, 1]
+    zz = s.tree.boxes[0, 2]
+    x = slab(xy0[0], xy0[1], origin[0], inverse[0])
+    y = slab(xy0[2], xy0[3], origin[1], inverse[1])
+    z = slab(zz[0], zz[1], origin[2], inverse[2])
+    near0 = wp.max(wp.max(x[0], y[0]), wp.max(z[0], 0.0))
+    far0 = wp.min(wp.min(x[1], y[1]), wp.min(z[1], reach)) * ROBUST_FAR
+    x = slab(xy1[0], xy1[1], origin[0], inverse[0])
+    y = slab(xy1[2], xy1[3], origin[1], inverse[1])
+    z = slab(zz[2], zz[3], origin[2], inverse[2])
+    near1 = wp.max(wp.max(x[0], y[0]), wp.max(z[0], 0.0))
+    far1 = wp.min(wp.min(x[1], y[1]), wp.min(z[1], reach)) * ROBUST_FAR
+    return (near0 <= far0 and far0 > after) or (near1 <= far1 and far1 > after)
+
+
+@wp.func
 def trace_splats(
     s: SplatData, origin: wp.vec3, direction: wp.vec3, t_start: float, t_end: float, footprint: float
 ) -> SplatTrace:
@@ -196,6 +216,8 @@ def trace_splats(
         return out
     after = t_start
     inverse = inverse_direction(direction)
+    if not enters_root(s, origin, inverse, after, t_end):  # most rays miss a capture: before any buffer
+        return out
     passes = int(0)  # noqa: UP018 (Warp: a variable the loop below changes)
     more = bool(True)  # noqa: UP018 (Warp: a variable the loop below changes)
     while more and passes < MAX_PASSES and out.transmittance > MIN_TRANSMITTANCE:
