@@ -115,6 +115,8 @@ def replay_file(
     recorder = None
     if record is not None:
         metadata = {"run_file": _config_text(sensors, path), "replayed_from": str(path)}
+        if looks is not None:  # what the colour cameras saw (the run file's own [looks] aside)
+            metadata["looks"] = f"{looks[0].where.removesuffix(': [looks]')}, draw {looks[1]}"
         recorder = Recorder(record, metadata=metadata)
     engine = Engine(config, device=device, recorder=recorder, world=world, sinks=sinks, threads=threads)
     start = time.perf_counter()

@@ -467,6 +467,9 @@ looks_per_flight = 2
     for key, image in plain.items():
         same = [images[key] == image for images in looked]
         assert all(same) if "depth" in key[0] else not any(same), key
+    from goggles.logs.record import read_metadata
+
+    assert read_metadata(spec.output / rows[0]["output"])["looks"].endswith(f"looks.toml, draw {rows[0]['look']}")
     again = tmp_path / "again.mcap"
     replay_file(
         flights / "a.mcap",
