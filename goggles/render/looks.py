@@ -11,7 +11,8 @@ A ``[looks]`` table draws them (``LooksSpec``), per camera and episode, from the
     sun_intensity = { uniform = [0.6, 1.2] }         # factor on the sunlight (>= 0)
     ambient = { uniform = [0.2, 0.6] }               # light that does not depend on the sun, [0, 1]
     sky = { uniform = [0.7, 1.2] }                   # factor per colour channel on the sky (>= 0)
-    albedo = { normal = [1.0, 0.15] }                # factor per material and channel (>= 0)
+    brightness = { uniform = [0.7, 1.3] }            # factor per material, every channel alike (>= 0)
+    albedo = { normal = [1.0, 0.05] }                # factor per material and channel: its hue (>= 0)
     sun_directions = 16                              # the sun takes one of 16 drawn once (below)
     textures = "textures/"                           # images swapped in for materials (a folder)
     texture_probability = 0.5                        # each material's chance of a swapped texture
@@ -44,13 +45,14 @@ from goggles.checks import read_toml
 from goggles.distributions import Distribution, parse_distribution
 from goggles.errors import ConfigError
 
-#: Each drawn key: (values drawn per camera: 1, 3 channels, or 3 per material; its floor or None).
+#: Each drawn key: (values drawn per camera: 1, 3 channels, 1 or 3 per material; its floor or None).
 KEYS = {
     "sun_elevation_deg": ("one", (0.0, True)),
     "sun_azimuth_deg": ("one", None),
     "sun_intensity": ("one", (0.0, False)),
     "ambient": ("one", (0.0, False)),
     "sky": ("rgb", (0.0, False)),
+    "brightness": ("material", (0.0, False)),
     "albedo": ("materials", (0.0, False)),
     "exposure": ("one", (0.0, True)),
     "gain_db": ("one", None),
@@ -186,7 +188,7 @@ class LooksSpec:
             drawn |= {k: np.array([v]) for k, v in zip(sun_keys, (elevation, azimuth)) if k in self.distributions}
         for key, (shape, _) in KEYS.items():
             if key in self.distributions and key not in sun_keys:
-                count = {"one": 1, "rgb": 3, "materials": 3 * max(materials, 0)}[shape]
+                count = {"one": 1, "rgb": 3, "material": max(materials, 0), "materials": 3 * max(materials, 0)}[shape]
                 drawn[key] = np.array([self.distributions[key].draw(rng) for _ in range(count)])
         texture = None
         if self.textures and materials > 0:
@@ -202,6 +204,9 @@ class LooksSpec:
         exposure = one("exposure", 1.0) * 10.0 ** (one("gain_db", 0.0) / 20.0)
         capture = tuple(one("capture_exposure", 1.0) * v for v in rgb("capture_tint"))
         albedo = drawn["albedo"].reshape(materials, 3) if "albedo" in drawn else None
+        if "brightness" in drawn:  # one factor per material on all three channels (and on its hue's)
+            brightness = np.repeat(drawn["brightness"].reshape(materials, 1), 3, axis=1)
+            albedo = brightness if albedo is None else albedo * brightness
         values = {f"looks.{key}": float(np.mean(v)) for key, v in drawn.items()}
         if texture is not None:
             values["looks.textures_swapped"] = float(np.count_nonzero(texture >= 0))

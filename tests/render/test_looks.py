@@ -164,6 +164,8 @@ def test_a_spec_draws_the_same_looks_for_the_same_seed_and_stream_and_others_for
             "capture_tint": {"uniform": [0.8, 1.2]},
         }
     )
+    bright = LooksSpec.from_table({"brightness": {"uniform": [0.5, 1.5]}}).draw(7, 3, 0, 4).albedo
+    assert bright.shape == (4, 3) and np.all(bright == bright[:, :1]) and len(set(bright[:, 0])) == 4
     a, b = spec.draw(7, 3, 0, 5), spec.draw(7, 3, 0, 5)
     assert a.sun_W == b.sun_W and np.array_equal(a.albedo, b.albedo) and a.capture == b.capture
     c = spec.draw(7, 4, 0, 5)
@@ -198,7 +200,7 @@ def test_bad_looks_are_one_line_naming_the_file_and_the_key(tmp_path):
     empty = error('[looks]\ntextures = "empty"\n')
     assert "holds no images" in empty and "textures" in empty
     assert "is not a folder" in error('[looks]\ntextures = "missing"\n')
-    assert "'brightness'" in error("[looks]\nbrightness = { uniform = [0, 1] }\n")
+    assert "'sheen'" in error("[looks]\nsheen = { uniform = [0, 1] }\n")
     assert "exposure" in error("[looks]\nexposure = { uniform = [0.0, 1.0] }\n")  # must be > 0
     assert "texture_probability" in error("[looks]\ntexture_probability = 0.5\n")
     (tmp_path / "bad.png").write_bytes(b"not a png")

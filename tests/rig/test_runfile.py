@@ -190,7 +190,7 @@ def test_a_run_files_looks_are_read_relative_to_it_and_bad_ones_name_the_file_an
     config = load_run_config(path)
     assert config.looks is not None and len(config.looks.textures) == 4 and config.look == 0
     for text, said in (
-        ("[looks]\nbrightness = { uniform = [0.5, 2.0] }\n", r"\[looks\] unknown key 'brightness'"),
+        ("[looks]\nsheen = { uniform = [0.5, 2.0] }\n", r"\[looks\] unknown key 'sheen'"),
         ('[looks]\ntextures = "nowhere"\n', r"\[looks\] textures: .*nowhere is not a folder"),
         ("[looks]\nsun_intensity = { uniform = [-1.0, 2.0] }\n", r"\[looks\] sun_intensity: uniform low -1"),
     ):
