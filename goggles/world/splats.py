@@ -182,12 +182,12 @@ def exit_distance(lower: wp.vec3, upper: wp.vec3, origin: wp.vec3, inverse: wp.v
 
 
 @wp.func
-def enters_root(s: SplatData, origin: wp.vec3, inverse: wp.vec3, after: float, reach: float) -> bool:
-    """Does the ray enter either child box of the tree's root between ``after`` and ``reach``? (The
-    walk's first step, done before ``trace_splats`` makes its hit buffers: the same answer.)"""
-    xy0 = s.tree.boxes[0, 0]
-    xy1 = s.tree.boxes[0, 1]
-    zz = s.tree.boxes[0, 2]
+def child_spans(s: SplatData, node: int, origin: wp.vec3, inverse: wp.vec3, reach: float) -> wp.vec4:
+    """Where the ray enters and leaves inner ``node``'s two child boxes before ``reach``: (near0, far0,
+    near1, far1); a child is crossed where its near <= far."""
+    xy0 = s.tree.boxes[node, 0]
+    xy1 = s.tree.boxes[node, 1]
+    zz = s.tree.boxes[node, 2]
     x = slab(xy0[0], xy0[1], origin[0], inverse[0])
     y = slab(xy0[2], xy0[3], origin[1], inverse[1])
     z = slab(zz[0], zz[1], origin[2], inverse[2])
@@ -198,7 +198,15 @@ def enters_root(s: SplatData, origin: wp.vec3, inverse: wp.vec3, after: float, r
     z = slab(zz[2], zz[3], origin[2], inverse[2])
     near1 = wp.max(wp.max(x[0], y[0]), wp.max(z[0], 0.0))
     far1 = wp.min(wp.min(x[1], y[1]), wp.min(z[1], reach)) * ROBUST_FAR
-    return (near0 <= far0 and far0 > after) or (near1 <= far1 and far1 > after)
+    return wp.vec4(near0, far0, near1, far1)
+
+
+@wp.func
+def enters(spans: wp.vec4, child: int, after: float) -> bool:
+    """Is child ``child`` (0 or 1) of ``child_spans`` crossed beyond ``after``?"""
+    near = spans[2 * child]
+    far = spans[2 * child + 1]
+    return near <= far and far > after
 
 
 @wp.func
@@ -216,7 +224,8 @@ def trace_splats(
         return out
     after = t_start
     inverse = inverse_direction(direction)
-    if not enters_root(s, origin, inverse, after, t_end):  # most rays miss a capture: before any buffer
+    root = child_spans(s, 0, origin, inverse, t_end)  # the walk's first step, before any buffer is made:
+    if not (enters(root, 0, after) or enters(root, 1, after)):  # most rays miss a capture
         return out
     passes = int(0)  # noqa: UP018 (Warp: a variable the loop below changes)
     more = bool(True)  # noqa: UP018 (Warp: a variable the loop below changes)
@@ -237,22 +246,12 @@ def trace_splats(
         walking = bool(True)  # noqa: UP018
         while walking:
             if node >= 0:
-                xy0 = s.tree.boxes[node, 0]
-                xy1 = s.tree.boxes[node, 1]
-                zz = s.tree.boxes[node, 2]
-                x = slab(xy0[0], xy0[1], origin[0], inverse[0])
-                y = slab(xy0[2], xy0[3], origin[1], inverse[1])
-                z = slab(zz[0], zz[1], origin[2], inverse[2])
-                near0 = wp.max(wp.max(x[0], y[0]), wp.max(z[0], 0.0))
-                far0 = wp.min(wp.min(x[1], y[1]), wp.min(z[1], reach)) * ROBUST_FAR
-                x = slab(xy1[0], xy1[1], origin[0], inverse[0])
-                y = slab(xy1[2], xy1[3], origin[1], inverse[1])
-                z = slab(zz[2], zz[3], origin[2], inverse[2])
-                near1 = wp.max(wp.max(x[0], y[0]), wp.max(z[0], 0.0))
-                far1 = wp.min(wp.min(x[1], y[1]), wp.min(z[1], reach)) * ROBUST_FAR
+                spans = child_spans(s, node, origin, inverse, reach)
+                near0 = spans[0]
+                near1 = spans[2]
                 child = s.tree.children[node]
-                in0 = near0 <= far0 and far0 > after
-                in1 = near1 <= far1 and far1 > after
+                in0 = enters(spans, 0, after)
+                in1 = enters(spans, 1, after)
                 if in0 and in1:  # the nearer now, the other on the stack with its entry
                     node = child[0]
                     later = child[1]
