@@ -43,7 +43,6 @@ from goggles.errors import ConfigError
 from goggles.firmware.betaflight import BetaflightSettings, diff_settings
 from goggles.frames import R_BODY_OPTICAL, transform
 from goggles.render import CameraModel, RenderSettings, Shading
-from goggles.render.looks import Look
 from goggles.render.projection import lens_coefficients
 from goggles.rig import parts
 from goggles.runtime.progress import load_kernels
@@ -449,7 +448,7 @@ class DroneVectorEnv(VectorEnv):
     def _set_up_camera(self, camera, outputs, depth_model, backend, event_camera=None) -> dict:
         """One camera per vehicle in one renderer; its observation spaces."""
         self.renderer, self.camera_outputs, self._stereo, self._events = None, (), None, None
-        self._looks: list[Look] | None = None
+        self._looks = False
         if camera is None:
             return {}
         if not isinstance(camera, CameraModel):
@@ -472,7 +471,8 @@ class DroneVectorEnv(VectorEnv):
         self.renderer = parts.renderer(
             self.scene, [camera] * n, RenderSettings(outputs=rendered, shading=shading, backend=backend, looks=looks)
         )
-        self._looks = [Look()] * n if looks else None
+        self._looks = looks
+        """Does each environment's camera draw its own look (``_draw_looks``)?"""
         if "events" in outputs:
             model = event_camera or EventCameraModel()
             streams = range(self.first_env, self.first_env + n)
@@ -648,7 +648,7 @@ class DroneVectorEnv(VectorEnv):
 
     def _randomize(self, envs: np.ndarray) -> None:
         values = [self.randomization.draw(self.seed, self.first_env + int(i), int(self._episode_host[i])) for i in envs]
-        if self._looks is not None:
+        if self._looks:
             self._draw_looks(envs, values)
         self._episode_host[envs] += 1
         airframes = [randomized_airframe(self.nominal, v) for v in values]
@@ -693,11 +693,11 @@ class DroneVectorEnv(VectorEnv):
         was uploaded: the renderer's per-camera arrays change); what was drawn joins ``values``."""
         spec, materials = self.randomization.looks, self.renderer.look_materials
         sun = self.renderer.settings.sun_W
+        looks = []
         for i, v in zip(envs, values):
-            look = spec.draw(self.seed, self.first_env + int(i), int(self._episode_host[i]), materials, sun)
-            self._looks[i] = look
-            v.update(look.values)
-        self.renderer.set_looks(self._looks, spec.textures)
+            looks.append(spec.draw(self.seed, self.first_env + int(i), int(self._episode_host[i]), materials, sun))
+            v.update(looks[-1].values)
+        self.renderer.set_looks(looks, spec.textures, cameras=envs)  # the others keep theirs
 
     def _observe(self) -> None:
         d = self.device

@@ -321,22 +321,33 @@ class Renderer:
             self._render_kernel(actors=True)
 
     def _allocate_looks(self, cameras: int) -> None:
-        """Per-camera look arrays, each camera's the scene's own look (one placeholder without looks)."""
+        """Per-camera look arrays, each camera's the scene's own look (one placeholder without looks),
+        and their host copy (``set_looks`` changes some cameras' rows and uploads them)."""
         light, d, settings = self._light, self.device, self.settings
         materials = max(1, self.scene.data.material_rgb.shape[0])
         sun = np.asarray(settings.sun_W, np.float64) / np.linalg.norm(settings.sun_W)
-        light.look_sun = wp.array(np.tile([*sun, 1.0], (cameras, 1)), dtype=wp.vec4, device=d)
-        light.look_ambient = wp.full(cameras, float(settings.ambient), dtype=float, device=d)
-        light.look_horizon = wp.array(np.tile(settings.background_rgb, (cameras, 1)), dtype=wp.vec3, device=d)
         zenith = settings.sky_rgb if settings.sky_rgb is not None else settings.background_rgb
-        light.look_zenith = wp.array(np.tile(zenith, (cameras, 1)), dtype=wp.vec3, device=d)
-        light.look_exposure = wp.ones(cameras, dtype=float, device=d)
-        light.look_table = wp.zeros(cameras, dtype=wp.int32, device=d)
+        self._look_rows = {
+            "look_sun": (np.tile([*sun, 1.0], (cameras, 1)).astype(np.float32), wp.vec4),
+            "look_ambient": (np.full(cameras, settings.ambient, np.float32), float),
+            "look_horizon": (np.tile(settings.background_rgb, (cameras, 1)).astype(np.float32), wp.vec3),
+            "look_zenith": (np.tile(zenith, (cameras, 1)).astype(np.float32), wp.vec3),
+            "look_exposure": (np.ones(cameras, np.float32), float),
+            "look_table": (np.zeros(cameras, np.int32), wp.int32),
+            "look_albedo": (np.ones((cameras, materials, 3), np.float32), wp.vec3),
+            "look_texture": (np.full((cameras, materials), -1, np.int32), wp.int32),
+            "capture_tint": (np.ones((cameras, 3), np.float32), wp.vec3),
+        }
+        """Each look array's host rows and Warp type, by its name in ``Lighting`` (the capture's tint
+        is the splat pass's own argument)."""
+        for name, (rows, dtype) in self._look_rows.items():
+            array = wp.array(rows, dtype=dtype, device=d)
+            if name == "capture_tint":
+                self._capture_tint = array
+            else:
+                setattr(light, name, array)
         self._sun_tables: dict[tuple, int] = {tuple(sun.round(9)): 0}
         """Which table in ``sunlit`` each sun has (the scene's first)."""
-        light.look_albedo = wp.array(np.ones((cameras, materials, 3)), dtype=wp.vec3, device=d)
-        light.look_texture = wp.full((cameras, materials), -1, dtype=wp.int32, device=d)
-        self._capture_tint = wp.array(np.ones((cameras, 3)), dtype=wp.vec3, device=d)
         self._first_look_texture = 0
 
     @property
@@ -344,10 +355,13 @@ class Renderer:
         """How many materials a look's ``albedo`` and ``texture`` cover (the scene's, when made)."""
         return self._light.look_albedo.shape[1]
 
-    def set_looks(self, looks: Sequence[Look], textures: Sequence[np.ndarray] = ()) -> None:
-        """Give each camera its look (``goggles.render.looks``; one per camera, or per camera in
-        ``cameras`` order); ``textures`` are the images a look's ``texture`` indexes (added to the
-        scene's texture table once). The arrays are written in place: a recorded render sees them.
+    def set_looks(
+        self, looks: Sequence[Look], textures: Sequence[np.ndarray] = (), cameras: Sequence[int] | None = None
+    ) -> None:
+        """Give cameras their looks (``goggles.render.looks``): one per camera, or one for each of
+        ``cameras`` (indices; the others keep theirs: a batch's resets change a few rows). ``textures``
+        are the images a look's ``texture`` indexes (added to the scene's texture table once). The arrays
+        are written in place: a recorded render sees them.
 
         Raises:
             ConfigError: a renderer made without ``RenderSettings(looks=True)``, or looks that do not
@@ -355,48 +369,41 @@ class Renderer:
         """
         if not self._looks:
             raise ConfigError("this renderer has one look: make it with RenderSettings(looks=True) and rgb shading")
-        n, settings, light = self.num_cameras, self.settings, self._light
-        if len(looks) != n or not all(isinstance(look, Look) for look in looks):
-            raise ConfigError(f"set_looks needs one Look per camera ({n}), got {len(looks)}")
+        n, settings, rows = self.num_cameras, self.settings, {k: r for k, (r, _) in self._look_rows.items()}
+        chosen = np.arange(n) if cameras is None else np.asarray(cameras, np.int64).reshape(-1)
+        if chosen.size and (chosen.min() < 0 or chosen.max() >= n):
+            raise ConfigError(f"set_looks: camera indices {chosen.tolist()} of {n} cameras")
+        if len(looks) != len(chosen) or not all(isinstance(look, Look) for look in looks):
+            raise ConfigError(f"set_looks needs one Look per camera ({len(chosen)}), got {len(looks)}")
         textures = tuple(textures)
         if textures:  # added once: the scene knows images it holds (by identity)
             self._first_look_texture = self.scene.add_textures(textures)
-        materials = light.look_albedo.shape[1]
+        materials = self.look_materials
         scene_sun = np.asarray(settings.sun_W, np.float64) / np.linalg.norm(settings.sun_W)
-        sun = np.empty((n, 4))
-        ambient, exposure, table = np.empty(n), np.empty(n), np.empty(n, np.int32)
-        sky, tint = np.empty((n, 3)), np.empty((n, 3))
-        albedo, texture = np.ones((n, materials, 3)), np.full((n, materials), -1, np.int32)
         zenith = settings.sky_rgb if settings.sky_rgb is not None else settings.background_rgb
-        for i, look in enumerate(looks):
+        for i, look in zip(chosen, looks):  # every look checked before any row changes
             _check_look(i, look)
+            for name, values, width in (("albedo", look.albedo, 3), ("texture", look.texture, 0)):
+                shape = (materials, width) if width else (materials,)
+                if values is not None and np.shape(values) != shape:
+                    raise ConfigError(f"look {i}: {name} of shape {np.shape(values)}; this scene needs {shape}")
+            if look.texture is not None and np.any(look.texture >= len(textures)):
+                raise ConfigError(f"look {i}: texture index {int(look.texture.max())} of {len(textures)} images")
+        for i, look in zip(chosen, looks):
             direction = scene_sun if look.sun_W is None else np.asarray(look.sun_W, np.float64)
             direction = direction / np.linalg.norm(direction)
-            sun[i] = [*direction, look.sun_intensity]
-            table[i] = self._sun_table(direction, look.sun_W is None or look.sun_table)
-            ambient[i] = settings.ambient if look.ambient is None else look.ambient
-            exposure[i], sky[i], tint[i] = look.exposure, look.sky, np.multiply(look.capture, look.exposure)
-            for name, values, width in (("albedo", look.albedo, 3), ("texture", look.texture, 0)):
-                if values is None:
-                    continue
-                shape = (materials, width) if width else (materials,)
-                if np.shape(values) != shape:
-                    raise ConfigError(f"look {i}: {name} of shape {np.shape(values)}; this scene needs {shape}")
-            if look.albedo is not None:
-                albedo[i] = look.albedo
-            if look.texture is not None:
-                if np.any(look.texture >= len(textures)):
-                    raise ConfigError(f"look {i}: texture index {int(look.texture.max())} of {len(textures)} images")
-                texture[i] = np.where(look.texture >= 0, look.texture + self._first_look_texture, -1)
-        light.look_sun.assign(sun.astype(np.float32))
-        light.look_ambient.assign(ambient.astype(np.float32))
-        light.look_horizon.assign((np.asarray(settings.background_rgb) * sky).astype(np.float32))
-        light.look_zenith.assign((np.asarray(zenith) * sky).astype(np.float32))
-        light.look_exposure.assign(exposure.astype(np.float32))
-        light.look_table.assign(table)
-        light.look_albedo.assign(albedo.astype(np.float32))
-        light.look_texture.assign(texture)
-        self._capture_tint.assign(tint.astype(np.float32))
+            rows["look_sun"][i] = [*direction, look.sun_intensity]
+            rows["look_table"][i] = self._sun_table(direction, look.sun_W is None or look.sun_table)
+            rows["look_ambient"][i] = settings.ambient if look.ambient is None else look.ambient
+            rows["look_exposure"][i] = look.exposure
+            rows["look_horizon"][i] = np.multiply(settings.background_rgb, look.sky)
+            rows["look_zenith"][i] = np.multiply(zenith, look.sky)
+            rows["capture_tint"][i] = np.multiply(look.capture, look.exposure)
+            rows["look_albedo"][i] = 1.0 if look.albedo is None else look.albedo
+            texture = np.full(materials, -1) if look.texture is None else np.asarray(look.texture)
+            rows["look_texture"][i] = np.where(texture >= 0, texture + self._first_look_texture, -1)
+        for name, values in rows.items():
+            (self._capture_tint if name == "capture_tint" else getattr(self._light, name)).assign(values)
 
     def _sun_table(self, sun: np.ndarray, wanted: bool) -> int:
         """The index of ``sun``'s table of faces it lights whole in ``sunlit``, built now if ``wanted``

@@ -241,6 +241,27 @@ def test_looks_need_a_renderer_made_for_them():
     renderer.close()
 
 
+def test_looks_set_for_some_cameras_leave_the_others_and_a_refused_batch_changes_none():
+    world = DeviceScene(_pole_scene(), "cpu")
+    camera = CameraModel.from_fov(16, 16, 60.0)
+    T = np.stack([camera_pose_from_body(transform([0.0, -4.0, 2.0], [1.0, 0.0, 0.0, 0.0]))] * 3)
+    renderer = Renderer(world, [camera] * 3, RenderSettings(looks=True))
+    renderer.render(T)
+    before = renderer.images().rgb.copy()
+    renderer.set_looks([Look(exposure=0.5)], cameras=[1])
+    renderer.render(T)
+    after = renderer.images().rgb
+    np.testing.assert_array_equal(after[[0, 2]], before[[0, 2]])
+    np.testing.assert_allclose(after[1], before[1] / 2, atol=1.01)
+    with pytest.raises(ConfigError, match="look 2"):  # the first is fine, the second refused: neither set
+        renderer.set_looks([Look(exposure=0.25), Look(exposure=-1.0)], cameras=[0, 2])
+    renderer.render(T)
+    np.testing.assert_array_equal(renderer.images().rgb, after)
+    with pytest.raises(ConfigError, match="camera indices"):
+        renderer.set_looks([Look()], cameras=[3])
+    renderer.close()
+
+
 def test_a_pool_of_suns_builds_each_table_once_and_renders_what_tracing_every_shadow_ray_does(tracer):
     """``sun_directions = N``: every stream takes one of the same N suns, and a sun with its table of
     faces lit whole gives the bytes of the same sun with every shadow ray traced."""
