@@ -40,6 +40,7 @@ from goggles import checks
 from goggles.errors import ConfigError
 from goggles.render import invalid, kernels, splats
 from goggles.render.camera import CameraModel
+from goggles.render.camera_looks import CameraLooks
 from goggles.render.looks import Look
 from goggles.render.settings import BACKENDS, OUTPUTS, RenderSettings
 from goggles.render.shading import Lighting, Shading, face_reflectivity_kernel
@@ -106,23 +107,6 @@ class Images:
     """(n, H, W) int32 index of the triangle hit (static faces first, then actor shapes'), -1 where nothing was hit."""
     status: np.ndarray
     """(n, H, W) int8 pixel status: a ``kernels.STATUS_*`` code."""
-
-
-def _check_look(i: int, look: Look) -> None:
-    """A look's numbers: finite, the factors not negative, a sun direction not zero (ConfigError)."""
-    factors = [look.sun_intensity, look.exposure, *look.sky, *look.capture]
-    if look.ambient is not None:
-        factors.append(look.ambient)
-    if look.albedo is not None:
-        factors += list(np.ravel(look.albedo))
-    if not all(np.isfinite(v) and v >= 0 for v in factors):
-        raise ConfigError(
-            f"look {i}: its intensity, ambient, exposure, sky, capture and albedo must be finite and >= 0"
-        )
-    if look.sun_W is not None:
-        sun = checks.finite_vector(look.sun_W, 3)
-        if sun is None or not np.linalg.norm(sun) > 0:
-            raise ConfigError(f"look {i}: sun_W {look.sun_W!r} must be a direction of 3 finite numbers, not zero")
 
 
 def choose_backend(backend: str, device) -> str:
@@ -278,7 +262,7 @@ class Renderer:
         self._light = light
         self._looks = settings.looks and light.shading in (Shading.SUN, Shading.UNLIT)
         """Each camera has its own look (``set_looks``): the render kernel built with them."""
-        self._allocate_looks(n if self._looks else 1)
+        self.looks = CameraLooks(scene, settings, light, n if self._looks else 1)
 
         wanted = kernels.OutputFlags()
         wanted.range, wanted.segmentation = "range" in self.outputs, "segmentation" in self.outputs
@@ -320,48 +304,15 @@ class Renderer:
         if scene.shapes:
             self._render_kernel(actors=True)
 
-    def _allocate_looks(self, cameras: int) -> None:
-        """Per-camera look arrays, each camera's the scene's own look (one placeholder without looks),
-        and their host copy (``set_looks`` changes some cameras' rows and uploads them)."""
-        light, d, settings = self._light, self.device, self.settings
-        materials = max(1, self.scene.data.material_rgb.shape[0])
-        sun = np.asarray(settings.sun_W, np.float64) / np.linalg.norm(settings.sun_W)
-        zenith = settings.sky_rgb if settings.sky_rgb is not None else settings.background_rgb
-        self._look_rows = {
-            "look_sun": (np.tile([*sun, 1.0], (cameras, 1)).astype(np.float32), wp.vec4),
-            "look_ambient": (np.full(cameras, settings.ambient, np.float32), float),
-            "look_horizon": (np.tile(settings.background_rgb, (cameras, 1)).astype(np.float32), wp.vec3),
-            "look_zenith": (np.tile(zenith, (cameras, 1)).astype(np.float32), wp.vec3),
-            "look_exposure": (np.ones(cameras, np.float32), float),
-            "look_table": (np.zeros(cameras, np.int32), wp.int32),
-            "look_albedo": (np.ones((cameras, materials, 3), np.float32), wp.vec3),
-            "look_texture": (np.full((cameras, materials), -1, np.int32), wp.int32),
-            "capture_tint": (np.ones((cameras, 3), np.float32), wp.vec3),
-        }
-        """Each look array's host rows and Warp type, by its name in ``Lighting`` (the capture's tint
-        is the splat pass's own argument)."""
-        for name, (rows, dtype) in self._look_rows.items():
-            array = wp.array(rows, dtype=dtype, device=d)
-            if name == "capture_tint":
-                self._capture_tint = array
-            else:
-                setattr(light, name, array)
-        self._sun_tables: dict[tuple, int] = {tuple(sun.round(9)): 0}
-        """Which table in ``sunlit`` each sun has (the scene's first)."""
-        self._first_look_texture = 0
-
     @property
     def look_materials(self) -> int:
         """How many materials a look's ``albedo`` and ``texture`` cover (the scene's, when made)."""
-        return self._light.look_albedo.shape[1]
+        return self.looks.materials
 
     def set_looks(
         self, looks: Sequence[Look], textures: Sequence[np.ndarray] = (), cameras: Sequence[int] | None = None
     ) -> None:
-        """Give cameras their looks (``goggles.render.looks``): one per camera, or one for each of
-        ``cameras`` (indices; the others keep theirs: a batch's resets change a few rows). ``textures``
-        are the images a look's ``texture`` indexes (added to the scene's texture table once). The arrays
-        are written in place: a recorded render sees them.
+        """Give cameras their looks (``CameraLooks.set``: one per camera, or one for each of ``cameras``).
 
         Raises:
             ConfigError: a renderer made without ``RenderSettings(looks=True)``, or looks that do not
@@ -369,57 +320,7 @@ class Renderer:
         """
         if not self._looks:
             raise ConfigError("this renderer has one look: make it with RenderSettings(looks=True) and rgb shading")
-        n, settings, rows = self.num_cameras, self.settings, {k: r for k, (r, _) in self._look_rows.items()}
-        chosen = np.arange(n) if cameras is None else np.asarray(cameras, np.int64).reshape(-1)
-        if chosen.size and (chosen.min() < 0 or chosen.max() >= n):
-            raise ConfigError(f"set_looks: camera indices {chosen.tolist()} of {n} cameras")
-        if len(looks) != len(chosen) or not all(isinstance(look, Look) for look in looks):
-            raise ConfigError(f"set_looks needs one Look per camera ({len(chosen)}), got {len(looks)}")
-        textures = tuple(textures)
-        if textures:  # added once: the scene knows images it holds (by identity)
-            self._first_look_texture = self.scene.add_textures(textures)
-        materials = self.look_materials
-        scene_sun = np.asarray(settings.sun_W, np.float64) / np.linalg.norm(settings.sun_W)
-        zenith = settings.sky_rgb if settings.sky_rgb is not None else settings.background_rgb
-        for i, look in zip(chosen, looks):  # every look checked before any row changes
-            _check_look(i, look)
-            for name, values, width in (("albedo", look.albedo, 3), ("texture", look.texture, 0)):
-                shape = (materials, width) if width else (materials,)
-                if values is not None and np.shape(values) != shape:
-                    raise ConfigError(f"look {i}: {name} of shape {np.shape(values)}; this scene needs {shape}")
-            if look.texture is not None and np.any(look.texture >= len(textures)):
-                raise ConfigError(f"look {i}: texture index {int(look.texture.max())} of {len(textures)} images")
-        for i, look in zip(chosen, looks):
-            direction = scene_sun if look.sun_W is None else np.asarray(look.sun_W, np.float64)
-            direction = direction / np.linalg.norm(direction)
-            rows["look_sun"][i] = [*direction, look.sun_intensity]
-            rows["look_table"][i] = self._sun_table(direction, look.sun_W is None or look.sun_table)
-            rows["look_ambient"][i] = settings.ambient if look.ambient is None else look.ambient
-            rows["look_exposure"][i] = look.exposure
-            rows["look_horizon"][i] = np.multiply(settings.background_rgb, look.sky)
-            rows["look_zenith"][i] = np.multiply(zenith, look.sky)
-            rows["capture_tint"][i] = np.multiply(look.capture, look.exposure)
-            rows["look_albedo"][i] = 1.0 if look.albedo is None else look.albedo
-            texture = np.full(materials, -1) if look.texture is None else np.asarray(look.texture)
-            rows["look_texture"][i] = np.where(texture >= 0, texture + self._first_look_texture, -1)
-        for name, values in rows.items():
-            (self._capture_tint if name == "capture_tint" else getattr(self._light, name)).assign(values)
-
-    def _sun_table(self, sun: np.ndarray, wanted: bool) -> int:
-        """The index of ``sun``'s table of faces it lights whole in ``sunlit``, built now if ``wanted``
-        (a look's sun from a pool: ``goggles.render.looks``), or -1 (every shadow ray traced)."""
-        key = tuple(np.asarray(sun, np.float64).round(9))
-        if key in self._sun_tables:
-            return self._sun_tables[key]
-        light = self._light
-        full = (len(self._sun_tables) + 1) * max(light.static_faces, 1) >= 2**31
-        if not wanted or light.static_faces == 0 or full:
-            return -1
-        tables = light.sunlit.numpy().reshape(-1, light.static_faces)[: len(self._sun_tables)]
-        added = sunlit_faces(self.scene, np.asarray(key)).numpy()
-        light.sunlit = wp.array(np.concatenate([tables.ravel(), added]), dtype=wp.int8, device=self.device)
-        self._sun_tables[key] = len(self._sun_tables)
-        return self._sun_tables[key]
+        self.looks.set(looks, textures, cameras)
 
     def _render_kernel(self, actors: bool | None = None) -> wp.Kernel:
         """The render kernel for this renderer's features (and actors, when any are placed now),
@@ -588,7 +489,7 @@ class Renderer:
                 with stage("splats: boxes fitted"):
                     self.scene.splats.fit(self._cameras.p_WC, self._largest_footprint)
                 shaded = int(self._light.shading != Shading.NONE)
-                tint = self._capture_tint, int(self._looks)
+                tint = self.looks.capture_tint, int(self._looks)
                 inputs = [self._cameras, self._footprints, self.scene.splats.data, shaded, *tint, self._wanted]
                 self._launch_all(splats.splat_pass_kernel, inputs, [self.buffers], unbounded=True)
         with stage("stereo shadow and invalid pixels"):

@@ -279,12 +279,12 @@ def test_a_pool_of_suns_builds_each_table_once_and_renders_what_tracing_every_sh
     pooled = sorted(suns)[:2]
     looks = [Look(sun_W=s, sun_table=True) for s in pooled] + [Look(sun_W=s) for s in pooled]
     renderer.set_looks(looks)
-    assert len(renderer._sun_tables) == 3  # the scene's sun and the two pooled ones; none for the others
+    assert renderer.looks.sun_tables == 3  # the scene's sun and the two pooled ones; none for the others
     renderer.render(np.concatenate([T_WC, T_WC]))
     rgb = renderer.images().rgb
     np.testing.assert_array_equal(rgb[:2], rgb[2:])
     renderer.set_looks(looks[::-1])
-    assert len(renderer._sun_tables) == 3  # built once
+    assert renderer.looks.sun_tables == 3  # built once
     renderer.close()
     with pytest.raises(ConfigError, match="sun_directions"):
         LooksSpec.from_table({"sun_directions": -1})
