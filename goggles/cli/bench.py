@@ -479,7 +479,7 @@ def _print_breakdown(run_file: Path, args) -> int:
         print(f"  {stage:44s} {wall:8.2f} {r.cpu_ms.get(stage, float('nan')):8.2f}")
         inside = {
             "meshes": ("rays", "primary hits (Embree)", "shading and shadows"),
-            "splats": ("splats: boxes fitted",),
+            "splats": ("splats: boxes fitted", "splats: projected", "splats: sorted", "splats: composited"),
         }
         for inner in inside.get(stage.split(" ")[0], ()):
             if inner in r.cpu_ms:

@@ -16,13 +16,14 @@ Contract:
 
 from goggles.render.camera import CameraModel, stereo_right_offset
 from goggles.render.renderer import Images, Renderer
-from goggles.render.settings import BACKENDS, OUTPUTS, PIXEL_ORDERS, RenderSettings
+from goggles.render.settings import BACKENDS, OUTPUTS, PIXEL_ORDERS, SPLAT_PASSES, RenderSettings
 from goggles.render.shading import Shading
 
 __all__ = [
     "BACKENDS",
     "OUTPUTS",
     "PIXEL_ORDERS",
+    "SPLAT_PASSES",
     "CameraModel",
     "Images",
     "RenderSettings",

@@ -38,7 +38,7 @@ import warp as wp
 
 from goggles import checks
 from goggles.errors import ConfigError
-from goggles.render import invalid, kernels, splats
+from goggles.render import invalid, kernels, splat_raster, splats
 from goggles.render.camera import CameraModel
 from goggles.render.camera_looks import CameraLooks
 from goggles.render.looks import Look
@@ -246,6 +246,10 @@ class Renderer:
         self._posed_count, self._posed_lists = -1, None  # what render_posed last listed (-1: none)
         self._splats_seen = scene.splats is not None
         """May the cameras at their poses see the captures (``_splats_in_view``)?"""
+        self._splat_raster = None
+        """The captures' rasteriser (``splat_raster``), where it is chosen and can serve these cameras."""
+        if scene.splats is not None and _rasterises(settings.splat_pass, cameras, d):
+            self._splat_raster = splat_raster.SplatRaster(scene.splats, n, width, height, d)
 
         light = Lighting()
         light.shading = int(shading if "rgb" in self.outputs else Shading.NONE)
@@ -297,6 +301,8 @@ class Renderer:
         load_kernels(invalid, d)
         if scene.splats is not None:
             load_kernels(splats, d)
+        if self._splat_raster is not None:
+            load_kernels(splat_raster, d)
         if shading == Shading.LIDAR:
             load_kernels(face_reflectivity_kernel.module, d)
         self._loaded: set[wp.Kernel] = set()
@@ -486,12 +492,7 @@ class Renderer:
                 self._launch_all(self._kernel, [*self._render_inputs(self._untraced), False, 0], [self.buffers])
         if self.scene.splats is not None and self._splats_seen:  # the splats, in front of what the meshes gave
             with stage("splats"):
-                with stage("splats: boxes fitted"):
-                    self.scene.splats.fit(self._cameras.p_WC, self._largest_footprint)
-                shaded = int(self._light.shading != Shading.NONE)
-                tint = self.looks.capture_tint, int(self._looks)
-                inputs = [self._cameras, self._footprints, self.scene.splats.data, shaded, *tint, self._wanted]
-                self._launch_all(splats.splat_pass_kernel, inputs, [self.buffers], unbounded=True)
+                self._splat_pass()
         with stage("stereo shadow and invalid pixels"):
             if self._has_partners:  # the stereo shadow
                 self._launch_all(kernels.mark_stereo_shadow_kernel, [self._cameras], [self.buffers])
@@ -499,11 +500,34 @@ class Renderer:
                 b = self.buffers
                 self._launch_all(invalid.write_invalid_kernel, [b.status], [b.depth, b.range, self._wanted.range])
 
+    def _splat_pass(self) -> None:
+        """Composite the captures over every pixel: a global-shutter frame of pinholes by the
+        rasteriser where it serves, any other by tracing each pixel's ray."""
+        shaded = int(self._light.shading != Shading.NONE)
+        tint = self.looks.capture_tint, int(self._looks)
+        raster = self._splat_raster
+        if raster is not None and not self._rolling:
+
+            def draw(inputs: list, pixels) -> None:
+                kernel, inputs = splat_raster.splat_rows_kernel, [*inputs, shaded, *tint, self._wanted]
+                self._launch_all(kernel, inputs, [pixels, self.buffers], unbounded=True, bands=raster.bands)
+
+            raster.render(
+                self._cameras, self.num_cameras, self._footprints, self._largest_footprint, self._pool_map, draw
+            )
+            return
+        with stage("splats: boxes fitted"):
+            self.scene.splats.fit(self._cameras.p_WC, self._largest_footprint)
+        inputs = [self._cameras, self._footprints, self.scene.splats.data, shaded, *tint, self._wanted]
+        self._launch_all(splats.splat_pass_kernel, inputs, [self.buffers], unbounded=True)
+
     @property
     def recordable(self) -> bool:
         """Is ``trace`` device work only, which a recording can replay? Not with Embree, which is called
-        from Python, nor splats on the CPU (their BVH's refit is a host call there)."""
-        return self.backend != "embree" and not (self.device.is_cpu and self.scene.splats is not None)
+        from Python, nor splats on the CPU (their BVH's refit is a host call there), nor the splats'
+        rasteriser (its sort's launches are Warp's own)."""
+        cpu_splats = self.device.is_cpu and self.scene.splats is not None
+        return self.backend != "embree" and not cpu_splats and self._splat_raster is None
 
     def trace_key(self) -> bytes:
         """What ``trace`` passes by value: placing actors, adding shapes or a new appearance changes it."""
@@ -742,17 +766,18 @@ class Renderer:
         pixels per thread from column ``block * span``."""
         self._launch_all(kernel, inputs, outputs)
 
-    def _launch_all(self, kernel, inputs: list, outputs: list, unbounded: bool = False) -> None:
+    def _launch_all(self, kernel, inputs: list, outputs: list, unbounded: bool = False, bands: int = 0) -> None:
         """Launch ``kernel`` over every pixel: once on CUDA (a thread per pixel); on the CPU once per
         worker, each on interleaved rows (a thread per row: Warp copies the struct arguments into
         every thread, which costs more than a pixel's work). An ``unbounded`` kernel (the splats'
         pass: a ray through a million Gaussians at one point takes minutes) runs on the workers
-        while the main thread waits, so a Ctrl-C or SIGTERM ends the command at once."""
+        while the main thread waits, so a Ctrl-C or SIGTERM ends the command at once. A kernel over
+        ``bands`` of rows (the splats' rasteriser) takes (camera, k) and ``band_stride, band_offset``."""
         span = 1 if self.device.is_cuda else self.width
         # Handing a few pixels to the threads costs more than it saves (one 64 x 48 learning environment
         # steps 1.2x faster launching here).
         threads = 1 if self.num_cameras * self.height * self.width < SHARED_PIXELS else self.threads
-        work = partial(self._launch, kernel, inputs, outputs, span=span, threads=threads)
+        work = partial(self._launch, kernel, inputs, outputs, span=span, threads=threads, bands=bands)
         main = threading.current_thread() is threading.main_thread()
         if unbounded and main and self.device.is_cpu and not recording(self.device):
             if self._pool is None:
@@ -766,7 +791,11 @@ class Renderer:
         else:
             self._pool_map(work, range(threads))
 
-    def _launch(self, kernel, inputs: list, outputs: list, offset: int, *, span: int, threads: int) -> None:
+    def _launch(self, kernel, inputs: list, outputs: list, offset: int, *, span: int, threads: int, bands: int) -> None:
+        if bands:
+            dim = (self.num_cameras, (bands - offset + threads - 1) // threads)
+            wp.launch(kernel, dim=dim, inputs=[*inputs, threads, offset], outputs=outputs, device=self.device)
+            return
         rows = (self.height - offset + threads - 1) // threads
         wp.launch(
             kernel,
@@ -818,6 +847,15 @@ def _embree_chunks(n: int, h: int, w: int, threads: int) -> list[tuple[int, int,
         return [(c, c + 1, y, min(h, y + rows)) for c in range(n) for y in range(0, h, rows)]
     per_chunk = rows // h
     return [(c, min(n, c + per_chunk), 0, h) for c in range(0, n, per_chunk)]
+
+
+def _rasterises(splat_pass: str, cameras: Sequence, device) -> bool:
+    """Do the tiles' rasteriser composite these cameras' captures (``RenderSettings.splat_pass``)? Only
+    undistorted pinholes (a LiDAR's beams and other lenses are traced); ``auto``: on the CPU, where
+    it is several times the tracer's speed (on CUDA the tracer was measured and stays)."""
+    if splat_pass == "rays" or (splat_pass == "auto" and not device.is_cpu):
+        return False
+    return all(isinstance(c, CameraModel) and not c.has_distortion for c in cameras)
 
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:

@@ -19,6 +19,8 @@ OUTPUTS = ("depth", "range", "rgb", "segmentation", "normal_W", "face", "status"
 BACKENDS = ("auto", "warp", "bvh", "wide", "embree")
 #: Pixel orders of the render kernel's threads.
 PIXEL_ORDERS = ("auto", "tiles", "rows")
+#: How the splats' pass finds what a pixel meets: traced per ray, rasterised per tile, or the best here.
+SPLAT_PASSES = ("auto", "rays", "tiles")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ class RenderSettings:
     looks: each camera has its own look (``Renderer.set_looks``, ``goggles.render.looks``: sun,
         ambient, sky, albedo and swapped textures, exposure, a capture's colour); each starts as the
         scene's own (the same bytes as without).
+    splat_pass: how the captures' Gaussians are composited, one of ``SPLAT_PASSES``: ``tiles``, 3DGS's
+        tile rasteriser (``goggles.render.splat_tiles``) for undistorted pinholes in global-shutter
+        frames, every other camera and frame traced; ``rays``, each pixel's ray traced through them
+        (``goggles.render.splats``); ``auto``: tiles on the CPU, rays on CUDA.
     """
 
     outputs: frozenset[str] = field(default=frozenset(OUTPUTS))
@@ -54,6 +60,7 @@ class RenderSettings:
     sky_rgb: tuple[float, float, float] | None = None
     pixel_order: str = "auto"
     looks: bool = False
+    splat_pass: str = "auto"
 
     def __post_init__(self):
         object.__setattr__(self, "outputs", frozenset(_strings(self.outputs, "outputs")))
@@ -63,6 +70,8 @@ class RenderSettings:
             raise ConfigError(f"unknown render outputs {unknown}; choose from {', '.join(OUTPUTS)}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"render backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
+        if self.splat_pass not in SPLAT_PASSES:
+            raise ConfigError(f"splat pass {self.splat_pass!r}: use one of {', '.join(SPLAT_PASSES)}")
         if self.pixel_order not in PIXEL_ORDERS:
             raise ConfigError(f"pixel order {self.pixel_order!r}: use one of {', '.join(PIXEL_ORDERS)}")
         if self.threads is not None and not checks.is_whole(self.threads, 1):

@@ -27,9 +27,54 @@ from goggles.render.kernels import (
     write_hit,
 )
 from goggles.runtime.kernel_options import TRACING
-from goggles.world.splats import SplatData, trace_splats
+from goggles.world.splats import SplatData, SplatTrace, trace_splats
 
 wp.set_module_options(TRACING)
+
+
+@wp.func
+def reach(status: int, depth: float, min_depth: float, max_depth: float) -> float:
+    """How deep the splats may lie at a pixel: to what the meshes hit there (its ``status`` and
+    ``depth``), or the camera's reach (divided by the ray's ``along``: how far along the ray)."""
+    if status == STATUS_HIT:
+        return depth
+    if status == STATUS_TOO_CLOSE:
+        return min_depth
+    return max_depth  # nothing opaque before the camera's reach
+
+
+@wp.func
+def composite(
+    out: ImageBuffers,
+    wanted: OutputFlags,
+    min_depth: float,
+    c: int,
+    y: int,
+    x: int,
+    hit: SplatTrace,
+    direction: wp.vec3,
+    along: float,
+    shaded: int,
+    tint: wp.array(dtype=wp.vec3),
+    tinted: int,
+):
+    """What a pixel's ray met in the splats, put in front of what the meshes gave (``tinted``: the
+    colours times camera ``c``'s ``tint``)."""
+    if hit.transmittance >= 1.0:
+        return
+    if shaded != 0:
+        keep = hit.transmittance
+        rgb = hit.rgb
+        if tinted != 0:  # the camera's look: the capture's colour and the camera's exposure
+            rgb = wp.cw_mul(rgb, tint[c])
+        for channel in range(3):
+            behind = float(out.rgb[c, y, x, channel]) / 255.0
+            out.rgb[c, y, x, channel] = to_byte(rgb[channel] + keep * behind)
+    if hit.t_half < 0.0:
+        return
+    write_hit(out, wanted, min_depth, c, y, x, hit.t_half, along, hit.segment, FACE_NONE)
+    if wanted.normal:
+        out.normal_W[c, y, x] = -direction
 
 
 @wp.kernel
@@ -64,24 +109,6 @@ def splat_pass_kernel(
         if radial:
             along = 1.0
         direction = R * ray_C
-        end = cameras.max_depth[c] / along  # nothing opaque before the camera's reach
-        if status == STATUS_HIT:
-            end = out.depth[c, y, x] / along
-        elif status == STATUS_TOO_CLOSE:
-            end = cameras.min_depth[c] / along
+        end = reach(status, out.depth[c, y, x], cameras.min_depth[c], cameras.max_depth[c]) / along
         hit = trace_splats(splats, origin, direction, 0.0, end, footprints[table, y, x])
-        if hit.transmittance >= 1.0:
-            continue
-        if shaded != 0:
-            keep = hit.transmittance
-            rgb = hit.rgb
-            if tinted != 0:  # the camera's look: the capture's colour and the camera's exposure
-                rgb = wp.cw_mul(rgb, tint[c])
-            for channel in range(3):
-                behind = float(out.rgb[c, y, x, channel]) / 255.0
-                out.rgb[c, y, x, channel] = to_byte(rgb[channel] + keep * behind)
-        if hit.t_half < 0.0:
-            continue
-        write_hit(out, wanted, cameras.min_depth[c], c, y, x, hit.t_half, along, hit.segment, FACE_NONE)
-        if wanted.normal:
-            out.normal_W[c, y, x] = -direction
+        composite(out, wanted, cameras.min_depth[c], c, y, x, hit, direction, along, shaded, tint, tinted)

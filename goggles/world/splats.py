@@ -140,22 +140,38 @@ def sh_colour(sh: wp.array2d(dtype=wp.vec3), i: int, degree: int, d: wp.vec3) ->
 
 
 @wp.func
+def whiten(s: SplatData, i: int, origin: wp.vec3, direction: wp.vec3, footprint: float):
+    """A ray in Gaussian ``i``'s own axes, each scaled by its standard deviation there (its covariance
+    grown by the filter a pixel of ``footprint`` rad^2 shows it): (origin, direction, its own
+    variances, the filter's growth of each)."""
+    A = s.axes[i]
+    mean = s.mean[i]
+    r = wp.max(wp.dot(mean - origin, direction), 0.0)
+    grow = s.dilation[s.frame[i]] * footprint * r * r
+    own = s.variance[i]
+    v = own + wp.vec3(grow)
+    inverse = wp.vec3(1.0 / wp.sqrt(v[0]), 1.0 / wp.sqrt(v[1]), 1.0 / wp.sqrt(v[2]))
+    return wp.cw_mul(A * (origin - mean), inverse), wp.cw_mul(A * direction, inverse), own, grow
+
+
+@wp.func
+def peak_distance(s: SplatData, i: int, origin: wp.vec3, direction: wp.vec3, footprint: float) -> float:
+    """Where along the ray Gaussian ``i`` answers most (``response``'s t, without its alpha)."""
+    o, d, own, grow = whiten(s, i, origin, direction, footprint)
+    dd = wp.dot(d, d)
+    if dd <= 0.0:
+        return 0.0
+    return -wp.dot(o, d) / dd
+
+
+@wp.func
 def response(s: SplatData, i: int, origin: wp.vec3, direction: wp.vec3, footprint: float) -> wp.vec2:
     """(t, alpha): where along the ray Gaussian ``i`` answers most, and how much (0: not at all), for a
     ray whose pixel spans ``footprint`` rad^2 (0: a thin ray, no filter)."""
     frame = s.frame[i]
     if s.shown[frame] == 0:
         return wp.vec2(0.0)
-    A = s.axes[i]
-    mean = s.mean[i]
-    r = wp.max(wp.dot(mean - origin, direction), 0.0)
-    grow = s.dilation[frame] * footprint * r * r
-    own = s.variance[i]
-    v = own + wp.vec3(grow)
-    inverse = wp.vec3(1.0 / wp.sqrt(v[0]), 1.0 / wp.sqrt(v[1]), 1.0 / wp.sqrt(v[2]))
-    along = A * direction
-    o = wp.cw_mul(A * (origin - mean), inverse)
-    d = wp.cw_mul(along, inverse)
+    o, d, own, grow = whiten(s, i, origin, direction, footprint)
     dd = wp.dot(d, d)
     if dd <= 0.0:
         return wp.vec2(0.0)
@@ -164,6 +180,8 @@ def response(s: SplatData, i: int, origin: wp.vec3, direction: wp.vec3, footprin
     opacity = s.opacity[i]
     if s.compensated[frame] != 0 and grow > 0.0:
         # det of the covariance across the ray, unfiltered over filtered: det(S) d^T S^-1 d each.
+        v = own + wp.vec3(grow)
+        along = s.axes[i] * direction
         shrink = (own[0] / v[0]) * (own[1] / v[1]) * (own[2] / v[2])
         opacity = opacity * wp.sqrt(shrink * wp.dot(wp.cw_div(along, own), along) / dd)
     alpha = wp.min(MAX_ALPHA, opacity * wp.exp(-0.5 * wp.dot(closest, closest)))

@@ -43,9 +43,19 @@ def nothing():
     return quad([[0, 0, -1e5], [1, 0, -1e5], [1, 1, -1e5], [0, 1, -1e5]])
 
 
-def render(splats, device, camera, T_WC, meshes=None, outputs=("rgb", "depth", "segmentation"), partner=None):
+@pytest.fixture(params=["rays", "tiles"])
+def splat_pass(request) -> str:
+    """Both ways a renderer composites splats: each pixel's ray traced, and 3DGS's rasteriser."""
+    return request.param
+
+
+def render(
+    splats, device, camera, T_WC, meshes=None, outputs=("rgb", "depth", "segmentation"), partner=None, how="auto"
+):
     scene = dataclasses.replace(scene_of(*(meshes or [(nothing(), 1)])), splats=splats)
-    settings = RenderSettings(outputs=set(outputs), shading=Shading.UNLIT, background_rgb=(0.0, 0.0, 0.0))
+    settings = RenderSettings(
+        outputs=set(outputs), shading=Shading.UNLIT, background_rgb=(0.0, 0.0, 0.0), splat_pass=how
+    )
     renderer = Renderer(DeviceScene(scene, device), [camera] * len(T_WC), settings, shadow_partner=partner)
     renderer.render(np.stack(T_WC))
     images = renderer.images()
@@ -71,14 +81,14 @@ def truncated(opacity: float) -> float:
 
 
 @pytest.mark.parametrize("screen_filter", ["none", "3dgs"])
-def test_an_isotropic_gaussian_head_on_is_a_2d_gaussian_of_sigma_f_s_over_z(device, screen_filter):
+def test_an_isotropic_gaussian_head_on_is_a_2d_gaussian_of_sigma_f_s_over_z(device, screen_filter, splat_pass):
     """Seen head-on at distance Z, a Gaussian of standard deviation s images as exp(-r^2 / 2 sigma^2) of
     sigma = f s / Z pixels, peaking at its opacity (a white one on black: the image is its alpha); with
     3DGS's screen-space filter sigma^2 grows by 0.3 px^2 and the peak stays (Kerbl et al. 2023)."""
     camera = CameraModel.from_fov(121, 121, 30.0)
     Z, s, opacity = 6.0, 0.05, 0.7
     splat = cloud([[Z, 0, 0]], [[s, s, s]], opacity=[opacity], screen_filter=screen_filter)
-    images = render(splat, device, camera, [camera_pose_from_body(np.eye(4))])
+    images = render(splat, device, camera, [camera_pose_from_body(np.eye(4))], how=splat_pass)
     alpha = images.rgb[0][..., 0].astype(float) / 255.0
     assert alpha[60, 60] == pytest.approx(opacity, abs=1.0 / 255)
     _, cov = moments(alpha)
@@ -88,14 +98,14 @@ def test_an_isotropic_gaussian_head_on_is_a_2d_gaussian_of_sigma_f_s_over_z(devi
     assert np.sqrt(cov[1, 1]) == pytest.approx(sigma, rel=0.02) and abs(cov[0, 1]) < 0.02 * sigma**2
 
 
-def test_a_rotated_anisotropic_gaussian_images_as_its_ewa_projected_covariance(device):
+def test_a_rotated_anisotropic_gaussian_images_as_its_ewa_projected_covariance(device, splat_pass):
     """J W Sigma W^T J^T + 0.3 I (EWA splatting and 3DGS's filter): W the world-to-camera rotation, J the
     perspective Jacobian at the mean; the rendered alpha's second moments agree within 2 %."""
     camera = CameraModel.from_fov(161, 121, 40.0)
     q = quat_from_euler(0.4, -0.3, 0.9)
     mean, scales = np.array([8.0, 0.3, -0.2]), np.array([0.12, 0.03, 0.06])
     T_WC = camera_pose_from_body(transform([0.0, 0.0, 0.0], quat_from_euler(0.0, 0.02, -0.03)))
-    images = render(cloud([mean], [scales], [q], opacity=[0.9]), device, camera, [T_WC])
+    images = render(cloud([mean], [scales], [q], opacity=[0.9]), device, camera, [T_WC], how=splat_pass)
     alpha = images.rgb[0][..., 0].astype(float) / 255.0
     centre, cov = moments(alpha)
     R = quat_to_matrix(q)
@@ -149,7 +159,7 @@ def test_two_overlapping_gaussians_blend_front_to_back(device):
     np.testing.assert_allclose(behind["rgb"][0], [0.4 * 0.3, 0.7, 0.0], atol=1e-6)  # the other way round
 
 
-def test_a_mesh_plane_through_a_splat_cloud_cuts_it_at_the_planes_depth(device):
+def test_a_mesh_plane_through_a_splat_cloud_cuts_it_at_the_planes_depth(device, splat_pass):
     """A cloud of small Gaussians from x = 4 to 6 and a plane at x = 5: the image is that of the cloud's
     front half and the plane alone (the Gaussians behind it add nothing), and every depth is at most
     the plane's, the cloud's where its front half lets less than half the light through."""
@@ -166,16 +176,16 @@ def test_a_mesh_plane_through_a_splat_cloud_cuts_it_at_the_planes_depth(device):
     plane = quad([[5.0, 3, -3], [5.0, -3, -3], [5.0, -3, 3], [5.0, 3, 3]])
     camera = CameraModel.from_fov(64, 64, 20.0)
     T_WC = camera_pose_from_body(np.eye(4))
-    cut = render(everything, device, camera, [T_WC], meshes=[(plane, 2)])
-    halved = render(front_half, device, camera, [T_WC], meshes=[(plane, 2)])
+    cut = render(everything, device, camera, [T_WC], meshes=[(plane, 2)], how=splat_pass)
+    halved = render(front_half, device, camera, [T_WC], meshes=[(plane, 2)], how=splat_pass)
     np.testing.assert_array_equal(cut.rgb, halved.rgb)
     assert np.all(cut.depth[0] <= 5.0 + 1e-4) and np.any(cut.segmentation[0] == 2) and np.any(cut.segmentation[0] == 5)
     assert np.all(cut.depth[0][cut.segmentation[0] == 5] < 5.0)
-    whole = render(everything, device, camera, [T_WC])  # without the plane, the back half shows too
+    whole = render(everything, device, camera, [T_WC], how=splat_pass)  # without the plane, the back half shows too
     assert np.any(whole.depth[0] > 5.0)
 
 
-def test_an_opaque_splat_hides_the_mesh_behind_and_a_mesh_in_front_hides_the_splat(device):
+def test_an_opaque_splat_hides_the_mesh_behind_and_a_mesh_in_front_hides_the_splat(device, splat_pass):
     grid = np.stack(np.meshgrid(np.linspace(-1.5, 1.5, 61), np.linspace(-1.5, 1.5, 61)), -1).reshape(-1, 2)
     sheet = cloud(
         np.column_stack([np.full(len(grid), 3.0), grid]),
@@ -185,16 +195,16 @@ def test_an_opaque_splat_hides_the_mesh_behind_and_a_mesh_in_front_hides_the_spl
     camera = CameraModel.from_fov(48, 48, 20.0)
     T_WC = camera_pose_from_body(np.eye(4))
     wall = quad([[6.0, 3, -3], [6.0, -3, -3], [6.0, -3, 3], [6.0, 3, 3]])
-    images = render(sheet, device, camera, [T_WC], meshes=[(wall, 2)])
+    images = render(sheet, device, camera, [T_WC], meshes=[(wall, 2)], how=splat_pass)
     assert np.all(images.segmentation[0] == 5)
     np.testing.assert_allclose(images.depth[0], 3.0, atol=0.05)
     crate = quad([[2.0, 3, -3], [2.0, -3, -3], [2.0, -3, 3], [2.0, 3, 3]])
-    images = render(sheet, device, camera, [T_WC], meshes=[(wall, 2), (crate, 4)])
+    images = render(sheet, device, camera, [T_WC], meshes=[(wall, 2), (crate, 4)], how=splat_pass)
     assert np.all(images.segmentation[0] == 4)
     np.testing.assert_allclose(images.depth[0], 2.0, atol=1e-4)
 
 
-def test_a_stereo_pair_sees_a_splat_sheet_at_f_b_over_z(device):
+def test_a_stereo_pair_sees_a_splat_sheet_at_f_b_over_z(device, splat_pass):
     grid = np.stack(np.meshgrid(np.linspace(-3, 3, 121), np.linspace(-3, 3, 121)), -1).reshape(-1, 2)
     rng = np.random.default_rng(0)
     sheet = cloud(
@@ -207,7 +217,7 @@ def test_a_stereo_pair_sees_a_splat_sheet_at_f_b_over_z(device):
     shift = 5  # pixels: the baseline that makes the disparity f B / Z whole
     T_L = camera_pose_from_body(np.eye(4))
     poses = [T_L, T_L @ stereo_right_offset(shift * 4.0 / camera.fx)]
-    images = render(sheet, device, camera, poses, outputs=("rgb", "depth"), partner=[1, -1])
+    images = render(sheet, device, camera, poses, outputs=("rgb", "depth"), partner=[1, -1], how=splat_pass)
     valid = np.isfinite(images.depth[0])
     assert valid.mean() > 0.8
     np.testing.assert_allclose(images.depth[0][valid], 4.0, atol=0.06)  # the sheet's Gaussians are 5 cm thick
@@ -237,7 +247,7 @@ def test_a_lidar_beam_stops_where_the_splats_opacity_passes_one_half(device):
     assert np.median(off) < 0.03 and np.quantile(off, 0.99) < 0.1 and off.max() < 0.2
 
 
-def test_a_textured_mesh_made_into_a_splat_renders_as_the_mesh(device, tmp_path):
+def test_a_textured_mesh_made_into_a_splat_renders_as_the_mesh(device, tmp_path, splat_pass):
     """The YCB mug (a real textured scan) sampled into 100,000 flat Gaussians (``goggles splat
     from-mesh``) against the mesh itself, unlit, from four sides: PSNR over the mug's pixels 27.3-28.3
     dB when measured (300,000 Gaussians: 29.5-30.2); the check holds it above 26."""
@@ -257,8 +267,8 @@ def test_a_textured_mesh_made_into_a_splat_renders_as_the_mesh(device, tmp_path)
         eye = centre + 1.3 * size * np.array([-np.cos(yaw), -np.sin(yaw), 0.5])
         poses.append(camera_pose_from_body(transform(eye, quat_from_euler(0.0, np.arctan2(0.5, 1.0), yaw))))
     outputs = ("rgb", "segmentation")
-    meshed = render(None, device, camera, poses, meshes=[(mesh_trimesh(mesh), 3)], outputs=outputs)
-    splatted = render(splat, device, camera, poses, outputs=outputs)
+    meshed = render(None, device, camera, poses, meshes=[(mesh_trimesh(mesh), 3)], outputs=outputs, how=splat_pass)
+    splatted = render(splat, device, camera, poses, outputs=outputs, how=splat_pass)
     for i in range(4):
         on = (meshed.segmentation[i] > 0) | (splatted.segmentation[i] > 0)
         error = (meshed.rgb[i].astype(float) - splatted.rgb[i].astype(float))[on]
