@@ -273,11 +273,19 @@ def splat_capture(files: tuple[str, ...]) -> Path | None:
 
 
 def bench_splats(
-    path: Path, up: str, *, width: int, height: int, views: int = 8, device: str | None = None, seconds: float = 2.0
+    path: Path,
+    up: str,
+    *,
+    width: int,
+    height: int,
+    views: int = 8,
+    device: str | None = None,
+    seconds: float = 2.0,
+    splat_pass: str = "auto",
 ) -> SplatBench:
     """Render a capture alone (every output but normals, from ``views`` cameras around it at a
-    distance where it fills most of a 60-degree view), a frame per camera; steady state: the BVH
-    built and the kernels compiled first."""
+    distance where it fills most of a 60-degree view), a frame per camera, composited by
+    ``splat_pass`` (``RenderSettings``); steady state: the BVH built and the kernels compiled first."""
     import warp as wp
 
     from goggles.frames import camera_pose_from_body, quat_from_euler, transform
@@ -301,7 +309,8 @@ def bench_splats(
         poses.append(camera_pose_from_body(body))
     T_WC = np.stack(poses)
     outputs = {"depth", "range", "rgb", "segmentation"}
-    renderer = parts.renderer(world, [camera] * views, RenderSettings(outputs=outputs, shading=Shading.UNLIT))
+    settings = RenderSettings(outputs=outputs, shading=Shading.UNLIT, splat_pass=splat_pass)
+    renderer = parts.renderer(world, [camera] * views, settings)
 
     def frame() -> None:
         renderer.render(T_WC)

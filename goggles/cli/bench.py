@@ -223,9 +223,10 @@ def add_parser(commands) -> None:
         "splats",
         help="Gaussian splat captures rendered alone: frames/s and memory per Gaussian",
         description="Render the houseplant (assets/splats) and the PLAYBOT robot (../shared/assets-real/splats, "
-        "where it is) alone, from --views cameras around each, at 320x240 and 640x480 (or --size), steady state. "
-        "A line per capture and size; the last is the houseplant at the first size: 'splats=<name> "
-        "gaussians=<n> width=<w> height=<h> frames_per_s=<f> bytes_per_gaussian=<b> device=<d>'.",
+        "where it is) alone, from --views cameras around each, at 320x240 and 640x480 (or --size), steady state, "
+        "composited as the renderer chooses here (the rasteriser on the CPU) and then traced ray by ray. A line per "
+        "capture and size; the last is the houseplant at the first size: 'splats=<name> gaussians=<n> width=<w> "
+        "height=<h> frames_per_s=<f> rays_frames_per_s=<r> ratio=<f/r> bytes_per_gaussian=<b> device=<d>'.",
     )
     bench_splats.add_argument(
         "--size", action="append", type=str, default=None, help="WIDTHxHEIGHT (repeatable; default 320x240 and 640x480)"
@@ -315,12 +316,18 @@ def cmd_bench_splats(args) -> int:
             print(f"{name}: skipped: not found ({', '.join(files)}, relative to the checkout)")
             continue
         for width, height in sizes:
-            r = bench_splats(
-                path, up, width=width, height=height, views=args.views, device=args.device, seconds=args.seconds
-            )
+            rates = {}
+            for how in ("auto", "rays"):  # the renderer's choice here, then the tracer, in the same run
+                r = bench_splats(
+                    path, up, width=width, height=height, views=args.views, device=args.device, seconds=args.seconds,
+                    splat_pass=how,
+                )  # fmt: skip
+                rates[how] = r.frames_per_s
             line = (
                 f"splats={name} gaussians={r.gaussians} width={r.width} height={r.height} "
-                f"frames_per_s={r.frames_per_s:.1f} bytes_per_gaussian={r.bytes_per_gaussian:.0f} device={r.device}"
+                f"frames_per_s={rates['auto']:.1f} rays_frames_per_s={rates['rays']:.1f} "
+                f"ratio={rates['auto'] / rates['rays']:.2f} bytes_per_gaussian={r.bytes_per_gaussian:.0f} "
+                f"device={r.device}"
             )
             lines.append((name, (width, height), line))
             print(line, flush=True)

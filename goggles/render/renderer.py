@@ -248,7 +248,9 @@ class Renderer:
         """May the cameras at their poses see the captures (``_splats_in_view``)?"""
         self._splat_raster = None
         """The captures' rasteriser (``splat_raster``), where it is chosen and can serve these cameras."""
-        if scene.splats is not None and _rasterises(settings.splat_pass, cameras, d):
+        if scene.splats is not None and _rasterises(settings.splat_pass, cameras, d, scene.splats.count):
+            need = splat_raster.raster_bytes(n, scene.splats.count, width, height)
+            check_fits(d, need, f"the splats' rasteriser for {n} camera(s)", "use splat_pass='rays'")
             self._splat_raster = splat_raster.SplatRaster(scene.splats, n, width, height, d)
 
         light = Lighting()
@@ -849,13 +851,24 @@ def _embree_chunks(n: int, h: int, w: int, threads: int) -> list[tuple[int, int,
     return [(c, min(n, c + per_chunk), 0, h) for c in range(0, n, per_chunk)]
 
 
-def _rasterises(splat_pass: str, cameras: Sequence, device) -> bool:
-    """Do the tiles' rasteriser composite these cameras' captures (``RenderSettings.splat_pass``)? Only
-    undistorted pinholes (a LiDAR's beams and other lenses are traced); ``auto``: on the CPU, where
-    it is several times the tracer's speed (on CUDA the tracer was measured and stays)."""
+def _rasterises(splat_pass: str, cameras: Sequence, device, gaussians: int) -> bool:
+    """Does the rasteriser composite these cameras' captures (``RenderSettings.splat_pass``)? Only
+    undistorted pinholes (a LiDAR's beams and other lenses are traced). ``auto``: on the CPU (over the
+    demo's flight a third of the tracer's CPU, a quarter at its costliest frames; on CUDA the tracer
+    was measured and stays), for as many cameras as hold their Gaussians' records in ``AUTO_RASTER_BYTES``
+    (a learning batch's thousands of cameras are traced)."""
     if splat_pass == "rays" or (splat_pass == "auto" and not device.is_cpu):
         return False
-    return all(isinstance(c, CameraModel) and not c.has_distortion for c in cameras)
+    if not all(isinstance(c, CameraModel) and not c.has_distortion for c in cameras):
+        return False
+    width, height = cameras[0].width, cameras[0].height
+    return (
+        splat_pass == "raster" or splat_raster.raster_bytes(len(cameras), gaussians, width, height) <= AUTO_RASTER_BYTES
+    )
+
+
+#: The most a rasteriser ``auto`` chooses may hold (a batch beyond it is traced).
+AUTO_RASTER_BYTES = 512 << 20
 
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:

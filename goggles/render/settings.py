@@ -20,7 +20,7 @@ BACKENDS = ("auto", "warp", "bvh", "wide", "embree")
 #: Pixel orders of the render kernel's threads.
 PIXEL_ORDERS = ("auto", "tiles", "rows")
 #: How the splats' pass finds what a pixel meets: traced per ray, rasterised per tile, or the best here.
-SPLAT_PASSES = ("auto", "rays", "tiles")
+SPLAT_PASSES = ("auto", "rays", "raster")
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,10 @@ class RenderSettings:
     looks: each camera has its own look (``Renderer.set_looks``, ``goggles.render.looks``: sun,
         ambient, sky, albedo and swapped textures, exposure, a capture's colour); each starts as the
         scene's own (the same bytes as without).
-    splat_pass: how the captures' Gaussians are composited, one of ``SPLAT_PASSES``: ``tiles``, 3DGS's
-        tile rasteriser (``goggles.render.splat_tiles``) for undistorted pinholes in global-shutter
-        frames, every other camera and frame traced; ``rays``, each pixel's ray traced through them
-        (``goggles.render.splats``); ``auto``: tiles on the CPU, rays on CUDA.
+    splat_pass: how the captures' Gaussians are composited, one of ``SPLAT_PASSES``: ``raster``, the
+        published 3DGS rasteriser (``goggles.render.splat_raster``) for undistorted pinholes in
+        global-shutter frames, every other camera and frame traced; ``rays``, each pixel's ray traced
+        through them (``goggles.render.splats``); ``auto``: raster on the CPU, rays on CUDA.
     """
 
     outputs: frozenset[str] = field(default=frozenset(OUTPUTS))

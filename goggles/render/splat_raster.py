@@ -426,6 +426,17 @@ def splat_rows_kernel(
             composite(out, wanted, min_depth, c, y, x, hit, R * ray_C, ray_C[2], shaded, tint, tinted)
 
 
+#: Bytes a camera holds per Gaussian (its record, box, count and offset), and per pixel.
+BYTES_PER_IMAGED = 80
+BYTES_PER_PIXEL = 28
+
+
+def raster_bytes(cameras: int, gaussians: int, width: int, height: int) -> int:
+    """Device bytes a rasteriser of ``cameras`` cameras holds for ``gaussians`` Gaussians, besides its
+    lists (12 bytes twice per entry a frame makes)."""
+    return cameras * (gaussians * BYTES_PER_IMAGED + width * height * BYTES_PER_PIXEL)
+
+
 class SplatRaster:
     """The rasteriser's arrays for ``cameras`` cameras of ``width`` x ``height`` seeing ``splats`` (a
     ``DeviceSplats``), kept from frame to frame (the lists' grow as they need)."""

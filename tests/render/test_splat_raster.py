@@ -45,7 +45,7 @@ def test_a_capture_rasterises_as_the_published_method_to_a_level(houseplant, scr
     scene = dataclasses.replace(houseplant, splats=houseplant.splats.filtered(screen_filter))
     poses = views(scene.splats, np.array([0.0, -1.0, 0.0]), 2)
     camera = CameraModel.from_fov(160, 120, 50.0)
-    images = rendered(scene, [camera] * 2, poses, "tiles")
+    images = rendered(scene, [camera] * 2, poses, "raster")
     for k, T_WC in enumerate(poses):
         colour, alpha, depth = rasterise(
             scene.splats, camera.K, T_WC, 160, 120, antialiased=screen_filter == "antialiased"
@@ -63,9 +63,9 @@ def test_a_batch_of_cameras_renders_each_as_alone(houseplant):
     """Cameras share one sort (their bands' keys): each one's image is the one it renders alone."""
     poses = views(houseplant.splats, np.array([0.0, -1.0, 0.0]), 3)
     camera = CameraModel.from_fov(96, 72, 50.0)
-    together = rendered(houseplant, [camera] * 3, poses, "tiles")
+    together = rendered(houseplant, [camera] * 3, poses, "raster")
     for k in range(3):
-        alone = rendered(houseplant, [camera], poses[k : k + 1], "tiles")
+        alone = rendered(houseplant, [camera], poses[k : k + 1], "raster")
         np.testing.assert_array_equal(together.rgb[k], alone.rgb[0])
         np.testing.assert_array_equal(together.depth[k], alone.depth[0])
 
@@ -77,16 +77,16 @@ def test_rolling_shutters_and_lenses_are_traced(houseplant):
     moved = poses.copy()
     moved[0, :3, 3] += [0.02, 0.0, 0.01]
     pinhole = CameraModel.from_fov(64, 48, 50.0)
-    for how in ("tiles", "rays"):  # a rolling shutter's frame: traced either way
+    for how in ("raster", "rays"):  # a rolling shutter's frame: traced either way
         rolling = rendered(houseplant, [pinhole], poses, how, last_row=moved)
-        if how == "tiles":
+        if how == "raster":
             first = rolling
     np.testing.assert_array_equal(first.rgb, rolling.rgb)
     distorted = dataclasses.replace(pinhole, distortion=(-0.1, 0.01, 0.0, 0.0, 0.0))
     np.testing.assert_array_equal(
-        rendered(houseplant, [distorted], poses, "tiles").rgb, rendered(houseplant, [distorted], poses, "rays").rgb
+        rendered(houseplant, [distorted], poses, "raster").rgb, rendered(houseplant, [distorted], poses, "rays").rgb
     )
-    assert not np.array_equal(rendered(houseplant, [pinhole], poses, "tiles").rgb, first.rgb)  # (it moved)
+    assert not np.array_equal(rendered(houseplant, [pinhole], poses, "raster").rgb, first.rgb)  # (it moved)
 
 
 def test_a_camera_inside_the_capture_renders_what_lies_ahead(houseplant):
@@ -96,7 +96,7 @@ def test_a_camera_inside_the_capture_renders_what_lies_ahead(houseplant):
     T_WC = np.eye(4)
     T_WC[:3, 3] = (low + high) / 2.0
     camera = CameraModel.from_fov(64, 48, 90.0)
-    tiles = rendered(houseplant, [camera], [T_WC], "tiles")
+    tiles = rendered(houseplant, [camera], [T_WC], "raster")
     rays = rendered(houseplant, [camera], [T_WC], "rays")
     assert tiles.rgb.any() and not np.isnan(tiles.depth).any()
     assert np.mean(np.isfinite(tiles.depth) == np.isfinite(rays.depth)) >= 0.9

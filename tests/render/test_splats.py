@@ -43,7 +43,7 @@ def nothing():
     return quad([[0, 0, -1e5], [1, 0, -1e5], [1, 1, -1e5], [0, 1, -1e5]])
 
 
-@pytest.fixture(params=["rays", "tiles"])
+@pytest.fixture(params=["rays", "raster"])
 def splat_pass(request) -> str:
     """Both ways a renderer composites splats: each pixel's ray traced, and 3DGS's rasteriser."""
     return request.param

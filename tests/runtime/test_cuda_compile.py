@@ -24,6 +24,7 @@ MODULES = [
     "goggles.sensors.camera_noise",
     "goggles.sensors.events",
     "goggles.render.splats",
+    "goggles.render.splat_raster",
     "goggles.world.splats",
     "goggles.world.box_tree",
     "goggles.sensors.lidar",
