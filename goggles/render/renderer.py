@@ -514,9 +514,8 @@ class Renderer:
                 kernel, inputs = splat_raster.splat_rows_kernel, [*inputs, shaded, *tint, self._wanted]
                 self._launch_all(kernel, inputs, [pixels, self.buffers], unbounded=True, bands=raster.bands)
 
-            raster.render(
-                self._cameras, self.num_cameras, self._footprints, self._largest_footprint, self._pool_map, draw
-            )
+            batch = self._cameras, self.num_cameras, self._footprints, self._largest_footprint
+            raster.render(*batch, self._pool_map, self.threads, draw)
             return
         with stage("splats: boxes fitted"):
             self.scene.splats.fit(self._cameras.p_WC, self._largest_footprint)

@@ -5,25 +5,27 @@ projection gives once for all its pixels.
 Each Gaussian is projected once per camera (EWA, Zwicker et al. 2001: Sigma2D = J W Sigma W^T J^T,
 plus its capture's screen-space filter, 0.3 px^2 for 3DGS, its opacity kept or, for an antialiased
 capture, scaled by sqrt(det Sigma2D / det(Sigma2D + filter))), its colour evaluated for the direction
-from the camera; a camera's Gaussians are sorted by their means' depth (one radix sort of (camera,
-depth) keys for every camera), and each is splatted, nearest first, onto the pixels of the box where
-its alpha may reach 1/255: alpha = min(0.99, o exp(-d^T Sigma2D^-1 d / 2)), nothing under 1/255, a
-pixel done once less than half a level of light is left. Per pixel that is the published method's
-front-to-back compositing in its order, which captures are trained with and their viewers show; a
-GPU rasteriser's tiles only share the work of finding each pixel's Gaussians, which here each
-Gaussian's box does (on a CPU, 113,000 houseplant Gaussians touch about 16 pixels each, where a
-pixel of a tile would scan a list of 2,000).
+from the camera, and listed in each band of ``BAND_ROWS`` rows its ellipse reaches (where its alpha
+falls to 1/255); one radix sort of (camera's band, depth) keys orders every list; each band's
+Gaussians are splatted, nearest first, onto the pixels of their ellipse: alpha = min(0.99, o
+exp(-d^T Sigma2D^-1 d / 2)), nothing under 1/255, a pixel done once less than half a level of light is
+left. Per pixel that is the published method's front-to-back compositing in its order, which captures
+are trained with and their viewers show. A GPU rasteriser's tiles share the work of finding each
+pixel's Gaussians; here each Gaussian's own box finds its pixels (113,000 houseplant Gaussians touch
+about 16 pixels each, where a pixel of a 16 x 16 tile would scan a list of 2,000), and cells of 4 x 4
+pixels that are opaque already, or whose meshes hide the Gaussian, skip it whole.
 
 What a pixel keeps is as the ray tracer keeps it: a Gaussian counts only where its peak along the
-pixel's ray (``response``'s t) lies before what the meshes hit (looked for only where its reach from
-its mean can touch the hit), and the depth, class and normal are those of the Gaussian that took the
-pixel's opacity past one half, at that peak. The two passes differ in a Gaussian's alpha at a pixel
-(its projected 2D Gaussian here, its peak along the ray there) and in the order they composite (the
-mean's depth here, each ray's peak there): within a level of an independent 3DGS rasteriser here,
-a few levels from it there (``tests/render/test_splat_raster.py``).
+pixel's ray (``peak_distance``) lies before what the meshes hit (asked only where its reach from its
+mean's foot on the ray may cross the hit); the depth, class and normal are those of the Gaussian that
+gave the pixel the most of the first half of its opacity, at its peak (the one that tipped it past one
+half, in the means' order, may be a faint neighbour). The two passes differ in a Gaussian's alpha at a
+pixel (its projected 2D Gaussian here, its peak along the ray there) and in the order they composite
+(the means' depths here, each ray's peaks there): within a level of an independent 3DGS rasteriser
+here, 36-38 dB from it there (``tests/render/test_splat_raster.py``).
 
-The image is cut into bands of rows, a CPU thread's launch splatting every Gaussian onto its bands
-(on CUDA a thread per band and camera): no two threads write one pixel, and no pixel waits on a lock.
+The threads take bands (on CUDA a thread per band and camera, correct but not fast: the tracer is
+CUDA's default): no two write one pixel, so the image is the same for any number of threads.
 """
 
 from __future__ import annotations
@@ -469,14 +471,16 @@ class SplatRaster:
         self.entries = 0
         """How many (Gaussian, band) entries the last frame listed."""
 
-    def render(self, cameras: CameraBatch, n: int, footprints: wp.array, largest_footprint: float, run, draw) -> None:
-        """Project and list the Gaussians for the cameras' poses (``run(work, items)`` maps the CPU
-        threads), then ``draw(inputs, pixels)`` the bands (the renderer's launch over them)."""
+    def render(
+        self, cameras: CameraBatch, n: int, footprints: wp.array, largest_footprint: float, run, threads: int, draw
+    ) -> None:
+        """Project and list the Gaussians for the cameras' poses (``run(work, items)`` maps the CPU's
+        ``threads``), then ``draw(inputs, pixels)`` the bands (the renderer's launch over them)."""
         d, s = self.device, self.splats.data
         count = self.splats.count
         span = SPAN if d.is_cpu else 1
         blocks = -(-count // span)
-        threads = 2 if d.is_cpu and blocks > 1 else 1
+        threads = max(1, min(threads, blocks)) if d.is_cpu else 1
 
         def project(offset: int) -> None:
             dim = (n, -(-(blocks - offset) // threads))
