@@ -526,7 +526,7 @@ class Renderer:
     def recordable(self) -> bool:
         """Is ``trace`` device work only, which a recording can replay? Not with Embree, which is called
         from Python, nor splats on the CPU (their BVH's refit is a host call there), nor the splats'
-        rasteriser (its sort's launches are Warp's own)."""
+        rasteriser (how many entries its lists hold is read on the host each frame)."""
         cpu_splats = self.device.is_cpu and self.scene.splats is not None
         return self.backend != "embree" and not cpu_splats and self._splat_raster is None
 

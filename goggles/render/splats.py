@@ -34,8 +34,9 @@ wp.set_module_options(TRACING)
 
 @wp.func
 def reach(status: int, depth: float, min_depth: float, max_depth: float) -> float:
-    """How deep the splats may lie at a pixel: to what the meshes hit there (its ``status`` and
-    ``depth``), or the camera's reach (divided by the ray's ``along``: how far along the ray)."""
+    """How deep the splats may lie at a pixel (its depth's measure: along the optical axis, or the
+    range for a radial sensor): what the meshes hit there (its ``status`` and ``depth``), or the
+    camera's reach. Divided by the ray's ``along``, how far along the ray."""
     if status == STATUS_HIT:
         return depth
     if status == STATUS_TOO_CLOSE:
