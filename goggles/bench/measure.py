@@ -245,6 +245,9 @@ class SplatBench:
     height: int
     views: int
     frames_per_s: float
+    """The renderer's own choice of splat pass here (``RenderSettings.splat_pass="auto"``)."""
+    rays_frames_per_s: float
+    """Each pixel's ray traced (``splat_pass="rays"``), the same world and views, timed after it."""
     bytes_per_gaussian: float
     device: str
 
@@ -281,11 +284,11 @@ def bench_splats(
     views: int = 8,
     device: str | None = None,
     seconds: float = 2.0,
-    splat_pass: str = "auto",
 ) -> SplatBench:
     """Render a capture alone (every output but normals, from ``views`` cameras around it at a
-    distance where it fills most of a 60-degree view), a frame per camera, composited by
-    ``splat_pass`` (``RenderSettings``); steady state: the BVH built and the kernels compiled first."""
+    distance where it fills most of a 60-degree view), a frame per camera, composited as the renderer
+    chooses here and then ray by ray (one world, one upload); steady state: the BVH built and the
+    kernels compiled first."""
     import warp as wp
 
     from goggles.frames import camera_pose_from_body, quat_from_euler, transform
@@ -309,19 +312,19 @@ def bench_splats(
         poses.append(camera_pose_from_body(body))
     T_WC = np.stack(poses)
     outputs = {"depth", "range", "rgb", "segmentation"}
-    settings = RenderSettings(outputs=outputs, shading=Shading.UNLIT, splat_pass=splat_pass)
-    renderer = parts.renderer(world, [camera] * views, settings)
+    rates = []
+    for splat_pass in ("auto", "rays"):
+        settings = RenderSettings(outputs=outputs, shading=Shading.UNLIT, splat_pass=splat_pass)
+        renderer = parts.renderer(world, [camera] * views, settings)
 
-    def frame() -> None:
-        renderer.render(T_WC)
-        wp.synchronize_device(renderer.device)
+        def frame(renderer=renderer) -> None:
+            renderer.render(T_WC)
+            wp.synchronize_device(renderer.device)
 
-    frames_per_s = views / _time(frame, seconds)
-    renderer.close()
+        rates.append(views / _time(frame, seconds))
+        renderer.close()
     per_gaussian = world.splats.nbytes / world.splats.count
-    return SplatBench(
-        path.stem, world.splats.count, width, height, views, frames_per_s, per_gaussian, str(world.device)
-    )
+    return SplatBench(path.stem, world.splats.count, width, height, views, *rates, per_gaussian, str(world.device))
 
 
 @dataclass(frozen=True)

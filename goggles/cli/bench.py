@@ -316,17 +316,13 @@ def cmd_bench_splats(args) -> int:
             print(f"{name}: skipped: not found ({', '.join(files)}, relative to the checkout)")
             continue
         for width, height in sizes:
-            rates = {}
-            for how in ("auto", "rays"):  # the renderer's choice here, then the tracer, in the same run
-                r = bench_splats(
-                    path, up, width=width, height=height, views=args.views, device=args.device, seconds=args.seconds,
-                    splat_pass=how,
-                )  # fmt: skip
-                rates[how] = r.frames_per_s
+            r = bench_splats(
+                path, up, width=width, height=height, views=args.views, device=args.device, seconds=args.seconds
+            )
             line = (
                 f"splats={name} gaussians={r.gaussians} width={r.width} height={r.height} "
-                f"frames_per_s={rates['auto']:.1f} rays_frames_per_s={rates['rays']:.1f} "
-                f"ratio={rates['auto'] / rates['rays']:.2f} bytes_per_gaussian={r.bytes_per_gaussian:.0f} "
+                f"frames_per_s={r.frames_per_s:.1f} rays_frames_per_s={r.rays_frames_per_s:.1f} "
+                f"ratio={r.frames_per_s / r.rays_frames_per_s:.2f} bytes_per_gaussian={r.bytes_per_gaussian:.0f} "
                 f"device={r.device}"
             )
             lines.append((name, (width, height), line))
