@@ -455,6 +455,10 @@ def bench_breakdown(run_file: Path, seconds: float = 5.0, device: str | None = N
         )
 
 
+#: The stages that shade (and, with shadows, trace the sun's rays) on each backend.
+SHADING_STAGES = ("primary hits, shading and shadows", "shading and shadows", "sun's shadow rays (Embree)")
+
+
 def _shadow_cost(renderer, poses: np.ndarray, repeats: int = 20) -> float | None:
     """CPU ms per frame the sun's shadow rays cost ``renderer``'s cameras at ``poses``: its shading
     stage with shadows less without (two renderers of the same scene, cameras and outputs)."""
@@ -472,7 +476,7 @@ def _shadow_cost(renderer, poses: np.ndarray, repeats: int = 20) -> float | None
             with Profile() as profile:
                 for _ in range(repeats):
                     twin.render(poses)
-            shading = [v for k, v in profile.cpu.items() if "shading" in k]
+            shading = [v for k, v in profile.cpu.items() if k in SHADING_STAGES]
             cpu.append(sum(shading) * 1e3 / repeats)
         finally:
             twin.close()

@@ -481,7 +481,7 @@ def _print_breakdown(run_file: Path, args) -> int:
     for stage, wall in r.wall_ms.items():
         print(f"  {stage:44s} {wall:8.2f} {r.cpu_ms.get(stage, float('nan')):8.2f}")
         inside = {
-            "meshes": ("rays", "primary hits (Embree)", "shading and shadows"),
+            "meshes": ("rays", "primary hits (Embree)", "shading and shadows", "sun's shadow rays (Embree)"),
             "splats": ("splats: boxes fitted", "splats: projected", "splats: sorted", "splats: composited"),
         }
         for inner in inside.get(stage.split(" ")[0], ()):
@@ -491,7 +491,7 @@ def _print_breakdown(run_file: Path, args) -> int:
     print(f"  {'the rest (Python, scheduling)':44s} {rest:8.2f}")
     print(f"  {'frame':44s} {r.frame_ms:8.2f}")
     if r.shadows_cpu_ms is not None:
-        print(f"  of the shading, the sun's shadow rays: {r.shadows_cpu_ms:.2f} ms of CPU (with less without)")
+        print(f"  the sun's shadow rays: {r.shadows_cpu_ms:.2f} ms of CPU (shading with them less without)")
     print(f"frames={r.frames} frame_ms={r.frame_ms:.2f}")
     return 0
 

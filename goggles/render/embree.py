@@ -2,12 +2,13 @@
 
 Embree's traversal is SIMD over wide BVH nodes, two to three times faster per thread than Warp's
 scalar CPU traversal on the same rays. It traces the static scene only; actors are found after it,
-by the same Warp code whatever traced the static scene (``kernels.shade_traced_kernel``).
+by the same Warp code whatever traced the static scene (``kernels.render_kernel``'s ``rows``).
 embreex has wheels for x86-64 Linux and Windows; elsewhere the Warp tracer is used.
 
 embreex traces a ray per call. Where a C compiler is there (Linux), camera rays go to Embree in
-packets of sixteen, a 4 x 4 block of pixels each (``embree_packets.c``, built once into goggles'
-cache and linked to the Embree library embreex ships): the same hits, fewer node visits. Without a
+packets of sixteen, a 4 x 4 block of pixels each, and so do the sun's shadow rays from what those hit
+(``occluded``: one direction, neighbouring origins), through ``embree_packets.c``, built once into
+goggles' cache and linked to the Embree library embreex ships: the same hits, fewer node visits. Without a
 compiler, or with ``GOGGLES_EMBREE_PACKETS=0``, embreex's single rays trace as before.
 """
 
@@ -71,6 +72,10 @@ def packets_library():
                 library.goggles_embree_trace.argtypes = [
                     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                     ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                ]  # fmt: skip
+                library.goggles_embree_occluded.argtypes = [
+                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
+                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                 ]  # fmt: skip
                 _packets.append(library)
                 return library
@@ -198,6 +203,47 @@ class EmbreeTracer:
             self._trace_packets(origins, directions, reach, width=width)
             return
         self._scene.run(origins, directions, dists=reach, query="DISTANCE")
+
+    def occluded(
+        self,
+        origins: np.ndarray,
+        directions: np.ndarray,
+        reach: np.ndarray,
+        width: int,
+        dark: np.ndarray | None = None,
+        colour: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Is anything within ``reach`` of each ray (Embree's occlusion query: any hit, not the closest)?
+        Rays of ``reach`` 0 are not traced (False). With ``dark`` and ``colour``, a blocked ray's pixel
+        takes its colour in shadow: ``colour[i] = dark[i]`` (the renderer's deferred shadow rays).
+
+        Args:
+            origins, directions: (N, 3) float32, contiguous; directions unit length.
+            reach: (N,) float32 contiguous.
+            width: the rays are rows of this many pixels (packets take 4 x 4 blocks).
+            dark, colour: (N, 3) uint8 contiguous each, or None.
+
+        Returns:
+            (N,) bool.
+        """
+        n = len(reach)
+        if self._packed is not None:
+            blocked = np.empty(n, np.int8)
+            rows = n // width if width and n % width == 0 else 1
+            self._library.goggles_embree_occluded(
+                self._packed, _pointer(origins), _pointer(directions), _pointer(reach), rows, n // rows,
+                _pointer(blocked), _pointer(dark), _pointer(colour),
+            )  # fmt: skip
+            return blocked.view(bool)
+        blocked = np.zeros(n, bool)
+        live = np.flatnonzero(reach > 0.0)
+        if len(live):
+            found = self._scene.run(origins[live], directions[live], dists=reach[live], query="OCCLUDED")
+            blocked[live] = found >= 0
+        if dark is not None and colour is not None:
+            shadowed = np.flatnonzero(blocked)
+            colour[shadowed] = dark[shadowed]
+        return blocked
 
     def trace(self, origins: np.ndarray, directions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Closest hit of each ray, shared by ``threads`` threads: Embree's bare hit rate.

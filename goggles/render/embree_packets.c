@@ -1,4 +1,4 @@
-/* Embree's ray packets for goggles' camera rays (goggles.render.embree).
+/* Embree's ray packets for goggles' camera rays and the sun's shadow rays (goggles.render.embree).
 
    embreex, the Python binding goggles installs Embree with, traces one ray per call (rtcIntersect1).
    A camera's rays are coherent: neighbouring pixels cross the same BVH nodes. Traced sixteen at a
@@ -53,6 +53,9 @@ struct __attribute__((aligned(64))) Packet {
 };
 
 void rtcIntersect16(const int *valid, RTCScene scene, struct Packet *rayhit, void *arguments);
+/* RTCRay16's layout is the packet's first twelve arrays: rtcOccluded16 reads the ray and sets tfar to
+   -inf where something lies within it. */
+void rtcOccluded16(const int *valid, RTCScene scene, struct Packet *ray, void *arguments);
 
 struct Tracer {
     RTCDevice device;
@@ -165,6 +168,62 @@ void goggles_embree_trace(void *handle, const float *origins, int one_origin, co
                     normal[3 * i + 1] = packet.ng_y[lane];
                     normal[3 * i + 2] = packet.ng_z[lane];
                 }
+            }
+        }
+    }
+}
+
+/* Is anything within reach of each of rows x width rays (laid out as in goggles_embree_trace, traced
+   in 4 x 4 blocks)? reach 0: no ray. The sun's shadow rays of neighbouring pixels: one direction,
+   nearby origins. blocked[i], where not NULL, is 1 where something is, 0 where nothing is or there is
+   no ray; where dark and rgb are not NULL, a blocked ray's pixel takes its colour in shadow: the three
+   bytes of dark over those of rgb (both rows * width * 3). */
+void goggles_embree_occluded(void *handle, const float *origins, const float *directions, const float *reach,
+                             long rows, long width, signed char *blocked, const unsigned char *dark,
+                             unsigned char *rgb) {
+    struct Tracer *tracer = handle;
+    struct Packet packet;
+    int valid[LANES];
+    long index[LANES];
+    for (long r0 = 0; r0 < rows; r0 += 4) {
+        for (long x0 = 0; x0 < width; x0 += 4) {
+            int any = 0;
+            for (int lane = 0; lane < LANES; lane++) {
+                long r = r0 + lane / 4, x = x0 + lane % 4;
+                long i = r * width + x;
+                int inside = r < rows && x < width;
+                int live = inside && reach[i] > 0.0f;
+                valid[lane] = live ? -1 : 0;
+                index[lane] = inside ? i : -1;
+                if (inside && blocked != NULL)
+                    blocked[i] = 0;
+                any |= live;
+                const float *o = origins + 3 * (live ? i : 0);
+                const float *d = directions + 3 * (live ? i : 0);
+                packet.org_x[lane] = live ? o[0] : 0.0f;
+                packet.org_y[lane] = live ? o[1] : 0.0f;
+                packet.org_z[lane] = live ? o[2] : 0.0f;
+                packet.dir_x[lane] = live ? d[0] : 0.0f;
+                packet.dir_y[lane] = live ? d[1] : 0.0f;
+                packet.dir_z[lane] = live ? d[2] : 1.0f;
+                packet.tnear[lane] = 0.0f;
+                packet.tfar[lane] = live ? reach[i] : 0.0f;
+                packet.time[lane] = 0.0f;
+                packet.mask[lane] = 0xFFFFFFFFu;
+                packet.id[lane] = (unsigned int)lane;
+                packet.flags[lane] = 0;
+            }
+            if (!any)
+                continue;
+            rtcOccluded16(valid, tracer->scene, &packet, NULL);
+            for (int lane = 0; lane < LANES; lane++) {
+                long i = index[lane];
+                if (i < 0 || !valid[lane] || packet.tfar[lane] >= 0.0f)
+                    continue;
+                if (blocked != NULL)
+                    blocked[i] = 1;
+                if (dark != NULL && rgb != NULL)
+                    memcpy(rgb + 3 * i, dark + 3 * i, 3);
             }
         }
     }

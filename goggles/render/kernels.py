@@ -192,6 +192,14 @@ class TracedRows:
     v: wp.array3d(dtype=float)
     normal_W: wp.array3d(dtype=wp.vec3)
     """Geometric normal (not unit, any side)."""
+    sun_start: wp.array3d(dtype=wp.vec3)
+    """With the sun's shadows, the static shadow rays are the tracer's too, after this kernel: it
+    leaves each pixel's ray here (its start, ``sun_direction``, and ``sun_reach``, which the caller set
+    to 0, no ray, for every pixel) with the pixel's colour written lit, and in ``dark`` as it reads
+    where the ray is blocked (the caller copies it there: ``Renderer._shadow_rows``)."""
+    sun_direction: wp.array3d(dtype=wp.vec3)
+    sun_reach: wp.array3d(dtype=float)
+    dark: wp.array4d(dtype=wp.uint8)
 
 
 #: On CUDA a warp's 32 threads take an 8 x 4 tile of pixels instead of 32 pixels of one row, so that
@@ -437,8 +445,11 @@ def render_kernel(
                                 if hit.face < lit_faces:
                                     whole = whole_face_lit(light.sunlit[first_lit + hit.face], hit.t)
                                 blocked = False
+                                deferred = False
                                 if not whole:
-                                    if wp.static(tracer == "bvh"):
+                                    if wp.static(tracer == "rows"):  # the tracer's, after this kernel
+                                        deferred = True
+                                    elif wp.static(tracer == "bvh"):
                                         blocked = bvh_any_hit(scene.rays, start, sun, SUN_DISTANCE)
                                     elif wp.static(tracer == "wide"):
                                         blocked = wide_any_hit(scene.wide, start, sun, SUN_DISTANCE)
@@ -455,6 +466,18 @@ def render_kernel(
                                             )
                                 if blocked:
                                     sunlit = 0.0
+                                elif wp.static(tracer == "rows"):
+                                    if deferred:
+                                        traced.sun_start[i, k, x] = start
+                                        traced.sun_direction[i, k, x] = sun
+                                        traced.sun_reach[i, k, x] = SUN_DISTANCE
+                                        if wp.static(use_looks):
+                                            dark = looked_shade(light, c, colour, normal, 0.0)
+                                        else:
+                                            dark = shade(light, colour, normal, 0.0)
+                                        traced.dark[i, k, x, 0] = to_byte(dark[0])
+                                        traced.dark[i, k, x, 1] = to_byte(dark[1])
+                                        traced.dark[i, k, x, 2] = to_byte(dark[2])
                         if wp.static(use_looks):
                             colour = looked_shade(light, c, colour, normal, sunlit)
                         else:

@@ -42,8 +42,9 @@ def project(p_C: wp.vec3, intrinsics: wp.vec4, lens: int, k: lens_coefficients) 
     z = p_C[2]
     m = wp.vec2(0.0)
     valid = float(0.0)  # noqa: UP018 (Warp: a variable the branches below change)
-    if wp.atan2(wp.sqrt(x * x + y * y), z) > k[5]:  # beyond the lens's field of view
-        return wp.vec3(0.0)
+    if k[5] < wp.pi:  # a lens that does not image every direction (a pinhole's bound is pi: no atan2)
+        if wp.atan2(wp.sqrt(x * x + y * y), z) > k[5]:  # beyond its field of view
+            return wp.vec3(0.0)
     if lens == LENS_PINHOLE:
         if z > 0.0:
             m = radtan(x / z, y / z, k[0], k[1], k[2], k[3], k[4])

@@ -9,6 +9,7 @@ import trimesh
 
 from goggles.frames import camera_pose_from_body, quat_from_axis_angle, transform
 from goggles.render import CameraModel, Renderer, RenderSettings, Shading
+from goggles.render.embree import embree_available
 from goggles.world import DeviceScene
 from tests.conftest import quad, scene_of
 
@@ -27,7 +28,19 @@ def hits_post(points: np.ndarray) -> np.ndarray:
 
 
 def test_a_posts_shadow_falls_where_the_sun_says(tracer):
-    device, backend = tracer
+    assert_post_shadow(*tracer)
+
+
+@pytest.mark.skipif(not embree_available(), reason="embreex is not installed")
+def test_embree_single_rays_cast_the_same_shadow(monkeypatch):
+    """Where Embree's packets cannot be built, its single rays trace the sun's rays too."""
+    from goggles.render import embree
+
+    monkeypatch.setattr(embree, "_packets", ["no packets in this test"])
+    assert_post_shadow("cpu", "embree")
+
+
+def assert_post_shadow(device: str, backend: str) -> None:
     post = trimesh.creation.box(extents=POST_HIGH - POST_LOW)
     post.apply_translation((POST_LOW + POST_HIGH) / 2)
     ground = quad([[-20, -20, 0], [20, -20, 0], [20, 20, 0], [-20, 20, 0]])
