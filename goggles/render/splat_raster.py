@@ -30,6 +30,7 @@ CUDA's default): no two write one pixel, so the image is the same for any number
 
 from __future__ import annotations
 
+import numpy as np
 import warp as wp
 
 from goggles.render.kernels import STATUS_OUTSIDE_LENS, CameraBatch, ImageBuffers, OutputFlags
@@ -221,6 +222,7 @@ def list_kernel(
     bands: int,
     band_rows: int,
     far: wp.array(dtype=float),
+    shift: wp.array(dtype=wp.int32),
     span: int,
     block_stride: int,
     block_offset: int,
@@ -228,7 +230,8 @@ def list_kernel(
     values: wp.array(dtype=wp.int32),
 ):
     """Each seen Gaussian's entry in every band it reaches: key (the camera's band << DEPTH_BITS | its
-    depth: the log of its ratio to the near plane, up to the camera's reach), value its index."""
+    depth: the log of its ratio to the near plane, up to the camera's reach), value its index; at its
+    place in the listing (``offsets``) moved on by its camera's ``shift`` (room for its sort group's)."""
     c, k = wp.tid()
     block = block_offset + k * block_stride
     scale = DEPTH_TOP / wp.log(far[c] / NEAR)
@@ -239,7 +242,7 @@ def list_kernel(
         flat = c * gaussians + i
         if count[flat] == 0:
             continue
-        at = offsets[flat]
+        at = offsets[flat] + shift[c]
         box = boxes[c, i]
         depth = wp.int64(wp.clamp(wp.log(imaged[c, i].mean_C[2] / NEAR) * scale, 0.0, DEPTH_TOP))
         for band in range(box[1] // band_rows, box[3] // band_rows + 1):
@@ -250,16 +253,20 @@ def list_kernel(
 
 @wp.kernel
 def ranges_kernel(
-    keys: wp.array(dtype=wp.int64), count: int, first: wp.array(dtype=wp.int32), last: wp.array(dtype=wp.int32)
+    keys: wp.array(dtype=wp.int64),
+    start: int,
+    end: int,
+    first: wp.array(dtype=wp.int32),
+    last: wp.array(dtype=wp.int32),
 ):
-    """Where each band's run of the sorted keys begins and ends."""
-    k = wp.tid()
+    """Where each band's run of the sorted keys[start:end] begins and ends."""
+    k = start + wp.tid()
     band = int(keys[k] >> DEPTH_SHIFT)
-    if k == 0:
+    if k == start:
         first[band] = k
     elif int(keys[k - 1] >> DEPTH_SHIFT) != band:
         first[band] = k
-    if k == count - 1:
+    if k == end - 1:
         last[band] = k + 1
     elif int(keys[k + 1] >> DEPTH_SHIFT) != band:
         last[band] = k + 1
@@ -468,6 +475,8 @@ class SplatRaster:
         self._keys = wp.zeros(0, dtype=wp.int64, device=d)
         self._values = wp.zeros(0, dtype=wp.int32, device=d)
         self._band_bits = max(1, (n * self.bands - 1).bit_length())
+        self._shift = wp.zeros(n, dtype=wp.int32, device=d)
+        """Per camera, how far its sort group's entries lie past their place in the listing."""
         self.entries = 0
         """How many (Gaussian, band) entries the last frame listed."""
 
@@ -491,9 +500,16 @@ class SplatRaster:
         def emit(offset: int) -> None:
             dim = (n, -(-(blocks - offset) // threads))
             args = [self._imaged, self._boxes, self._count, self._offsets, count, self.bands, BAND_ROWS]
-            args += [cameras.max_depth]
+            args += [cameras.max_depth, self._shift]
             args += [span, threads, offset]
             wp.launch(list_kernel, dim=dim, inputs=args, outputs=[self._keys, self._values], device=d)
+
+        def sort(group: tuple[int, int]) -> None:  # a group's entries, then as much room for the sort
+            start, length = group
+            keys, values = self._keys[start : start + 2 * length], self._values[start : start + 2 * length]
+            wp.utils.radix_sort_pairs(keys, values, length, end_bit=DEPTH_BITS + self._band_bits)
+            ranges = [self._keys, start, start + length, self._first, self._last]
+            wp.launch(ranges_kernel, dim=length, inputs=ranges, device=d)
 
         with stage("splats: projected"):
             run(project, range(threads))
@@ -507,11 +523,26 @@ class SplatRaster:
                 size = max(2 * total, 2 * len(self._keys))
                 self._keys = wp.empty(size, dtype=wp.int64, device=d)
                 self._values = wp.empty(size, dtype=wp.int32, device=d)
+            groups = self._sort_groups(n, count, total, threads)
             run(emit, range(threads))
-            wp.utils.radix_sort_pairs(self._keys, self._values, total, end_bit=DEPTH_BITS + self._band_bits)
             self._first.zero_()
             self._last.zero_()
-            wp.launch(ranges_kernel, dim=total, inputs=[self._keys, total, self._first, self._last], device=d)
+            run(sort, [g for g in groups if g[1] > 0])
         with stage("splats: composited"):
             lists = [self._imaged, self._boxes, self._values, self._first, self._last]
             draw([cameras, footprints, s, *lists, BAND_ROWS], self.pixels)
+
+    def _sort_groups(self, n: int, count: int, total: int, threads: int) -> list[tuple[int, int]]:
+        """The sorts that order the lists: on the CPU one per thread, each a run of whole cameras
+        (Warp's CPU radix sort is one thread's), else one; as (start, entries), a group's room for its
+        sort after its entries (its cameras' ``shift``). The order within each is the one sort's."""
+        groups = min(n, threads) if self.device.is_cpu else 1
+        if groups == 1:
+            self._shift.zero_()
+            return [(0, total)]
+        starts = np.append(self._offsets.numpy()[:: count][:n], total).astype(np.int64)  # each camera's first entry
+        cuts = np.linspace(0, n, groups + 1).round().astype(int)
+        shift = np.repeat(starts[cuts[:-1]], np.diff(cuts)).astype(np.int32)  # the entries before the group
+        self._shift.assign(shift)
+        return [(2 * int(starts[a]), int(starts[b] - starts[a])) for a, b in zip(cuts[:-1], cuts[1:])]
+
