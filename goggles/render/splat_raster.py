@@ -540,9 +540,8 @@ class SplatRaster:
         if groups == 1:
             self._shift.zero_()
             return [(0, total)]
-        starts = np.append(self._offsets.numpy()[:: count][:n], total).astype(np.int64)  # each camera's first entry
+        starts = np.append(self._offsets.numpy()[::count][:n], total).astype(np.int64)  # each camera's first entry
         cuts = np.linspace(0, n, groups + 1).round().astype(int)
         shift = np.repeat(starts[cuts[:-1]], np.diff(cuts)).astype(np.int32)  # the entries before the group
         self._shift.assign(shift)
         return [(2 * int(starts[a]), int(starts[b] - starts[a])) for a, b in zip(cuts[:-1], cuts[1:])]
-

@@ -84,6 +84,7 @@ def camera_noise_kernel(
         return  # an ideal camera
     width = rgb.shape[2]
     read = read_noise[c]
+    scale = full_scale[c]
     seed = draw_seed(draws, streams[c])
     table = ray_table[c]
     for column in range(span):
@@ -97,14 +98,21 @@ def camera_noise_kernel(
         normals = wp.vec3(
             normal_table[bits & 1023], normal_table[(bits >> 10) & 1023], normal_table[(bits >> 20) & 1023]
         )
+        # The three channels read before any is written: their chains of divisions and roundings then
+        # overlap (a store to the image between them would keep the next read waiting).
+        shaded = wp.vec3(float(rgb[c, y, x, 0]), float(rgb[c, y, x, 1]), float(rgb[c, y, x, 2]))
+        exposed = wp.vec3(0.0)
         for channel in range(3):
-            mean = float(rgb[c, y, x, channel]) / 255.0 * falloff * well
+            mean = shaded[channel] / 255.0 * falloff * well
             if mean < 50.0:  # Poisson where it is visibly not Gaussian; then read noise
                 electrons = float(wp.poisson(state, mean)) + read * normals[channel]
             else:  # shot and read noise as one Gaussian of variance mean + read^2
                 electrons = mean + wp.sqrt(mean + read * read) * normals[channel]
-            dn = wp.clamp(wp.round(electrons / well * full_scale[c]), 0.0, full_scale[c])  # the ADC
-            rgb[c, y, x, channel] = wp.uint8(wp.round(dn / full_scale[c] * 255.0))
+            dn = wp.clamp(wp.round(electrons / well * scale), 0.0, scale)  # the ADC
+            exposed[channel] = wp.round(dn / scale * 255.0)
+        rgb[c, y, x, 0] = wp.uint8(exposed[0])
+        rgb[c, y, x, 1] = wp.uint8(exposed[1])
+        rgb[c, y, x, 2] = wp.uint8(exposed[2])
 
 
 class CameraNoise(FrameNoise):
