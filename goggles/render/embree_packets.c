@@ -106,6 +106,38 @@ void goggles_embree_free(void *handle) {
     free(tracer);
 }
 
+/* The rays of the 4 x 4 block at row r0, column x0 of rows x width rays laid out row by row, into a
+   packet: valid[lane] -1 for a live ray (inside, reach > 0), index[lane] its ray (-1: past the edge).
+   origins: (rows * width, 3), or one origin for all when one_origin. Returns whether any is live. */
+static inline int fill_block(struct Packet *packet, int *valid, long *index, const float *origins, int one_origin,
+                             const float *directions, const float *reach, long rows, long width, long r0, long x0) {
+    int any = 0;
+    for (int lane = 0; lane < LANES; lane++) {
+        long r = r0 + lane / 4, x = x0 + lane % 4;
+        long i = r * width + x;
+        int inside = r < rows && x < width;
+        int live = inside && reach[i] > 0.0f;
+        valid[lane] = live ? -1 : 0;
+        index[lane] = inside ? i : -1;
+        any |= live;
+        const float *o = origins + (one_origin ? 0 : 3 * (live ? i : 0));
+        const float *d = directions + 3 * (live ? i : 0);
+        packet->org_x[lane] = o[0];
+        packet->org_y[lane] = o[1];
+        packet->org_z[lane] = o[2];
+        packet->dir_x[lane] = live ? d[0] : 0.0f;
+        packet->dir_y[lane] = live ? d[1] : 0.0f;
+        packet->dir_z[lane] = live ? d[2] : 1.0f;
+        packet->tnear[lane] = 0.0f;
+        packet->tfar[lane] = live ? reach[i] : 0.0f;
+        packet->time[lane] = 0.0f;
+        packet->mask[lane] = 0xFFFFFFFFu;
+        packet->id[lane] = (unsigned int)lane;
+        packet->flags[lane] = 0;
+    }
+    return any;
+}
+
 /* Closest hits of rows x width rays laid out row by row (a chunk of a camera's rows), traced in
    4 x 4 blocks. origins: (rows * width, 3), or one origin for all when one_origin; directions (rows *
    width, 3); reach (rows * width) the farthest distance of each ray (0: no ray), lowered to the hit's.
@@ -119,33 +151,12 @@ void goggles_embree_trace(void *handle, const float *origins, int one_origin, co
     long index[LANES];
     for (long r0 = 0; r0 < rows; r0 += 4) {
         for (long x0 = 0; x0 < width; x0 += 4) {
-            int any = 0;
+            int any = fill_block(&packet, valid, index, origins, one_origin, directions, reach, rows, width, r0, x0);
             for (int lane = 0; lane < LANES; lane++) {
-                long r = r0 + lane / 4, x = x0 + lane % 4;
-                long i = r * width + x;
-                int inside = r < rows && x < width;
-                int live = inside && reach[i] > 0.0f;
-                valid[lane] = live ? -1 : 0;
-                index[lane] = inside ? i : -1;
-                if (inside && !live && face != NULL)
-                    face[i] = -1; /* no ray: no hit */
-                any |= live;
-                const float *o = origins + (one_origin ? 0 : 3 * (live ? i : 0));
-                const float *d = directions + 3 * (live ? i : 0);
-                packet.org_x[lane] = o[0];
-                packet.org_y[lane] = o[1];
-                packet.org_z[lane] = o[2];
-                packet.dir_x[lane] = live ? d[0] : 0.0f;
-                packet.dir_y[lane] = live ? d[1] : 0.0f;
-                packet.dir_z[lane] = live ? d[2] : 1.0f;
-                packet.tnear[lane] = 0.0f;
-                packet.tfar[lane] = live ? reach[i] : 0.0f;
-                packet.time[lane] = 0.0f;
-                packet.mask[lane] = 0xFFFFFFFFu;
-                packet.id[lane] = (unsigned int)lane;
-                packet.flags[lane] = 0;
                 packet.geom_id[lane] = INVALID_ID;
                 packet.prim_id[lane] = INVALID_ID;
+                if (index[lane] >= 0 && !valid[lane] && face != NULL)
+                    face[index[lane]] = -1; /* no ray: no hit */
             }
             if (!any)
                 continue;
@@ -187,32 +198,10 @@ void goggles_embree_occluded(void *handle, const float *origins, const float *di
     long index[LANES];
     for (long r0 = 0; r0 < rows; r0 += 4) {
         for (long x0 = 0; x0 < width; x0 += 4) {
-            int any = 0;
-            for (int lane = 0; lane < LANES; lane++) {
-                long r = r0 + lane / 4, x = x0 + lane % 4;
-                long i = r * width + x;
-                int inside = r < rows && x < width;
-                int live = inside && reach[i] > 0.0f;
-                valid[lane] = live ? -1 : 0;
-                index[lane] = inside ? i : -1;
-                if (inside && blocked != NULL)
-                    blocked[i] = 0;
-                any |= live;
-                const float *o = origins + 3 * (live ? i : 0);
-                const float *d = directions + 3 * (live ? i : 0);
-                packet.org_x[lane] = live ? o[0] : 0.0f;
-                packet.org_y[lane] = live ? o[1] : 0.0f;
-                packet.org_z[lane] = live ? o[2] : 0.0f;
-                packet.dir_x[lane] = live ? d[0] : 0.0f;
-                packet.dir_y[lane] = live ? d[1] : 0.0f;
-                packet.dir_z[lane] = live ? d[2] : 1.0f;
-                packet.tnear[lane] = 0.0f;
-                packet.tfar[lane] = live ? reach[i] : 0.0f;
-                packet.time[lane] = 0.0f;
-                packet.mask[lane] = 0xFFFFFFFFu;
-                packet.id[lane] = (unsigned int)lane;
-                packet.flags[lane] = 0;
-            }
+            int any = fill_block(&packet, valid, index, origins, 0, directions, reach, rows, width, r0, x0);
+            for (int lane = 0; lane < LANES && blocked != NULL; lane++)
+                if (index[lane] >= 0)
+                    blocked[index[lane]] = 0;
             if (!any)
                 continue;
             rtcOccluded16(valid, tracer->scene, &packet, NULL);
