@@ -196,7 +196,7 @@ class TracedRows:
     """With the sun's shadows, the static shadow rays are the tracer's too, after this kernel: it
     leaves each pixel's ray here (its start, ``sun_direction``, and ``sun_reach``, which the caller set
     to 0, no ray, for every pixel) with the pixel's colour written lit, and in ``dark`` as it reads
-    where the ray is blocked (the caller copies it there: ``Renderer._shadow_rows``)."""
+    where the ray is blocked (the caller copies it there: ``EmbreeTracer.occluded``)."""
     sun_direction: wp.array3d(dtype=wp.vec3)
     sun_reach: wp.array3d(dtype=float)
     dark: wp.array4d(dtype=wp.uint8)
