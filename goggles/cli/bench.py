@@ -94,7 +94,13 @@ def add_parser(commands) -> None:
     bench_latency.add_argument("--width", type=at_least(1), default=320)
     bench_latency.add_argument("--height", type=at_least(1), default=240)
     bench_latency.add_argument("--rate", type=positive, default=30.0, help="camera and pose rate, Hz")
-    bench_latency.add_argument("--seconds", type=positive, default=10.0, help="how long to send timed poses")
+    bench_latency.add_argument(
+        "--seconds",
+        type=positive,
+        default=None,
+        help="how long to send timed poses (default 10); with --breakdown, the sim seconds timed after the "
+        "first (default 5; 29 for the demo's whole flight)",
+    )
     bench_latency.add_argument("--device", default=None, help="Warp device of the engine")
     bench_latency.add_argument(
         "--transport",
@@ -111,7 +117,7 @@ def add_parser(commands) -> None:
         default=None,
         help="instead: where a frame's time goes for a run file's cameras (default: the demo's), stage by "
         "stage, wall and CPU per frame (in this process, no buses, the run as fast as it goes for --seconds "
-        "of sim time)",
+        "of sim time after one of warm-up)",
     )
     add_recorded_arg(bench_latency)
     add_backend_arg(bench_latency)
@@ -449,7 +455,7 @@ def cmd_bench_latency(args) -> int:
             width=args.width,
             height=args.height,
             rate=args.rate,
-            seconds=args.seconds,
+            seconds=args.seconds or 10.0,
             device=args.device,
             transport=transport,
             recorded=args.recorded,
@@ -475,7 +481,7 @@ def cmd_bench_latency(args) -> int:
 def _print_breakdown(run_file: Path, args) -> int:
     from goggles.bench.measure import bench_breakdown
 
-    r = bench_breakdown(run_file, seconds=min(args.seconds, 5.0), device=args.device)
+    r = bench_breakdown(run_file, seconds=args.seconds or 5.0, device=args.device)
     print(f"{run_file}: {r.frames} frames of {r.cameras} ({r.threads} render threads), per frame:")
     print(f"  {'stage':44s} {'wall ms':>8s} {'CPU ms':>8s}")
     for stage, wall in r.wall_ms.items():
