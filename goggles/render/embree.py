@@ -228,6 +228,12 @@ class EmbreeTracer:
         """
         n = len(reach)
         if self._packed is not None:
+            origins, directions, reach = [np.ascontiguousarray(a, np.float32) for a in (origins, directions, reach)]
+            for name, pixels in (("dark", dark), ("colour", colour)):  # read and written where they lie
+                if pixels is None:
+                    continue
+                if (pixels.dtype, pixels.shape) != (np.uint8, (n, 3)) or not pixels.flags.c_contiguous:
+                    raise ValueError(f"{name} must be a contiguous (N, 3) uint8 array")
             blocked = np.empty(n, np.int8)
             rows = n // width if width and n % width == 0 else 1
             self._library.goggles_embree_occluded(

@@ -119,3 +119,6 @@ def test_shadow_rays_find_what_blocks_the_sun_as_the_closed_form_does():
         assert (blocked != expected).sum() <= 3, f"packets={packets}: {(blocked != expected).sum()} disagree"
         assert not blocked[::5].any()
         np.testing.assert_array_equal(colour, np.where(blocked[:, None], dark, lit))
+    strided = np.zeros((len(origins), 6), np.uint8)[:, ::2]  # the packets write where it lies: refused
+    with pytest.raises(ValueError, match="colour must be a contiguous"):
+        EmbreeTracer(static, packets=True).occluded(origins, directions, reach, width, dark, strided)
