@@ -34,6 +34,7 @@ from goggles.dynamics.wind import KNOT, WindSettings, vec5, wind_params
 from goggles.errors import ConfigError
 from goggles.runtime.device_copies import HostMirror, fetch
 from goggles.runtime.device_memory import check_fits
+from goggles.runtime.launches import Launches
 from goggles.runtime.progress import load_kernels
 from goggles.runtime.recorded_work import RecordedWork, recording, struct_key
 from goggles.world.device_scene import DeviceScene
@@ -217,6 +218,7 @@ class MultirotorSim:
         """The vehicles this batch meets (``meet``): none until a ``Swarm`` joins it to others."""
         load_kernels(kernels, d)
         self._recorded = RecordedWork(self.launch_steps, d, enabled=simulation.recorded)
+        self._launches = Launches(d)
         self.seed = seed
         self.reset()
 
@@ -444,8 +446,7 @@ class MultirotorSim:
         else:
             bounds = np.linspace(0, self.num_vehicles, self.threads + 1).astype(int)
             list(self._pool.map(lambda ab: self._launch(ab[0], ab[1] - ab[0], steps), zip(bounds[:-1], bounds[1:])))
-        d = self.device
-        wp.launch(kernels.advance_clock_kernel, dim=1, inputs=[int(steps)], outputs=[self.state_arrays], device=d)
+        self._launches(kernels.advance_clock_kernel, 1, [int(steps)], [self.state_arrays])
 
     def stepped(self, steps: int) -> None:
         """``launch_steps(steps)`` ran: the host's step count and state copy follow."""
@@ -466,13 +467,8 @@ class MultirotorSim:
         return self.world.obstacles if self.world is not None and self.collide_actors else self._no_actors
 
     def _launch(self, first: int, count: int, steps: int) -> None:
-        wp.launch(
-            kernels.step_vehicles_kernel,
-            dim=count,
-            inputs=[self.airframe_params, self.settings, self._actors(), self.others, int(first), int(steps)],
-            outputs=[self.state_arrays],
-            device=self.device,
-        )
+        inputs = [self.airframe_params, self.settings, self._actors(), self.others, int(first), int(steps)]
+        self._launches(kernels.step_vehicles_kernel, count, inputs, [self.state_arrays])
 
     def changed(self) -> None:
         """The device state changed: the host copy and the states built from it are stale (the
@@ -484,8 +480,7 @@ class MultirotorSim:
         """(n, PACKED_COLUMNS) host copy of the state: one packing launch and one copy per state change,
         shared by ``states`` and ``contacts`` (a view of reused memory: readers copy what they keep)."""
         if self._packed_version != self._version:
-            n, d = self.num_vehicles, self.device
-            wp.launch(kernels.pack_states_kernel, dim=n, inputs=[self.state_arrays], outputs=[self._packed], device=d)
+            self._launches(kernels.pack_states_kernel, self.num_vehicles, [self.state_arrays], [self._packed])
             fetch([self._packed_host])
             self._packed_version = self._version
         return self._packed_host.array
@@ -542,13 +537,7 @@ class MultirotorSim:
         if self._imu_queued == self.imu_queue:
             raise RuntimeError(f"the IMU queue holds {self.imu_queue} samples: take_imu() first")
         column = kernels.PACKED_COLUMNS + kernels.IMU_COLUMNS * self._imu_queued
-        wp.launch(
-            kernels.record_imu_kernel,
-            dim=self.num_vehicles,
-            inputs=[self.state_arrays, column],
-            outputs=[self._packed],
-            device=self.device,
-        )
+        self._launches(kernels.record_imu_kernel, self.num_vehicles, [self.state_arrays, column], [self._packed])
         self._imu_queued += 1
         self._packed_version = -1  # the host copy no longer holds every queued sample
         return self._imu_queued

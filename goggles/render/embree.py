@@ -142,7 +142,12 @@ class EmbreeTracer:
         self._pool: ThreadPoolExecutor | None = None
 
     def closest(
-        self, origins: np.ndarray, directions: np.ndarray, reach: np.ndarray, width: int | None = None
+        self,
+        origins: np.ndarray,
+        directions: np.ndarray,
+        reach: np.ndarray,
+        width: int | None = None,
+        out: dict[str, np.ndarray] | None = None,
     ) -> dict[str, np.ndarray]:
         """Closest hits of rays on the calling thread (the GIL is released while Embree traces).
 
@@ -150,20 +155,31 @@ class EmbreeTracer:
             origins, directions: (N, 3) float32, world frame; directions unit length.
             reach: (N,) float32 farthest distance of each ray; lowered in place to the hit distance.
             width: the rays are rows of this many pixels (a camera's width: packets take 4 x 4 blocks).
+            out: ``primID``, ``u``, ``v`` and ``Ng`` arrays to write the hits into (contiguous, (N,) int32,
+                float32, float32 and (N, 3) float32), the only ones returned (a caller's buffers,
+                reused frame after frame); None: new arrays, ``geomID`` and ``tfar`` with them.
 
         Returns:
             Embree's hit arrays: ``primID`` (-1 where nothing was hit), ``geomID``, ``u``, ``v``, ``Ng``
             (the unnormalised geometric normal), and ``tfar`` (which is ``reach``).
         """
+        n = len(reach)
+        if out is not None:
+            _check_hits(out, n, _HITS)
         if self._packed is not None:
-            n = len(reach)
-            hits = {"primID": np.empty(n, np.int32), "u": np.empty(n, np.float32), "v": np.empty(n, np.float32)}
-            hits["Ng"] = np.empty((n, 3), np.float32)
+            hits = out if out is not None else _new_hits(n)
             self._trace_packets(origins, directions, reach, hits["primID"], hits["u"], hits["v"], hits["Ng"], width)
+            if out is not None:
+                return out
             hits["geomID"] = np.where(hits["primID"] >= 0, 0, -1).astype(np.int32)
             hits["tfar"] = reach
             return hits
-        return self._scene.run(origins, directions, dists=reach, output=1)
+        hits = self._scene.run(origins, directions, dists=reach, output=1)
+        if out is None:
+            return hits
+        for name, array in out.items():
+            array[...] = hits[name]
+        return out
 
     @property
     def packets(self) -> bool:
@@ -188,14 +204,21 @@ class EmbreeTracer:
             rows, width, _pointer(face), _pointer(u), _pointer(v), _pointer(normal),
         )  # fmt: skip
 
-    def faces(self, origins: np.ndarray, directions: np.ndarray, reach: np.ndarray, width=None) -> np.ndarray:
+    def faces(self, origins: np.ndarray, directions: np.ndarray, reach: np.ndarray, width=None, out=None) -> np.ndarray:
         """Like ``closest``, but only the index of the triangle hit, -1 where none is within ``reach``
-        (which the packets lower to the hit's distance): Embree's cheapest query that names the triangle."""
+        (which the packets lower to the hit's distance): Embree's cheapest query that names the triangle.
+        ``out``: a contiguous (N,) int32 array to write them into (returned)."""
+        if out is not None:
+            _check_hits({"primID": out}, len(reach), ["primID"])
         if self._packed is not None:
-            face = np.empty(len(reach), np.int32)
+            face = out if out is not None else np.empty(len(reach), np.int32)
             self._trace_packets(origins, directions, reach, face, width=width)
             return face
-        return self._scene.run(origins, directions, dists=reach)
+        face = self._scene.run(origins, directions, dists=reach)
+        if out is None:
+            return face
+        out[...] = face
+        return out
 
     def distances(self, origins: np.ndarray, directions: np.ndarray, reach: np.ndarray, width=None) -> None:
         """Like ``closest``, but only lowers ``reach`` to each hit's distance (what depth needs)."""
@@ -284,6 +307,24 @@ class EmbreeTracer:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+
+
+_HITS = {"primID": (np.int32, ()), "u": (np.float32, ()), "v": (np.float32, ()), "Ng": (np.float32, (3,))}
+"""The hit arrays ``closest`` writes: dtype and shape after the ray's index."""
+
+
+def _new_hits(n: int) -> dict[str, np.ndarray]:
+    return {name: np.empty((n, *shape), dtype) for name, (dtype, shape) in _HITS.items()}
+
+
+def _check_hits(out: dict[str, np.ndarray], n: int, names) -> None:
+    """Refuse hit arrays Embree cannot write where they lie (the packets write through their addresses)."""
+    if sorted(out) != sorted(names):
+        raise ValueError(f"the hit arrays must be {sorted(names)}, not {sorted(out)}")
+    for name, array in out.items():
+        dtype, shape = _HITS[name]
+        if (array.dtype, array.shape) != (np.dtype(dtype), (n, *shape)) or not array.flags.c_contiguous:
+            raise ValueError(f"{name} must be a contiguous {(n, *shape)} {np.dtype(dtype)} array")
 
 
 _tracers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

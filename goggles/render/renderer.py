@@ -46,6 +46,7 @@ from goggles.render.settings import BACKENDS, OUTPUTS, RenderSettings
 from goggles.render.shading import Lighting, Shading, face_reflectivity_kernel
 from goggles.render.sunlit import sunlit_faces
 from goggles.runtime.device_memory import check_fits
+from goggles.runtime.launches import Launches
 from goggles.runtime.profile import stage
 from goggles.runtime.progress import load_kernels
 from goggles.runtime.recorded_work import recording, struct_key
@@ -205,6 +206,8 @@ class Renderer:
         self.device = d = scene.device
         self.threads = 1 if d.is_cuda else max(1, min(threads or default_render_threads(), height))
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="goggles-render") if self.threads > 1 else None
+        self._launches = Launches(d, keep=128)
+        """Every per-frame launch, replayed packed where its arguments are the same (a frame's are)."""
 
         tables = np.stack([model.ray_directions() for model in models])  # (m, H, W, 3)
         self._has_outside = bool(np.any(~np.any(tables != 0.0, axis=-1)))  # a lens's pixels that see nothing
@@ -357,8 +360,8 @@ class Renderer:
         self._positions = np.zeros((n, 3), np.float32)  # each camera's, for a global shutter's rays
         self._chunks = _embree_chunks(n, h, w, self.threads)
         self._chunk_rays = max((c1 - c0) * (y1 - y0) * w for c0, c1, y0, y1 in self._chunks)
-        self._ray_origins: dict[int, tuple[wp.array, np.ndarray]] = {}
-        """Per thread, its chunk's rays' origins where they need their own (``_origins_of_thread``)."""
+        self._thread_rays: dict[int, _ThreadRays] = {}
+        """Per thread, the buffers of the chunk it traces (``_rays_of_thread``)."""
         self._one_origin = wp.zeros(1, dtype=wp.vec3, device=d)
         # Faces are needed for every output but depth (and the stereo shadow, which reads depth).
         self._need_faces = bool(self.outputs & {"rgb", "segmentation", "normal_W", "face"})
@@ -369,33 +372,31 @@ class Renderer:
         # (``TracedRows.sun_start``): embreex's single rays trace them at 2.4x Warp's any-hit rate here, its
         # packets faster still.
         self._defers_shadows = self._light.shadows and self._light.shading == Shading.SUN
-        self._sun_rays: dict[int, dict[str, np.ndarray]] = {}
-        """Per thread, its chunk's shadow rays and colours in shadow (``_sun_rays_of_thread``)."""
         self._rgb_pixels = self.buffers.rgb.numpy().reshape(-1, 3) if self._defers_shadows else None
         """The colour images' pixels in a row (a view): a chunk's are a contiguous run of them."""
 
-    def _origins_of_thread(self) -> tuple[wp.array, np.ndarray]:
-        """The calling thread's buffer for a chunk's per-ray origins (a chunk's worth, not the batch's:
-        2,048 cameras of 480 x 270 would need 3.2 GB), and its numpy view."""
+    def _rays_of_thread(self) -> _ThreadRays:
+        """The calling thread's buffers for the chunk it traces (a chunk's worth, not the batch's: 2,048
+        cameras of 480 x 270 would need 3.2 GB for their origins alone)."""
         key = threading.get_ident()
-        if key not in self._ray_origins:  # each thread adds only its own key
-            origins = wp.zeros(self._chunk_rays, dtype=wp.vec3, device=self.device)
-            self._ray_origins[key] = (origins, origins.numpy())
-        return self._ray_origins[key]
+        rays = self._thread_rays.get(key)
+        if rays is None:  # each thread adds only its own key
+            hits = "surface" if self._need_surface else "faces" if self._need_faces else None
+            rays = _ThreadRays(self._chunk_rays, self.device, hits, self._defers_shadows, self._traced_base())
+            self._thread_rays[key] = rays
+        return rays
 
-    def _sun_rays_of_thread(self) -> dict[str, np.ndarray]:
-        """The calling thread's buffers for a chunk's shadow rays (start, direction, reach) and colours
-        in shadow (dark), a chunk's worth each."""
-        key = threading.get_ident()
-        if key not in self._sun_rays:  # each thread adds only its own key
-            n = self._chunk_rays
-            self._sun_rays[key] = {
-                "start": np.zeros((n, 3), np.float32),
-                "direction": np.zeros((n, 3), np.float32),
-                "reach": np.zeros(n, np.float32),
-                "dark": np.zeros((n, 3), np.uint8),
-            }
-        return self._sun_rays[key]
+    def _traced_base(self) -> kernels.TracedRows:
+        """A chunk's ``TracedRows`` before its tracer's arrays (``_TRACED_ARRAYS``) are set."""
+        traced = kernels.TracedRows()
+        traced.used = True
+        traced.t = self._reach
+        traced.has_face = self._need_faces
+        traced.has_surface = self._need_surface
+        traced.planes = self._planes
+        for name in _TRACED_ARRAYS:  # placeholders until the tracer's own arrays replace them
+            setattr(traced, name, getattr(self._untraced, name))
+        return traced
 
     @property
     def num_cameras(self) -> int:
@@ -712,78 +713,40 @@ class Renderer:
         self._culled_any, self._posed_count = True, -1
 
     def _trace_rows(self, chunk: tuple[int, int, int, int]) -> None:
-        """Embree backend: rows [y0, y1) of cameras [c0, c1), from rays to every output."""
+        """Embree backend: rows [y0, y1) of cameras [c0, c1), from rays to every output. The thread's
+        buffers and the chunk's arguments are the same frame after frame: its launches replay packed."""
         c0, c1, y0, y1 = chunk
         dim = (c1 - c0, y1 - y0, self.width)
-        d = self.device
         count = dim[0] * dim[1] * dim[2]
         per_ray = self._rolling or c1 - c0 > 1  # else one origin serves every ray of the chunk
-        origins, origin_view = self._origins_of_thread() if per_ray else (self._one_origin, None)
-        rays = [self._cameras, c0, y0, dim[1], self._directions, self._reach, per_ray, origins]
+        buffers = self._rays_of_thread()
+        rays = [self._cameras, c0, y0, dim[1], self._directions, self._reach, per_ray]
         with stage("rays"):
-            wp.launch(kernels.make_rays_kernel, dim=dim[:2], inputs=rays, device=d)
+            self._launches(kernels.make_rays_kernel, dim[:2], [*rays, buffers.origins if per_ray else self._one_origin])
         if per_ray:  # written by the kernel
-            origins = origin_view[:count]
+            origins = buffers.origin_view[:count]
         else:
             origins = np.broadcast_to(self._positions[c0], (count, 3))  # no per-ray copy
         directions = self._direction_view[c0:c1, y0:y1].reshape(-1, 3)
         reach = self._reach_view[c0:c1, y0:y1].reshape(-1)  # a view: Embree lowers it in place
-        traced = kernels.TracedRows()
-        traced.used = True
-        traced.t = self._reach
-        traced.has_face = self._need_faces
-        traced.has_surface = self._need_surface
-        traced.planes = self._planes
-        for name in _TRACED_ARRAYS:  # placeholders until the tracer's own arrays replace them
-            setattr(traced, name, getattr(self._untraced, name))
+        traced, hits, sun = buffers.rows(dim)
         with stage("primary hits (Embree)"):
-            hits = self._embree_hits(traced, origins, directions, reach, dim)  # kept while the kernel reads it
-        sun = self._sun_rows(traced, dim) if self._defers_shadows else None
+            if hits is None:
+                self._embree.distances(origins, directions, reach, dim[2])
+            elif self._need_surface:
+                self._embree.closest(origins, directions, reach, dim[2], out=hits)
+            else:
+                self._embree.faces(origins, directions, reach, dim[2], out=hits["primID"])
+        if sun is not None:
+            sun["reach"].fill(0.0)  # no ray, until the kernel leaves one
         with stage("shading and shadows"):
-            wp.launch(
-                self._kernel,
-                dim=(dim[0], dim[1], 1),
-                inputs=[*self._render_inputs(traced), False, c0, 1, y0, dim[2]],
-                outputs=[self.buffers],
-                device=d,
-            )
-        del hits
+            inputs = [*self._render_inputs(traced), False, c0, 1, y0, dim[2]]
+            self._launches(self._kernel, (dim[0], dim[1], 1), inputs, [self.buffers])
         if sun is not None:
             with stage("sun's shadow rays (Embree)"):
                 first = (c0 * self.height + y0) * self.width  # rows of one camera, or whole cameras
                 colour = self._rgb_pixels[first : first + count]
                 self._embree.occluded(sun["start"], sun["direction"], sun["reach"], dim[2], sun["dark"], colour)
-
-    def _sun_rows(self, traced: kernels.TracedRows, dim: tuple[int, int, int]) -> dict[str, np.ndarray]:
-        """The calling thread's shadow-ray buffers for a chunk of ``dim`` (cameras, rows, width), none
-        traced yet, given to ``traced`` for the render kernel to fill."""
-        count = dim[0] * dim[1] * dim[2]
-        sun = {name: buffer[:count] for name, buffer in self._sun_rays_of_thread().items()}
-        sun["reach"].fill(0.0)
-        d = self.device
-        traced.sun_start = wp.array(sun["start"].reshape(dim + (3,)), dtype=wp.vec3, device=d, copy=False)
-        traced.sun_direction = wp.array(sun["direction"].reshape(dim + (3,)), dtype=wp.vec3, device=d, copy=False)
-        traced.sun_reach = wp.array(sun["reach"].reshape(dim), dtype=float, device=d, copy=False)
-        traced.dark = wp.array(sun["dark"].reshape(dim + (3,)), dtype=wp.uint8, device=d, copy=False)
-        return sun
-
-    def _embree_hits(self, traced: kernels.TracedRows, origins, directions, reach, dim):
-        """Embree's closest hits of a chunk's rays, as ``traced`` rows the render kernel reads (views of
-        the returned host arrays: the caller keeps them)."""
-        d, hits = self.device, None
-        width = dim[2]
-        if self._need_surface:
-            hits = self._embree.closest(origins, directions, reach, width)
-            traced.face = wp.array(hits["primID"].reshape(dim), dtype=wp.int32, device=d, copy=False)
-            traced.u = wp.array(hits["u"].reshape(dim), dtype=float, device=d, copy=False)
-            traced.v = wp.array(hits["v"].reshape(dim), dtype=float, device=d, copy=False)
-            traced.normal_W = wp.array(hits["Ng"].reshape(dim + (3,)), dtype=wp.vec3, device=d, copy=False)
-        elif self._need_faces:
-            hits = self._embree.faces(origins, directions, reach, width)
-            traced.face = wp.array(hits.reshape(dim), dtype=wp.int32, device=d, copy=False)
-        else:
-            self._embree.distances(origins, directions, reach, width)
-        return hits
 
     def _render_inputs(self, traced: kernels.TracedRows) -> list:
         """The render kernel's arguments up to the rows it covers."""
@@ -832,16 +795,10 @@ class Renderer:
     def _launch(self, kernel, inputs: list, outputs: list, offset: int, *, span: int, threads: int, bands: int) -> None:
         if bands:
             dim = (self.num_cameras, (bands - offset + threads - 1) // threads)
-            wp.launch(kernel, dim=dim, inputs=[*inputs, threads, offset], outputs=outputs, device=self.device)
+            self._launches(kernel, dim, [*inputs, threads, offset], outputs)
             return
         rows = (self.height - offset + threads - 1) // threads
-        wp.launch(
-            kernel,
-            dim=(self.num_cameras, rows, self.width // span),
-            inputs=[*inputs, threads, offset, span],
-            outputs=outputs,
-            device=self.device,
-        )
+        self._launches(kernel, (self.num_cameras, rows, self.width // span), [*inputs, threads, offset, span], outputs)
 
     def block(self, names) -> wp.array:
         """The bytes of the outputs ``names`` (asked for at construction), side by side in the device
@@ -913,6 +870,57 @@ def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
 
 #: The arrays of ``TracedRows`` a chunk's tracer may give (the rest are the whole batch's).
 _TRACED_ARRAYS = ("face", "u", "v", "normal_W", "sun_start", "sun_direction", "sun_reach", "dark")
+
+
+class _ThreadRays:
+    """One render thread's buffers for the Embree chunks it takes, ``size`` rays' worth each and reused
+    frame after frame: its rays' origins (where each ray needs its own), Embree's hits (``hits``:
+    "surface", "faces" or None, distances only) and the sun's shadow rays (``sun``); and, per shape of
+    chunk, the ``TracedRows`` that hands them to the render kernel, built once from ``base``."""
+
+    def __init__(self, size: int, device, hits: str | None, sun: bool, base: kernels.TracedRows):
+        self.origins = wp.zeros(size, dtype=wp.vec3, device=device)
+        self.origin_view = self.origins.numpy()
+        self._device = device
+        self._base = base
+        self._hits = None
+        if hits == "surface":
+            self._hits = {"primID": np.empty(size, np.int32), "u": np.empty(size, np.float32)}
+            self._hits |= {"v": np.empty(size, np.float32), "Ng": np.empty((size, 3), np.float32)}
+        elif hits == "faces":
+            self._hits = {"primID": np.empty(size, np.int32)}
+        self._sun = None
+        if sun:
+            self._sun = {"start": np.zeros((size, 3), np.float32), "direction": np.zeros((size, 3), np.float32)}
+            self._sun |= {"reach": np.zeros(size, np.float32), "dark": np.zeros((size, 3), np.uint8)}
+        self._rows: dict[tuple, tuple] = {}
+
+    def rows(self, dim: tuple[int, int, int]):
+        """For a chunk of ``dim`` (cameras, rows, width): its ``TracedRows``, and Embree's hit arrays and
+        the shadow rays' (None where not traced), as many rays as the chunk has."""
+        if dim not in self._rows:
+            count = dim[0] * dim[1] * dim[2]
+            hits = None if self._hits is None else {name: a[:count] for name, a in self._hits.items()}
+            sun = None if self._sun is None else {name: a[:count] for name, a in self._sun.items()}
+            traced = kernels.TracedRows()
+            for name in ("used", "t", "has_face", "has_surface", "planes", *_TRACED_ARRAYS):
+                setattr(traced, name, getattr(self._base, name))
+
+            def view(array: np.ndarray, dtype, channels: tuple = ()) -> wp.array:
+                return wp.array(array.reshape(dim + channels), dtype=dtype, device=self._device, copy=False)
+
+            if hits is not None:
+                traced.face = view(hits["primID"], wp.int32)
+            if hits is not None and "u" in hits:
+                traced.u, traced.v = view(hits["u"], float), view(hits["v"], float)
+                traced.normal_W = view(hits["Ng"], wp.vec3, (3,))
+            if sun is not None:
+                traced.sun_start = view(sun["start"], wp.vec3, (3,))
+                traced.sun_direction = view(sun["direction"], wp.vec3, (3,))
+                traced.sun_reach = view(sun["reach"], float)
+                traced.dark = view(sun["dark"], wp.uint8, (3,))
+            self._rows[dim] = (traced, hits, sun)
+        return self._rows[dim]
 
 
 def _untraced(device) -> kernels.TracedRows:

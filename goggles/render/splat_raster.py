@@ -36,6 +36,7 @@ import warp as wp
 from goggles.render.kernels import STATUS_OUTSIDE_LENS, CameraBatch, ImageBuffers, OutputFlags
 from goggles.render.splats import composite, reach
 from goggles.runtime.kernel_options import TRACING
+from goggles.runtime.launches import Launches
 from goggles.runtime.profile import stage
 from goggles.world.splats import (
     CUT_ALPHA,
@@ -456,6 +457,7 @@ class SplatRaster:
         self.width, self.height = width, height
         n, count = cameras, splats.count
         self.bands = -(-height // BAND_ROWS)
+        self._launches = Launches(d, keep=16)  # a frame's projections and listings, per thread
         self._imaged = wp.zeros((n, count), dtype=Imaged, device=d)
         self._boxes = wp.zeros((n, count), dtype=wp.vec4i, device=d)
         self._count = wp.zeros(n * count, dtype=wp.int32, device=d)
@@ -495,14 +497,14 @@ class SplatRaster:
             dim = (n, -(-(blocks - offset) // threads))
             args = [cameras, s, self.width, self.height, largest_footprint, span, threads, offset, BAND_ROWS]
             outputs = [self._imaged, self._boxes, self._count]
-            wp.launch(project_kernel, dim=dim, inputs=args, outputs=outputs, device=d)
+            self._launches(project_kernel, dim, args, outputs)
 
         def emit(offset: int) -> None:
             dim = (n, -(-(blocks - offset) // threads))
             args = [self._imaged, self._boxes, self._count, self._offsets, count, self.bands, BAND_ROWS]
             args += [cameras.max_depth, self._shift]
             args += [span, threads, offset]
-            wp.launch(list_kernel, dim=dim, inputs=args, outputs=[self._keys, self._values], device=d)
+            self._launches(list_kernel, dim, args, [self._keys, self._values])
 
         def sort(group: tuple[int, int]) -> None:  # a group's entries, then as much room for the sort
             start, length = group

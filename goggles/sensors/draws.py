@@ -19,6 +19,7 @@ import numpy as np
 import warp as wp
 
 from goggles.runtime.kernel_options import FORWARD_ONLY
+from goggles.runtime.launches import Launches
 from goggles.runtime.progress import load_kernels
 
 wp.set_module_options(FORWARD_ONLY)
@@ -64,6 +65,7 @@ class NoiseDraws:
         self.device = wp.get_device(device)
         self._seed = int(seed) % _MODULUS  # 31 bits: Warp's seeds are int32
         self.array = wp.array(np.array([self._seed, 0], np.int64), dtype=wp.int64, device=self.device)
+        self._launches = Launches(self.device, keep=1)
         load_kernels(next_draw_kernel.module, self.device)
 
     def reseed(self, seed: int) -> None:
@@ -76,7 +78,7 @@ class NoiseDraws:
         self.array.assign(np.array([self._seed, int(key)], np.int64))
 
     def next(self) -> None:
-        wp.launch(next_draw_kernel, dim=1, inputs=[self.array], device=self.device)
+        self._launches(next_draw_kernel, 1, [self.array])
 
 
 class FrameNoise:

@@ -69,6 +69,33 @@ def test_rays_of_no_reach_and_ragged_chunks(scene):
     np.testing.assert_array_equal(faces, expected)
 
 
+def test_hits_written_into_a_callers_arrays_are_the_hits_returned(scene):
+    """``out=``: a renderer's buffers, reused frame after frame, take the same hits (packets and single
+    rays alike); arrays Embree could not write where they lie are refused."""
+    camera = CameraModel.from_fov(32, 24, 70.0)
+    origins, directions = _rays(scene, camera, scene.view)
+    n = len(directions)
+    for tracer in (EmbreeTracer(scene, packets=True), EmbreeTracer(scene, packets=False)):
+        expected = tracer.closest(np.ascontiguousarray(origins), directions, np.full(n, 800.0, np.float32), 32)
+        out = {"primID": np.full(n, 7, np.int32), "u": np.empty(n, np.float32), "v": np.empty(n, np.float32)}
+        out["Ng"] = np.empty((n, 3), np.float32)
+        got = tracer.closest(np.ascontiguousarray(origins), directions, np.full(n, 800.0, np.float32), 32, out=out)
+        assert got is out and (out["primID"] >= 0).any() and (out["primID"] == -1).any()
+        hit = expected["primID"] >= 0  # a missed ray's u, v and Ng are not written
+        np.testing.assert_array_equal(out["primID"], expected["primID"])
+        for name in ("u", "v", "Ng"):
+            np.testing.assert_array_equal(out[name][hit], expected[name][hit])
+        faces = np.full(n, 7, np.int32)
+        assert tracer.faces(origins, directions, np.full(n, 800.0, np.float32), 32, out=faces) is faces
+        np.testing.assert_array_equal(faces, expected["primID"])
+        with pytest.raises(ValueError, match="primID must be a contiguous"):
+            tracer.faces(origins, directions, np.full(n, 800.0, np.float32), 32, out=np.empty(2 * n, np.int32)[::2])
+        with pytest.raises(ValueError, match="the hit arrays must be"):
+            tracer.closest(origins, directions, np.full(n, 800.0, np.float32), 32, out={"primID": faces})
+        with pytest.raises(ValueError, match="Ng must be a contiguous"):
+            tracer.closest(origins, directions, np.full(n, 800.0, np.float32), 32, out={**out, "Ng": out["Ng"].T})
+
+
 def test_without_a_compiler_single_rays_trace_and_asking_for_packets_says_why(scene, monkeypatch, tmp_path):
     monkeypatch.setenv("GOGGLES_CACHE_DIR", str(tmp_path))  # nothing built there yet
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
