@@ -827,7 +827,7 @@ class Renderer:
 SHARED_PIXELS = 16384
 
 #: Rays per Embree chunk: at least this many (a chunk costs two launches and an Embree call), and at
-#: most the larger (its hit arrays are temporaries).
+#: most the larger (each render thread's buffers hold its largest chunk).
 CHUNK_RAYS = (4096, 1 << 18)
 
 
