@@ -4,9 +4,10 @@
 60-110 us of Python a launch on the CPU, while the GIL is held, for the demo's sixty launches a
 frame. ``Launches`` keeps Warp's packed launch (``wp.launch(record_cmd=True)``) for each set of
 arguments and replays it. What a launch depends on is its key: each array by identity (the entry
-keeps it alive, so an identity is never another array's), each struct by the bytes the kernel
-receives (``struct_key``: its scalars, and where its arrays lie), each number by value. A call with
-another kind of argument (a numpy array, a vector) is launched as ``wp.launch`` would.
+keeps it alive, so an identity is never another array's), each struct by identity and by the bytes
+the kernel receives (``struct_key``: its scalars, and where its arrays lie; Warp's packed launch
+reads the struct itself, so a change is seen either way), each number by value. A call with another
+kind of argument (a numpy array, a vector) is launched as ``wp.launch`` would.
 
 On CUDA, and while work is being recorded (``goggles.runtime.recorded_work``), ``wp.launch`` is used
 as is: a camera's frame on CUDA is a recorded graph already.
@@ -78,8 +79,8 @@ def _key(kernel, dim, inputs, outputs) -> tuple | None:
             parts.append(id(value))
         elif kind is _NUMBER:
             parts.append(value)
-        elif kind is _STRUCT:
-            parts.append(struct_key(value))
+        elif kind is _STRUCT:  # the packed launch reads this very struct: equal bytes of another are not it
+            parts.append((id(value), struct_key(value)))
         else:
             return None
     return tuple(parts)

@@ -66,6 +66,24 @@ def test_a_replay_sees_every_change_a_fresh_launch_would():
     assert run(dim=np.int64(3), src=np.array([1.0, 1.0, 1.0], np.float32), dst=fresh) == [3.5, 3.5, 3.5]
 
 
+def test_two_structs_of_equal_bytes_are_two_arguments():
+    """A packed launch reads its struct where it lies: one of equal bytes must not stand in for it."""
+    d = "cpu"
+    launch = Launches(d)
+    offset = wp.array([0.0], dtype=float, device=d)
+    source = wp.array([1.0], dtype=float, device=d)
+    out = wp.zeros(1, dtype=float, device=d)
+    a, b = Gain(), Gain()
+    a.scale = b.scale = 2.0
+    a.offset = b.offset = offset
+    launch(scaled_kernel, 1, [a, source, 0.0], [out])
+    launch(scaled_kernel, 1, [b, source, 0.0], [out])
+    assert out.numpy()[0] == 2.0
+    a.scale = 5.0
+    launch(scaled_kernel, 1, [b, source, 0.0], [out])
+    assert out.numpy()[0] == 2.0  # b's, not a's
+
+
 def test_the_launches_kept_are_bounded_and_a_cleared_launcher_packs_again():
     d = "cpu"
     launch = Launches(d, keep=2)
