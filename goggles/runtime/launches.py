@@ -77,8 +77,8 @@ def _key(kernel, dim, inputs, outputs) -> tuple | None:
             kind = _KINDS.setdefault(type(value), _kind(type(value)))
         if kind is _ARRAY:
             parts.append(id(value))
-        elif kind is _NUMBER:
-            parts.append(value)
+        elif kind is _NUMBER:  # -0.0 == 0.0, and NaN is not NaN: those by their spelling
+            parts.append(value if value or type(value) is not float else repr(value))
         elif kind is _STRUCT:  # the packed launch reads this very struct: equal bytes of another are not it
             parts.append((id(value), struct_key(value)))
         else:

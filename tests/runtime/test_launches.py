@@ -84,6 +84,22 @@ def test_two_structs_of_equal_bytes_are_two_arguments():
     assert out.numpy()[0] == 2.0  # b's, not a's
 
 
+@wp.kernel
+def inverse_kernel(amount: float, out: wp.array(dtype=float)):
+    out[0] = 1.0 / amount
+
+
+def test_numbers_equal_in_python_but_not_to_the_kernel_are_two_arguments():
+    d = "cpu"
+    launch = Launches(d)
+    out = wp.zeros(1, dtype=float, device=d)
+    for amount, expected in ((0.0, np.inf), (-0.0, -np.inf), (0.0, np.inf), (2, 0.5), (2.0, 0.5), (True, 1.0)):
+        launch(inverse_kernel, 1, [amount], [out])
+        assert out.numpy()[0] == expected
+    launch(inverse_kernel, 1, [float("nan")], [out])
+    assert np.isnan(out.numpy()[0])
+
+
 def test_the_launches_kept_are_bounded_and_a_cleared_launcher_packs_again():
     d = "cpu"
     launch = Launches(d, keep=2)
