@@ -51,6 +51,8 @@ class Launches:
         if entry is None:
             inputs, outputs = list(inputs), list(outputs)
             command = wp.launch(kernel, dim=dim, inputs=inputs, outputs=outputs, device=self.device, record_cmd=True)
+            if command is None:  # nothing to run (a dimension of 0): nothing to keep
+                return
             entry = (command, inputs, outputs)  # the arguments kept: their identities stay theirs
             with self._lock:
                 self._packed[key] = entry

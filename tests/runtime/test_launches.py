@@ -64,6 +64,7 @@ def test_a_replay_sees_every_change_a_fresh_launch_would():
     fresh = wp.zeros(3, dtype=float, device=d)
     assert run(dim=2, dst=fresh) == [3.5, 6.5, 0.0]  # the dimension
     assert run(dim=np.int64(3), src=np.array([1.0, 1.0, 1.0], np.float32), dst=fresh) == [3.5, 3.5, 3.5]
+    assert run(dim=0, dst=fresh, amount=9.0) == [3.5, 3.5, 3.5]  # nothing to run
 
 
 def test_two_structs_of_equal_bytes_are_two_arguments():
