@@ -167,7 +167,7 @@ class EmbreeTracer:
         if out is not None:
             _check_hits(out, n, _HITS)
         if self._packed is not None:
-            hits = out if out is not None else _new_hits(n)
+            hits = out if out is not None else hit_arrays(n)
             self._trace_packets(origins, directions, reach, hits["primID"], hits["u"], hits["v"], hits["Ng"], width)
             if out is not None:
                 return out
@@ -253,10 +253,8 @@ class EmbreeTracer:
         if self._packed is not None:
             origins, directions, reach = [np.ascontiguousarray(a, np.float32) for a in (origins, directions, reach)]
             for name, pixels in (("dark", dark), ("colour", colour)):  # read and written where they lie
-                if pixels is None:
-                    continue
-                if (pixels.dtype, pixels.shape) != (np.uint8, (n, 3)) or not pixels.flags.c_contiguous:
-                    raise ValueError(f"{name} must be a contiguous (N, 3) uint8 array")
+                if pixels is not None:
+                    _check_writable(name, pixels, np.uint8, (n, 3))
             blocked = np.empty(n, np.int8)
             rows = n // width if width and n % width == 0 else 1
             self._library.goggles_embree_occluded(
@@ -313,8 +311,9 @@ _HITS = {"primID": (np.int32, ()), "u": (np.float32, ()), "v": (np.float32, ()),
 """The hit arrays ``closest`` writes: dtype and shape after the ray's index."""
 
 
-def _new_hits(n: int) -> dict[str, np.ndarray]:
-    return {name: np.empty((n, *shape), dtype) for name, (dtype, shape) in _HITS.items()}
+def hit_arrays(n: int, names=tuple(_HITS)) -> dict[str, np.ndarray]:
+    """Arrays for ``n`` rays' hits, as ``closest`` (all of them) or ``faces`` (``primID``) write them."""
+    return {name: np.empty((n, *_HITS[name][1]), _HITS[name][0]) for name in names}
 
 
 def _check_hits(out: dict[str, np.ndarray], n: int, names) -> None:
@@ -323,8 +322,13 @@ def _check_hits(out: dict[str, np.ndarray], n: int, names) -> None:
         raise ValueError(f"the hit arrays must be {sorted(names)}, not {sorted(out)}")
     for name, array in out.items():
         dtype, shape = _HITS[name]
-        if (array.dtype, array.shape) != (np.dtype(dtype), (n, *shape)) or not array.flags.c_contiguous:
-            raise ValueError(f"{name} must be a contiguous {(n, *shape)} {np.dtype(dtype)} array")
+        _check_writable(name, array, dtype, (n, *shape))
+
+
+def _check_writable(name: str, array: np.ndarray, dtype, shape: tuple) -> None:
+    """Refuse an array the C layer would write through its address: not contiguous, or not this dtype and shape."""
+    if (array.dtype, array.shape) != (np.dtype(dtype), shape) or not array.flags.c_contiguous:
+        raise ValueError(f"{name} must be a contiguous {shape} {np.dtype(dtype)} array")
 
 
 _tracers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -382,12 +382,12 @@ class Renderer:
         rays = self._thread_rays.get(key)
         if rays is None:  # each thread adds only its own key
             hits = "surface" if self._need_surface else "faces" if self._need_faces else None
-            rays = _ThreadRays(self._chunk_rays, self.device, hits, self._defers_shadows, self._traced_base())
+            rays = _ThreadRays(self._chunk_rays, self.device, hits, self._defers_shadows, self._traced_base)
             self._thread_rays[key] = rays
         return rays
 
     def _traced_base(self) -> kernels.TracedRows:
-        """A chunk's ``TracedRows`` before its tracer's arrays (``_TRACED_ARRAYS``) are set."""
+        """A new chunk's ``TracedRows`` before its tracer's arrays (``_TRACED_ARRAYS``) are set."""
         traced = kernels.TracedRows()
         traced.used = True
         traced.t = self._reach
@@ -876,19 +876,21 @@ class _ThreadRays:
     """One render thread's buffers for the Embree chunks it takes, ``size`` rays' worth each and reused
     frame after frame: its rays' origins (where each ray needs its own), Embree's hits (``hits``:
     "surface", "faces" or None, distances only) and the sun's shadow rays (``sun``); and, per shape of
-    chunk, the ``TracedRows`` that hands them to the render kernel, built once from ``base``."""
+    chunk, the ``TracedRows`` that hands them to the render kernel, built once (``new_traced()`` gives
+    one before the tracer's arrays are set)."""
 
-    def __init__(self, size: int, device, hits: str | None, sun: bool, base: kernels.TracedRows):
+    def __init__(self, size: int, device, hits: str | None, sun: bool, new_traced):
+        from goggles.render.embree import hit_arrays
+
         self.origins = wp.zeros(size, dtype=wp.vec3, device=device)
         self.origin_view = self.origins.numpy()
         self._device = device
-        self._base = base
+        self._new_traced = new_traced
         self._hits = None
         if hits == "surface":
-            self._hits = {"primID": np.empty(size, np.int32), "u": np.empty(size, np.float32)}
-            self._hits |= {"v": np.empty(size, np.float32), "Ng": np.empty((size, 3), np.float32)}
+            self._hits = hit_arrays(size)
         elif hits == "faces":
-            self._hits = {"primID": np.empty(size, np.int32)}
+            self._hits = hit_arrays(size, ["primID"])
         self._sun = None
         if sun:
             self._sun = {"start": np.zeros((size, 3), np.float32), "direction": np.zeros((size, 3), np.float32)}
@@ -902,9 +904,7 @@ class _ThreadRays:
             count = dim[0] * dim[1] * dim[2]
             hits = None if self._hits is None else {name: a[:count] for name, a in self._hits.items()}
             sun = None if self._sun is None else {name: a[:count] for name, a in self._sun.items()}
-            traced = kernels.TracedRows()
-            for name in ("used", "t", "has_face", "has_surface", "planes", *_TRACED_ARRAYS):
-                setattr(traced, name, getattr(self._base, name))
+            traced = self._new_traced()
 
             def view(array: np.ndarray, dtype, channels: tuple = ()) -> wp.array:
                 return wp.array(array.reshape(dim + channels), dtype=dtype, device=self._device, copy=False)
